@@ -1,0 +1,434 @@
+"""The in-task agent: ``python -m tfmesos.agent``.
+
+It runs inside every task, wherever the backend put it, and needs nothing but
+the standard library, so any image with a Python 3 can host it. It
+
+1. dials the launcher's rendezvous, proves it knows the job's secret and checks
+   that the launcher knows it too,
+2. waits for the cluster definition,
+3. runs the user's command (replica mode) or a TensorFlow server (fine-grained
+   mode) as a child in its own process group,
+4. streams the child's output back, whole lines at a time, and
+5. reports the exit status.
+
+It exits, and takes its child with it, when the launcher goes away: the
+rendezvous connection closing is the signal, and it works on every backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfmesos import taskenv, wire
+
+__all__ = ["AgentConfig", "main"]
+
+ENV_LAUNCHER = "TFMESOS_LAUNCHER"
+ENV_TASK_ID = "TFMESOS_TASK_ID"
+ENV_SECRET = "TFMESOS_SECRET"
+ENV_HOST = "TFMESOS_HOST"
+ENV_PORT = "TFMESOS_PORT"
+ENV_PARENT_PID = "TFMESOS_PARENT_PID"
+ENV_SERVER_DEF = "TFMESOS_SERVER_DEF"
+
+CONNECT_TIMEOUT = 30.0
+HANDSHAKE_TIMEOUT = 30.0
+STOP_GRACE = 5.0
+"""Seconds between SIGTERM and SIGKILL for the child's process group."""
+READ_SIZE = 1 << 16
+# A line longer than this is sent in pieces rather than held back.
+MAX_PENDING_LINE = 1 << 16
+
+_PR_SET_PDEATHSIG = 1
+
+
+class AgentError(Exception):
+    """The agent cannot go on; the message says why."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    launcher: tuple[str, int]
+    task_id: str
+    secret: bytes
+    host: str
+    port: int
+    parent_pid: int | None
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str]) -> AgentConfig:
+        """Read the agent's settings, removing the secret from ``environ`` so
+        that the user's command never inherits it."""
+        try:
+            launcher = environ[ENV_LAUNCHER]
+            task_id = environ[ENV_TASK_ID]
+            secret = environ.pop(ENV_SECRET)
+            port = int(environ[ENV_PORT])
+        except KeyError as exc:
+            raise AgentError(f"{exc.args[0]} is not set: start the agent through tfmesos") from None
+        except ValueError:
+            raise AgentError(f"{ENV_PORT} must be a port number") from None
+        host, _, launcher_port = launcher.rpartition(":")
+        if not host or not launcher_port.isdigit():
+            raise AgentError(f"{ENV_LAUNCHER} must be host:port, not {launcher!r}")
+        parent = environ.get(ENV_PARENT_PID)
+        return cls(
+            launcher=(host.strip("[]"), int(launcher_port)),
+            task_id=task_id,
+            secret=bytes.fromhex(secret),
+            host=environ.get(ENV_HOST) or socket.getfqdn(),
+            port=port,
+            parent_pid=int(parent) if parent and parent.isdigit() else None,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Ask Linux to send us SIGTERM when the launcher dies, even by SIGKILL.
+
+    The closed rendezvous connection tells us the same on every platform; this
+    covers the moment before we have connected.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # it died before prctl took effect
+        raise AgentError("the launcher exited before the task started")
+
+
+def _child_setup() -> None:
+    # Own process group, so that stopping the command reaches its children too;
+    # and die with the agent if the agent is killed outright.
+    os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class Channel:
+    """The agent's end of the rendezvous connection (blocking socket)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_json(self, message: dict[str, Any]) -> None:
+        self.send(wire.encode_json(message))
+
+    def receive_available(self) -> list[dict[str, Any]]:
+        """Read what the socket has now; EOF marks the channel closed."""
+        try:
+            data = self.sock.recv(READ_SIZE)
+        except (ConnectionError, TimeoutError):
+            data = b""
+        if not data:
+            self.closed = True
+            return []
+        return [wire.parse_json(p) for k, p in self.decoder.feed(data) if k == wire.JSON]
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.selector = selectors.DefaultSelector()
+        self.signal_received: int | None = None
+        self._wakeup_r, self._wakeup_w = os.pipe()
+        os.set_blocking(self._wakeup_w, False)
+        self.channel: Channel | None = None
+        self.out = sys.stdout.buffer
+
+    # -- signals -----------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        signal.set_wakeup_fd(self._wakeup_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self.selector.register(self._wakeup_r, selectors.EVENT_READ, "signal")
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.signal_received is None:
+            self.signal_received = signum
+
+    # -- rendezvous ----------------------------------------------------------
+
+    def connect(self) -> Channel:
+        host, port = self.config.launcher
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while True:
+            try:
+                sock = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT)
+                break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise AgentError(f"cannot reach the launcher at {host}:{port}: {exc}") from None
+                time.sleep(0.5)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        channel = Channel(sock)
+        hello = self._next_message(channel, "hello")
+        nonce = str(hello.get("nonce", ""))
+        client_nonce = os.urandom(16).hex()
+        channel.send_json(
+            {
+                "type": "register",
+                "version": wire.PROTOCOL_VERSION,
+                "task_id": self.config.task_id,
+                "addr": self.config.address,
+                "pid": os.getpid(),
+                "nonce": client_nonce,
+                "proof": wire.proof(
+                    self.config.secret, "register", nonce, self.config.task_id, client_nonce
+                ),
+            }
+        )
+        self._server_proof = wire.proof(self.config.secret, "cluster", client_nonce, nonce)
+        sock.settimeout(None)
+        self.channel = channel
+        self.selector.register(sock, selectors.EVENT_READ, "launcher")
+        return channel
+
+    def _next_message(self, channel: Channel, expected: str) -> dict[str, Any]:
+        while True:
+            messages = channel.receive_available()
+            if channel.closed:
+                raise AgentError("the launcher closed the connection during the handshake")
+            if messages:
+                message = messages[0]
+                if message["type"] == "reject":
+                    raise AgentError(f"the launcher refused this task: {message.get('reason')}")
+                if message["type"] != expected:
+                    raise AgentError(
+                        f"expected {expected!r} from the launcher, got {message['type']!r}"
+                    )
+                return message
+
+    def wait_for_cluster(self) -> dict[str, Any]:
+        """Block until the launcher sends the cluster definition (or goes away)."""
+        assert self.channel is not None
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "signal":
+                    self._drain_wakeup()
+                    raise AgentError(
+                        f"stopped by signal {self.signal_received} before the cluster was up"
+                    )
+                for message in self.channel.receive_available():
+                    if message["type"] == "cluster":
+                        if not wire.proof_matches(self._server_proof, message.get("proof")):
+                            raise AgentError(
+                                "the launcher failed to prove it holds the job's secret"
+                            )
+                        return message
+                    if message["type"] in ("stop", "reject"):
+                        raise AgentError(
+                            f"the launcher stopped this task: {message.get('reason', '')}"
+                        )
+                if self.channel.closed:
+                    raise AgentError("the launcher went away before the cluster was up")
+
+    def _drain_wakeup(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._wakeup_r, 64)
+
+    # -- running the child -----------------------------------------------------
+
+    def run_child(self, argv: str | list[str], env: Mapping[str, str], cwd: str | None) -> int:
+        """Run one command to its end, streaming its output; return its status."""
+        proc = subprocess.Popen(
+            argv,
+            shell=isinstance(argv, str),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            preexec_fn=_child_setup,
+        )
+        assert proc.stdout is not None
+        pipe = proc.stdout.fileno()
+        os.set_blocking(pipe, False)
+        self.selector.register(pipe, selectors.EVENT_READ, "child")
+        pending = b""
+        kill_at: float | None = None
+        exited_at: float | None = None
+        pipe_open = True
+
+        def stop_child() -> None:
+            nonlocal kill_at
+            if kill_at is None:
+                _signal_group(proc.pid, signal.SIGTERM)
+                kill_at = time.monotonic() + STOP_GRACE
+
+        if self.signal_received is not None:
+            stop_child()
+        while pipe_open:
+            now = time.monotonic()
+            if kill_at is not None and now >= kill_at:
+                _signal_group(proc.pid, signal.SIGKILL)
+                kill_at = float("inf")
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            # A grandchild that left the group may hold the pipe open forever:
+            # once the child itself is gone, give the pipe a moment, then stop.
+            if exited_at is not None and now - exited_at > 1.0:
+                break
+            for key, _ in self.selector.select(timeout=0.2 if exited_at or kill_at else 1.0):
+                if key.data == "child":
+                    try:
+                        data = os.read(pipe, READ_SIZE)
+                    except BlockingIOError:
+                        continue
+                    if not data:
+                        pipe_open = False
+                        continue
+                    pending = self._forward(pending + data)
+                elif key.data == "signal":
+                    self._drain_wakeup()
+                    stop_child()
+                elif key.data == "launcher" and self.channel is not None:
+                    messages = self.channel.receive_available()
+                    if self.channel.closed or any(m["type"] == "stop" for m in messages):
+                        stop_child()
+                    if self.channel.closed:
+                        self.selector.unregister(self.channel.sock)
+        if pending:
+            self._emit(pending)
+        self.selector.unregister(pipe)
+        proc.stdout.close()
+        while True:
+            try:
+                returncode = proc.wait(timeout=STOP_GRACE if kill_at is None else 1.0)
+                break
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+        return 128 - returncode if returncode < 0 else returncode
+
+    def _forward(self, data: bytes) -> bytes:
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            if len(data) < MAX_PENDING_LINE:
+                return data
+            cut = len(data)
+        self._emit(data[:cut])
+        return data[cut:]
+
+    def _emit(self, data: bytes) -> None:
+        # The task's own stdout is its sandbox log: everything lands there even
+        # when the launcher does not print it.
+        self.out.write(data)
+        self.out.flush()
+        if self.channel is not None and not self.channel.closed:
+            try:
+                self.channel.send(wire.encode_frame(wire.OUTPUT, data))
+            except OSError:
+                self.channel.closed = True
+
+    def report_exit(self, code: int) -> None:
+        if self.channel is None or self.channel.closed:
+            return
+        try:
+            self.channel.send_json({"type": "exit", "code": code})
+            self.channel.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def note(self, text: str) -> None:
+        self._emit(f"[tfmesos agent] {text}\n".encode())
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _task_command(
+    message: dict[str, Any], environ: dict[str, str]
+) -> tuple[str | list[str], dict[str, str]]:
+    """The child to run and its environment, from the launcher's cluster message."""
+    cluster = message["cluster_def"]
+    job_name = str(message["job_name"])
+    task_index = int(message["task_index"])
+    env = dict(environ)
+    for name in [n for n in env if n.startswith("TFMESOS_") and n not in _KEEP_FOR_CHILD]:
+        del env[name]
+    env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
+    env.update(taskenv.task_environment(cluster, job_name, task_index))
+    command = message.get("cmd")
+    if command is None:
+        env[ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
+        return [sys.executable, "-m", "tfmesos.tfserver"], env
+    values = taskenv.placeholder_values(cluster, job_name, task_index)
+    return taskenv.fill_placeholders(str(command), values), env
+
+
+_KEEP_FOR_CHILD = frozenset({ENV_TASK_ID})
+
+
+def run(config: AgentConfig, environ: dict[str, str]) -> int:
+    agent = Agent(config)
+    agent.install_signal_handlers()
+    agent.connect()
+    message = agent.wait_for_cluster()
+    argv, env = _task_command(message, environ)
+    cwd = message.get("cwd")
+    if cwd is not None and not os.path.isdir(cwd):
+        agent.note(f"working directory {cwd} does not exist here; running in {os.getcwd()}")
+        cwd = None
+    extra = message.get("extra_config") or {}
+    code = 0
+    initializer = extra.get("initializer")
+    if initializer:
+        code = agent.run_child(str(initializer), env, cwd)
+        if code != 0:
+            agent.note(f"initializer exited with status {code}; the command was not run")
+    if code == 0:
+        code = agent.run_child(argv, env, cwd)
+    finalizer = extra.get("finalizer")
+    if finalizer:
+        final_code = agent.run_child(str(finalizer), env, cwd)
+        if final_code != 0:
+            agent.note(f"finalizer exited with status {final_code}")
+    agent.report_exit(code)
+    return code
+
+
+def main() -> int:
+    environ = dict(os.environ)
+    try:
+        config = AgentConfig.from_environ(environ)
+        if config.parent_pid is not None:
+            _exit_with_parent(config.parent_pid)
+        return run(config, environ)
+    except AgentError as exc:
+        print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)
+        return 1
+    except wire.FrameError as exc:
+        print(
+            f"[tfmesos agent] protocol error from the launcher: {exc}", file=sys.stderr, flush=True
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The one interface every backend implements.
+
+A backend only starts tasks, kills them, and reports what happened to them; the
+launcher owns everything else (states, retries, teardown order, exit status).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from tfmesos.spec import ClusterSpec, TaskSpec
+
+__all__ = [
+    "Backend",
+    "BackendEvent",
+    "BackendFailed",
+    "EventSink",
+    "Launch",
+    "TaskEnded",
+    "TaskPlaced",
+]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt at running one task."""
+
+    task_id: str
+    task: TaskSpec
+    env: Mapping[str, str]
+    """The agent's environment: rendezvous address, task id, secret."""
+
+
+@dataclass(frozen=True)
+class TaskPlaced:
+    task_id: str
+    host: str
+
+
+@dataclass(frozen=True)
+class TaskEnded:
+    task_id: str
+    state: str
+    """``exited`` for a process the backend watched; a Mesos ``TASK_*`` state."""
+    exit_code: int | None
+    message: str = ""
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class BackendFailed:
+    """The backend itself can no longer run the job (lost its master, say)."""
+
+    message: str
+
+
+BackendEvent = TaskPlaced | TaskEnded | BackendFailed
+EventSink = Callable[[BackendEvent], None]
+
+
+class Backend(abc.ABC):
+    name: ClassVar[str]
+    rendezvous_bind: str = "0.0.0.0"
+    """Where the launcher's rendezvous listens so that this backend's tasks reach it."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+
+    @property
+    def rendezvous_host(self) -> str:
+        """The host name tasks dial to reach the rendezvous."""
+        import socket
+
+        return socket.getfqdn()
+
+    def check(self, tasks: Sequence[TaskSpec]) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`~tfmesos.errors.ResourceError` for a task that can never run."""
+
+    @abc.abstractmethod
+    async def start(self, sink: EventSink) -> None:
+        """Get ready to launch; report events to ``sink`` from now on."""
+
+    @abc.abstractmethod
+    async def launch(self, launch: Launch) -> None:
+        """Start one task, now or once resources allow."""
+
+    @abc.abstractmethod
+    async def kill(self, task_id: str) -> None:
+        """Stop one task at once."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop every task still running and release everything. Idempotent."""
+
+    def progress(self) -> str:
+        """A line on what the backend is waiting for, for the user."""
+        return ""

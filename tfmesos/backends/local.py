@@ -1,0 +1,148 @@
+"""The local backend: every task a child process of the launcher, on this machine.
+
+Each agent runs in its own session, so a signal to its process group reaches
+only that task; the agent puts the user's command in a group of its own, and
+both are bound to their parent's life (see :mod:`tfmesos.agent`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from tfmesos import agent
+from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
+from tfmesos.errors import ResourceError
+from tfmesos.ports import PortAllocator
+from tfmesos.resources import machine_resources
+from tfmesos.spec import ClusterSpec, TaskSpec
+
+__all__ = ["LocalBackend"]
+
+KILL_GRACE = agent.STOP_GRACE + 2.0
+"""Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
+its child, plus a margin for it to report."""
+
+
+class LocalBackend(Backend):
+    name = "local"
+    rendezvous_bind = "127.0.0.1"
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        *,
+        host: str = "127.0.0.1",
+        log_dir: str | os.PathLike[str] | None = None,
+        ports: PortAllocator | None = None,
+    ) -> None:
+        super().__init__(spec)
+        self.host = host
+        self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="tfmesos-"))
+        self._ports = ports or PortAllocator()
+        self._sink: EventSink | None = None
+        self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._waiters: set[asyncio.Task[None]] = set()
+
+    @property
+    def rendezvous_host(self) -> str:
+        return self.host
+
+    def check(self, tasks: Sequence[TaskSpec]) -> None:
+        have = machine_resources()
+        for task in tasks:
+            if task.cpus > have.cpus:
+                raise ResourceError(
+                    f"task {task.name} asks for {task.cpus:g} CPUs; this machine has {have.cpus}"
+                )
+            if task.mem > have.mem_mib:
+                raise ResourceError(
+                    f"task {task.name} asks for {task.mem:g} MiB of memory; "
+                    f"this machine has {have.mem_mib:.0f} MiB"
+                )
+            if task.gpus > len(have.gpus):
+                found = f"{len(have.gpus)} GPUs" if have.gpus else "no GPU"
+                raise ResourceError(
+                    f"task {task.name} asks for {task.gpus} GPUs; this machine has {found}"
+                )
+
+    def task_log(self, task_id: str) -> Path:
+        return self.log_dir / f"{task_id}.log"
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+
+    async def launch(self, launch: Launch) -> None:
+        assert self._sink is not None, "start() first"
+        port = self._ports.allocate()
+        env = dict(os.environ)
+        env.update(launch.env)
+        env.update(
+            {
+                agent.ENV_HOST: self.host,
+                agent.ENV_PORT: str(port),
+                agent.ENV_PARENT_PID: str(os.getpid()),
+            }
+        )
+        with open(self.task_log(launch.task_id), "ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tfmesos.agent",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=self.spec.cwd,
+                start_new_session=True,
+            )
+        self._procs[launch.task_id] = proc
+        self._sink(TaskPlaced(launch.task_id, self.host))
+        waiter = asyncio.create_task(self._wait(launch.task_id, proc, port))
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
+
+    async def _wait(self, task_id: str, proc: asyncio.subprocess.Process, port: int) -> None:
+        code = await proc.wait()
+        self._ports.release(port)
+        self._procs.pop(task_id, None)
+        if code < 0:
+            message = f"killed by {signal.Signals(-code).name}"
+            code = 128 - code
+        else:
+            message = f"exited with status {code}"
+        assert self._sink is not None
+        self._sink(TaskEnded(task_id, "exited", code, message, self.host))
+
+    async def kill(self, task_id: str) -> None:
+        proc = self._procs.get(task_id)
+        if proc is not None:
+            await _terminate(proc)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(_terminate(p) for p in list(self._procs.values())))
+        for waiter in list(self._waiters):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiter), 1.0)
+
+
+async def _terminate(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the agent's group, then SIGKILL it if it has not gone in time."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), KILL_GRACE)
+    except asyncio.TimeoutError:
+        _signal_group(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

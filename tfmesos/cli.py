@@ -1,0 +1,327 @@
+"""``tfrun``: run a command once per task of a distributed TensorFlow job.
+
+Argument parsing only: it turns the command line into a :class:`ClusterSpec`
+and hands it to :func:`tfmesos.run.run_replica_job`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from tfmesos.errors import SpecError, TFMesosError
+from tfmesos.spec import ClusterSpec, Job, parse_volume
+
+__all__ = ["build_parser", "main", "parse_args"]
+
+EXIT_USAGE = 2
+
+EPILOG = """\
+placeholders in the command, filled in for each task:
+  {ps_hosts}      host:port of every ps task, comma-joined
+  {worker_hosts}  host:port of every worker task, comma-joined
+  {job_name}      ps or worker
+  {task_index}    the task's index within its job
+  ({{ and }} are literal braces.) Each task also gets TF_CONFIG, and
+  TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS, TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX
+  and TFMESOS_DISTRIBUTED=1.
+
+exit status: 0 when every worker exited 0; the failing task's status (or 1)
+when a task failed; 2 for bad usage; 130 on Ctrl-C, 143 on SIGTERM.
+
+example:
+  tfrun -w 2 -s 1 -- python examples/mnist/mnist_replica.py \\
+      --ps_hosts {ps_hosts} --worker_hosts {worker_hosts} \\
+      --job_name {job_name} --task_index {task_index}
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage dump: the message is what matters.
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0: {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="tfrun",
+        usage="%(prog)s -w N -s N [options] -- command [args...]",
+        description="Run a distributed TensorFlow job in replica (between-graph) mode: the command "
+        "runs once per task, with the cluster's addresses filled in. Tasks run on this machine "
+        "(the local backend) or on an Apache Mesos cluster (-m).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    job = parser.add_argument_group("the job")
+    job.add_argument(
+        "-w",
+        "--nworker",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="number of workers (worker 0 is the chief)",
+    )
+    job.add_argument(
+        "-s",
+        "--nserver",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="number of parameter servers (ps)",
+    )
+    job.add_argument(
+        "-Cw",
+        "--worker-cpus",
+        type=_positive_float,
+        default=1.0,
+        metavar="CPUS",
+        help="CPUs per worker (default 1)",
+    )
+    job.add_argument(
+        "-Gw",
+        "--worker-gpus",
+        type=_positive_int,
+        default=0,
+        metavar="GPUS",
+        help="GPUs per worker (default 0)",
+    )
+    job.add_argument(
+        "-Mw",
+        "--worker-mem",
+        type=_positive_float,
+        default=1024.0,
+        metavar="MIB",
+        help="memory per worker in MiB (default 1024)",
+    )
+    job.add_argument(
+        "-Cs",
+        "--server-cpus",
+        type=_positive_float,
+        default=1.0,
+        metavar="CPUS",
+        help="CPUs per ps (default 1)",
+    )
+    job.add_argument(
+        "-Gs",
+        "--server-gpus",
+        type=_positive_int,
+        default=0,
+        metavar="GPUS",
+        help="GPUs per ps (default 0)",
+    )
+    job.add_argument(
+        "-Ms",
+        "--server-mem",
+        type=_positive_float,
+        default=1024.0,
+        metavar="MIB",
+        help="memory per ps in MiB (default 1024)",
+    )
+    job.add_argument(
+        "-e",
+        "--extra_config",
+        metavar="FILE",
+        help='JSON file: {"initializer": CMD, "finalizer": CMD, "env": {NAME: VALUE}}; the initializer runs before the command in each task, the finalizer after it',
+    )
+    job.add_argument(
+        "--worker-logs",
+        default="0",
+        metavar="IDS",
+        help="workers whose output is printed: comma-separated indices, or '*' for all (default 0)",
+    )
+    job.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="give up if the cluster is not up after this long (default: wait)",
+    )
+
+    where = parser.add_argument_group("where tasks run")
+    where.add_argument(
+        "--backend",
+        choices=["local", "mesos"],
+        help="local: this machine; mesos: a Mesos cluster (default: mesos when -m or MESOS_MASTER is given, else local)",
+    )
+    where.add_argument(
+        "-m",
+        "--master",
+        help="Mesos master: host:port, a comma list, or zk://host:2181/mesos (default: $MESOS_MASTER)",
+    )
+    where.add_argument("-n", "--name", help="Mesos framework name")
+    where.add_argument("-r", "--role", help="Mesos role to take resources from")
+    where.add_argument(
+        "-C",
+        "--containerizer_type",
+        type=str.upper,
+        choices=["MESOS", "DOCKER"],
+        help="Mesos containerizer for the Docker image (default MESOS)",
+    )
+    where.add_argument(
+        "-f",
+        "--force_pull_image",
+        action="store_true",
+        help="pull the Docker image even when the agent has it",
+    )
+    where.add_argument(
+        "-V",
+        "--volume",
+        action="append",
+        default=[],
+        metavar="HOST:CONTAINER[:ro]",
+        help="a volume to mount in each task's container (repeatable)",
+    )
+    where.add_argument("--image", help="Docker image for the tasks (default: $DOCKER_IMAGE)")
+    where.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="local backend: where each task's full output is kept (default: a new temporary directory)",
+    )
+
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="say more about what the launcher does"
+    )
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help="the command each task runs, after --"
+    )
+    return parser
+
+
+def _command(parts: Sequence[str]) -> str:
+    # One argument is a shell command line, as the original took it; several
+    # are argv, quoted so that each reaches the task as it was given.
+    if len(parts) == 1:
+        return parts[0]
+    return shlex.join(parts)
+
+
+def _worker_logs(text: str, nworker: int) -> frozenset[str]:
+    if text.strip() == "*":
+        return frozenset(f"worker:{i}" for i in range(nworker))
+    names = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise SpecError(f"--worker-logs: {part!r} is not a worker index (use e.g. 0,1 or '*')")
+        if int(part) >= nworker:
+            raise SpecError(
+                f"--worker-logs: there is no worker {part} in a job of {nworker} workers"
+            )
+        names.add(f"worker:{int(part)}")
+    return frozenset(names)
+
+
+def _extra_config(path: str | None) -> tuple[str | None, str | None, dict[str, str]]:
+    if path is None:
+        return None, None, {}
+    try:
+        with open(path) as config_file:
+            config = json.load(config_file)
+    except OSError as exc:
+        raise SpecError(f"-e: cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise SpecError(f"-e: {path} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise SpecError(f"-e: {path} must hold a JSON object")
+    unknown = sorted(set(config) - {"initializer", "finalizer", "env"})
+    if unknown:
+        raise SpecError(
+            f"-e: unknown key {unknown[0]!r} in {path} (known: initializer, finalizer, env)"
+        )
+    env = config.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise SpecError(f"-e: 'env' in {path} must map names to strings")
+    for key in ("initializer", "finalizer"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise SpecError(f"-e: {key!r} in {path} must be a shell command string")
+    return config.get("initializer"), config.get("finalizer"), env
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
+    """Parse ``tfrun``'s arguments into the options and the job's spec.
+
+    Exits with status 2 and a one-line message on any bad input.
+    """
+    parser = build_parser()
+    argv = list(argv)
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1 :]
+    args = parser.parse_args(argv)
+    command = command or [a for a in args.command if a != "--"]
+    if not command:
+        parser.error("no command given: put it after --")
+    try:
+        cmd = _command(command)
+        initializer, finalizer, env = _extra_config(args.extra_config)
+        jobs = (
+            Job("ps", args.nserver, args.server_cpus, args.server_mem, args.server_gpus, cmd),
+            Job("worker", args.nworker, args.worker_cpus, args.worker_mem, args.worker_gpus, cmd),
+        )
+        spec = ClusterSpec(
+            jobs=jobs,
+            name=args.name or f"[tfrun] {cmd}"[:200],
+            replica=True,
+            cwd=os.getcwd(),
+            env=env,
+            initializer=initializer,
+            finalizer=finalizer,
+            forward_logs=_worker_logs(args.worker_logs, args.nworker),
+            start_timeout=args.timeout,
+            role=args.role,
+            volumes=tuple(parse_volume(v) for v in args.volume),
+            containerizer=args.containerizer_type,
+            image=args.image or os.environ.get("DOCKER_IMAGE"),
+            force_pull_image=args.force_pull_image,
+        )
+    except SpecError as exc:
+        parser.error(str(exc))
+    if args.nworker < 1:
+        parser.error("-w must be at least 1: worker 0 is the chief")
+    args.backend = args.backend or (
+        "mesos" if args.master or os.environ.get("MESOS_MASTER") else "local"
+    )
+    return args, spec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, spec = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        format="[tfrun] %(message)s",
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        stream=sys.stderr,
+    )
+    from tfmesos.run import run_replica_job
+
+    try:
+        return run_replica_job(spec, args.backend, master=args.master, log_dir=args.log_dir)
+    except TFMesosError as exc:
+        print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""The launcher: it owns one job from the first launch to the last teardown.
+
+The supervision loop is written once, here; backends only start, kill and
+report. Every task moves through
+
+    pending -> launched -> registered -> running -> finished | failed | stopped
+
+A task that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per
+task, as the original allowed); once the cluster is up, a task that fails ends
+the job. Every way out of :meth:`Launcher.run` and of :meth:`Launcher.stop`
+goes through teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from tfmesos import agent
+from tfmesos.backends.base import (
+    Backend,
+    BackendEvent,
+    BackendFailed,
+    Launch,
+    TaskEnded,
+    TaskPlaced,
+)
+from tfmesos.errors import ClusterStartError, JobFailedError, TaskFailure, TFMesosError
+from tfmesos.rendezvous import (
+    Connection,
+    Disconnected,
+    Exited,
+    Output,
+    Registered,
+    RendezvousEvent,
+    RendezvousServer,
+)
+from tfmesos.spec import ClusterSpec, TaskSpec
+
+__all__ = ["MAX_ATTEMPTS", "Launcher", "TaskState"]
+
+logger = logging.getLogger("tfmesos")
+
+MAX_ATTEMPTS = 3
+TAIL_BYTES = 4096
+"""How much of each task's latest output is kept to explain a failure."""
+TAIL_LINES = 15
+PROGRESS_INTERVAL = 15.0
+DISCONNECT_GRACE = 2.0
+"""After a backend says a task ended, how long to wait for its last output."""
+
+
+class TaskState(enum.Enum):
+    PENDING = "pending"
+    LAUNCHED = "launched"
+    REGISTERED = "registered"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def over(self) -> bool:
+        return self in (TaskState.FINISHED, TaskState.FAILED, TaskState.STOPPED)
+
+
+class Phase(enum.Enum):
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+
+
+@dataclass
+class _Task:
+    """The launcher's mutable record of one attempt at one task."""
+
+    spec: TaskSpec
+    task_id: str
+    attempt: int
+    prefix: bytes
+    forward: bool
+    state: TaskState = TaskState.PENDING
+    addr: str = ""
+    host: str = ""
+    connection: Connection | None = None
+    disconnected: bool = False
+    ended: TaskEnded | None = None
+    exit_code: int | None = None
+    tail: bytearray = field(default_factory=bytearray)
+
+    def tail_lines(self) -> tuple[str, ...]:
+        text = self.tail.decode("utf-8", "replace")
+        return tuple(text.splitlines()[-TAIL_LINES:])
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """Wakes the loop to re-check deadlines."""
+
+
+Event = RendezvousEvent | BackendEvent | _Tick
+
+
+class Launcher:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        backend: Backend,
+        *,
+        output: BinaryIO | None = None,
+        secret: bytes | None = None,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self._output = output if output is not None else sys.stdout.buffer
+        self._secret = secret or os.urandom(32)
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._tasks: dict[str, _Task] = {}
+        self._current: dict[str, _Task] = {}
+        self._rendezvous = RendezvousServer(self._secret, self._admit, self._on_rendezvous)
+        self._phase = Phase.STARTING
+        self._started_backend = False
+        self._stopped = False
+        self._relaunch: list[tuple[TaskSpec, int]] = []
+        self.cluster_def: dict[str, list[str]] = {}
+
+    # -- public ---------------------------------------------------------------
+
+    @property
+    def targets(self) -> dict[str, str]:
+        return {
+            f"/job:{job}/task:{index}": f"{self.spec.protocol}://{addr}"
+            for job, addrs in self.cluster_def.items()
+            for index, addr in enumerate(addrs)
+        }
+
+    async def start(self) -> dict[str, list[str]]:
+        """Launch every task and bring the cluster up; return its definition."""
+        tasks = self.spec.tasks()
+        self.backend.check(tasks)
+        await self._rendezvous.start(self.backend.rendezvous_bind)
+        await self.backend.start(self._on_backend)
+        self._started_backend = True
+        for task in tasks:
+            await self._launch(task, attempt=1)
+        await self._pump(self._all_registered, self.spec.start_timeout, self._start_timed_out)
+        self._deliver_cluster()
+        return self.cluster_def
+
+    async def wait_for_workers(self) -> None:
+        """Replica mode: return when every worker has exited 0; raise if any task failed."""
+        await self._pump(self._workers_done, None, None)
+        logger.info("all workers finished; stopping the rest of the job")
+
+    async def watch(self) -> None:
+        """Fine-grained mode: run until cancelled; raise when a task fails."""
+        await self._pump(lambda: False, None, None)
+
+    async def stop(self) -> None:
+        """Stop every task and release the backend. Safe to call more than once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._phase = Phase.STOPPING
+        live = [t for t in self._current.values() if not t.state.over]
+        for task in live:
+            if task.connection is not None:
+                task.connection.send({"type": "stop", "reason": "the job is ending"})
+        try:
+            unregistered = [t for t in live if t.connection is None]
+            await asyncio.gather(*(self.backend.kill(t.task_id) for t in unregistered))
+            if live:
+                await self._pump(self._all_over, KILL_WAIT, lambda: None)
+        finally:
+            try:
+                if self._started_backend:
+                    await self.backend.close()
+            finally:
+                await self._rendezvous.close()
+        for task in self._current.values():
+            if not task.state.over:
+                task.state = TaskState.STOPPED
+
+    # -- launching ----------------------------------------------------------
+
+    async def _launch(self, spec: TaskSpec, attempt: int) -> None:
+        task_id = f"{spec.job_name}.{spec.index}.{attempt}.{uuid.uuid4().hex[:8]}"
+        task = _Task(
+            spec=spec,
+            task_id=task_id,
+            attempt=attempt,
+            prefix=f"[{spec.name}] ".encode(),
+            forward=self.spec.forwards(spec),
+        )
+        self._tasks[task_id] = task
+        self._current[spec.name] = task
+        env = dict(self.spec.env)
+        env.update(
+            {
+                agent.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
+                agent.ENV_TASK_ID: task_id,
+                agent.ENV_SECRET: self._secret.hex(),
+            }
+        )
+        task.state = TaskState.LAUNCHED
+        await self.backend.launch(Launch(task_id, spec, env))
+
+    def _admit(self, task_id: str) -> bool:
+        task = self._tasks.get(task_id)
+        return (
+            task is not None
+            and task.state is TaskState.LAUNCHED
+            and self._current.get(task.spec.name) is task
+            and self._phase is Phase.STARTING
+        )
+
+    def _deliver_cluster(self) -> None:
+        by_job: dict[str, list[tuple[int, str]]] = {}
+        for task in self._current.values():
+            by_job.setdefault(task.spec.job_name, []).append((task.spec.index, task.addr))
+        self.cluster_def = {job: [a for _, a in sorted(pairs)] for job, pairs in by_job.items()}
+        for task in self._current.values():
+            assert task.connection is not None
+            message: dict[str, object] = {
+                "type": "cluster",
+                "proof": task.connection.server_proof,
+                "job_name": task.spec.job_name,
+                "task_index": task.spec.index,
+                "cluster_def": self.cluster_def,
+                "cmd": task.spec.cmd,
+                "cwd": self.spec.cwd,
+                "env": dict(self.spec.env),
+                "extra_config": {
+                    "initializer": self.spec.initializer,
+                    "finalizer": self.spec.finalizer,
+                },
+                "server": {
+                    "protocol": self.spec.protocol,
+                    "cpus": task.spec.cpus,
+                    "gpus": task.spec.gpus,
+                },
+            }
+            task.connection.send(message)
+            task.state = TaskState.RUNNING
+        self._phase = Phase.RUNNING
+        for target, url in sorted(self.targets.items()):
+            logger.debug("%s at %s", target, url)
+        logger.info(
+            "cluster up: %s", ", ".join(f"{len(a)} {j}" for j, a in self.cluster_def.items())
+        )
+
+    # -- the loop -------------------------------------------------------------
+
+    async def _pump(
+        self,
+        done: Callable[[], bool],
+        timeout: float | None,
+        on_timeout: Callable[[], None] | None,
+    ) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        next_progress = time.monotonic() + PROGRESS_INTERVAL
+        while not done():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                if on_timeout is not None:
+                    on_timeout()
+                return
+            wait = next_progress - now if deadline is None else min(deadline, next_progress) - now
+            try:
+                event = await asyncio.wait_for(self._events.get(), max(wait, 0.0))
+            except asyncio.TimeoutError:
+                if time.monotonic() >= next_progress:
+                    self._report_progress()
+                    next_progress = time.monotonic() + PROGRESS_INTERVAL
+                continue
+            self._handle(event)
+            while self._relaunch:
+                spec, attempt = self._relaunch.pop(0)
+                await self._launch(spec, attempt)
+
+    def _handle(self, event: Event) -> None:
+        if isinstance(event, _Tick):
+            self._finish_ended_tasks()
+            return
+        if isinstance(event, BackendFailed):
+            raise TFMesosError(f"the {self.backend.name} backend failed: {event.message}")
+        task = self._tasks.get(event.task_id)
+        if task is None:
+            return
+        if isinstance(event, Registered):
+            task.connection = event.connection
+            task.addr = event.addr
+            task.state = TaskState.REGISTERED
+            registered = sum(t.state is TaskState.REGISTERED for t in self._current.values())
+            logger.info(
+                "task %s registered at %s (%d/%d)",
+                task.spec.name,
+                task.addr,
+                registered,
+                len(self._current),
+            )
+            if task is not self._current.get(task.spec.name) or self._phase is not Phase.STARTING:
+                event.connection.send({"type": "stop", "reason": "superseded"})
+        elif isinstance(event, Exited):
+            self._over(task, event.code, f"exited with status {event.code}")
+        elif isinstance(event, Disconnected):
+            task.disconnected = True
+            if task.ended is not None:
+                self._over(task, task.ended.exit_code, _describe_end(task.ended))
+        elif isinstance(event, TaskPlaced):
+            task.host = event.host
+        elif isinstance(event, TaskEnded):
+            task.ended = event
+            task.host = task.host or event.host
+            if task.connection is None or task.disconnected:
+                self._over(task, event.exit_code, _describe_end(event))
+            else:
+                # The agent's last output and exit report may still be in
+                # flight on its connection: give them a moment.
+                asyncio.get_running_loop().call_later(
+                    DISCONNECT_GRACE, self._events.put_nowait, _Tick()
+                )
+
+    def _finish_ended_tasks(self) -> None:
+        for task in list(self._tasks.values()):
+            if task.ended is not None and not task.state.over:
+                self._over(task, task.ended.exit_code, _describe_end(task.ended))
+
+    def _on_rendezvous(self, event: RendezvousEvent) -> None:
+        if isinstance(event, Output):
+            # Handled at once, on the connection's own reader: a slow terminal
+            # then slows the reader, TCP slows the agent, and the pipe slows
+            # the task, with no unbounded queue anywhere in between.
+            task = self._tasks.get(event.task_id)
+            if task is not None:
+                self._print_output(task, event.data)
+            return
+        self._events.put_nowait(event)
+
+    def _on_backend(self, event: BackendEvent) -> None:
+        self._events.put_nowait(event)
+
+    def _print_output(self, task: _Task, data: bytes) -> None:
+        task.tail += data
+        if len(task.tail) > TAIL_BYTES:
+            del task.tail[: len(task.tail) - TAIL_BYTES]
+        if not task.forward:
+            return
+        body = data[:-1] if data.endswith(b"\n") else data
+        self._output.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
+        self._output.flush()
+
+    # -- endings -----------------------------------------------------------
+
+    def _over(self, task: _Task, code: int | None, reason: str) -> None:
+        if task.state.over:
+            return
+        task.exit_code = code
+        if task.connection is not None:
+            task.connection.close()
+        if self._phase is Phase.STOPPING or self._current.get(task.spec.name) is not task:
+            task.state = TaskState.STOPPED
+            return
+        failure = TaskFailure(task.spec.name, reason, task.host, task.tail_lines())
+        if self._phase is Phase.STARTING:
+            task.state = TaskState.FAILED
+            if task.attempt >= MAX_ATTEMPTS:
+                raise ClusterStartError(
+                    f"{failure.describe()}\nthe task failed {task.attempt} times before the "
+                    "cluster was up; giving up",
+                    failure,
+                )
+            logger.warning(
+                "%s before the cluster was up; relaunching it (attempt %d of %d)",
+                failure.describe(),
+                task.attempt + 1,
+                MAX_ATTEMPTS,
+            )
+            self._relaunch.append((task.spec, task.attempt + 1))
+            return
+        if code == 0 and self.spec.replica:
+            task.state = TaskState.FINISHED
+            logger.info("task %s finished", task.spec.name)
+            return
+        task.state = TaskState.FAILED
+        if code == 0:
+            failure = TaskFailure(
+                task.spec.name,
+                "exited while the cluster was running",
+                task.host,
+                failure.output_tail,
+            )
+        raise JobFailedError(failure, exit_code=code if code and 0 < code < 256 else 1)
+
+    # -- conditions ---------------------------------------------------------
+
+    def _all_registered(self) -> bool:
+        return all(t.state is TaskState.REGISTERED for t in self._current.values())
+
+    def _workers_done(self) -> bool:
+        return all(
+            t.state is TaskState.FINISHED
+            for t in self._current.values()
+            if t.spec.job_name == "worker"
+        )
+
+    def _all_over(self) -> bool:
+        return all(t.state.over for t in self._current.values())
+
+    def _start_timed_out(self) -> None:
+        waiting = [
+            t.spec.name for t in self._current.values() if t.state is not TaskState.REGISTERED
+        ]
+        detail = self.backend.progress()
+        raise ClusterStartError(
+            f"the cluster was not up after {self.spec.start_timeout:g}s: "
+            f"still waiting for {', '.join(waiting)}" + (f" ({detail})" if detail else "")
+        )
+
+    def _report_progress(self) -> None:
+        if self._phase is not Phase.STARTING:
+            return
+        waiting = [
+            t.spec.name for t in self._current.values() if t.state is not TaskState.REGISTERED
+        ]
+        detail = self.backend.progress()
+        logger.info(
+            "waiting for %d of %d tasks to register: %s%s",
+            len(waiting),
+            len(self._current),
+            ", ".join(waiting[:10]) + ("…" if len(waiting) > 10 else ""),
+            f" ({detail})" if detail else "",
+        )
+
+
+KILL_WAIT = agent.STOP_GRACE + 3.0
+
+
+def _describe_end(ended: TaskEnded) -> str:
+    if ended.state == "exited":
+        return ended.message or f"exited with status {ended.exit_code}"
+    return f"ended in state {ended.state}" + (f": {ended.message}" if ended.message else "")

@@ -1,0 +1,66 @@
+"""Ports for tasks on the local backend, handed out so that no two tasks race.
+
+The launcher, not the task, picks each task's port, from a range below the
+kernel's ephemeral range: ``bind(0)`` and outgoing connections never take a
+port from there, so a port that was free when it was handed out stays free
+until the task binds it (barring another program that binds fixed ports). Mesos
+agents offer ports from such a range too (31000-32000 by default), and the
+Mesos backend takes them from offers in the same spirit.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+__all__ = ["PortAllocator", "ephemeral_range"]
+
+_DEFAULT_SPAN = 8000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default; macOS uses 49152-65535
+
+
+class PortAllocator:
+    def __init__(self, low: int | None = None, high: int | None = None) -> None:
+        if low is None or high is None:
+            ephemeral_low = ephemeral_range()[0]
+            high = ephemeral_low - 1
+            low = max(1024, high - _DEFAULT_SPAN)
+        if not 0 < low <= high < 65536:
+            raise ValueError(f"bad port range {low}-{high}")
+        self.low, self.high = low, high
+        self._taken: set[int] = set()
+        # Start each launcher at a different place so that two jobs on one
+        # machine rarely probe the same ports at the same moment.
+        self._next = random.randint(low, high)
+
+    def allocate(self) -> int:
+        span = self.high - self.low + 1
+        for _ in range(span):
+            port = self._next
+            self._next = self.low + (port + 1 - self.low) % span
+            if port not in self._taken and _bindable(port):
+                self._taken.add(port)
+                return port
+        raise RuntimeError(f"no free port in {self.low}-{self.high}")
+
+    def release(self, port: int) -> None:
+        self._taken.discard(port)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # gRPC binds with SO_REUSEADDR, so a port in TIME_WAIT is usable to it.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True

@@ -1,0 +1,223 @@
+"""The launcher's end of the rendezvous: where tasks dial in.
+
+A task connects, answers the challenge with a proof of the job's secret, and is
+then held until the launcher sends it the cluster definition. The connection
+stays open for the task's life: it carries the task's output and, at the end,
+its exit status; its closing tells each side that the other is gone.
+
+Nothing a peer sends can crash or bloat the launcher: frames are capped (small
+before authentication), the handshake has a deadline, and any protocol error
+closes only that one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tfmesos import wire
+
+__all__ = [
+    "Connection",
+    "Disconnected",
+    "Exited",
+    "Output",
+    "Registered",
+    "RendezvousEvent",
+    "RendezvousServer",
+]
+
+logger = logging.getLogger(__name__)
+
+HANDSHAKE_TIMEOUT = 10.0
+READ_SIZE = 1 << 16
+
+
+class Connection:
+    """One registered task's connection."""
+
+    def __init__(self, writer: asyncio.StreamWriter, server_proof: str) -> None:
+        self._writer = writer
+        self.server_proof = server_proof
+        self.closed = False
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.closed or self._writer.is_closing():
+            return
+        self._writer.write(wire.encode_json(message))
+
+    def close(self) -> None:
+        self.closed = True
+        self._writer.close()
+
+
+@dataclass(frozen=True)
+class Registered:
+    task_id: str
+    addr: str
+    connection: Connection
+
+
+@dataclass(frozen=True)
+class Output:
+    task_id: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Exited:
+    task_id: str
+    code: int
+
+
+@dataclass(frozen=True)
+class Disconnected:
+    task_id: str
+
+
+RendezvousEvent = Registered | Output | Exited | Disconnected
+
+
+class RendezvousServer:
+    """Accepts tasks that prove the secret and that the launcher expects.
+
+    ``admit(task_id)`` is asked once the proof checks out; it says whether this
+    task may register now (a known task, not yet registered). Events go to
+    ``sink`` in the order they happened on each connection.
+    """
+
+    def __init__(
+        self,
+        secret: bytes,
+        admit: Callable[[str], bool],
+        sink: Callable[[RendezvousEvent], None],
+        *,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT,
+    ) -> None:
+        self._secret = secret
+        self._admit = admit
+        self._sink = sink
+        self._handshake_timeout = handshake_timeout
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self, host: str, port: int = 0) -> int:
+        self._server = await asyncio.start_server(self._handle, host, port, limit=READ_SIZE)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for handler in list(self._handlers):
+            handler.cancel()
+        for handler in list(self._handlers):
+            with contextlib.suppress(BaseException):
+                await handler
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        peer = writer.get_extra_info("peername")
+        task_id: str | None = None
+        try:
+            task_id = await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            pass
+        except (wire.FrameError, asyncio.TimeoutError, ConnectionError, OSError) as exc:
+            logger.debug("rendezvous: dropped %s: %s", peer, exc)
+        except Exception:  # a bug must cost one connection, never the launcher
+            logger.exception("rendezvous: unexpected error with %s", peer)
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+            if task_id is not None:
+                self._sink(Disconnected(task_id))
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> str | None:
+        nonce = os.urandom(16).hex()
+        writer.write(
+            wire.encode_json({"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce})
+        )
+        decoder = wire.FrameDecoder(wire.MAX_HANDSHAKE_FRAME)
+        register = await asyncio.wait_for(
+            self._first_message(reader, decoder), self._handshake_timeout
+        )
+        task_id = register.get("task_id")
+        client_nonce = register.get("nonce")
+        addr = register.get("addr")
+        if not (
+            isinstance(task_id, str) and isinstance(client_nonce, str) and isinstance(addr, str)
+        ):
+            raise wire.FrameError("registration lacks task_id, nonce or addr")
+        expected = wire.proof(self._secret, "register", nonce, task_id, client_nonce)
+        if register.get("type") != "register" or not wire.proof_matches(
+            expected, register.get("proof")
+        ):
+            logger.warning(
+                "rendezvous: refused a client at %s: bad proof of the job secret", peer_name(writer)
+            )
+            writer.write(wire.encode_json({"type": "reject", "reason": "authentication failed"}))
+            await writer.drain()
+            return None
+        if not self._admit(task_id):
+            logger.warning(
+                "rendezvous: refused task id %r from %s: not expected now",
+                task_id,
+                peer_name(writer),
+            )
+            writer.write(wire.encode_json({"type": "reject", "reason": "task not expected"}))
+            await writer.drain()
+            return None
+        decoder.max_frame = wire.MAX_FRAME
+        connection = Connection(writer, wire.proof(self._secret, "cluster", client_nonce, nonce))
+        self._sink(Registered(task_id, addr, connection))
+        for kind, payload in decoder.feed(b""):
+            self._dispatch(task_id, kind, payload)
+        while True:
+            data = await reader.read(READ_SIZE)
+            if not data:
+                return task_id
+            for kind, payload in decoder.feed(data):
+                self._dispatch(task_id, kind, payload)
+
+    async def _first_message(
+        self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder
+    ) -> dict[str, Any]:
+        while True:
+            data = await reader.read(wire.MAX_HANDSHAKE_FRAME)
+            if not data:
+                raise ConnectionError("closed during the handshake")
+            frames = decoder.feed(data)
+            if frames:
+                kind, payload = frames[0]
+                if kind != wire.JSON or len(frames) > 1:
+                    raise wire.FrameError("the first frame must be a lone registration")
+                return wire.parse_json(payload)
+
+    def _dispatch(self, task_id: str, kind: bytes, payload: bytes) -> None:
+        if kind == wire.OUTPUT:
+            self._sink(Output(task_id, payload))
+            return
+        message = wire.parse_json(payload)
+        if message["type"] == "exit" and isinstance(message.get("code"), int):
+            self._sink(Exited(task_id, message["code"]))
+        else:
+            logger.debug("rendezvous: ignored %r from %s", message["type"], task_id)
+
+
+def peer_name(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)

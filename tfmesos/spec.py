@@ -1,0 +1,214 @@
+"""What a job is: frozen, validated specifications.
+
+Every check that can be made before anything starts is made here, when a spec
+is built, so that bad input costs the user nothing but a clear message.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from tfmesos import taskenv
+from tfmesos.errors import SpecError
+
+__all__ = ["ClusterSpec", "Job", "TaskSpec", "Volume", "coerce_jobs", "parse_volume"]
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+REPLICA_JOBS = ("ps", "worker")
+
+
+def _number(value: object, what: str, *, minimum: float, allow_equal: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(f"{what} must be a number, not {value!r}")
+    if value < minimum or (value == minimum and not allow_equal):
+        relation = "at least" if allow_equal else "more than"
+        raise SpecError(f"{what} must be {relation} {minimum:g}, not {value!r}")
+    return float(value)
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{what} must be a whole number, not {value!r}")
+    if value < 0:
+        raise SpecError(f"{what} must not be negative, not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Job:
+    """A group of identical tasks, as in the original ``tfmesos.Job``."""
+
+    name: str
+    num: int
+    cpus: float = 1.0
+    mem: float = 1024.0
+    """Memory in MiB."""
+    gpus: int = 0
+    cmd: str | None = None
+    """Replica mode: the shell command each task runs. ``None``: a TF server."""
+    start: int = 0
+    """First task index to run (the tasks below it run elsewhere)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise SpecError(
+                f"job name {self.name!r} must start with a letter and hold only letters, "
+                "digits, '_' and '-'"
+            )
+        where = f"job {self.name!r}"
+        object.__setattr__(self, "num", _count(self.num, f"{where}: num"))
+        object.__setattr__(self, "start", _count(self.start, f"{where}: start"))
+        if self.start > self.num:
+            raise SpecError(f"{where}: start ({self.start}) is beyond num ({self.num})")
+        object.__setattr__(
+            self, "cpus", _number(self.cpus, f"{where}: cpus", minimum=0, allow_equal=False)
+        )
+        object.__setattr__(
+            self, "mem", _number(self.mem, f"{where}: mem", minimum=0, allow_equal=False)
+        )
+        object.__setattr__(self, "gpus", _count(self.gpus, f"{where}: gpus"))
+        if self.cmd is not None:
+            if not isinstance(self.cmd, str) or not self.cmd.strip():
+                raise SpecError(f"{where}: cmd must be a non-empty string")
+            unknown = [
+                p for p in taskenv.placeholders_in(self.cmd) if p not in taskenv.PLACEHOLDERS
+            ]
+            if unknown:
+                known = " ".join(f"{{{p}}}" for p in taskenv.PLACEHOLDERS)
+                raise SpecError(
+                    f"unknown placeholder {{{unknown[0]}}} in the command (known: {known}; "
+                    "write {{ and }} for literal braces)"
+                )
+
+    @classmethod
+    def coerce(cls, value: Job | Mapping[str, Any]) -> Job:
+        """A ``Job`` from a ``Job`` or from a dict of its fields."""
+        if isinstance(value, Job):
+            return value
+        if not isinstance(value, Mapping):
+            raise SpecError(f"a job must be a dict or a tfmesos.Job, not {type(value).__name__}")
+        allowed = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise SpecError(
+                f"unknown job field {unknown[0]!r} (known: {', '.join(sorted(allowed))})"
+            )
+        if "name" not in value or "num" not in value:
+            raise SpecError("a job needs at least a 'name' and a 'num'")
+        return cls(**value)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of a job: what it needs and what it runs."""
+
+    job_name: str
+    index: int
+    cpus: float
+    mem: float
+    gpus: int
+    cmd: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.job_name}:{self.index}"
+
+    @property
+    def target(self) -> str:
+        return f"/job:{self.job_name}/task:{self.index}"
+
+
+@dataclass(frozen=True)
+class Volume:
+    host_path: str
+    container_path: str
+    read_only: bool = False
+
+
+def parse_volume(text: str) -> Volume:
+    """``/host:/container[:ro|rw]``, as ``-V`` takes it."""
+    parts = text.split(":")
+    mode = "rw"
+    if len(parts) == 3 and parts[2] in ("ro", "rw"):
+        mode = parts.pop()
+    if len(parts) != 2 or not all(p.startswith("/") for p in parts):
+        raise SpecError(f"volume {text!r} must be /host/path:/container/path[:ro|rw]")
+    return Volume(parts[0], parts[1], read_only=mode == "ro")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A whole job: its task groups and how to run them."""
+
+    jobs: tuple[Job, ...]
+    name: str = "tfmesos"
+    replica: bool = False
+    """Replica mode: tasks run ``cmd``; the job ends when the workers end."""
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    initializer: str | None = None
+    finalizer: str | None = None
+    forward_logs: frozenset[str] | None = None
+    """Names (``worker:0``) of tasks whose output is printed; ``None``: all."""
+    start_timeout: float | None = None
+    """Seconds to wait for every task to register before giving up."""
+    protocol: str = "grpc"
+    role: str | None = None
+    volumes: tuple[Volume, ...] = ()
+    containerizer: str | None = None
+    image: str | None = None
+    force_pull_image: bool = False
+
+    def __post_init__(self) -> None:
+        jobs = tuple(self.jobs)
+        object.__setattr__(self, "jobs", jobs)
+        if not jobs:
+            raise SpecError("a cluster needs at least one job")
+        names = [job.name for job in jobs]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate:
+            raise SpecError(f"job {duplicate!r} is defined twice")
+        if not any(job.num > job.start for job in jobs):
+            raise SpecError("the cluster has no task to run")
+        if self.replica:
+            for job in jobs:
+                if job.name not in REPLICA_JOBS:
+                    raise SpecError(
+                        f"replica mode runs only 'ps' and 'worker' jobs, not {job.name!r}"
+                    )
+                if job.cmd is None:
+                    raise SpecError(f"replica mode needs a command for job {job.name!r}")
+            if not any(job.name == "worker" and job.num > 0 for job in jobs):
+                raise SpecError("replica mode needs at least one worker (-w 1)")
+        if self.start_timeout is not None:
+            _number(self.start_timeout, "the start timeout", minimum=0, allow_equal=False)
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
+                raise SpecError(f"environment variable {key!r} must be a name with a string value")
+        if self.containerizer not in (None, "MESOS", "DOCKER"):
+            raise SpecError(f"containerizer must be MESOS or DOCKER, not {self.containerizer!r}")
+
+    def tasks(self) -> list[TaskSpec]:
+        return [
+            TaskSpec(job.name, index, job.cpus, job.mem, job.gpus, job.cmd)
+            for job in self.jobs
+            for index in range(job.start, job.num)
+        ]
+
+    def forwards(self, task: TaskSpec) -> bool:
+        return self.forward_logs is None or task.name in self.forward_logs
+
+
+def coerce_jobs(
+    jobs: Job | Mapping[str, Any] | Iterable[Job | Mapping[str, Any]],
+) -> tuple[Job, ...]:
+    """Accept what the original ``cluster()`` accepted: a dict, a Job, or a list of either."""
+    if isinstance(jobs, (Job, Mapping)):
+        return (Job.coerce(jobs),)
+    return tuple(Job.coerce(job) for job in jobs)

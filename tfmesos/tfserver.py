@@ -1,0 +1,40 @@
+"""``python -m tfmesos.tfserver``: one plain TensorFlow gRPC server.
+
+The agent runs this as its child in fine-grained mode. It is the only part of a
+task that imports TensorFlow, and only because it has to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def main() -> int:
+    settings = json.loads(os.environ.get("TFMESOS_SERVER_DEF") or "{}")
+    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    job_name = os.environ["TFMESOS_JOB_NAME"]
+    task_index = int(os.environ["TFMESOS_TASK_INDEX"])
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    import tensorflow as tf
+
+    server_def = tf.train.ServerDef(
+        cluster=tf.train.ClusterSpec(cluster).as_cluster_def(),
+        job_name=job_name,
+        task_index=task_index,
+        protocol=settings.get("protocol", "grpc"),
+    )
+    # Honour the job's cpus/gpus as device counts, as the original did.
+    if "cpus" in settings:
+        server_def.default_session_config.device_count["CPU"] = max(1, int(settings["cpus"]))
+    if "gpus" in settings:
+        server_def.default_session_config.device_count["GPU"] = int(settings["gpus"])
+    server = tf.distribute.Server(server_def, start=True)
+    print(f"TensorFlow server /job:{job_name}/task:{task_index} at {server.target}", flush=True)
+    server.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
