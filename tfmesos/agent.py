@@ -370,8 +370,8 @@ def _task_command(
     job_name = str(message["job_name"])
     task_index = int(message["task_index"])
     env = dict(environ)
-    for name in [n for n in env if n.startswith("TFMESOS_") and n not in _KEEP_FOR_CHILD]:
-        del env[name]
+    for name in _AGENT_ONLY:
+        env.pop(name, None)
     env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
     env.update(taskenv.task_environment(cluster, job_name, task_index))
     command = message.get("cmd")
@@ -382,7 +382,9 @@ def _task_command(
     return taskenv.fill_placeholders(str(command), values), env
 
 
-_KEEP_FOR_CHILD = frozenset({ENV_TASK_ID})
+# The agent's own settings are no business of the command; the task id stays,
+# so that a process can always be traced back to its task.
+_AGENT_ONLY = (ENV_LAUNCHER, ENV_SECRET, ENV_HOST, ENV_PORT, ENV_PARENT_PID)
 
 
 def run(config: AgentConfig, environ: dict[str, str]) -> int:

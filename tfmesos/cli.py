@@ -28,7 +28,7 @@ placeholders in the command, filled in for each task:
   {worker_hosts}  host:port of every worker task, comma-joined
   {job_name}      ps or worker
   {task_index}    the task's index within its job
-  ({{ and }} are literal braces.) Each task also gets TF_CONFIG, and
+  ({{name}} is a literal {name}.) Each task also gets TF_CONFIG, and
   TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS, TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX
   and TFMESOS_DISTRIBUTED=1.
 
@@ -274,6 +274,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     command = command or [a for a in args.command if a != "--"]
     if not command:
         parser.error("no command given: put it after --")
+    if args.nworker < 1:
+        parser.error("-w must be at least 1: replica mode needs at least one worker (the chief)")
     try:
         cmd = _command(command)
         initializer, finalizer, env = _extra_config(args.extra_config)
@@ -299,8 +301,6 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         )
     except SpecError as exc:
         parser.error(str(exc))
-    if args.nworker < 1:
-        parser.error("-w must be at least 1: worker 0 is the chief")
     args.backend = args.backend or (
         "mesos" if args.master or os.environ.get("MESOS_MASTER") else "local"
     )

@@ -152,7 +152,7 @@ class RendezvousServer:
             wire.encode_json({"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce})
         )
         decoder = wire.FrameDecoder(wire.MAX_HANDSHAKE_FRAME)
-        register = await asyncio.wait_for(
+        register, early = await asyncio.wait_for(
             self._first_message(reader, decoder), self._handshake_timeout
         )
         task_id = register.get("task_id")
@@ -184,7 +184,7 @@ class RendezvousServer:
         decoder.max_frame = wire.MAX_FRAME
         connection = Connection(writer, wire.proof(self._secret, "cluster", client_nonce, nonce))
         self._sink(Registered(task_id, addr, connection))
-        for kind, payload in decoder.feed(b""):
+        for kind, payload in early + decoder.feed(b""):
             self._dispatch(task_id, kind, payload)
         while True:
             data = await reader.read(READ_SIZE)
@@ -195,7 +195,8 @@ class RendezvousServer:
 
     async def _first_message(
         self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
+        """The registration, and any frames that came right behind it."""
         while True:
             data = await reader.read(wire.MAX_HANDSHAKE_FRAME)
             if not data:
@@ -203,9 +204,9 @@ class RendezvousServer:
             frames = decoder.feed(data)
             if frames:
                 kind, payload = frames[0]
-                if kind != wire.JSON or len(frames) > 1:
-                    raise wire.FrameError("the first frame must be a lone registration")
-                return wire.parse_json(payload)
+                if kind != wire.JSON:
+                    raise wire.FrameError("the first frame must be a registration")
+                return wire.parse_json(payload), frames[1:]
 
     def _dispatch(self, task_id: str, kind: bytes, payload: bytes) -> None:
         if kind == wire.OUTPUT:

@@ -83,7 +83,7 @@ class Job:
                 known = " ".join(f"{{{p}}}" for p in taskenv.PLACEHOLDERS)
                 raise SpecError(
                     f"unknown placeholder {{{unknown[0]}}} in the command (known: {known}; "
-                    "write {{ and }} for literal braces)"
+                    "write {{name}} for a literal {name})"
                 )
 
     @classmethod

@@ -25,24 +25,24 @@ ClusterDef = Mapping[str, Sequence[str]]
 
 PLACEHOLDERS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
 
-# `{{` and `}}` are literal braces, as in str.format; any other brace that is not
-# around a bare name (a Python dict in `python -c "..."`, a shell `${x}`) is left
-# alone, which str.format would have refused.
-_TOKEN = re.compile(r"\{\{|\}\}|(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# `{name}` is a placeholder and `{{name}}` a literal `{name}`. Every other brace
+# (a dict in `python -c "..."`, a shell `${x}`, a lone `}}`) is left alone, which
+# str.format, used by the original, would have refused or mangled.
+_TOKEN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}|(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def placeholders_in(command: str) -> list[str]:
     """The placeholder names a command uses, in order of appearance."""
-    return [m.group(1) for m in _TOKEN.finditer(command) if m.group(1)]
+    return [m.group(2) for m in _TOKEN.finditer(command) if m.group(2)]
 
 
 def fill_placeholders(command: str, values: Mapping[str, str]) -> str:
     """Replace each ``{name}`` by ``values[name]``; an unknown name is a ``KeyError``."""
 
     def substitute(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name is None:
-            return match.group(0)[0]
+        if match.group(1):
+            return "{" + match.group(1) + "}"
+        name = match.group(2)
         if name not in values:
             known = ", ".join(f"{{{n}}}" for n in values)
             raise KeyError(f"unknown placeholder {{{name}}} (known: {known})")

@@ -165,7 +165,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ps_hosts", default="", help="comma-separated host:port list")
     parser.add_argument("--worker_hosts", required=True, help="comma-separated host:port list")
     parser.add_argument("--job_name", required=True, choices=("ps", "worker"))
-    parser.add_argument("--task_index", "--worker_index", dest="task_index", type=int, default=0)
+    parser.add_argument(
+        "--task_index",
+        "--worker_index",  # the name the original tfmesos examples used
+        dest="task_index",
+        type=int,
+        default=0,
+        help="index of this task within its job",
+    )
     parser.add_argument("--data_dir", default=None, help="directory with MNIST IDX files")
     parser.add_argument("--train_steps", type=int, default=200, help="global steps to train")
     parser.add_argument("--batch_size", type=int, default=100)
@@ -266,8 +273,8 @@ def run_worker(
             worker_device=worker_device, cluster=cluster
         )
         # Only talk to the ps tasks and ourselves: otherwise session creation
-        # blocks until every worker is up, and a finished worker's exit
-        # breaks the others' sessions.
+        # blocks until every worker is up, and a worker that finishes first
+        # and exits could fail the sessions of those still training.
         device_filters = ["/job:ps", worker_device]
     else:
         device_fn = worker_device

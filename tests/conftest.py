@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MARK = "TFMESOS_TEST_MARK"
+
+
+class JobProcesses:
+    """Finds every process of one test's job by a mark in its environment.
+
+    The mark is inherited by the launcher, the agents and the tasks' commands,
+    so a process that outlives the launcher cannot hide from it.
+    """
+
+    def __init__(self) -> None:
+        self.mark = uuid.uuid4().hex
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env[MARK] = self.mark
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env.update(extra)
+        return env
+
+    def alive(self, exclude: int | None = None) -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            if proc.pid == exclude:
+                continue
+            try:
+                if proc.environ().get(MARK) == self.mark and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
+
+    def wait_gone(self, timeout: float, exclude: int | None = None) -> list[psutil.Process]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = self.alive(exclude)
+            if not left:
+                return []
+            time.sleep(0.1)
+        return self.alive(exclude)
+
+    def kill_all(self) -> None:
+        for proc in self.alive():
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+@pytest.fixture
+def job_procs() -> Iterator[JobProcesses]:
+    procs = JobProcesses()
+    yield procs
+    procs.kill_all()
+
+
+def tfrun_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tfmesos.cli", *args]
+
+
+def run_tfrun(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        tfrun_argv(*args),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+    )

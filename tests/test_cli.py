@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_tfrun
+from tfmesos.cli import build_parser, parse_args
+
+ORIGINAL_FLAGS = [
+    "-w", "-s", "-m", "-n", "-C", "-f", "-Cw", "-Gw", "-Mw", "-Cs", "-Gs", "-Ms",
+    "-v", "-V", "-r", "-e", "--worker-logs",
+]
+
+
+def test_help_documents_every_flag() -> None:
+    result = run_tfrun("--help")
+    assert result.returncode == 0
+    for flag in [*ORIGINAL_FLAGS, "--backend", "--timeout", "--image", "{ps_hosts}", "{task_index}"]:
+        assert flag in result.stdout, flag
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-s", "1", "--", "true"], "the following arguments are required: -w"),
+        (["-w", "x", "-s", "1", "--", "true"], "argument -w/--nworker: invalid"),
+        (["-w", "1", "-s", "-1", "--", "true"], "must not be negative"),
+        (["-w", "1", "-s", "0", "-Cw", "0", "--", "true"], "must be more than 0"),
+        (["-w", "1", "-s", "0"], "no command given"),
+        (["-w", "0", "-s", "1", "--", "true"], "at least one worker"),
+        (["-w", "1", "-s", "0", "--", "echo", "{worker_index}"], r"unknown placeholder \{worker_index\}"),
+        (["-w", "2", "-s", "0", "--worker-logs", "5", "--", "true"], "no worker 5"),
+        (["-w", "1", "-s", "0", "--worker-logs", "a", "--", "true"], "is not a worker index"),
+        (["-w", "1", "-s", "0", "-V", "nope", "--", "true"], "must be /host/path:/container/path"),
+        (["-w", "1", "-s", "0", "-e", "/does/not/exist", "--", "true"], "cannot read"),
+        (["-w", "1", "-s", "0", "--backend", "k8s", "--", "true"], "invalid choice"),
+        (["-w", "1", "-s", "0", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = run_tfrun(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tfrun: error: ")
+    assert re.search(message, lines[0]), lines[0]
+
+
+def test_a_bad_placeholder_starts_nothing(job_procs) -> None:  # type: ignore[no-untyped-def]
+    result = run_tfrun("-w", "1", "-s", "0", "--", "touch", "/tmp/x-{nope}", env=job_procs.env())
+    assert result.returncode == 2
+    assert job_procs.alive() == []
+
+
+def test_command_words_are_kept_and_a_single_word_is_a_shell_line() -> None:
+    _, spec = parse_args(["-w", "1", "-s", "0", "--", "python", "-c", "print('a b')"])
+    assert spec.jobs[1].cmd == "python -c 'print('\"'\"'a b'\"'\"')'"
+    _, spec = parse_args(["-w", "1", "-s", "0", "--", "echo a && echo b"])
+    assert spec.jobs[1].cmd == "echo a && echo b"
+
+
+def test_original_flags_map_to_the_spec(tmp_path: Path) -> None:
+    config = tmp_path / "extra.json"
+    config.write_text(json.dumps({"initializer": "echo in", "finalizer": "echo out", "env": {"A": "1"}}))
+    args, spec = parse_args(
+        ["-w", "3", "-s", "2", "-Cw", "2", "-Gw", "1", "-Mw", "512", "-Cs", "0.5", "-Ms", "256",
+         "-r", "ml", "-V", "/a:/b:ro", "-C", "docker", "-f", "-n", "myjob", "-e", str(config),
+         "--worker-logs", "0,2", "-m", "zk://h:2181/mesos", "--", "train"]
+    )
+    ps, worker = spec.jobs
+    assert (ps.name, ps.num, ps.cpus, ps.mem, ps.gpus) == ("ps", 2, 0.5, 256.0, 0)
+    assert (worker.name, worker.num, worker.cpus, worker.mem, worker.gpus) == ("worker", 3, 2.0, 512.0, 1)
+    assert spec.role == "ml" and spec.containerizer == "DOCKER" and spec.force_pull_image
+    assert spec.volumes[0].host_path == "/a" and spec.volumes[0].read_only
+    assert spec.name == "myjob"
+    assert (spec.initializer, spec.finalizer, dict(spec.env)) == ("echo in", "echo out", {"A": "1"})
+    assert spec.forward_logs == frozenset({"worker:0", "worker:2"})
+    assert args.backend == "mesos"
+
+
+def test_backend_defaults_to_local_without_a_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MESOS_MASTER", raising=False)
+    assert parse_args(["-w", "1", "-s", "0", "--", "x"])[0].backend == "local"
+    monkeypatch.setenv("MESOS_MASTER", "h:5050")
+    assert parse_args(["-w", "1", "-s", "0", "--", "x"])[0].backend == "mesos"
+
+
+def test_parser_has_no_surprise_flags() -> None:
+    options = {s for a in build_parser()._actions for s in a.option_strings}
+    assert set(ORIGINAL_FLAGS) <= options

@@ -1,0 +1,175 @@
+"""Whole ``tfrun`` jobs on the local backend, with plain Python commands.
+
+These exercise the launcher, the agent and the local backend for real: real
+processes, real sockets, real signals. TensorFlow jobs are in test_examples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+
+PY = sys.executable
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", code]
+
+
+def test_each_task_gets_its_placeholders_and_environment(job_procs: JobProcesses) -> None:
+    code = (
+        "import json, os, sys; print(json.dumps({'argv': sys.argv[1:], "
+        "'env': {k: v for k, v in os.environ.items() if k.startswith(('TFMESOS_', 'TF_CONFIG'))}}))"
+    )
+    result = run_tfrun(
+        "-w", "2", "-s", "1", "--worker-logs", "*", "--",
+        *py(code), "{ps_hosts}", "{worker_hosts}", "{job_name}", "{task_index}",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    seen = {}
+    for line in result.stdout.splitlines():
+        prefix, _, body = line.partition(" ")
+        seen[prefix] = json.loads(body)
+    assert set(seen) == {"[worker:0]", "[worker:1]"}  # ps output is not forwarded
+    w1 = seen["[worker:1]"]
+    ps_hosts, worker_hosts, job, index = w1["argv"]
+    assert (job, index) == ("worker", "1")
+    assert len(ps_hosts.split(",")) == 1 and len(worker_hosts.split(",")) == 2
+    assert len({*ps_hosts.split(","), *worker_hosts.split(",")}) == 3  # three distinct ports
+    env = w1["env"]
+    assert env["TFMESOS_PS_HOSTS"] == ps_hosts and env["TFMESOS_WORKER_HOSTS"] == worker_hosts
+    assert env["TFMESOS_JOB_NAME"] == "worker" and env["TFMESOS_TASK_INDEX"] == "1"
+    assert env["TFMESOS_DISTRIBUTED"] == "1"
+    assert "TFMESOS_SECRET" not in env
+    tf_config = json.loads(env["TF_CONFIG"])
+    assert tf_config["task"] == {"type": "worker", "index": 1}
+    assert tf_config["cluster"]["worker"] == worker_hosts.split(",")
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_failing_worker_fails_the_job_naming_it(job_procs: JobProcesses) -> None:
+    code = (
+        "import sys, time\n"
+        "if '{job_name}' == 'worker' and '{task_index}' == '1':\n"
+        "    print('about to fail', flush=True); print('boom', file=sys.stderr); sys.exit(3)\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    result = run_tfrun("-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 3
+    assert "task worker:1 on 127.0.0.1 exited with status 3" in result.stderr
+    assert "| about to fail" in result.stderr and "| boom" in result.stderr
+    # The others were stopped at once, not after their 60 s sleep.
+    assert time.monotonic() - started < 30
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_failing_ps_fails_the_job(job_procs: JobProcesses) -> None:
+    code = "import sys, time; sys.exit(9) if '{job_name}' == 'ps' else time.sleep(60)"
+    result = run_tfrun("-w", "1", "-s", "1", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 9
+    assert "task ps:0 on 127.0.0.1 exited with status 9" in result.stderr
+    assert job_procs.wait_gone(5) == []
+
+
+def test_the_job_ends_when_workers_end_and_ps_are_stopped(job_procs: JobProcesses) -> None:
+    code = "import time; time.sleep(3600 if '{job_name}' == 'ps' else 0.5); print('done {job_name}')"
+    result = run_tfrun("-w", "2", "-s", "2", "--worker-logs", "*", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[worker:0] done worker", "[worker:1] done worker"]
+    assert job_procs.wait_gone(5) == []
+
+
+def test_no_output_line_is_lost(job_procs: JobProcesses) -> None:
+    lines = 50_000
+    code = (
+        "import sys\n"
+        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
+        "sys.stdout.write('no newline at the end')"
+    )
+    result = run_tfrun("-w", "3", "-s", "0", "--worker-logs", "*", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    for index in range(3):
+        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
+        expected = [f"[worker:{index}] {index} line {i}" for i in range(lines)]
+        assert got[:-1] == expected  # all of them, in order
+        assert got[-1] == f"[worker:{index}] no newline at the end"
+
+
+def test_unforwarded_output_is_kept_in_the_task_log(job_procs: JobProcesses, tmp_path: Path) -> None:
+    result = run_tfrun(
+        "-w", "2", "-s", "0", "--log-dir", str(tmp_path), "--", *py("print('hello from {task_index}')"),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[worker:1]" not in result.stdout
+    logs = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert any(n.startswith("worker.1.") and "hello from 1" in t for n, t in logs.items()), logs
+
+
+def test_initializer_finalizer_and_env_from_extra_config(job_procs: JobProcesses, tmp_path: Path) -> None:
+    config = tmp_path / "extra.json"
+    config.write_text(json.dumps({
+        "initializer": "echo init $GREETING",
+        "finalizer": "echo final",
+        "env": {"GREETING": "hi"},
+    }))
+    result = run_tfrun("-w", "1", "-s", "0", "-e", str(config), "--", "echo main $GREETING",
+                       env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[worker:0] init hi", "[worker:0] main hi", "[worker:0] final"]
+
+
+def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobProcesses) -> None:
+    result = run_tfrun("-w", "1", "-s", "0", "-Cw", "100000", "--", "true", env=job_procs.env())
+    assert result.returncode == 1
+    assert "task worker:0 asks for 100000 CPUs; this machine has" in result.stderr
+    result = run_tfrun("-w", "1", "-s", "0", "-Gw", "1", "--", "true",
+                       env=job_procs.env(CUDA_VISIBLE_DEVICES=""))
+    assert result.returncode == 1
+    assert "asks for 1 GPUs; this machine has no GPU" in result.stderr
+    assert job_procs.alive() == []
+
+
+def _start_long_job(job_procs: JobProcesses) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        tfrun_argv("-w", "2", "-s", "1", "--", *py("import time; print('up', flush=True); time.sleep(600)")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_procs.env(), cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "cluster up" in line:
+            break
+    else:
+        pytest.fail(f"the job never came up: {proc.wait()}")
+    # Wait for the commands themselves: an agent and its command per task.
+    deadline = time.monotonic() + 10
+    while len(job_procs.alive(exclude=proc.pid)) < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_every_task(job_procs: JobProcesses, signum: int, status: int) -> None:
+    proc = _start_long_job(job_procs)
+    assert len(job_procs.alive(exclude=proc.pid)) >= 6  # 3 agents + 3 commands
+    proc.send_signal(signum)
+    assert proc.wait(timeout=30) == status
+    assert job_procs.wait_gone(5) == []
+
+
+def test_killing_the_launcher_outright_leaves_no_task(job_procs: JobProcesses) -> None:
+    proc = _start_long_job(job_procs)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert job_procs.wait_gone(10) == [], "tasks outlived a SIGKILLed launcher"

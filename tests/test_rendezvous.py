@@ -1,0 +1,180 @@
+"""The rendezvous against real sockets: who gets in, and what cannot break it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+
+import pytest
+
+from tfmesos import wire
+from tfmesos.rendezvous import Exited, Output, Registered, RendezvousEvent, RendezvousServer
+
+SECRET = bytes(range(32))
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.decoder = wire.FrameDecoder()
+        self.nonce = self.receive()["nonce"]
+
+    def receive(self) -> dict[str, object]:
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                raise ConnectionError("closed")
+            frames = self.decoder.feed(data)
+            if frames:
+                return wire.parse_json(frames[0][1])
+
+    def register(self, task_id: str, secret: bytes = SECRET) -> None:
+        self.sock.sendall(
+            wire.encode_json(
+                {
+                    "type": "register",
+                    "task_id": task_id,
+                    "addr": "h:1",
+                    "nonce": "cn",
+                    "proof": wire.proof(secret, "register", str(self.nonce), task_id, "cn"),
+                }
+            )
+        )
+
+    def closed_by_server(self) -> bool:
+        try:
+            while self.sock.recv(65536):
+                pass
+        except OSError:
+            pass
+        return True
+
+
+async def serve(admit: set[str]) -> tuple[RendezvousServer, list[RendezvousEvent]]:
+    events: list[RendezvousEvent] = []
+
+    def admit_once(task_id: str) -> bool:
+        if task_id in admit:
+            admit.discard(task_id)
+            return True
+        return False
+
+    server = RendezvousServer(SECRET, admit_once, events.append, handshake_timeout=1.0)
+    await server.start("127.0.0.1")
+    return server, events
+
+
+async def in_thread(func, *args):  # type: ignore[no-untyped-def]
+    return await asyncio.get_running_loop().run_in_executor(None, func, *args)
+
+
+def test_a_task_with_the_secret_registers_and_streams() -> None:
+    async def scenario() -> None:
+        server, events = await serve({"t1"})
+
+        def client() -> None:
+            c = Client(server.port)
+            c.register("t1")
+            c.sock.sendall(wire.encode_frame(wire.OUTPUT, b"hello\n"))
+            c.sock.sendall(wire.encode_json({"type": "exit", "code": 7}))
+            c.sock.close()
+
+        await in_thread(client)
+        await asyncio.sleep(0.2)
+        await server.close()
+        assert isinstance(events[0], Registered)
+        assert events[0].task_id == "t1"
+        assert events[0].addr == "h:1"
+        assert events[1] == Output("t1", b"hello\n")
+        assert events[2] == Exited("t1", 7)
+
+    asyncio.run(scenario())
+
+
+def test_a_client_without_the_secret_is_refused() -> None:
+    async def scenario() -> None:
+        server, events = await serve({"t1"})
+
+        def client() -> dict[str, object]:
+            c = Client(server.port)
+            c.register("t1", secret=b"guess" * 8)
+            return c.receive()
+
+        answer = await in_thread(client)
+        await server.close()
+        assert answer == {"type": "reject", "reason": "authentication failed"}
+        assert events == []
+
+    asyncio.run(scenario())
+
+
+def test_a_task_registers_only_once() -> None:
+    async def scenario() -> None:
+        server, events = await serve({"t1"})
+
+        def clients() -> dict[str, object]:
+            first = Client(server.port)
+            first.register("t1")
+            second = Client(server.port)
+            second.register("t1")
+            return second.receive()
+
+        answer = await in_thread(clients)
+        await server.close()
+        assert answer["type"] == "reject"
+        assert [type(e) for e in events] == [Registered]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        struct.pack(">I", 1 << 31),
+        struct.pack(">I", 100) + b"J" + b"x" * 99,
+        b"\x00" * 10000,
+        wire.encode_frame(wire.OUTPUT, b"output before registering\n"),
+    ],
+)
+def test_garbage_costs_one_connection_and_the_server_goes_on(garbage: bytes) -> None:
+    async def scenario() -> None:
+        server, events = await serve({"t1"})
+
+        def attack_then_register() -> None:
+            bad = Client(server.port)
+            try:
+                bad.sock.sendall(garbage)
+            except OSError:
+                pass
+            assert bad.closed_by_server()
+            good = Client(server.port)
+            good.register("t1")
+            good.sock.close()
+
+        await in_thread(attack_then_register)
+        await asyncio.sleep(0.1)
+        await server.close()
+        assert [type(e) for e in events][:1] == [Registered]
+
+    asyncio.run(scenario())
+
+
+def test_a_silent_client_is_dropped_after_the_handshake_deadline() -> None:
+    async def scenario() -> None:
+        server, _ = await serve(set())
+
+        def silent() -> float:
+            c = Client(server.port)
+            started = time.monotonic()
+            c.sock.settimeout(10)
+            assert c.closed_by_server()
+            return time.monotonic() - started
+
+        waited = await in_thread(silent)
+        await server.close()
+        assert waited < 5
+
+    asyncio.run(scenario())

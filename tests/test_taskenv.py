@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfmesos.taskenv import fill_placeholders, placeholder_values, placeholders_in, task_environment
+
+CLUSTER = {"ps": ["h1:1"], "worker": ["h2:2", "h3:3"]}
+
+
+def test_placeholders_are_filled_per_task() -> None:
+    values = placeholder_values(CLUSTER, "worker", 1)
+    command = "train --ps {ps_hosts} --workers {worker_hosts} --job {job_name} --index {task_index}"
+    assert fill_placeholders(command, values) == (
+        "train --ps h1:1 --workers h2:2,h3:3 --job worker --index 1"
+    )
+
+
+def test_other_braces_are_left_alone() -> None:
+    command = "python -c \"d = {'a': {'b': 1}}; print(d)\" ${HOME} {{task_index}} {task_index}"
+    assert placeholders_in(command) == ["task_index"]
+    filled = fill_placeholders(command, placeholder_values(CLUSTER, "ps", 0))
+    assert filled == "python -c \"d = {'a': {'b': 1}}; print(d)\" ${HOME} {task_index} 0"
+
+
+def test_unknown_placeholder_is_a_key_error_naming_it() -> None:
+    with pytest.raises(KeyError, match=r"\{worker_index\}"):
+        fill_placeholders("x {worker_index}", placeholder_values(CLUSTER, "ps", 0))
+
+
+def test_environment_has_the_originals_variables_and_tf_config() -> None:
+    env = task_environment(CLUSTER, "worker", 1)
+    assert env["TFMESOS_PS_HOSTS"] == "h1:1"
+    assert env["TFMESOS_WORKER_HOSTS"] == "h2:2,h3:3"
+    assert env["TFMESOS_JOB_NAME"] == "worker"
+    assert env["TFMESOS_TASK_INDEX"] == "1"
+    assert env["TFMESOS_DISTRIBUTED"] == "1"
+    assert json.loads(env["TF_CONFIG"]) == {
+        "cluster": {"ps": ["h1:1"], "worker": ["h2:2", "h3:3"]},
+        "task": {"type": "worker", "index": 1},
+    }
+
+
+def test_tf_config_leaves_out_empty_jobs() -> None:
+    env = task_environment({"ps": [], "worker": ["h:1"]}, "worker", 0)
+    assert json.loads(env["TF_CONFIG"])["cluster"] == {"worker": ["h:1"]}
+    assert env["TFMESOS_PS_HOSTS"] == ""
