@@ -177,6 +177,8 @@ class Launcher:
         try:
             unregistered = [t for t in live if t.connection is None]
             await asyncio.gather(*(self.backend.kill(t.task_id) for t in unregistered))
+            for task in unregistered:  # nothing of theirs is left to wait for
+                task.state = TaskState.STOPPED
             if live:
                 await self._pump(self._all_over, KILL_WAIT, lambda: None)
         finally:
@@ -369,7 +371,8 @@ class Launcher:
         if self._phase is Phase.STOPPING or self._current.get(task.spec.name) is not task:
             task.state = TaskState.STOPPED
             return
-        failure = TaskFailure(task.spec.name, reason, task.host, task.tail_lines())
+        tail = task.tail_lines() or (task.ended.output_tail if task.ended else ())
+        failure = TaskFailure(task.spec.name, reason, task.host, tail)
         if self._phase is Phase.STARTING:
             task.state = TaskState.FAILED
             if task.attempt >= MAX_ATTEMPTS:

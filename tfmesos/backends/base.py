@@ -48,6 +48,9 @@ class TaskEnded:
     exit_code: int | None
     message: str = ""
     host: str = ""
+    output_tail: tuple[str, ...] = ()
+    """The task's last lines of output, where the backend can see them: they
+    explain a task that died before it could stream anything."""
 
 
 @dataclass(frozen=True)

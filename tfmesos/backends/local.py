@@ -119,7 +119,15 @@ class LocalBackend(Backend):
         else:
             message = f"exited with status {code}"
         assert self._sink is not None
-        self._sink(TaskEnded(task_id, "exited", code, message, self.host))
+        self._sink(TaskEnded(task_id, "exited", code, message, self.host, self._log_tail(task_id)))
+
+    def _log_tail(self, task_id: str, size: int = 2048) -> tuple[str, ...]:
+        try:
+            with open(self.task_log(task_id), "rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+                return tuple(log.read().decode("utf-8", "replace").splitlines()[-10:])
+        except OSError:
+            return ()
 
     async def kill(self, task_id: str) -> None:
         proc = self._procs.get(task_id)

@@ -1,0 +1,102 @@
+"""The supervision loop, driven in-process through the real local backend with
+faults injected at the backend boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import sys
+from collections import Counter
+
+import pytest
+
+from tfmesos import ClusterSpec, ClusterStartError, Job
+from tfmesos.agent import ENV_TASK_ID
+from tfmesos.backends.base import EventSink, Launch
+from tfmesos.backends.local import LocalBackend
+from tfmesos.launcher import MAX_ATTEMPTS, Launcher
+
+OK = f"{sys.executable} -c \"print('ran {{job_name}}:{{task_index}}')\""
+
+
+class FlakyBackend(LocalBackend):
+    """Breaks the first ``failures`` attempts of one task: its agent starts
+    without a task id, so it dies before it can register."""
+
+    def __init__(self, spec: ClusterSpec, victim: str, failures: int) -> None:
+        super().__init__(spec)
+        self.victim = victim
+        self.failures = failures
+        self.attempts: Counter[str] = Counter()
+
+    async def launch(self, launch: Launch) -> None:
+        self.attempts[launch.task.name] += 1
+        if launch.task.name == self.victim and self.attempts[launch.task.name] <= self.failures:
+            env = {k: v for k, v in launch.env.items() if k != ENV_TASK_ID}
+            launch = Launch(launch.task_id, launch.task, env)
+        await super().launch(launch)
+
+
+class SilentBackend(LocalBackend):
+    """Accepts launches and never starts anything."""
+
+    async def start(self, sink: EventSink) -> None:
+        await super().start(sink)
+
+    async def launch(self, launch: Launch) -> None:
+        return None
+
+
+def spec(**kw: object) -> ClusterSpec:
+    jobs = (Job("ps", 1, cmd=OK), Job("worker", 2, cmd=OK))
+    return ClusterSpec(jobs, replica=True, **kw)  # type: ignore[arg-type]
+
+
+async def run_job(launcher: Launcher) -> None:
+    try:
+        await launcher.start()
+        await launcher.wait_for_workers()
+    finally:
+        await launcher.stop()
+
+
+def test_a_task_that_dies_before_the_cluster_is_up_is_relaunched() -> None:
+    job = spec()
+    backend = FlakyBackend(job, "worker:1", failures=MAX_ATTEMPTS - 1)
+    out = io.BytesIO()
+    asyncio.run(run_job(Launcher(job, backend, output=out)))
+    assert backend.attempts == {"ps:0": 1, "worker:0": 1, "worker:1": MAX_ATTEMPTS}
+    assert b"[worker:0] ran worker:0\n" in out.getvalue()
+
+
+def test_a_task_that_keeps_dying_ends_the_start_with_its_name() -> None:
+    job = spec()
+    backend = FlakyBackend(job, "worker:1", failures=MAX_ATTEMPTS)
+    with pytest.raises(ClusterStartError, match=r"task worker:1 .*exited with status 1") as caught:
+        asyncio.run(run_job(Launcher(job, backend, output=io.BytesIO())))
+    assert f"failed {MAX_ATTEMPTS} times" in str(caught.value)
+    assert caught.value.failure is not None
+    assert any("TFMESOS_TASK_ID is not set" in line for line in caught.value.failure.output_tail)
+    assert backend.attempts["worker:1"] == MAX_ATTEMPTS
+
+
+def test_a_start_that_hangs_ends_at_the_timeout_naming_who_is_missing() -> None:
+    job = spec(start_timeout=1.0)
+    with pytest.raises(ClusterStartError, match=r"not up after 1s: still waiting for ps:0, worker:0, worker:1"):
+        asyncio.run(run_job(Launcher(job, SilentBackend(job), output=io.BytesIO())))
+
+
+def test_fine_grained_targets_name_every_task() -> None:
+    job = ClusterSpec((Job("ps", 1, cmd=OK), Job("worker", 2, cmd=OK)))
+
+    async def scenario() -> dict[str, str]:
+        launcher = Launcher(job, LocalBackend(job), output=io.BytesIO())
+        try:
+            await launcher.start()
+            return launcher.targets
+        finally:
+            await launcher.stop()
+
+    targets = asyncio.run(scenario())
+    assert sorted(targets) == ["/job:ps/task:0", "/job:worker/task:0", "/job:worker/task:1"]
+    assert all(url.startswith("grpc://127.0.0.1:") for url in targets.values())
