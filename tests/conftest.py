@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -55,10 +56,8 @@ class JobProcesses:
 
     def kill_all(self) -> None:
         for proc in self.alive():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 proc.kill()
-            except psutil.NoSuchProcess:
-                pass
 
 
 @pytest.fixture

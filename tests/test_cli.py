@@ -10,15 +10,37 @@ from tests.conftest import run_tfrun
 from tfmesos.cli import build_parser, parse_args
 
 ORIGINAL_FLAGS = [
-    "-w", "-s", "-m", "-n", "-C", "-f", "-Cw", "-Gw", "-Mw", "-Cs", "-Gs", "-Ms",
-    "-v", "-V", "-r", "-e", "--worker-logs",
+    "-w",
+    "-s",
+    "-m",
+    "-n",
+    "-C",
+    "-f",
+    "-Cw",
+    "-Gw",
+    "-Mw",
+    "-Cs",
+    "-Gs",
+    "-Ms",
+    "-v",
+    "-V",
+    "-r",
+    "-e",
+    "--worker-logs",
 ]
 
 
 def test_help_documents_every_flag() -> None:
     result = run_tfrun("--help")
     assert result.returncode == 0
-    for flag in [*ORIGINAL_FLAGS, "--backend", "--timeout", "--image", "{ps_hosts}", "{task_index}"]:
+    for flag in [
+        *ORIGINAL_FLAGS,
+        "--backend",
+        "--timeout",
+        "--image",
+        "{ps_hosts}",
+        "{task_index}",
+    ]:
         assert flag in result.stdout, flag
 
 
@@ -31,7 +53,10 @@ def test_help_documents_every_flag() -> None:
         (["-w", "1", "-s", "0", "-Cw", "0", "--", "true"], "must be more than 0"),
         (["-w", "1", "-s", "0"], "no command given"),
         (["-w", "0", "-s", "1", "--", "true"], "at least one worker"),
-        (["-w", "1", "-s", "0", "--", "echo", "{worker_index}"], r"unknown placeholder \{worker_index\}"),
+        (
+            ["-w", "1", "-s", "0", "--", "echo", "{worker_index}"],
+            r"unknown placeholder \{worker_index\}",
+        ),
         (["-w", "2", "-s", "0", "--worker-logs", "5", "--", "true"], "no worker 5"),
         (["-w", "1", "-s", "0", "--worker-logs", "a", "--", "true"], "is not a worker index"),
         (["-w", "1", "-s", "0", "-V", "nope", "--", "true"], "must be /host/path:/container/path"),
@@ -64,15 +89,53 @@ def test_command_words_are_kept_and_a_single_word_is_a_shell_line() -> None:
 
 def test_original_flags_map_to_the_spec(tmp_path: Path) -> None:
     config = tmp_path / "extra.json"
-    config.write_text(json.dumps({"initializer": "echo in", "finalizer": "echo out", "env": {"A": "1"}}))
+    config.write_text(
+        json.dumps({"initializer": "echo in", "finalizer": "echo out", "env": {"A": "1"}})
+    )
     args, spec = parse_args(
-        ["-w", "3", "-s", "2", "-Cw", "2", "-Gw", "1", "-Mw", "512", "-Cs", "0.5", "-Ms", "256",
-         "-r", "ml", "-V", "/a:/b:ro", "-C", "docker", "-f", "-n", "myjob", "-e", str(config),
-         "--worker-logs", "0,2", "-m", "zk://h:2181/mesos", "--", "train"]
+        [
+            "-w",
+            "3",
+            "-s",
+            "2",
+            "-Cw",
+            "2",
+            "-Gw",
+            "1",
+            "-Mw",
+            "512",
+            "-Cs",
+            "0.5",
+            "-Ms",
+            "256",
+            "-r",
+            "ml",
+            "-V",
+            "/a:/b:ro",
+            "-C",
+            "docker",
+            "-f",
+            "-n",
+            "myjob",
+            "-e",
+            str(config),
+            "--worker-logs",
+            "0,2",
+            "-m",
+            "zk://h:2181/mesos",
+            "--",
+            "train",
+        ]
     )
     ps, worker = spec.jobs
     assert (ps.name, ps.num, ps.cpus, ps.mem, ps.gpus) == ("ps", 2, 0.5, 256.0, 0)
-    assert (worker.name, worker.num, worker.cpus, worker.mem, worker.gpus) == ("worker", 3, 2.0, 512.0, 1)
+    assert (worker.name, worker.num, worker.cpus, worker.mem, worker.gpus) == (
+        "worker",
+        3,
+        2.0,
+        512.0,
+        1,
+    )
     assert spec.role == "ml" and spec.containerizer == "DOCKER" and spec.force_pull_image
     assert spec.volumes[0].host_path == "/a" and spec.volumes[0].read_only
     assert spec.name == "myjob"

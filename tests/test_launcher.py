@@ -82,7 +82,9 @@ def test_a_task_that_keeps_dying_ends_the_start_with_its_name() -> None:
 
 def test_a_start_that_hangs_ends_at_the_timeout_naming_who_is_missing() -> None:
     job = spec(start_timeout=1.0)
-    with pytest.raises(ClusterStartError, match=r"not up after 1s: still waiting for ps:0, worker:0, worker:1"):
+    with pytest.raises(
+        ClusterStartError, match=r"not up after 1s: still waiting for ps:0, worker:0, worker:1"
+    ):
         asyncio.run(run_job(Launcher(job, SilentBackend(job), output=io.BytesIO())))
 
 

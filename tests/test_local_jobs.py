@@ -31,8 +31,18 @@ def test_each_task_gets_its_placeholders_and_environment(job_procs: JobProcesses
         "'env': {k: v for k, v in os.environ.items() if k.startswith(('TFMESOS_', 'TF_CONFIG'))}}))"
     )
     result = run_tfrun(
-        "-w", "2", "-s", "1", "--worker-logs", "*", "--",
-        *py(code), "{ps_hosts}", "{worker_hosts}", "{job_name}", "{task_index}",
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--worker-logs",
+        "*",
+        "--",
+        *py(code),
+        "{ps_hosts}",
+        "{worker_hosts}",
+        "{job_name}",
+        "{task_index}",
         env=job_procs.env(),
     )
     assert result.returncode == 0, result.stderr
@@ -83,10 +93,17 @@ def test_a_failing_ps_fails_the_job(job_procs: JobProcesses) -> None:
 
 
 def test_the_job_ends_when_workers_end_and_ps_are_stopped(job_procs: JobProcesses) -> None:
-    code = "import time; time.sleep(3600 if '{job_name}' == 'ps' else 0.5); print('done {job_name}')"
-    result = run_tfrun("-w", "2", "-s", "2", "--worker-logs", "*", "--", *py(code), env=job_procs.env())
+    code = (
+        "import time; time.sleep(3600 if '{job_name}' == 'ps' else 0.5); print('done {job_name}')"
+    )
+    result = run_tfrun(
+        "-w", "2", "-s", "2", "--worker-logs", "*", "--", *py(code), env=job_procs.env()
+    )
     assert result.returncode == 0, result.stderr
-    assert sorted(result.stdout.splitlines()) == ["[worker:0] done worker", "[worker:1] done worker"]
+    assert sorted(result.stdout.splitlines()) == [
+        "[worker:0] done worker",
+        "[worker:1] done worker",
+    ]
     assert job_procs.wait_gone(5) == []
 
 
@@ -97,7 +114,9 @@ def test_no_output_line_is_lost(job_procs: JobProcesses) -> None:
         f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
         "sys.stdout.write('no newline at the end')"
     )
-    result = run_tfrun("-w", "3", "-s", "0", "--worker-logs", "*", "--", *py(code), env=job_procs.env())
+    result = run_tfrun(
+        "-w", "3", "-s", "0", "--worker-logs", "*", "--", *py(code), env=job_procs.env()
+    )
     assert result.returncode == 0, result.stderr
     for index in range(3):
         got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
@@ -106,9 +125,18 @@ def test_no_output_line_is_lost(job_procs: JobProcesses) -> None:
         assert got[-1] == f"[worker:{index}] no newline at the end"
 
 
-def test_unforwarded_output_is_kept_in_the_task_log(job_procs: JobProcesses, tmp_path: Path) -> None:
+def test_unforwarded_output_is_kept_in_the_task_log(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
     result = run_tfrun(
-        "-w", "2", "-s", "0", "--log-dir", str(tmp_path), "--", *py("print('hello from {task_index}')"),
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "--log-dir",
+        str(tmp_path),
+        "--",
+        *py("print('hello from {task_index}')"),
         env=job_procs.env(),
     )
     assert result.returncode == 0, result.stderr
@@ -117,25 +145,37 @@ def test_unforwarded_output_is_kept_in_the_task_log(job_procs: JobProcesses, tmp
     assert any(n.startswith("worker.1.") and "hello from 1" in t for n, t in logs.items()), logs
 
 
-def test_initializer_finalizer_and_env_from_extra_config(job_procs: JobProcesses, tmp_path: Path) -> None:
+def test_initializer_finalizer_and_env_from_extra_config(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
     config = tmp_path / "extra.json"
-    config.write_text(json.dumps({
-        "initializer": "echo init $GREETING",
-        "finalizer": "echo final",
-        "env": {"GREETING": "hi"},
-    }))
-    result = run_tfrun("-w", "1", "-s", "0", "-e", str(config), "--", "echo main $GREETING",
-                       env=job_procs.env())
+    config.write_text(
+        json.dumps(
+            {
+                "initializer": "echo init $GREETING",
+                "finalizer": "echo final",
+                "env": {"GREETING": "hi"},
+            }
+        )
+    )
+    result = run_tfrun(
+        "-w", "1", "-s", "0", "-e", str(config), "--", "echo main $GREETING", env=job_procs.env()
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["[worker:0] init hi", "[worker:0] main hi", "[worker:0] final"]
+    assert result.stdout.splitlines() == [
+        "[worker:0] init hi",
+        "[worker:0] main hi",
+        "[worker:0] final",
+    ]
 
 
 def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobProcesses) -> None:
     result = run_tfrun("-w", "1", "-s", "0", "-Cw", "100000", "--", "true", env=job_procs.env())
     assert result.returncode == 1
     assert "task worker:0 asks for 100000 CPUs; this machine has" in result.stderr
-    result = run_tfrun("-w", "1", "-s", "0", "-Gw", "1", "--", "true",
-                       env=job_procs.env(CUDA_VISIBLE_DEVICES=""))
+    result = run_tfrun(
+        "-w", "1", "-s", "0", "-Gw", "1", "--", "true", env=job_procs.env(CUDA_VISIBLE_DEVICES="")
+    )
     assert result.returncode == 1
     assert "asks for 1 GPUs; this machine has no GPU" in result.stderr
     assert job_procs.alive() == []
@@ -143,8 +183,14 @@ def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobPro
 
 def _start_long_job(job_procs: JobProcesses) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        tfrun_argv("-w", "2", "-s", "1", "--", *py("import time; print('up', flush=True); time.sleep(600)")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_procs.env(), cwd=ROOT,
+        tfrun_argv(
+            "-w", "2", "-s", "1", "--", *py("import time; print('up', flush=True); time.sleep(600)")
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
     )
     assert proc.stderr is not None
     for line in proc.stderr:

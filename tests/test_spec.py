@@ -43,7 +43,10 @@ def test_spec_error_is_a_value_error() -> None:
 def test_jobs_are_coerced_like_the_original() -> None:
     assert coerce_jobs({"name": "ps", "num": 1}) == (Job("ps", 1),)
     assert coerce_jobs(Job("ps", 1)) == (Job("ps", 1),)
-    assert coerce_jobs([{"name": "ps", "num": 1}, Job("worker", 2)]) == (Job("ps", 1), Job("worker", 2))
+    assert coerce_jobs([{"name": "ps", "num": 1}, Job("worker", 2)]) == (
+        Job("ps", 1),
+        Job("worker", 2),
+    )
     with pytest.raises(SpecError, match="unknown job field 'nmu'"):
         coerce_jobs({"name": "ps", "nmu": 1})
     with pytest.raises(SpecError, match="needs at least a 'name' and a 'num'"):

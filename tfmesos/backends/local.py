@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -24,6 +25,8 @@ from tfmesos.resources import machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["LocalBackend"]
+
+logger = logging.getLogger("tfmesos")
 
 KILL_GRACE = agent.STOP_GRACE + 2.0
 """Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
@@ -78,6 +81,7 @@ class LocalBackend(Backend):
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        logger.info("the full output of each task goes to %s", self.log_dir)
 
     async def launch(self, launch: Launch) -> None:
         assert self._sink is not None, "start() first"

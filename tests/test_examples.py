@@ -1,0 +1,64 @@
+"""The examples, run for real through ``tfrun`` on the local backend: real
+TensorFlow processes talking gRPC to each other."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+from tests.conftest import JobProcesses, run_tfrun
+
+
+def _number(pattern: str, text: str) -> float:
+    match = re.search(pattern + r" = ([0-9.eE+-]+)", text)
+    assert match, f"no '{pattern}' in:\n{text}"
+    return float(match.group(1))
+
+
+def test_mnist_replica_trains_with_ps_and_two_workers(job_procs: JobProcesses) -> None:
+    result = run_tfrun(
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--worker-logs",
+        "*",
+        "--",
+        sys.executable,
+        "examples/mnist/mnist_replica.py",
+        "--ps_hosts",
+        "{ps_hosts}",
+        "--worker_hosts",
+        "{worker_hosts}",
+        "--job_name",
+        "{job_name}",
+        "--task_index",
+        "{task_index}",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    initial = _number(r"\[worker:0\] initial validation cross entropy", result.stdout)
+    final = _number(r"\[worker:0\] validation cross entropy", result.stdout)
+    assert final < initial / 4, (initial, final)
+    # Both workers took part in training.
+    assert "[worker:1]" in result.stdout
+    assert "task worker:1 finished" in result.stderr
+    assert job_procs.wait_gone(5) == []
+
+
+def test_keras_multi_worker_trains_from_tf_config(job_procs: JobProcesses) -> None:
+    result = run_tfrun(
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "--",
+        sys.executable,
+        "examples/keras_multi_worker.py",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    first = _number(r"\[worker:0\] first loss", result.stdout)
+    final = _number(r"\[worker:0\] final loss", result.stdout)
+    assert final < first / 2, (first, final)
+    assert job_procs.wait_gone(5) == []
