@@ -27,6 +27,17 @@ __all__ = [
     "TaskFailure",
     "TaskSpec",
     "__version__",
+    "cluster",
 ]
 
 __version__ = "1.0.0.dev0"
+
+
+def __getattr__(name: str) -> object:
+    # `cluster` pulls in the launcher; the agent imports this package and must
+    # not pay for it.
+    if name == "cluster":
+        from tfmesos.finegrained import cluster
+
+        return cluster
+    raise AttributeError(f"module 'tfmesos' has no attribute {name!r}")

@@ -253,8 +253,18 @@ class Agent:
 
     # -- running the child -----------------------------------------------------
 
-    def run_child(self, argv: str | list[str], env: Mapping[str, str], cwd: str | None) -> int:
-        """Run one command to its end, streaming its output; return its status."""
+    def run_child(
+        self,
+        argv: str | list[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        ready_port: int | None = None,
+    ) -> int:
+        """Run one command to its end, streaming its output; return its status.
+
+        With ``ready_port``, tell the launcher once something accepts
+        connections on that port (the TF server is up).
+        """
         proc = subprocess.Popen(
             argv,
             shell=isinstance(argv, str),
@@ -293,7 +303,11 @@ class Agent:
             # once the child itself is gone, give the pipe a moment, then stop.
             if exited_at is not None and now - exited_at > 1.0:
                 break
-            for key, _ in self.selector.select(timeout=0.2 if exited_at or kill_at else 1.0):
+            if ready_port is not None and exited_at is None and _accepts(ready_port):
+                self._send_json({"type": "ready"})
+                ready_port = None
+            busy = exited_at or kill_at or ready_port is not None
+            for key, _ in self.selector.select(timeout=0.1 if busy else 1.0):
                 if key.data == "child":
                     try:
                         data = os.read(pipe, READ_SIZE)
@@ -344,17 +358,41 @@ class Agent:
             except OSError:
                 self.channel.closed = True
 
+    def _send_json(self, message: dict[str, Any]) -> None:
+        if self.channel is not None and not self.channel.closed:
+            try:
+                self.channel.send_json(message)
+            except OSError:
+                self.channel.closed = True
+
     def report_exit(self, code: int) -> None:
-        if self.channel is None or self.channel.closed:
-            return
-        try:
-            self.channel.send_json({"type": "exit", "code": code})
-            self.channel.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
+        self._send_json({"type": "exit", "code": code})
+        if self.channel is not None and not self.channel.closed:
+            with contextlib.suppress(OSError):
+                self.channel.sock.shutdown(socket.SHUT_WR)
 
     def note(self, text: str) -> None:
         self._emit(f"[tfmesos agent] {text}\n".encode())
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.05).close()
+    except OSError:
+        return False
+    return True
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # TensorFlow's gRPC server binds with SO_REUSEADDR, so a port in
+        # TIME_WAIT is free for it; test the way it will bind.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -390,6 +428,9 @@ _AGENT_ONLY = (ENV_LAUNCHER, ENV_SECRET, ENV_HOST, ENV_PORT, ENV_PARENT_PID)
 def run(config: AgentConfig, environ: dict[str, str]) -> int:
     agent = Agent(config)
     agent.install_signal_handlers()
+    if not port_is_free(config.port):
+        # Fail before registering, so that the launcher retries us elsewhere.
+        raise AgentError(f"port {config.port} on {config.host} is already in use")
     agent.connect()
     message = agent.wait_for_cluster()
     argv, env = _task_command(message, environ)
@@ -405,7 +446,8 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
         if code != 0:
             agent.note(f"initializer exited with status {code}; the command was not run")
     if code == 0:
-        code = agent.run_child(argv, env, cwd)
+        server_mode = message.get("cmd") is None
+        code = agent.run_child(argv, env, cwd, ready_port=config.port if server_mode else None)
     finalizer = extra.get("finalizer")
     if finalizer:
         final_code = agent.run_child(str(finalizer), env, cwd)

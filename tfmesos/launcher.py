@@ -39,6 +39,7 @@ from tfmesos.rendezvous import (
     Disconnected,
     Exited,
     Output,
+    Ready,
     Registered,
     RendezvousEvent,
     RendezvousServer,
@@ -92,6 +93,7 @@ class _Task:
     host: str = ""
     connection: Connection | None = None
     disconnected: bool = False
+    ready: bool = False
     ended: TaskEnded | None = None
     exit_code: int | None = None
     tail: bytearray = field(default_factory=bytearray)
@@ -151,8 +153,16 @@ class Launcher:
         self._started_backend = True
         for task in tasks:
             await self._launch(task, attempt=1)
+        deadline = (
+            None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
+        )
         await self._pump(self._all_registered, self.spec.start_timeout, self._start_timed_out)
         self._deliver_cluster()
+        if not self.spec.replica:
+            # Fine-grained mode hands out targets: they must answer when it does.
+            left = None if deadline is None else max(0.1, deadline - time.monotonic())
+            await self._pump(self._all_ready, left, self._start_timed_out)
+            logger.info("every TensorFlow server accepts connections")
         return self.cluster_def
 
     async def wait_for_workers(self) -> None:
@@ -311,6 +321,8 @@ class Launcher:
             )
             if task is not self._current.get(task.spec.name) or self._phase is not Phase.STARTING:
                 event.connection.send({"type": "stop", "reason": "superseded"})
+        elif isinstance(event, Ready):
+            task.ready = True
         elif isinstance(event, Exited):
             self._over(task, event.code, f"exited with status {event.code}")
         elif isinstance(event, Disconnected):
@@ -414,6 +426,9 @@ class Launcher:
             for t in self._current.values()
             if t.spec.job_name == "worker"
         )
+
+    def _all_ready(self) -> bool:
+        return all(t.ready for t in self._current.values())
 
     def _all_over(self) -> bool:
         return all(t.state.over for t in self._current.values())

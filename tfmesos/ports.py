@@ -11,8 +11,9 @@ Mesos backend takes them from offers in the same spirit.
 from __future__ import annotations
 
 import random
-import socket
 from pathlib import Path
+
+from tfmesos.agent import port_is_free
 
 __all__ = ["PortAllocator", "ephemeral_range"]
 
@@ -46,21 +47,10 @@ class PortAllocator:
         for _ in range(span):
             port = self._next
             self._next = self.low + (port + 1 - self.low) % span
-            if port not in self._taken and _bindable(port):
+            if port not in self._taken and port_is_free(port):
                 self._taken.add(port)
                 return port
         raise RuntimeError(f"no free port in {self.low}-{self.high}")
 
     def release(self, port: int) -> None:
         self._taken.discard(port)
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # gRPC binds with SO_REUSEADDR, so a port in TIME_WAIT is usable to it.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True

@@ -27,6 +27,7 @@ __all__ = [
     "Disconnected",
     "Exited",
     "Output",
+    "Ready",
     "Registered",
     "RendezvousEvent",
     "RendezvousServer",
@@ -76,11 +77,18 @@ class Exited:
 
 
 @dataclass(frozen=True)
+class Ready:
+    """A task's TensorFlow server accepts connections."""
+
+    task_id: str
+
+
+@dataclass(frozen=True)
 class Disconnected:
     task_id: str
 
 
-RendezvousEvent = Registered | Output | Exited | Disconnected
+RendezvousEvent = Registered | Output | Exited | Ready | Disconnected
 
 
 class RendezvousServer:
@@ -215,6 +223,8 @@ class RendezvousServer:
         message = wire.parse_json(payload)
         if message["type"] == "exit" and isinstance(message.get("code"), int):
             self._sink(Exited(task_id, message["code"]))
+        elif message["type"] == "ready":
+            self._sink(Ready(task_id))
         else:
             logger.debug("rendezvous: ignored %r from %s", message["type"], task_id)
 

@@ -1,0 +1,183 @@
+"""Fine-grained (in-graph) mode: ``with tfmesos.cluster(jobs) as c: ...``.
+
+The remote tasks are plain TensorFlow gRPC servers; the user's own program
+builds the graph and drives them through ``c.targets``. The launcher runs its
+event loop in a background thread for the life of the ``with`` block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from tfmesos.backends import create_backend
+from tfmesos.errors import SpecError, TFMesosError
+from tfmesos.launcher import Launcher
+from tfmesos.spec import ClusterSpec, Job, coerce_jobs, parse_volume
+
+__all__ = ["Cluster", "cluster"]
+
+logger = logging.getLogger("tfmesos")
+
+JobsArg = Job | Mapping[str, Any] | Iterable[Job | Mapping[str, Any]]
+
+
+class Cluster:
+    """A running set of TF servers. Use :func:`cluster`, which stops it for you."""
+
+    def __init__(self, spec: ClusterSpec, backend: str, backend_options: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self._backend = create_backend(backend, spec, **backend_options)
+        self._launcher = Launcher(spec, self._backend, output=sys.stderr.buffer)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="tfmesos-launcher", daemon=True
+        )
+        self._watch: concurrent.futures.Future[None] | None = None
+        self.failure: TFMesosError | None = None
+        """Set when a task failed while the block ran."""
+
+    @property
+    def targets(self) -> dict[str, str]:
+        """``{'/job:worker/task:0': 'grpc://host:port', ...}``"""
+        return self._launcher.targets
+
+    @property
+    def cluster_def(self) -> dict[str, list[str]]:
+        """``{'worker': ['host:port', ...], ...}``, in task order."""
+        return {job: list(addrs) for job, addrs in self._launcher.cluster_def.items()}
+
+    def cluster_spec(self) -> Any:
+        """The cluster as a ``tf.train.ClusterSpec`` (imports TensorFlow)."""
+        import tensorflow as tf
+
+        return tf.train.ClusterSpec(self.cluster_def)
+
+    def cluster_resolver(self) -> Any:
+        """A cluster resolver for TF2 strategies, the local program being the
+        coordinator: ``tf.distribute.experimental.ParameterServerStrategy(
+        c.cluster_resolver())``."""
+        import tensorflow as tf
+
+        return tf.distribute.cluster_resolver.SimpleClusterResolver(
+            self.cluster_spec(), rpc_layer=self.spec.protocol
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+        try:
+            self._call(self._launcher.start())
+        except BaseException:
+            self.stop()
+            raise
+        self._watch = asyncio.run_coroutine_threadsafe(self._launcher.watch(), self._loop)
+        self._watch.add_done_callback(self._on_watch_done)
+
+    def _on_watch_done(self, watch: concurrent.futures.Future[None]) -> None:
+        if watch.cancelled():
+            return
+        error = watch.exception()
+        if isinstance(error, TFMesosError):
+            self.failure = error
+            logger.error("%s", error)
+
+    def stop(self) -> None:
+        if self._loop.is_closed():
+            return
+        if self._watch is not None:
+            self._watch.cancel()
+        if self._thread.is_alive():
+            try:
+                self._call(self._launcher.stop())
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join()
+        self._loop.close()
+
+    def _call(self, coroutine: Any) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+
+def _quiet_logging(quiet: bool) -> None:
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[tfmesos] %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+
+
+@contextmanager
+def cluster(
+    jobs: JobsArg,
+    *,
+    master: str | None = None,
+    name: str | None = None,
+    role: str | None = None,
+    quiet: bool = False,
+    volumes: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    containerizer_type: str | None = None,
+    force_pull_image: bool = False,
+    protocol: str = "grpc",
+    extra_config: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    backend: str | None = None,
+    log_dir: str | None = None,
+    image: str | None = None,
+) -> Iterator[Cluster]:
+    """Start a TF server per task; yield the running :class:`Cluster`; stop them.
+
+    ``master=None`` (and no ``MESOS_MASTER``) runs the servers on this machine.
+    Leaving the block, normally, by an exception or by Ctrl-C, stops every
+    task. If a task failed while the block ran, leaving it normally raises
+    that failure.
+    """
+    master = master or os.environ.get("MESOS_MASTER")
+    backend = backend or ("mesos" if master else "local")
+    extra = dict(extra_config or {})
+    unknown = sorted(set(extra) - {"initializer", "finalizer"})
+    if unknown:
+        raise SpecError(f"unknown extra_config key {unknown[0]!r} (known: initializer, finalizer)")
+    spec = ClusterSpec(
+        jobs=coerce_jobs(jobs),
+        name=name or f"[tfmesos] {os.path.abspath(sys.argv[0]) if sys.argv[0] else 'python'}",
+        cwd=os.getcwd(),
+        env=dict(env or {}),
+        initializer=extra.get("initializer"),
+        finalizer=extra.get("finalizer"),
+        forward_logs=frozenset(),
+        start_timeout=timeout,
+        protocol=protocol,
+        role=role,
+        volumes=tuple(parse_volume(f"{src}:{dst}") for src, dst in (volumes or {}).items()),
+        containerizer=containerizer_type.upper() if containerizer_type else None,
+        image=image or os.environ.get("DOCKER_IMAGE"),
+        force_pull_image=force_pull_image,
+    )
+    for job in spec.jobs:
+        if job.cmd is not None:
+            raise SpecError(
+                f"job {job.name!r} has a cmd: fine-grained mode runs TF servers; use tfrun"
+            )
+    _quiet_logging(quiet)
+    options: dict[str, Any] = {"log_dir": log_dir} if backend == "local" else {"master": master}
+    running = Cluster(spec, backend, options)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+    if running.failure is not None:
+        raise running.failure
