@@ -86,19 +86,3 @@ def test_a_start_that_hangs_ends_at_the_timeout_naming_who_is_missing() -> None:
         ClusterStartError, match=r"not up after 1s: still waiting for ps:0, worker:0, worker:1"
     ):
         asyncio.run(run_job(Launcher(job, SilentBackend(job), output=io.BytesIO())))
-
-
-def test_fine_grained_targets_name_every_task() -> None:
-    job = ClusterSpec((Job("ps", 1, cmd=OK), Job("worker", 2, cmd=OK)))
-
-    async def scenario() -> dict[str, str]:
-        launcher = Launcher(job, LocalBackend(job), output=io.BytesIO())
-        try:
-            await launcher.start()
-            return launcher.targets
-        finally:
-            await launcher.stop()
-
-    targets = asyncio.run(scenario())
-    assert sorted(targets) == ["/job:ps/task:0", "/job:worker/task:0", "/job:worker/task:1"]
-    assert all(url.startswith("grpc://127.0.0.1:") for url in targets.values())
