@@ -119,9 +119,13 @@ class Launcher:
         *,
         output: BinaryIO | None = None,
         secret: bytes | None = None,
+        chief_backend: Backend | None = None,
     ) -> None:
         self.spec = spec
         self.backend = backend
+        # Replica mode runs the chief (worker 0) beside the launcher, on this
+        # machine, whatever runs the rest: its exit decides the job's.
+        self.chief_backend = chief_backend
         self._output = output if output is not None else sys.stdout.buffer
         self._secret = secret or os.urandom(32)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
@@ -144,13 +148,23 @@ class Launcher:
             for index, addr in enumerate(addrs)
         }
 
+    def _backend_for(self, task: TaskSpec) -> Backend:
+        if self.chief_backend is not None and self.spec.replica and task.name == "worker:0":
+            return self.chief_backend
+        return self.backend
+
+    def _backends(self) -> list[Backend]:
+        return [self.backend] + ([self.chief_backend] if self.chief_backend else [])
+
     async def start(self) -> dict[str, list[str]]:
         """Launch every task and bring the cluster up; return its definition."""
         tasks = self.spec.tasks()
-        self.backend.check(tasks)
+        for backend in self._backends():
+            backend.check([t for t in tasks if self._backend_for(t) is backend])
         await self._rendezvous.start(self.backend.rendezvous_bind)
-        await self.backend.start(self._on_backend)
         self._started_backend = True
+        for backend in self._backends():
+            await backend.start(self._on_backend)
         for task in tasks:
             await self._launch(task, attempt=1)
         deadline = (
@@ -186,7 +200,7 @@ class Launcher:
                 task.connection.send({"type": "stop", "reason": "the job is ending"})
         try:
             unregistered = [t for t in live if t.connection is None]
-            await asyncio.gather(*(self.backend.kill(t.task_id) for t in unregistered))
+            await asyncio.gather(*(self._backend_for(t.spec).kill(t.task_id) for t in unregistered))
             for task in unregistered:  # nothing of theirs is left to wait for
                 task.state = TaskState.STOPPED
             if live:
@@ -194,7 +208,8 @@ class Launcher:
         finally:
             try:
                 if self._started_backend:
-                    await self.backend.close()
+                    for backend in self._backends():
+                        await backend.close()
             finally:
                 await self._rendezvous.close()
         for task in self._current.values():
@@ -223,7 +238,7 @@ class Launcher:
             }
         )
         task.state = TaskState.LAUNCHED
-        await self.backend.launch(Launch(task_id, spec, env))
+        await self._backend_for(spec).launch(Launch(task_id, spec, env))
 
     def _admit(self, task_id: str) -> bool:
         task = self._tasks.get(task_id)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from typing import Any
 
 from tfmesos.backends import create_backend
@@ -24,7 +25,7 @@ def backend_options(
     """The options each backend takes, from the ones the user may give."""
     if backend == "local":
         return {"log_dir": log_dir}
-    return {"master": master}
+    return {"master": master, "log_dir": log_dir}
 
 
 def run_replica_job(spec: ClusterSpec, backend: str, **options: Any) -> int:
@@ -34,7 +35,13 @@ def run_replica_job(spec: ClusterSpec, backend: str, **options: Any) -> int:
 
 async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) -> int:
     backend = create_backend(backend_name, spec, **options)
-    launcher = Launcher(spec, backend)
+    chief = None
+    if backend_name != "local":
+        from tfmesos.backends.local import LocalBackend
+
+        # Remote tasks must reach the chief: it listens on this host's name.
+        chief = LocalBackend(spec, host=socket.getfqdn(), log_dir=options.get("log_dir"))
+    launcher = Launcher(spec, backend, chief_backend=chief)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None

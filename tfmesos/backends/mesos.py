@@ -1,0 +1,384 @@
+"""The Mesos backend: tasks placed on a Mesos cluster's offers.
+
+What the framework does with events lives here; talking to the master lives in
+:mod:`tfmesos.mesos.scheduler`; fitting tasks into offers in
+:mod:`tfmesos.mesos.placement`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import re
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfmesos import agent
+from tfmesos.backends.base import Backend, BackendFailed, EventSink, Launch, TaskEnded, TaskPlaced
+from tfmesos.errors import SpecError
+from tfmesos.mesos.placement import OfferCapacity, describe_need, place
+from tfmesos.mesos.scheduler import SchedulerClient
+from tfmesos.spec import ClusterSpec, TaskSpec
+
+__all__ = ["TERMINAL_STATES", "MesosBackend", "task_info"]
+
+logger = logging.getLogger("tfmesos")
+
+TERMINAL_STATES = frozenset(
+    {
+        "TASK_FINISHED",
+        "TASK_FAILED",
+        "TASK_KILLED",
+        "TASK_ERROR",
+        "TASK_LOST",
+        "TASK_DROPPED",
+        "TASK_GONE",
+        "TASK_GONE_BY_OPERATOR",
+        "TASK_UNKNOWN",
+    }
+)
+DECLINE_SECONDS = 5.0
+"""Refuse filter on offers we cannot use while tasks are still pending."""
+DECLINE_IDLE_SECONDS = 3600.0
+"""...and once every task is placed (SUPPRESS is sent too)."""
+FAILOVER_TIMEOUT = 60.0
+"""How long the master keeps our tasks if the launcher vanishes without TEARDOWN."""
+_EXIT_STATUS = re.compile(r"exited with status (\d+)")
+
+
+@dataclass
+class _Placed:
+    launch: Launch
+    agent_id: str
+    host: str
+    ended: bool = False
+
+
+def task_info(
+    launch: Launch,
+    spec: ClusterSpec,
+    offer: dict[str, Any],
+    resources: list[dict[str, Any]],
+    port: int,
+    user: str,
+) -> dict[str, Any]:
+    """The ``TaskInfo`` (Mesos JSON) that runs ``launch``'s agent on ``offer``."""
+    env = dict(launch.env)
+    env[agent.ENV_HOST] = offer["hostname"]
+    env[agent.ENV_PORT] = str(port)
+    python = "python3" if spec.image else sys.executable
+    info: dict[str, Any] = {
+        "name": f"{spec.name[:60]} {launch.task.target}",
+        "task_id": {"value": launch.task_id},
+        "agent_id": {"value": offer["agent_id"]["value"]},
+        "resources": resources,
+        "command": {
+            "shell": True,
+            "value": f"exec {python} -m tfmesos.agent",
+            "user": user,
+            "environment": {"variables": [{"name": k, "value": v} for k, v in sorted(env.items())]},
+        },
+    }
+    if spec.image:
+        volumes = [
+            {"host_path": path, "container_path": path, "mode": "RO"}
+            for path in ("/etc/passwd", "/etc/group")
+        ] + [
+            {
+                "host_path": v.host_path,
+                "container_path": v.container_path,
+                "mode": "RO" if v.read_only else "RW",
+            }
+            for v in spec.volumes
+        ]
+        if spec.containerizer == "DOCKER":
+            info["container"] = {
+                "type": "DOCKER",
+                "docker": {
+                    "image": spec.image,
+                    "network": "HOST",
+                    "force_pull_image": spec.force_pull_image,
+                },
+                "volumes": volumes,
+            }
+        else:
+            info["container"] = {
+                "type": "MESOS",
+                "mesos": {
+                    "image": {
+                        "type": "DOCKER",
+                        "docker": {"name": spec.image},
+                        # "cached" is the opposite of "force pull".
+                        "cached": not spec.force_pull_image,
+                    }
+                },
+                "volumes": volumes,
+            }
+    return info
+
+
+class MesosBackend(Backend):
+    name = "mesos"
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        *,
+        master: str | None = None,
+        failover_timeout: float = FAILOVER_TIMEOUT,
+        reconnect_timeout: float = 120.0,
+        principal: str | None = None,
+        secret: str | None = None,
+        log_dir: str | None = None,
+    ) -> None:
+        # log_dir: task output stays in each task's sandbox on Mesos.
+        del log_dir
+        super().__init__(spec)
+        master = master or os.environ.get("MESOS_MASTER")
+        if not master:
+            raise SpecError("the mesos backend needs a master: -m HOST:5050 or MESOS_MASTER")
+        self.user = getpass.getuser()
+        roles = [spec.role or "*"]
+        framework: dict[str, Any] = {
+            "user": self.user,
+            "name": spec.name,
+            "hostname": socket.getfqdn(),
+            "roles": roles,
+            "failover_timeout": failover_timeout,
+            "capabilities": [{"type": "MULTI_ROLE"}, {"type": "GPU_RESOURCES"}],
+        }
+        principal = principal or os.environ.get("MESOS_PRINCIPAL")
+        secret = secret or os.environ.get("MESOS_SECRET")
+        if principal:
+            framework["principal"] = principal
+        self.roles = roles
+        self.client = SchedulerClient(
+            master,
+            framework,
+            self._on_event,
+            reconnect_timeout=reconnect_timeout,
+            auth=(principal, secret) if principal and secret else None,
+        )
+        self._sink: EventSink | None = None
+        self._pending: list[Launch] = []
+        self._placed: dict[str, _Placed] = {}
+        self._suppressed = False
+        self._largest_offer: OfferCapacity | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self._resubscribed = False
+
+    # -- Backend ---------------------------------------------------------
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._runner = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self.client.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            assert self._sink is not None
+            self._sink(BackendFailed(str(exc)))
+
+    def check(self, tasks: Sequence[TaskSpec]) -> None:
+        # What fits is only known from offers; the diagnosis comes with progress().
+        return None
+
+    async def launch(self, launch: Launch) -> None:
+        self._pending.append(launch)
+        if self._suppressed:
+            self._suppressed = False
+            self._call({"type": "REVIVE", "revive": {"roles": self.roles}})
+
+    async def kill(self, task_id: str) -> None:
+        self._pending = [p for p in self._pending if p.task_id != task_id]
+        placed = self._placed.get(task_id)
+        if placed is not None and not placed.ended:
+            self._call(
+                {
+                    "type": "KILL",
+                    "kill": {"task_id": {"value": task_id}, "agent_id": {"value": placed.agent_id}},
+                }
+            )
+
+    async def close(self) -> None:
+        self._pending.clear()
+        for call in list(self._calls):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(call, 5)
+        await self.client.close(teardown=True)
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(BaseException):
+                await self._runner
+
+    def progress(self) -> str:
+        if not self._pending:
+            return ""
+        waiting = self._pending[0].task
+        text = f"{len(self._placed)} placed, {len(self._pending)} waiting for offers"
+        text += f"; {waiting.name} needs {describe_need(waiting)}"
+        if self._largest_offer is None:
+            return text + "; no offer received yet"
+        offer = self._largest_offer
+        return (
+            text
+            + f"; the largest offer seen was {offer.summary()} on {offer.offer.get('hostname')}"
+        )
+
+    @property
+    def rendezvous_host(self) -> str:
+        return socket.getfqdn()
+
+    # -- events ------------------------------------------------------------
+
+    def _call(self, call: dict[str, Any]) -> None:
+        task = asyncio.create_task(self._send(call))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _send(self, call: dict[str, Any]) -> None:
+        try:
+            await self.client.call(call)
+        except Exception as exc:
+            assert self._sink is not None
+            self._sink(BackendFailed(str(exc)))
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "SUBSCRIBED":
+            self._on_subscribed(event["subscribed"])
+        elif kind == "OFFERS":
+            self._on_offers(event.get("offers", {}).get("offers", []))
+        elif kind == "UPDATE":
+            self._on_update(event["update"]["status"])
+        elif kind == "FAILURE":
+            self._on_failure(event.get("failure", {}))
+        elif kind == "ERROR":
+            assert self._sink is not None
+            message = event.get("error", {}).get("message", "no message")
+            self._sink(BackendFailed(f"the Mesos master sent an ERROR: {message}"))
+        elif kind == "RESCIND":
+            # Offers are used or declined as soon as they arrive; an offer
+            # rescinded after an ACCEPT makes its tasks TASK_DROPPED/LOST,
+            # which the relaunch path handles.
+            logger.debug("Mesos: offer %s rescinded", event.get("rescind", {}).get("offer_id"))
+
+    def _on_subscribed(self, subscribed: dict[str, Any]) -> None:
+        master = self.client.master
+        framework_id = subscribed.get("framework_id", {}).get("value")
+        if master is not None:
+            logger.info(
+                "Mesos: subscribed as framework %s; see %s/#/frameworks/%s",
+                framework_id,
+                master.url,
+                framework_id,
+            )
+        if self._resubscribed:
+            # We may have missed updates while away: ask for the current state.
+            tasks = [
+                {"task_id": {"value": tid}, "agent_id": {"value": p.agent_id}}
+                for tid, p in self._placed.items()
+                if not p.ended
+            ]
+            self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
+        self._resubscribed = True
+        if self._pending:
+            self._suppressed = False
+            self._call({"type": "REVIVE", "revive": {"roles": self.roles}})
+
+    def _on_offers(self, offers: list[dict[str, Any]]) -> None:
+        for offer in offers:
+            capacity = OfferCapacity.of(offer)
+            if self._largest_offer is None or capacity.total("cpus") > self._largest_offer.total(
+                "cpus"
+            ):
+                self._largest_offer = OfferCapacity.of(offer)
+            placements = place([p.task for p in self._pending], capacity)
+            if not placements:
+                refuse = DECLINE_SECONDS if self._pending else DECLINE_IDLE_SECONDS
+                self._call(
+                    {
+                        "type": "DECLINE",
+                        "decline": {
+                            "offer_ids": [offer["id"]],
+                            "filters": {"refuse_seconds": refuse},
+                        },
+                    }
+                )
+                continue
+            task_infos = []
+            placed_positions = set()
+            for position, resources, port in placements:
+                launch = self._pending[position]
+                placed_positions.add(position)
+                task_infos.append(task_info(launch, self.spec, offer, resources, port, self.user))
+                self._placed[launch.task_id] = _Placed(
+                    launch, offer["agent_id"]["value"], offer.get("hostname", "")
+                )
+                assert self._sink is not None
+                self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
+            self._pending = [p for i, p in enumerate(self._pending) if i not in placed_positions]
+            self._call(
+                {
+                    "type": "ACCEPT",
+                    "accept": {
+                        "offer_ids": [offer["id"]],
+                        "operations": [{"type": "LAUNCH", "launch": {"task_infos": task_infos}}],
+                        "filters": {"refuse_seconds": DECLINE_SECONDS},
+                    },
+                }
+            )
+        if not self._pending and not self._suppressed:
+            self._suppressed = True
+            self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+
+    def _on_update(self, status: dict[str, Any]) -> None:
+        if "uuid" in status:
+            self._call(
+                {
+                    "type": "ACKNOWLEDGE",
+                    "acknowledge": {
+                        "agent_id": status.get("agent_id", {}),
+                        "task_id": status["task_id"],
+                        "uuid": status["uuid"],
+                    },
+                }
+            )
+        task_id = status.get("task_id", {}).get("value")
+        placed = self._placed.get(task_id)
+        state = status.get("state", "")
+        if placed is None or placed.ended or state not in TERMINAL_STATES:
+            return
+        placed.ended = True
+        message = status.get("message", "")
+        match = _EXIT_STATUS.search(message)
+        code = 0 if state == "TASK_FINISHED" else int(match.group(1)) if match else None
+        reason = status.get("reason")
+        detail = "; ".join(part for part in (message, reason) if part)
+        assert self._sink is not None
+        self._sink(TaskEnded(task_id, state, code, detail, placed.host))
+
+    def _on_failure(self, failure: dict[str, Any]) -> None:
+        agent_id = failure.get("agent_id", {}).get("value")
+        if "executor_id" in failure or agent_id is None:
+            return
+        logger.warning("Mesos: agent %s was lost", agent_id)
+        for task_id, placed in self._placed.items():
+            if placed.agent_id == agent_id and not placed.ended:
+                placed.ended = True
+                assert self._sink is not None
+                self._sink(
+                    TaskEnded(
+                        task_id, "AGENT_LOST", None, f"agent {agent_id} was lost", placed.host
+                    )
+                )

@@ -1,0 +1,152 @@
+"""Where the Mesos master is: URL parsing and leader detection.
+
+``-m`` takes ``host:port``, ``http(s)://host:port``, a comma-separated list of
+either (tried in turn; a non-leader redirects to the leader), or
+``zk://[user:pass@]host1:2181,host2:2181/mesos``, where the leader is the
+member of the ZooKeeper group with the lowest sequence number, its address in
+the JSON ``MasterInfo`` stored in the ``json.info_<sequence>`` node (as
+``src/master/detector/zookeeper.cpp`` reads it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from tfmesos.errors import SpecError
+
+__all__ = [
+    "MasterAddress",
+    "ZooKeeperLeader",
+    "ZooKeeperSource",
+    "leader_from_master_info",
+    "parse_masters",
+]
+
+MASTER_INFO_LABEL = "json.info"
+DEFAULT_PORT = 5050
+
+
+@dataclass(frozen=True)
+class MasterAddress:
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str, default_scheme: str = "http") -> MasterAddress:
+        """``host``, ``host:port``, ``scheme://host:port[/...]`` or ``//host:port``
+        (the form a 307 ``Location`` may take)."""
+        text = text.strip()
+        if not text:
+            raise SpecError("empty Mesos master address")
+        if text.startswith("//"):
+            text = f"{default_scheme}:{text}"
+        elif "://" not in text:
+            text = f"{default_scheme}://{text}"
+        try:
+            parts = urlsplit(text)
+            port = parts.port
+        except ValueError as exc:
+            raise SpecError(f"bad Mesos master address {text!r}: {exc}") from None
+        if parts.scheme not in ("http", "https"):
+            raise SpecError(f"Mesos master {text!r}: scheme must be http or https")
+        if not parts.hostname:
+            raise SpecError(f"Mesos master {text!r} has no host")
+        return cls(parts.scheme, parts.hostname, port or DEFAULT_PORT)
+
+
+@dataclass(frozen=True)
+class ZooKeeperSource:
+    hosts: str
+    path: str
+    auth: str | None
+
+
+_ZK = re.compile(r"^zk://(?:(?P<auth>[^@/]+)@)?(?P<hosts>[^/]+)(?P<path>/.*)$")
+
+
+def parse_masters(text: str) -> list[MasterAddress] | ZooKeeperSource:
+    text = text.strip()
+    if text.startswith("zk://"):
+        match = _ZK.match(text)
+        if not match or match.group("path") in ("", "/"):
+            raise SpecError(f"bad ZooKeeper URL {text!r}: expected zk://host:2181[,host:2181]/path")
+        for host in match.group("hosts").split(","):
+            MasterAddress.parse(host)  # validates host:port
+        return ZooKeeperSource(
+            match.group("hosts"), match.group("path").rstrip("/"), match.group("auth")
+        )
+    masters = [MasterAddress.parse(part) for part in text.split(",") if part.strip()]
+    if not masters:
+        raise SpecError("no Mesos master given")
+    return masters
+
+
+def leader_from_master_info(data: bytes) -> MasterAddress:
+    """The address in a ``MasterInfo`` as JSON (from ZooKeeper or ``/state``)."""
+    info: Any = json.loads(data.decode())
+    address = info.get("address") or {}
+    host = address.get("hostname") or address.get("ip") or info.get("hostname")
+    port = address.get("port") or info.get("port")
+    if not host or not port:
+        raise ValueError(f"MasterInfo without an address: {info!r}")
+    return MasterAddress("http", str(host), int(port))
+
+
+class ZooKeeperLeader:
+    """Follows the leading master in ZooKeeper; ``on_change`` hears each new one.
+
+    kazoo runs its own thread; ``on_change`` is called from it.
+    """
+
+    def __init__(
+        self, source: ZooKeeperSource, on_change: Callable[[MasterAddress | None], None]
+    ) -> None:
+        from kazoo.client import KazooClient
+
+        self.source = source
+        self._on_change = on_change
+        self._client = KazooClient(hosts=source.hosts, timeout=10.0)
+        if source.auth:
+            self._client.add_auth("digest", source.auth)
+        self._lock = threading.Lock()
+        self.leader: MasterAddress | None = None
+
+    def start(self, timeout: float = 15.0) -> None:
+        self._client.start(timeout=timeout)
+        self._client.ChildrenWatch(
+            self.source.path, self._children_changed, allow_session_lost=True
+        )
+
+    def _children_changed(self, children: list[str]) -> None:
+        members = sorted(
+            (c for c in children if c.startswith(MASTER_INFO_LABEL + "_")),
+            key=lambda c: int(c.rsplit("_", 1)[1]),
+        )
+        leader: MasterAddress | None = None
+        if members:
+            try:
+                data, _ = self._client.get(f"{self.source.path}/{members[0]}")
+                leader = leader_from_master_info(data)
+            except Exception:  # the node may vanish between list and get
+                leader = None
+        with self._lock:
+            if leader == self.leader:
+                return
+            self.leader = leader
+        self._on_change(leader)
+
+    def stop(self) -> None:
+        self._client.stop()
+        self._client.close()

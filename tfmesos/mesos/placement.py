@@ -1,0 +1,127 @@
+"""Placing tasks on offers: pure functions over Mesos JSON resources.
+
+A task takes ``cpus``, ``mem``, whole ``gpus`` and one port from the offer's
+``ports`` ranges. Each resource the task takes keeps the ``role`` and
+``allocation_info`` of the offered resource it came from, as a MULTI_ROLE
+framework must (``mesos.proto``, ``Resource.allocation_info``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfmesos.spec import TaskSpec
+
+__all__ = ["OfferCapacity", "describe_need", "place"]
+
+Resource = dict[str, Any]
+_EPSILON = 1e-6
+
+
+@dataclass
+class _Scalar:
+    template: Resource
+    value: float
+
+
+@dataclass
+class OfferCapacity:
+    """What is left of one offer while tasks are placed on it."""
+
+    offer: dict[str, Any]
+    scalars: dict[str, list[_Scalar]] = field(default_factory=dict)
+    ports: list[tuple[Resource, list[int]]] = field(default_factory=list)
+    """Each ports resource with its free ports as [begin, end] pairs, flattened."""
+
+    @classmethod
+    def of(cls, offer: dict[str, Any]) -> OfferCapacity:
+        capacity = cls(offer)
+        for resource in offer.get("resources", []):
+            name = resource.get("name")
+            if resource.get("type") == "SCALAR" and name in ("cpus", "mem", "gpus"):
+                value = float(resource.get("scalar", {}).get("value", 0.0))
+                capacity.scalars.setdefault(name, []).append(_Scalar(resource, value))
+            elif resource.get("type") == "RANGES" and name == "ports":
+                bounds: list[int] = []
+                for r in resource.get("ranges", {}).get("range", []):
+                    bounds += [int(r["begin"]), int(r["end"])]
+                capacity.ports.append((resource, bounds))
+        return capacity
+
+    def total(self, name: str) -> float:
+        return sum(s.value for s in self.scalars.get(name, []))
+
+    def port_count(self) -> int:
+        return sum(
+            bounds[i + 1] - bounds[i] + 1
+            for _, bounds in self.ports
+            for i in range(0, len(bounds), 2)
+        )
+
+    def fits(self, task: TaskSpec) -> bool:
+        return (
+            self.total("cpus") + _EPSILON >= task.cpus
+            and self.total("mem") + _EPSILON >= task.mem
+            and self.total("gpus") + _EPSILON >= task.gpus
+            and self.port_count() >= 1
+        )
+
+    def take(self, task: TaskSpec) -> tuple[list[Resource], int]:
+        """Take what ``task`` needs; return its resources and its port."""
+        taken: list[Resource] = []
+        for name, amount in (("cpus", task.cpus), ("mem", task.mem), ("gpus", float(task.gpus))):
+            for scalar in self.scalars.get(name, []):
+                if amount <= _EPSILON:
+                    break
+                part = min(amount, scalar.value)
+                if part <= _EPSILON:
+                    continue
+                resource = _without_amount(scalar.template)
+                resource["scalar"] = {"value": round(part, 3)}
+                taken.append(resource)
+                scalar.value -= part
+                amount -= part
+        template, bounds = next((p for p in self.ports if p[1]), (None, []))
+        assert template is not None
+        port = bounds[0]
+        if bounds[0] == bounds[1]:
+            del bounds[:2]
+        else:
+            bounds[0] += 1
+        resource = _without_amount(template)
+        resource["ranges"] = {"range": [{"begin": port, "end": port}]}
+        taken.append(resource)
+        return taken, port
+
+    def summary(self) -> str:
+        gpus = self.total("gpus")
+        text = f"cpus {self.total('cpus'):g}, mem {self.total('mem'):g} MiB"
+        text += f", gpus {gpus:g}" if gpus else ""
+        return text + f", {self.port_count()} ports"
+
+
+def _without_amount(template: Resource) -> Resource:
+    resource = copy.deepcopy(template)
+    for key in ("scalar", "ranges", "set"):
+        resource.pop(key, None)
+    return resource
+
+
+def describe_need(task: TaskSpec) -> str:
+    text = f"cpus {task.cpus:g}, mem {task.mem:g} MiB"
+    return text + (f", gpus {task.gpus}" if task.gpus else "") + ", 1 port"
+
+
+def place(
+    tasks: Sequence[TaskSpec], capacity: OfferCapacity
+) -> list[tuple[int, list[Resource], int]]:
+    """First fit of ``tasks`` (in order) on one offer: (task position, resources, port)."""
+    placed = []
+    for position, task in enumerate(tasks):
+        if capacity.fits(task):
+            resources, port = capacity.take(task)
+            placed.append((position, resources, port))
+    return placed

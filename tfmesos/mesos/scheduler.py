@@ -1,0 +1,265 @@
+"""The framework's connection to the master: subscribe, events, calls.
+
+Policy (which master, when to reconnect, how long to keep trying) is kept here,
+apart from what the framework does with offers and updates (the backend).
+
+- ``SUBSCRIBE`` is one long POST whose ``200`` answer is a chunked RecordIO
+  stream of events, with the ``Mesos-Stream-Id`` header that every other call
+  must carry; other calls are short POSTs answered ``202``.
+- A non-leading master answers ``307`` with a ``Location`` that may have no
+  scheme (``//host:5050``, or ``host:5050`` in the docs' example).
+- No event for five heartbeat intervals means the connection is dead: close it
+  and re-subscribe, with the framework id, backing off up to 15 s between tries
+  (``docs/scheduler-http-api.md``, "Disconnections").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from tfmesos.errors import TFMesosError
+from tfmesos.mesos.masters import MasterAddress, ZooKeeperLeader, parse_masters
+from tfmesos.mesos.recordio import RecordIODecoder
+
+__all__ = ["MasterLostError", "SchedulerClient", "SchedulerError"]
+
+logger = logging.getLogger("tfmesos")
+
+API_PATH = "/api/v1/scheduler"
+MISSED_HEARTBEATS = 5
+MAX_BACKOFF = 15.0
+CALL_TIMEOUT = 75.0
+MAX_REDIRECTS = 5
+
+Event = dict[str, Any]
+
+
+class SchedulerError(TFMesosError):
+    """The master refused a call in a way that retrying cannot fix."""
+
+
+class MasterLostError(TFMesosError):
+    """No master could be reached for longer than the reconnect budget."""
+
+
+class SchedulerClient:
+    def __init__(
+        self,
+        masters: str,
+        framework_info: dict[str, Any],
+        on_event: Callable[[Event], None],
+        *,
+        reconnect_timeout: float = 120.0,
+        auth: tuple[str, str] | None = None,
+    ) -> None:
+        self._source = parse_masters(masters)
+        self._framework_info = dict(framework_info)
+        self._on_event = on_event
+        self._reconnect_timeout = reconnect_timeout
+        self._auth = aiohttp.BasicAuth(*auth) if auth else None
+        self._session: aiohttp.ClientSession | None = None
+        self._zookeeper: ZooKeeperLeader | None = None
+        self._leader_changed = asyncio.Event()
+        self.master: MasterAddress | None = None
+        self.framework_id: str | None = None
+        self.stream_id: str | None = None
+        self.subscribed = asyncio.Event()
+        self.heartbeat_interval = 15.0
+        self._closing = False
+        self._response: aiohttp.ClientResponse | None = None
+
+    # -- masters ---------------------------------------------------------
+
+    async def _candidates(self) -> list[MasterAddress]:
+        if isinstance(self._source, list):
+            return list(self._source)
+        if self._zookeeper is None:
+            loop = asyncio.get_running_loop()
+
+            def changed(leader: MasterAddress | None) -> None:
+                loop.call_soon_threadsafe(self._on_leader_change, leader)
+
+            self._zookeeper = ZooKeeperLeader(self._source, changed)
+            await asyncio.to_thread(self._zookeeper.start)
+        leader = self._zookeeper.leader
+        return [leader] if leader else []
+
+    def _on_leader_change(self, leader: MasterAddress | None) -> None:
+        logger.info("ZooKeeper: leading master is now %s", leader.url if leader else "none")
+        self._leader_changed.set()
+        if self._response is not None and leader != self.master:
+            # A new leader: drop the stream to the old one and re-subscribe.
+            self._response.close()
+
+    # -- running ---------------------------------------------------------
+
+    async def run(self) -> None:
+        """Subscribe, and stay subscribed until :meth:`close`; raise
+        :class:`MasterLostError` when no master answers for too long."""
+        self._session = aiohttp.ClientSession(
+            auth=self._auth, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
+        )
+        backoff = 0.5
+        lost_since = asyncio.get_running_loop().time()
+        try:
+            while not self._closing:
+                try:
+                    await self._subscribe_and_read()
+                    if self._closing:
+                        return
+                    reason = "the event stream ended"
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                    reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                except _NoMaster as exc:
+                    reason = str(exc)
+                if self.subscribed.is_set():
+                    lost_since = asyncio.get_running_loop().time()
+                    backoff = 0.5
+                self.subscribed.clear()
+                self.stream_id = None
+                waited = asyncio.get_running_loop().time() - lost_since
+                if waited > self._reconnect_timeout:
+                    raise MasterLostError(
+                        f"lost the Mesos master ({reason}) and could not re-subscribe "
+                        f"within {self._reconnect_timeout:g}s"
+                    )
+                logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, backoff)
+                self._leader_changed.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._leader_changed.wait(), backoff)
+                backoff = min(MAX_BACKOFF, backoff * 2) * random.uniform(0.8, 1.2)
+        finally:
+            await self._shutdown()
+
+    async def _subscribe_and_read(self) -> None:
+        assert self._session is not None
+        candidates = await self._candidates()
+        if not candidates:
+            raise _NoMaster("no leading master known")
+        framework = dict(self._framework_info)
+        call: dict[str, Any] = {"type": "SUBSCRIBE", "subscribe": {"framework_info": framework}}
+        if self.framework_id:
+            framework["id"] = {"value": self.framework_id}
+            call["framework_id"] = {"value": self.framework_id}
+        last_error = "no master answered"
+        for master in candidates:
+            for _ in range(MAX_REDIRECTS):
+                try:
+                    response = await self._session.post(
+                        master.url + API_PATH,
+                        data=json.dumps(call),
+                        headers={"Content-Type": "application/json", "Accept": "application/json"},
+                        allow_redirects=False,
+                    )
+                except (aiohttp.ClientError, OSError) as exc:
+                    last_error = f"{master.url}: {exc}"
+                    break
+                if response.status == 307 and "Location" in response.headers:
+                    location = response.headers["Location"]
+                    response.release()
+                    master = MasterAddress.parse(location, master.scheme)
+                    logger.info("Mesos: redirected to the leading master %s", master.url)
+                    continue
+                if response.status != 200:
+                    text = (await response.text())[:500]
+                    response.release()
+                    if response.status in (400, 401, 403):
+                        raise SchedulerError(
+                            f"the Mesos master at {master.url} refused SUBSCRIBE: "
+                            f"{response.status} {text.strip()}"
+                        )
+                    last_error = f"{master.url} answered {response.status} {text.strip()}"
+                    break
+                await self._read_stream(master, response)
+                return
+        raise _NoMaster(last_error)
+
+    async def _read_stream(self, master: MasterAddress, response: aiohttp.ClientResponse) -> None:
+        self.master = master
+        self.stream_id = response.headers.get("Mesos-Stream-Id")
+        self._response = response
+        decoder = RecordIODecoder()
+        try:
+            while True:
+                timeout = self.heartbeat_interval * MISSED_HEARTBEATS
+                try:
+                    chunk = await asyncio.wait_for(response.content.readany(), timeout)
+                except asyncio.TimeoutError:
+                    raise asyncio.TimeoutError(
+                        f"no heartbeat from {master.url} for {timeout:g}s"
+                    ) from None
+                if not chunk:
+                    return
+                for record in decoder.feed(chunk):
+                    self._dispatch(json.loads(record))
+        finally:
+            self._response = None
+            response.close()
+
+    def _dispatch(self, event: Event) -> None:
+        kind = event.get("type")
+        if kind == "SUBSCRIBED":
+            subscribed = event.get("subscribed", {})
+            self.framework_id = subscribed.get("framework_id", {}).get("value", self.framework_id)
+            self.heartbeat_interval = float(subscribed.get("heartbeat_interval_seconds", 15.0))
+            self.subscribed.set()
+        self._on_event(event)
+
+    # -- calls -----------------------------------------------------------
+
+    async def call(self, call: dict[str, Any]) -> None:
+        """Send one call; wait for the subscription first if it is being renewed."""
+        if self._closing or self._session is None:
+            return
+        await asyncio.wait_for(self.subscribed.wait(), self._reconnect_timeout)
+        assert self.master is not None
+        assert self.framework_id is not None
+        body = dict(call)
+        body["framework_id"] = {"value": self.framework_id}
+        headers = {"Content-Type": "application/json", "Mesos-Stream-Id": self.stream_id or ""}
+        try:
+            async with self._session.post(
+                self.master.url + API_PATH,
+                data=json.dumps(body),
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT),
+            ) as response:
+                if response.status == 202:
+                    return
+                text = (await response.text())[:500].strip()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            # The stream's own failure handling re-subscribes; a lost call is
+            # covered by reconciliation and by offers coming back.
+            logger.warning("Mesos: %s call failed: %s", call.get("type"), exc)
+            return
+        if response.status == 400:
+            raise SchedulerError(f"the master rejected {call.get('type')}: {text}")
+        logger.warning("Mesos: %s call answered %d %s", call.get("type"), response.status, text)
+
+    async def close(self, teardown: bool) -> None:
+        """Stop; with ``teardown``, first tell the master to kill every task."""
+        if teardown and self.subscribed.is_set():
+            with contextlib.suppress(TFMesosError, asyncio.TimeoutError):
+                await asyncio.wait_for(self.call({"type": "TEARDOWN"}), 10)
+        self._closing = True
+        if self._response is not None:
+            self._response.close()
+
+    async def _shutdown(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+        if self._zookeeper is not None:
+            await asyncio.to_thread(self._zookeeper.stop)
+
+
+class _NoMaster(Exception):
+    pass
