@@ -219,3 +219,42 @@ def test_killing_the_launcher_outright_leaves_no_task(job_procs: JobProcesses) -
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert job_procs.wait_gone(10) == [], "tasks outlived a SIGKILLed launcher"
+
+
+def test_each_task_gets_gpus_of_its_own(job_procs: JobProcesses) -> None:
+    # The machine's GPUs as CUDA_VISIBLE_DEVICES names them; no real GPU is
+    # needed to check that tfrun hands them out one task each.
+    code = "import os; print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])"
+    result = run_tfrun(
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "-Gw",
+        "1",
+        "--worker-logs",
+        "*",
+        "--",
+        *py(code),
+        env=job_procs.env(CUDA_VISIBLE_DEVICES="3,5"),
+    )
+    assert result.returncode == 0, result.stderr
+    seen = sorted(line.split(" ", 1)[1] for line in result.stdout.splitlines())
+    assert seen == ["gpus=3", "gpus=5"]
+
+
+def test_more_gpus_in_all_than_the_machine_has_is_refused(job_procs: JobProcesses) -> None:
+    result = run_tfrun(
+        "-w",
+        "3",
+        "-s",
+        "0",
+        "-Gw",
+        "1",
+        "--",
+        "true",
+        env=job_procs.env(CUDA_VISIBLE_DEVICES="0,1"),
+    )
+    assert result.returncode == 1
+    assert "the tasks ask for 3 GPUs in all; this machine has 2" in result.stderr
+    assert job_procs.alive() == []

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 
-__all__ = ["MachineResources", "machine_resources"]
+__all__ = ["GpuAllocator", "MachineResources", "machine_resources"]
 
 
 @dataclass(frozen=True)
@@ -35,13 +37,73 @@ def _mem_mib() -> float:
 
 
 def _gpus() -> tuple[str, ...]:
-    # Only what the user has not hidden from us; GPU discovery with NVML comes
-    # with GPU support on the local backend.
+    """The GPUs this process may hand out, as CUDA_VISIBLE_DEVICES entries.
+
+    ``CUDA_VISIBLE_DEVICES``, when set, is the user's word: only those. Else
+    NVML (the ``nvidia-ml-py`` package) if it is installed, else ``nvidia-smi``,
+    else none.
+    """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
-        return tuple(v for v in visible.split(",") if v.strip() and v.strip() != "-1")
-    return ()
+        entries = [v.strip() for v in visible.split(",")]
+        # CUDA stops at the first invalid entry; -1 is the usual "none".
+        usable: list[str] = []
+        for entry in entries:
+            if not entry or entry == "-1":
+                break
+            usable.append(entry)
+        return tuple(usable)
+    return _nvml_gpus() or _nvidia_smi_gpus()
+
+
+def _nvml_gpus() -> tuple[str, ...]:
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return ()
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver: NVML raises its own error types
+        return ()
+    try:
+        return tuple(str(i) for i in range(pynvml.nvmlDeviceGetCount()))
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvidia_smi_gpus() -> tuple[str, ...]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
 
 
 def machine_resources() -> MachineResources:
     return MachineResources(cpus=_cpus(), mem_mib=_mem_mib(), gpus=_gpus())
+
+
+class GpuAllocator:
+    """Hands each task GPUs of its own: two tasks never share one."""
+
+    def __init__(self, gpus: tuple[str, ...]) -> None:
+        self._free = list(gpus)
+        self.total = len(gpus)
+
+    def allocate(self, count: int) -> list[str]:
+        if count > len(self._free):
+            raise RuntimeError(f"{count} GPUs asked, {len(self._free)} free")
+        taken, self._free = self._free[:count], self._free[count:]
+        return taken
+
+    def release(self, gpus: list[str]) -> None:
+        self._free.extend(g for g in gpus if g not in self._free)

@@ -21,7 +21,7 @@ from tfmesos import agent
 from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
 from tfmesos.errors import ResourceError
 from tfmesos.ports import PortAllocator
-from tfmesos.resources import machine_resources
+from tfmesos.resources import GpuAllocator, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["LocalBackend"]
@@ -49,6 +49,7 @@ class LocalBackend(Backend):
         self.host = host
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="tfmesos-"))
         self._ports = ports or PortAllocator()
+        self._gpus: GpuAllocator | None = None
         self._sink: EventSink | None = None
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._waiters: set[asyncio.Task[None]] = set()
@@ -59,6 +60,13 @@ class LocalBackend(Backend):
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:
         have = machine_resources()
+        self._gpus = GpuAllocator(have.gpus)
+        wanted = sum(t.gpus for t in tasks)
+        if wanted > len(have.gpus) and all(t.gpus <= len(have.gpus) for t in tasks):
+            raise ResourceError(
+                f"the tasks ask for {wanted} GPUs in all; this machine has {len(have.gpus)}, "
+                "and a GPU is never shared between tasks"
+            )
         for task in tasks:
             if task.cpus > have.cpus:
                 raise ResourceError(
@@ -88,6 +96,12 @@ class LocalBackend(Backend):
         port = self._ports.allocate()
         env = dict(os.environ)
         env.update(launch.env)
+        gpus: list[str] = []
+        if self._gpus is not None and self._gpus.total:
+            # Each task sees only its own GPUs; a task with none sees none
+            # (the original let every task see, and grab, all of them).
+            gpus = self._gpus.allocate(launch.task.gpus)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         env.update(
             {
                 agent.ENV_HOST: self.host,
@@ -109,13 +123,17 @@ class LocalBackend(Backend):
             )
         self._procs[launch.task_id] = proc
         self._sink(TaskPlaced(launch.task_id, self.host))
-        waiter = asyncio.create_task(self._wait(launch.task_id, proc, port))
+        waiter = asyncio.create_task(self._wait(launch.task_id, proc, port, gpus))
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
 
-    async def _wait(self, task_id: str, proc: asyncio.subprocess.Process, port: int) -> None:
+    async def _wait(
+        self, task_id: str, proc: asyncio.subprocess.Process, port: int, gpus: list[str]
+    ) -> None:
         code = await proc.wait()
         self._ports.release(port)
+        if self._gpus is not None:
+            self._gpus.release(gpus)
         self._procs.pop(task_id, None)
         if code < 0:
             message = f"killed by {signal.Signals(-code).name}"

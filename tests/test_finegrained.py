@@ -1,0 +1,96 @@
+"""Fine-grained (in-graph) mode, run for real on the local backend: the
+examples drive plain TensorFlow gRPC servers that ``tfmesos.cluster`` starts,
+and every server is gone once the ``with`` block is left."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, JobProcesses
+from tfmesos import SpecError, cluster
+
+
+def run_python(*args: str, procs: JobProcesses) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=procs.env(),
+        timeout=300,
+        cwd=ROOT,
+    )
+
+
+def run_example(path: str, procs: JobProcesses, *args: str) -> str:
+    result = run_python(path, *args, procs=procs)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert procs.wait_gone(5) == []
+    return result.stdout
+
+
+def number(name: str, text: str) -> float:
+    match = re.search(rf"^{name} = ([0-9.eE+-]+)$", text, re.MULTILINE)
+    assert match, f"no '{name} = ' line in:\n{text}"
+    return float(match.group(1))
+
+
+def test_plus_adds_across_the_cluster(job_procs: JobProcesses) -> None:
+    stdout = run_example("examples/plus.py", job_procs)
+    assert stdout.splitlines() == ["42"]
+
+
+def test_mnist_trains_in_graph_on_two_workers(job_procs: JobProcesses) -> None:
+    stdout = run_example("examples/mnist/mnist.py", job_procs, "--steps", "300")
+    assert number("accuracy", stdout) > 0.5
+    # Both worker threads took training steps.
+    match = re.search(r"steps per worker: \[(\d+), (\d+)\]", stdout)
+    assert match and min(int(n) for n in match.groups()) > 0, stdout
+
+
+def test_matrix_factorization_lowers_the_loss(job_procs: JobProcesses) -> None:
+    stdout = run_example("examples/matrix_factorization.py", job_procs, "--iterations", "20")
+    first, final = number("first loss", stdout), number("final loss", stdout)
+    assert final < first / 2, (first, final)
+
+
+def test_ps_strategy_trains_with_the_program_as_coordinator(job_procs: JobProcesses) -> None:
+    stdout = run_example("examples/ps_strategy.py", job_procs, "--epochs", "3")
+    first, final = number("first loss", stdout), number("final loss", stdout)
+    assert final < first, (first, final)
+
+
+def test_an_exception_in_the_block_propagates_and_stops_the_servers(
+    job_procs: JobProcesses,
+) -> None:
+    script = textwrap.dedent(
+        """
+        from tfmesos import cluster
+
+        with cluster([{"name": "ps", "num": 1}, {"name": "worker", "num": 1}], quiet=True) as c:
+            print(sorted(c.targets), flush=True)
+            raise RuntimeError("boom in the block")
+        """
+    )
+    result = run_python("-c", script, procs=job_procs)
+    assert result.returncode == 1, result.stdout + result.stderr
+    # The servers were up when the block raised.
+    assert result.stdout.splitlines() == ["['/job:ps/task:0', '/job:worker/task:0']"]
+    assert result.stderr.rstrip().endswith("RuntimeError: boom in the block"), result.stderr
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_bad_job_raises_spec_error_before_anything_starts() -> None:
+    with (
+        pytest.raises(SpecError, match="num"),
+        cluster([{"name": "ps", "num": 1}, {"name": "w", "num": -1}]),
+    ):
+        pytest.fail("the block ran")
+    assert psutil.Process().children(recursive=True) == []
+    assert not any(t.name == "tfmesos-launcher" for t in threading.enumerate())
