@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import psutil
 import pytest
@@ -17,19 +18,21 @@ from tests.conftest import ROOT, JobProcesses
 from tfmesos import SpecError, cluster
 
 
-def run_python(*args: str, procs: JobProcesses) -> subprocess.CompletedProcess[str]:
+def run_python(*args: str, procs: JobProcesses, tmp: Path) -> subprocess.CompletedProcess[str]:
+    # TMPDIR: the local backend keeps each task's log in a fresh temporary
+    # directory; keep those out of the real /tmp.
     return subprocess.run(
         [sys.executable, *args],
         capture_output=True,
         text=True,
-        env=procs.env(),
+        env=procs.env(TMPDIR=str(tmp)),
         timeout=300,
         cwd=ROOT,
     )
 
 
-def run_example(path: str, procs: JobProcesses, *args: str) -> str:
-    result = run_python(path, *args, procs=procs)
+def run_example(path: str, procs: JobProcesses, tmp: Path, *args: str) -> str:
+    result = run_python(path, *args, procs=procs, tmp=tmp)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert procs.wait_gone(5) == []
     return result.stdout
@@ -41,47 +44,54 @@ def number(name: str, text: str) -> float:
     return float(match.group(1))
 
 
-def test_plus_adds_across_the_cluster(job_procs: JobProcesses) -> None:
-    stdout = run_example("examples/plus.py", job_procs)
+def test_plus_adds_across_the_cluster(job_procs: JobProcesses, tmp_path: Path) -> None:
+    stdout = run_example("examples/plus.py", job_procs, tmp_path)
     assert stdout.splitlines() == ["42"]
 
 
-def test_mnist_trains_in_graph_on_two_workers(job_procs: JobProcesses) -> None:
-    stdout = run_example("examples/mnist/mnist.py", job_procs, "--steps", "300")
+def test_mnist_trains_in_graph_on_two_workers(job_procs: JobProcesses, tmp_path: Path) -> None:
+    stdout = run_example("examples/mnist/mnist.py", job_procs, tmp_path, "--steps", "300")
     assert number("accuracy", stdout) > 0.5
     # Both worker threads took training steps.
     match = re.search(r"steps per worker: \[(\d+), (\d+)\]", stdout)
     assert match and min(int(n) for n in match.groups()) > 0, stdout
 
 
-def test_matrix_factorization_lowers_the_loss(job_procs: JobProcesses) -> None:
-    stdout = run_example("examples/matrix_factorization.py", job_procs, "--iterations", "20")
+def test_matrix_factorization_lowers_the_loss(job_procs: JobProcesses, tmp_path: Path) -> None:
+    stdout = run_example(
+        "examples/matrix_factorization.py", job_procs, tmp_path, "--iterations", "20"
+    )
     first, final = number("first loss", stdout), number("final loss", stdout)
     assert final < first / 2, (first, final)
 
 
-def test_ps_strategy_trains_with_the_program_as_coordinator(job_procs: JobProcesses) -> None:
-    stdout = run_example("examples/ps_strategy.py", job_procs, "--epochs", "3")
+def test_ps_strategy_trains_with_the_program_as_coordinator(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    stdout = run_example("examples/ps_strategy.py", job_procs, tmp_path, "--epochs", "3")
     first, final = number("first loss", stdout), number("final loss", stdout)
     assert final < first, (first, final)
 
 
 def test_an_exception_in_the_block_propagates_and_stops_the_servers(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     script = textwrap.dedent(
         """
+        import psutil
         from tfmesos import cluster
 
         with cluster([{"name": "ps", "num": 1}, {"name": "worker", "num": 1}], quiet=True) as c:
-            print(sorted(c.targets), flush=True)
+            print(sorted(c.targets), len(psutil.Process().children(recursive=True)), flush=True)
             raise RuntimeError("boom in the block")
         """
     )
-    result = run_python("-c", script, procs=job_procs)
+    result = run_python("-c", script, procs=job_procs, tmp=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     # The servers were up when the block raised.
-    assert result.stdout.splitlines() == ["['/job:ps/task:0', '/job:worker/task:0']"]
+    targets, running = result.stdout.rsplit(maxsplit=1)
+    assert targets == "['/job:ps/task:0', '/job:worker/task:0']", result.stdout
+    assert int(running) >= 2, result.stdout
     assert result.stderr.rstrip().endswith("RuntimeError: boom in the block"), result.stderr
     assert job_procs.wait_gone(5) == []
 
