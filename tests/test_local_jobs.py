@@ -108,17 +108,17 @@ def test_the_job_ends_when_workers_end_and_ps_are_stopped(job_procs: JobProcesse
 
 
 def test_no_output_line_is_lost(job_procs: JobProcesses) -> None:
-    lines = 50_000
+    lines = 250_000  # a million lines from four tasks
     code = (
         "import sys\n"
         f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
         "sys.stdout.write('no newline at the end')"
     )
     result = run_tfrun(
-        "-w", "3", "-s", "0", "--worker-logs", "*", "--", *py(code), env=job_procs.env()
+        "-w", "4", "-s", "0", "--worker-logs", "*", "--", *py(code), env=job_procs.env()
     )
     assert result.returncode == 0, result.stderr
-    for index in range(3):
+    for index in range(4):
         got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
         expected = [f"[worker:{index}] {index} line {i}" for i in range(lines)]
         assert got[:-1] == expected  # all of them, in order
