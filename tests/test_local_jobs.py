@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
@@ -258,3 +259,34 @@ def test_more_gpus_in_all_than_the_machine_has_is_refused(job_procs: JobProcesse
     assert result.returncode == 1
     assert "the tasks ask for 3 GPUs in all; this machine has 2" in result.stderr
     assert job_procs.alive() == []
+
+
+def test_the_secret_is_in_no_command_line_no_log_and_not_in_the_command_env(
+    job_procs: JobProcesses,
+) -> None:
+    proc = subprocess.Popen(
+        tfrun_argv("-v", "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while len(job_procs.alive(exclude=proc.pid)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        processes = job_procs.alive(exclude=proc.pid)
+        agents = [p for p in processes if "tfmesos.agent" in " ".join(p.cmdline())]
+        assert agents, "no agent found"
+        secret = agents[0].environ()["TFMESOS_SECRET"]
+        assert len(secret) == 64
+        for p in [*processes, psutil.Process(proc.pid)]:
+            assert secret not in " ".join(p.cmdline())
+            if p not in agents and p.pid != proc.pid:
+                assert "TFMESOS_SECRET" not in p.environ(), p.cmdline()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert secret not in out + err
+    assert job_procs.wait_gone(5) == []
