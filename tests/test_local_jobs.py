@@ -290,3 +290,48 @@ def test_the_secret_is_in_no_command_line_no_log_and_not_in_the_command_env(
         out, err = proc.communicate(timeout=30)
     assert secret not in out + err
     assert job_procs.wait_gone(5) == []
+
+
+def test_the_rendezvous_can_run_over_tls(job_procs: JobProcesses, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=tfmesos-test",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    result = run_tfrun(
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--worker-logs",
+        "*",
+        "--",
+        *py("print('over tls {job_name}:{task_index}')"),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [
+        "[worker:0] over tls worker:0",
+        "[worker:1] over tls worker:1",
+    ]
+    assert job_procs.wait_gone(5) == []

@@ -41,6 +41,9 @@ ENV_HOST = "TFMESOS_HOST"
 ENV_PORT = "TFMESOS_PORT"
 ENV_PARENT_PID = "TFMESOS_PARENT_PID"
 ENV_SERVER_DEF = "TFMESOS_SERVER_DEF"
+ENV_TLS_CERT = "TFMESOS_TLS_CERT"
+"""The launcher's TLS certificate (PEM): when set, the rendezvous is TLS and
+this exact certificate is the only one trusted."""
 
 CONNECT_TIMEOUT = 30.0
 HANDSHAKE_TIMEOUT = 30.0
@@ -65,6 +68,7 @@ class AgentConfig:
     host: str
     port: int
     parent_pid: int | None
+    tls_cert: str | None = None
 
     @classmethod
     def from_environ(cls, environ: dict[str, str]) -> AgentConfig:
@@ -90,6 +94,7 @@ class AgentConfig:
             host=environ.get(ENV_HOST) or socket.getfqdn(),
             port=port,
             parent_pid=int(parent) if parent and parent.isdigit() else None,
+            tls_cert=environ.get(ENV_TLS_CERT) or None,
         )
 
     @property
@@ -146,6 +151,10 @@ class Channel:
         if not data:
             self.closed = True
             return []
+        # A TLS socket may hold decrypted bytes that select() cannot see.
+        pending = getattr(self.sock, "pending", None)
+        while pending is not None and pending() > 0:
+            data += self.sock.recv(pending())
         return [wire.parse_json(p) for k, p in self.decoder.feed(data) if k == wire.JSON]
 
 
@@ -185,6 +194,8 @@ class Agent:
                     raise AgentError(f"cannot reach the launcher at {host}:{port}: {exc}") from None
                 time.sleep(0.5)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.config.tls_cert is not None:
+            sock = self._wrap_tls(sock)
         channel = Channel(sock)
         hello = self._next_message(channel, "hello")
         nonce = str(hello.get("nonce", ""))
@@ -207,6 +218,21 @@ class Agent:
         self.channel = channel
         self.selector.register(sock, selectors.EVENT_READ, "launcher")
         return channel
+
+    def _wrap_tls(self, sock: socket.socket) -> socket.socket:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # The launcher's own certificate is the only trust anchor: a pin. The
+        # name it was issued to does not matter, the key does.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=self.config.tls_cert)
+        try:
+            return context.wrap_socket(sock)
+        except (ssl.SSLError, OSError) as exc:
+            raise AgentError(f"TLS with the launcher failed: {exc}") from None
 
     def _next_message(self, channel: Channel, expected: str) -> dict[str, Any]:
         while True:
@@ -422,7 +448,7 @@ def _task_command(
 
 # The agent's own settings are no business of the command; the task id stays,
 # so that a process can always be traced back to its task.
-_AGENT_ONLY = (ENV_LAUNCHER, ENV_SECRET, ENV_HOST, ENV_PORT, ENV_PARENT_PID)
+_AGENT_ONLY = (ENV_LAUNCHER, ENV_SECRET, ENV_HOST, ENV_PORT, ENV_PARENT_PID, ENV_TLS_CERT)
 
 
 def run(config: AgentConfig, environ: dict[str, str]) -> int:

@@ -200,6 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="local backend: where each task's full output is kept (default: a new temporary directory)",
     )
 
+    security = parser.add_argument_group("security")
+    security.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="serve the rendezvous over TLS with this certificate; tasks trust only it",
+    )
+    security.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="say more about what the launcher does"
     )
@@ -259,6 +266,12 @@ def _extra_config(path: str | None) -> tuple[str | None, str | None, dict[str, s
     return config.get("initializer"), config.get("finalizer"), env
 
 
+def _readable(path: str | None, flag: str) -> str | None:
+    if path is not None and not os.access(path, os.R_OK):
+        raise SpecError(f"{flag}: cannot read {path}")
+    return os.path.abspath(path) if path else None
+
+
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     """Parse ``tfrun``'s arguments into the options and the job's spec.
 
@@ -298,6 +311,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             containerizer=args.containerizer_type,
             image=args.image or os.environ.get("DOCKER_IMAGE"),
             force_pull_image=args.force_pull_image,
+            tls_cert=_readable(args.tls_cert, "--tls-cert"),
+            tls_key=_readable(args.tls_key, "--tls-key"),
         )
     except SpecError as exc:
         parser.error(str(exc))

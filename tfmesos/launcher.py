@@ -17,6 +17,7 @@ import asyncio
 import enum
 import logging
 import os
+import ssl
 import sys
 import time
 import uuid
@@ -33,7 +34,7 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
 )
-from tfmesos.errors import ClusterStartError, JobFailedError, TaskFailure, TFMesosError
+from tfmesos.errors import ClusterStartError, JobFailedError, SpecError, TaskFailure, TFMesosError
 from tfmesos.rendezvous import (
     Connection,
     Disconnected,
@@ -148,6 +149,17 @@ class Launcher:
             for index, addr in enumerate(addrs)
         }
 
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if self.spec.tls_cert is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.spec.tls_cert, self.spec.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise SpecError(f"cannot use TLS certificate {self.spec.tls_cert}: {exc}") from None
+        return context
+
     def _backend_for(self, task: TaskSpec) -> Backend:
         if self.chief_backend is not None and self.spec.replica and task.name == "worker:0":
             return self.chief_backend
@@ -161,7 +173,7 @@ class Launcher:
         tasks = self.spec.tasks()
         for backend in self._backends():
             backend.check([t for t in tasks if self._backend_for(t) is backend])
-        await self._rendezvous.start(self.backend.rendezvous_bind)
+        await self._rendezvous.start(self.backend.rendezvous_bind, tls=self._tls_context())
         self._started_backend = True
         for backend in self._backends():
             await backend.start(self._on_backend)
@@ -237,6 +249,8 @@ class Launcher:
                 agent.ENV_SECRET: self._secret.hex(),
             }
         )
+        if self.spec.tls_cert is not None:
+            env[agent.ENV_TLS_CERT] = self._tls_pem()
         task.state = TaskState.LAUNCHED
         await self._backend_for(spec).launch(Launch(task_id, spec, env))
 
@@ -283,6 +297,11 @@ class Launcher:
         logger.info(
             "cluster up: %s", ", ".join(f"{len(a)} {j}" for j, a in self.cluster_def.items())
         )
+
+    def _tls_pem(self) -> str:
+        assert self.spec.tls_cert is not None
+        with open(self.spec.tls_cert) as cert:
+            return cert.read()
 
     # -- the loop -------------------------------------------------------------
 

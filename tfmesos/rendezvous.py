@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -115,8 +116,13 @@ class RendezvousServer:
         self._handlers: set[asyncio.Task[None]] = set()
         self.port = 0
 
-    async def start(self, host: str, port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._handle, host, port, limit=READ_SIZE)
+    async def start(self, host: str, port: int = 0, tls: ssl.SSLContext | None = None) -> int:
+        extra: dict[str, Any] = {}
+        if tls is not None:
+            extra = {"ssl": tls, "ssl_handshake_timeout": self._handshake_timeout}
+        self._server = await asyncio.start_server(
+            self._handle, host, port, limit=READ_SIZE, **extra
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
@@ -142,7 +148,13 @@ class RendezvousServer:
             task_id = await self._serve(reader, writer)
         except asyncio.CancelledError:
             pass
-        except (wire.FrameError, asyncio.TimeoutError, ConnectionError, OSError) as exc:
+        except (
+            wire.FrameError,
+            asyncio.TimeoutError,
+            ConnectionError,
+            OSError,
+            ssl.SSLError,
+        ) as exc:
             logger.debug("rendezvous: dropped %s: %s", peer, exc)
         except Exception:  # a bug must cost one connection, never the launcher
             logger.exception("rendezvous: unexpected error with %s", peer)

@@ -164,6 +164,9 @@ class ClusterSpec:
     containerizer: str | None = None
     image: str | None = None
     force_pull_image: bool = False
+    tls_cert: str | None = None
+    """PEM certificate the rendezvous serves TLS with (tasks pin it)."""
+    tls_key: str | None = None
 
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)
@@ -191,6 +194,8 @@ class ClusterSpec:
         for key, value in self.env.items():
             if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
                 raise SpecError(f"environment variable {key!r} must be a name with a string value")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise SpecError("TLS needs both a certificate and its key")
         if self.containerizer not in (None, "MESOS", "DOCKER"):
             raise SpecError(f"containerizer must be MESOS or DOCKER, not {self.containerizer!r}")
 
