@@ -25,6 +25,8 @@ class JobProcesses:
 
     def __init__(self) -> None:
         self.mark = uuid.uuid4().hex
+        self.ignored: set[int] = set()
+        """Processes that carry the mark but belong to the test's own fixtures."""
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -36,7 +38,9 @@ class JobProcesses:
     def alive(self, exclude: int | None = None) -> list[psutil.Process]:
         found = []
         for proc in psutil.process_iter():
-            if proc.pid == exclude:
+            # The test process itself carries the mark when it hosts a test
+            # Mesos master, so that the master's tasks inherit it.
+            if proc.pid in (exclude, os.getpid()) or proc.pid in self.ignored:
                 continue
             try:
                 if proc.environ().get(MARK) == self.mark and proc.status() != psutil.STATUS_ZOMBIE:

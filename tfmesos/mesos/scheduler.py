@@ -74,6 +74,7 @@ class SchedulerClient:
         self.subscribed = asyncio.Event()
         self.heartbeat_interval = 15.0
         self._closing = False
+        self._tearing_down = False
         self._response: aiohttp.ClientResponse | None = None
 
     # -- masters ---------------------------------------------------------
@@ -113,7 +114,7 @@ class SchedulerClient:
             while not self._closing:
                 try:
                     await self._subscribe_and_read()
-                    if self._closing:
+                    if self._closing or self._tearing_down:
                         return
                     reason = "the event stream ended"
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -219,6 +220,8 @@ class SchedulerClient:
         """Send one call; wait for the subscription first if it is being renewed."""
         if self._closing or self._session is None:
             return
+        if self._tearing_down and call.get("type") != "TEARDOWN":
+            return
         await asyncio.wait_for(self.subscribed.wait(), self._reconnect_timeout)
         assert self.master is not None
         assert self.framework_id is not None
@@ -248,6 +251,8 @@ class SchedulerClient:
     async def close(self, teardown: bool) -> None:
         """Stop; with ``teardown``, first tell the master to kill every task."""
         if teardown and self.subscribed.is_set():
+            # The master ends the stream on TEARDOWN: that end is expected.
+            self._tearing_down = True
             with contextlib.suppress(TFMesosError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.call({"type": "TEARDOWN"}), 10)
         self._closing = True

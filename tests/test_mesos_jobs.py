@@ -1,0 +1,279 @@
+"""Whole jobs on the Mesos backend, through the test master.
+
+The test master (tfmesos.testing.master) speaks the v1 scheduler HTTP API as
+the Mesos docs and protos define it, and runs accepted tasks as real local
+processes; these tests run tfrun and cluster() against it unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import MARK, JobProcesses, run_tfrun
+from tfmesos.testing.master import ThreadedTestMaster
+
+PY = sys.executable
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", code]
+
+
+@pytest.fixture
+def master(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ThreadedTestMaster]:
+    with ThreadedTestMaster(
+        agents=2, cpus=4, mem=8192, heartbeat_interval=1.0, allocation_interval=0.2
+    ) as m:
+        # Tasks inherit the master's environment as it is when they start:
+        # give it the mark that lets job_procs find every process of the job.
+        monkeypatch.setenv(MARK, job_procs.mark)
+        job_procs.ignored.update(m.call(lambda master: master.helper_pids()))
+        yield m
+
+
+def framework_calls(master: ThreadedTestMaster, kind: str) -> list[dict]:  # type: ignore[type-arg]
+    """The bodies of the calls of one type the master received and accepted."""
+    return [c["body"] for c in master.calls(kind) if c["status"] in (200, 202)]
+
+
+def test_a_replica_job_runs_on_offers_and_is_torn_down(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    code = "print('{job_name}:{task_index} ps={ps_hosts} workers={worker_hosts}')"
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--worker-logs",
+        "*",
+        "--",
+        *py(code),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "subscribed as framework" in result.stderr
+    assert f"{master.url}/#/frameworks/" in result.stderr
+    lines = sorted(result.stdout.splitlines())
+    assert [line.split(" ")[1] for line in lines] == ["worker:0", "worker:1"]
+    ps_port = int(re.search(r"ps=[^:]+:(\d+)", lines[0]).group(1))  # type: ignore[union-attr]
+    workers = re.search(r"workers=(\S+)", lines[0]).group(1).split(",")  # type: ignore[union-attr]
+    # ps:0 and worker:1 ran on Mesos agents, on ports taken from their offers.
+    assert 31000 <= ps_port <= 32000
+    assert 31000 <= int(workers[1].rsplit(":", 1)[1]) <= 32000
+    launched = [
+        task
+        for call in framework_calls(master, "ACCEPT")
+        for op in call["accept"]["operations"]
+        for task in op["launch"]["task_infos"]
+    ]
+    assert sorted(t["name"].rsplit(" ", 1)[1] for t in launched) == [
+        "/job:ps/task:0",
+        "/job:worker/task:1",
+    ]
+    for task in launched:
+        ports = [r for r in task["resources"] if r["name"] == "ports"]
+        assert len(ports) == 1
+    assert framework_calls(master, "SUPPRESS"), "no SUPPRESS once every task was placed"
+    assert framework_calls(master, "TEARDOWN"), "no TEARDOWN at the end of the job"
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_task_that_fails_to_launch_is_retried(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    master.fail_next_launch(r"/job:worker/task:1$", count=2)
+    result = run_tfrun(
+        "-m", master.url, "-w", "2", "-s", "0", "--", *py("print('ok')"), env=job_procs.env()
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("relaunching it") == 2
+    assert "TASK_FAILED" in result.stderr
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_worker_failing_mid_job_fails_it_and_tears_down(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    code = (
+        "import sys, time\n"
+        "if '{job_name}:{task_index}' == 'worker:1':\n"
+        "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(4)\n"
+        "time.sleep(120)\n"
+    )
+    result = run_tfrun("-m", master.url, "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 4, result.stderr
+    assert "task worker:1 on 127.0.0.1 exited with status 4" in result.stderr
+    assert "| worker 1 gives up" in result.stderr
+    assert framework_calls(master, "TEARDOWN")
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_dropped_subscription_is_renewed_without_losing_the_job(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    code = "import time; time.sleep(6); print('survived')"
+    import subprocess
+
+    from tests.conftest import ROOT, tfrun_argv
+
+    proc = subprocess.Popen(
+        tfrun_argv("-m", master.url, "-w", "2", "-s", "0", "--", *py(code)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "cluster up" in line:
+            break
+    dropped = master.drop_subscription()
+    assert dropped
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.strip() == "[worker:0] survived"
+    subscribes = framework_calls(master, "SUBSCRIBE")
+    assert len(subscribes) == 2
+    framework_id = subscribes[1]["subscribe"]["framework_info"]["id"]["value"]
+    assert framework_id == subscribes[1]["framework_id"]["value"]
+    assert framework_calls(master, "RECONCILE"), "no reconciliation after re-subscribing"
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_non_leading_master_redirects_to_the_leader(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    leader = master.url.split("://", 1)[1]
+    with ThreadedTestMaster(agents=1, leader=False, leader_address=leader) as standby:
+        result = run_tfrun(
+            "-m",
+            f"{standby.url},{master.url}",
+            "-w",
+            "1",
+            "-s",
+            "1",
+            "--",
+            *py("print('led')"),
+            env=job_procs.env(),
+        )
+    assert result.returncode == 0, result.stderr
+    assert f"redirected to the leading master {master.url}" in result.stderr
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_job_that_does_not_fit_says_why_at_the_timeout(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    started = time.monotonic()
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "--timeout",
+        "3",
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "-Cs",
+        "64",
+        "--",
+        "true",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 1
+    assert time.monotonic() - started < 60
+    assert "not up after 3s: still waiting for ps:0" in result.stderr
+    assert "ps:0 needs cpus 64, mem 1024 MiB, 1 port" in result.stderr
+    assert "the largest offer seen was cpus 4" in result.stderr
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_lost_agent_fails_the_job_naming_the_task(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    import subprocess
+
+    from tests.conftest import ROOT, tfrun_argv
+
+    proc = subprocess.Popen(
+        tfrun_argv(
+            "-m", master.url, "-w", "1", "-s", "1", "--", *py("import time; time.sleep(120)")
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "cluster up" in line:
+            break
+    ps_agent = master.tasks()[0]["agent_id"]
+    master.kill_agent(ps_agent)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert re.search(
+        r"task ps:0 on 127\.0\.0\.1 (ended in state TASK_LOST|ended in state AGENT_LOST)", err
+    ), err
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_mnist_replica_through_the_master(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--",
+        PY,
+        "examples/mnist/mnist_replica.py",
+        "--ps_hosts",
+        "{ps_hosts}",
+        "--worker_hosts",
+        "{worker_hosts}",
+        "--job_name",
+        "{job_name}",
+        "--task_index",
+        "{task_index}",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert re.search(r"\[worker:0\] validation cross entropy = [0-9.]+", result.stdout)
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_plus_in_fine_grained_mode_through_the_master(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    result = subprocess.run(
+        [PY, "examples/plus.py", master.url],
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "42"
+    assert framework_calls(master, "TEARDOWN")
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
