@@ -329,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         stream=sys.stderr,
     )
+    # kazoo narrates every ZooKeeper connection step at INFO.
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
     from tfmesos.run import run_replica_job
 
     try:

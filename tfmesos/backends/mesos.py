@@ -222,6 +222,9 @@ class MesosBackend(Backend):
                 await self._runner
 
     def progress(self) -> str:
+        if not self.client.subscribed.is_set():
+            problem = self.client.last_error or "connecting"
+            return f"not subscribed to a Mesos master yet: {problem}"
         if not self._pending:
             return ""
         waiting = self._pending[0].task

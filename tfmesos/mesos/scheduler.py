@@ -75,6 +75,8 @@ class SchedulerClient:
         self.heartbeat_interval = 15.0
         self._closing = False
         self._tearing_down = False
+        self.last_error = ""
+        """Why the last attempt to subscribe or stay subscribed failed."""
         self._response: aiohttp.ClientResponse | None = None
 
     # -- masters ---------------------------------------------------------
@@ -126,6 +128,7 @@ class SchedulerClient:
                     backoff = 0.5
                 self.subscribed.clear()
                 self.stream_id = None
+                self.last_error = reason
                 waited = asyncio.get_running_loop().time() - lost_since
                 if waited > self._reconnect_timeout:
                     raise MasterLostError(

@@ -1,0 +1,143 @@
+"""Finding the leading master in a real ZooKeeper server (``zk://``).
+
+Masters register in ZooKeeper as Mesos does (src/master/contender): an
+ephemeral, sequential node ``json.info_<sequence>`` under the group path,
+holding the master's ``MasterInfo`` as JSON; the leader is the lowest sequence.
+.ci/run starts the server (scripts/start-zookeeper).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import MARK, ROOT, JobProcesses, tfrun_argv
+from tfmesos.testing.master import ThreadedTestMaster
+
+ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
+
+
+@pytest.fixture
+def zk() -> Iterator[Any]:
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=ZK_HOSTS, timeout=5)
+    try:
+        client.start(timeout=5)
+    except KazooTimeoutError:
+        message = f"no ZooKeeper server at {ZK_HOSTS}: start one with scripts/start-zookeeper"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run it)")
+        pytest.skip(message)
+    yield client
+    client.stop()
+    client.close()
+
+
+def master_info(host: str, port: int) -> bytes:
+    return json.dumps(
+        {
+            "id": uuid.uuid4().hex,
+            "pid": f"master@{host}:{port}",
+            "hostname": host,
+            "port": port,
+            "address": {"hostname": host, "ip": "127.0.0.1", "port": port},
+            "version": "1.11.0",
+        }
+    ).encode()
+
+
+@pytest.fixture
+def master(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ThreadedTestMaster]:
+    with ThreadedTestMaster(agents=2, heartbeat_interval=1.0, allocation_interval=0.2) as m:
+        monkeypatch.setenv(MARK, job_procs.mark)
+        job_procs.ignored.update(m.call(lambda master: master.helper_pids()))
+        yield m
+
+
+def test_the_leader_is_found_in_zookeeper_and_followed_when_it_changes(
+    zk: Any, master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    group = f"/tfmesos-test-{uuid.uuid4().hex}"
+    zk.ensure_path(group)
+    # The same master under two names: a change of leader the client must
+    # follow, while the tasks it knows stay known (as after a real failover,
+    # when agents re-register with the new leader).
+    first = zk.create(
+        f"{group}/json.info_", master_info("127.0.0.1", master.port), ephemeral=True, sequence=True
+    )
+    zk.create(
+        f"{group}/json.info_", master_info("localhost", master.port), ephemeral=True, sequence=True
+    )
+    zk.create(f"{group}/log_replicas", b"")  # other members of the group are not masters
+
+    code = "import time; time.sleep(8); print('done {task_index}')"
+    proc = subprocess.Popen(
+        tfrun_argv(
+            "-m",
+            f"zk://{ZK_HOSTS}{group}",
+            "-w",
+            "2",
+            "-s",
+            "0",
+            "--worker-logs",
+            "*",
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "cluster up" in line:
+            break
+    assert any("leading master is now http://127.0.0.1" in line for line in seen), seen
+    zk.delete(first)  # the leader steps down; the next in line leads
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "".join(seen) + err
+    assert "leading master is now http://localhost" in err
+    assert sorted(out.splitlines()) == ["[worker:0] done 0", "[worker:1] done 1"]
+    subscribes = [c["body"] for c in master.calls("SUBSCRIBE") if c["status"] == 200]
+    assert len(subscribes) == 2
+    # The second SUBSCRIBE is a re-subscription of the same framework.
+    assert "framework_id" not in subscribes[0]
+    renewed = subscribes[1]["subscribe"]["framework_info"]["id"]["value"]
+    assert subscribes[1]["framework_id"]["value"] == renewed
+    assert job_procs.wait_gone(10) == []
+    zk.delete(group, recursive=True)
+
+
+def test_no_master_in_zookeeper_ends_with_a_clear_error(zk: Any, job_procs: JobProcesses) -> None:
+    group = f"/tfmesos-test-{uuid.uuid4().hex}"
+    zk.ensure_path(group)
+    result = subprocess.run(
+        tfrun_argv(
+            "-m", f"zk://{ZK_HOSTS}{group}", "--timeout", "3", "-w", "2", "-s", "0", "--", "true"
+        ),
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "not subscribed to a Mesos master yet: no leading master known" in result.stderr
+    zk.delete(group, recursive=True)
