@@ -21,5 +21,12 @@ def create_backend(name: str, spec: ClusterSpec, **options: object) -> Backend:
         module_name, class_name = BACKENDS[name].split(":")
     except KeyError:
         raise SpecError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})") from None
-    backend_class: type[Backend] = getattr(importlib.import_module(module_name), class_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(
+            f"the {name} backend needs {exc.name}, which is not installed: "
+            f"pip install 'tfmesos[{name}]'"
+        ) from None
+    backend_class: type[Backend] = getattr(module, class_name)
     return backend_class(spec, **options)
