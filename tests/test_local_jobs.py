@@ -335,3 +335,11 @@ def test_the_rendezvous_can_run_over_tls(job_procs: JobProcesses, tmp_path: Path
         "[worker:1] over tls worker:1",
     ]
     assert job_procs.wait_gone(5) == []
+
+
+def test_a_failing_chief_fails_the_job(job_procs: JobProcesses) -> None:
+    code = "import sys, time; sys.exit(7) if '{job_name}:{task_index}' == 'worker:0' else time.sleep(60)"
+    result = run_tfrun("-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 7
+    assert "task worker:0 on 127.0.0.1 exited with status 7" in result.stderr
+    assert job_procs.wait_gone(5) == []

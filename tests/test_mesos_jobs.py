@@ -277,3 +277,72 @@ def test_plus_in_fine_grained_mode_through_the_master(
     assert result.stdout.strip() == "42"
     assert framework_calls(master, "TEARDOWN")
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_an_unreachable_master_is_reported_at_the_timeout(job_procs: JobProcesses) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    result = run_tfrun(
+        "-m",
+        f"127.0.0.1:{port}",
+        "--timeout",
+        "3",
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "--",
+        "true",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 1
+    assert "not subscribed to a Mesos master yet: http://127.0.0.1:" in result.stderr
+    assert "Connect call failed" in result.stderr or "Cannot connect" in result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_master_lost_beyond_the_retry_budget_fails_the_job(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from tests.conftest import ROOT, tfrun_argv
+
+    lost = ThreadedTestMaster(agents=1, heartbeat_interval=1.0, allocation_interval=0.2).start()
+    monkeypatch.setenv(MARK, job_procs.mark)
+    job_procs.ignored.update(lost.call(lambda master: master.helper_pids()))
+    proc = subprocess.Popen(
+        tfrun_argv(
+            "-m",
+            lost.url,
+            "--reconnect-timeout",
+            "3",
+            "-w",
+            "1",
+            "-s",
+            "1",
+            "--",
+            *py("import time; time.sleep(120)"),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "cluster up" in line:
+            break
+    started = time.monotonic()
+    lost.stop()  # the master and its agent go away, tasks and all
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert time.monotonic() - started < 60
+    assert re.search(
+        r"task ps:0 on 127\.0\.0\.1 lost its connection to the launcher|lost the Mesos master", err
+    ), err
+    assert job_procs.wait_gone(10) == []

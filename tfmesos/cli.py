@@ -195,6 +195,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     where.add_argument("--image", help="Docker image for the tasks (default: $DOCKER_IMAGE)")
     where.add_argument(
+        "--reconnect-timeout",
+        type=_positive_float,
+        default=120.0,
+        metavar="SECONDS",
+        help="Mesos: how long to keep trying to re-subscribe after losing the master (default 120)",
+    )
+    where.add_argument(
         "--log-dir",
         metavar="DIR",
         help="local backend: where each task's full output is kept (default: a new temporary directory)",
@@ -334,7 +341,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tfmesos.run import run_replica_job
 
     try:
-        return run_replica_job(spec, args.backend, master=args.master, log_dir=args.log_dir)
+        return run_replica_job(
+            spec,
+            args.backend,
+            master=args.master,
+            log_dir=args.log_dir,
+            reconnect_timeout=args.reconnect_timeout,
+        )
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
         return 1

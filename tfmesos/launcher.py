@@ -56,6 +56,8 @@ TAIL_BYTES = 4096
 """How much of each task's latest output is kept to explain a failure."""
 TAIL_LINES = 15
 PROGRESS_INTERVAL = 15.0
+LOST_CONNECTION_GRACE = 10.0
+"""After a task's connection drops, how long to wait for its backend to say why."""
 DISCONNECT_GRACE = 2.0
 """After a backend says a task ended, how long to wait for its last output."""
 
@@ -94,6 +96,7 @@ class _Task:
     host: str = ""
     connection: Connection | None = None
     disconnected: bool = False
+    disconnected_at: float = 0.0
     ready: bool = False
     ended: TaskEnded | None = None
     exit_code: int | None = None
@@ -361,8 +364,15 @@ class Launcher:
             self._over(task, event.code, f"exited with status {event.code}")
         elif isinstance(event, Disconnected):
             task.disconnected = True
+            task.disconnected_at = time.monotonic()
             if task.ended is not None:
                 self._over(task, task.ended.exit_code, _describe_end(task.ended))
+            else:
+                # An agent exits when its connection drops, so the task is as
+                # good as gone; wait a little for the backend's word on why.
+                asyncio.get_running_loop().call_later(
+                    LOST_CONNECTION_GRACE, self._events.put_nowait, _Tick()
+                )
         elif isinstance(event, TaskPlaced):
             task.host = event.host
         elif isinstance(event, TaskEnded):
@@ -378,9 +388,14 @@ class Launcher:
                 )
 
     def _finish_ended_tasks(self) -> None:
+        now = time.monotonic()
         for task in list(self._tasks.values()):
-            if task.ended is not None and not task.state.over:
+            if task.state.over:
+                continue
+            if task.ended is not None:
                 self._over(task, task.ended.exit_code, _describe_end(task.ended))
+            elif task.disconnected and now - task.disconnected_at >= LOST_CONNECTION_GRACE:
+                self._over(task, None, "lost its connection to the launcher")
 
     def _on_rendezvous(self, event: RendezvousEvent) -> None:
         if isinstance(event, Output):

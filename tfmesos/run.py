@@ -20,12 +20,16 @@ logger = logging.getLogger("tfmesos")
 
 
 def backend_options(
-    backend: str, *, master: str | None = None, log_dir: str | None = None
+    backend: str,
+    *,
+    master: str | None = None,
+    log_dir: str | None = None,
+    reconnect_timeout: float = 120.0,
 ) -> dict[str, Any]:
     """The options each backend takes, from the ones the user may give."""
     if backend == "local":
         return {"log_dir": log_dir}
-    return {"master": master, "log_dir": log_dir}
+    return {"master": master, "log_dir": log_dir, "reconnect_timeout": reconnect_timeout}
 
 
 def run_replica_job(spec: ClusterSpec, backend: str, **options: Any) -> int:
