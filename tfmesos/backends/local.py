@@ -44,12 +44,14 @@ class LocalBackend(Backend):
         host: str = "127.0.0.1",
         log_dir: str | os.PathLike[str] | None = None,
         ports: PortAllocator | None = None,
+        agent_command: Sequence[str] | None = None,
     ) -> None:
         super().__init__(spec)
         self.host = host
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="tfmesos-"))
         self._ports = ports or PortAllocator()
         self._gpus: GpuAllocator | None = None
+        self.agent_command = list(agent_command or [sys.executable, "-m", "tfmesos.agent"])
         self._sink: EventSink | None = None
         self._procs: dict[str, asyncio.subprocess.Process] = {}
         self._waiters: set[asyncio.Task[None]] = set()
@@ -111,9 +113,7 @@ class LocalBackend(Backend):
         )
         with open(self.task_log(launch.task_id), "ab") as log:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "tfmesos.agent",
+                *self.agent_command,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=asyncio.subprocess.STDOUT,
