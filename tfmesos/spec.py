@@ -198,6 +198,11 @@ class ClusterSpec:
             raise SpecError("TLS needs both a certificate and its key")
         if self.containerizer not in (None, "MESOS", "DOCKER"):
             raise SpecError(f"containerizer must be MESOS or DOCKER, not {self.containerizer!r}")
+        if self.containerizer == "DOCKER" and any(job.gpus for job in jobs):
+            raise SpecError(
+                "Mesos gives GPUs only to tasks of the Mesos containerizer (which runs Docker "
+                "images too): drop -C DOCKER / containerizer_type='DOCKER' for GPU jobs"
+            )
 
     def tasks(self) -> list[TaskSpec]:
         return [
