@@ -1192,19 +1192,24 @@ class _LaunchFailure:
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _REAPER_SOURCE = """
-import os, signal, sys
+import os, shutil, signal, sys
 groups = set()
+directories = []
 for line in sys.stdin:
-    line = line.strip()
+    line = line.rstrip("\\n")
     if line[:1] == "+":
         groups.add(int(line[1:]))
     elif line[:1] == "-":
         groups.discard(int(line[1:]))
+    elif line[:1] == "d":
+        directories.append(line[1:])
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
         pass
+for directory in directories:
+    shutil.rmtree(directory, ignore_errors=True)
 """
 
 
@@ -1240,6 +1245,10 @@ class _Reaper:
 
     def untrack(self, pgid: int) -> None:
         self._send(f"-{pgid}")
+
+    def remove_on_exit(self, directory: Path) -> None:
+        if "\n" not in str(directory):
+            self._send(f"d{directory}")
 
     async def close(self) -> None:
         process, self._process = self._process, None
@@ -1439,14 +1448,16 @@ class TestMaster:
         """Create the agents and start serving. Returns self."""
         config = self.config
         self._loop = asyncio.get_running_loop()
-        if config.kill_on_orphan:
-            self._reaper = _Reaper()
         if config.work_dir is None:
             self._work_dir = Path(tempfile.mkdtemp(prefix="tfmesos-test-master-"))
             self._own_work_dir = True
         else:
             self._work_dir = Path(config.work_dir)
             self._work_dir.mkdir(parents=True, exist_ok=True)
+        if config.kill_on_orphan:
+            self._reaper = _Reaper()
+            if self._own_work_dir and not config.keep_work_dir:
+                self._reaper.remove_on_exit(self._work_dir)
         self._create_agents()
 
         app = web.Application()
