@@ -86,3 +86,23 @@ def run_tfrun(
         timeout=timeout,
         cwd=cwd or ROOT,
     )
+
+
+def start_tfrun(*args: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
+    """Start tfrun; return once it says the cluster is up, with what it said so far."""
+    proc = subprocess.Popen(
+        tfrun_argv(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    said = []
+    for line in proc.stderr:
+        said.append(line)
+        if "cluster up" in line:
+            return proc, said
+    proc.wait()
+    raise AssertionError("the job never came up:\n" + "".join(said))

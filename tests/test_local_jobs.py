@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun, tfrun_argv
 
 PY = sys.executable
 
@@ -183,22 +183,15 @@ def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobPro
 
 
 def _start_long_job(job_procs: JobProcesses) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        tfrun_argv(
-            "-w", "2", "-s", "1", "--", *py("import time; print('up', flush=True); time.sleep(600)")
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, _ = start_tfrun(
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--",
+        *py("import time; print('up', flush=True); time.sleep(600)"),
         env=job_procs.env(),
-        cwd=ROOT,
     )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if "cluster up" in line:
-            break
-    else:
-        pytest.fail(f"the job never came up: {proc.wait()}")
     # Wait for the commands themselves: an agent and its command per task.
     deadline = time.monotonic() + 10
     while len(job_procs.alive(exclude=proc.pid)) < 6 and time.monotonic() < deadline:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import MARK, JobProcesses, run_tfrun
+from tests.conftest import MARK, JobProcesses, run_tfrun, start_tfrun
 from tfmesos.testing.master import ThreadedTestMaster
 
 PY = sys.executable
@@ -122,22 +122,10 @@ def test_a_dropped_subscription_is_renewed_without_losing_the_job(
     master: ThreadedTestMaster, job_procs: JobProcesses
 ) -> None:
     code = "import time; time.sleep(6); print('survived')"
-    import subprocess
 
-    from tests.conftest import ROOT, tfrun_argv
-
-    proc = subprocess.Popen(
-        tfrun_argv("-m", master.url, "-w", "2", "-s", "0", "--", *py(code)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=job_procs.env(),
-        cwd=ROOT,
+    proc, _ = start_tfrun(
+        "-m", master.url, "-w", "2", "-s", "0", "--", *py(code), env=job_procs.env()
     )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if "cluster up" in line:
-            break
     dropped = master.drop_subscription()
     assert dropped
     out, err = proc.communicate(timeout=120)
@@ -202,24 +190,18 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
 def test_a_lost_agent_fails_the_job_naming_the_task(
     master: ThreadedTestMaster, job_procs: JobProcesses
 ) -> None:
-    import subprocess
 
-    from tests.conftest import ROOT, tfrun_argv
-
-    proc = subprocess.Popen(
-        tfrun_argv(
-            "-m", master.url, "-w", "1", "-s", "1", "--", *py("import time; time.sleep(120)")
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, _ = start_tfrun(
+        "-m",
+        master.url,
+        "-w",
+        "1",
+        "-s",
+        "1",
+        "--",
+        *py("import time; time.sleep(120)"),
         env=job_procs.env(),
-        cwd=ROOT,
     )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if "cluster up" in line:
-            break
     ps_agent = master.tasks()[0]["agent_id"]
     master.kill_agent(ps_agent)
     _, err = proc.communicate(timeout=60)
@@ -307,36 +289,23 @@ def test_an_unreachable_master_is_reported_at_the_timeout(job_procs: JobProcesse
 def test_a_master_lost_beyond_the_retry_budget_fails_the_job(
     job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import subprocess
-
-    from tests.conftest import ROOT, tfrun_argv
 
     lost = ThreadedTestMaster(agents=1, heartbeat_interval=1.0, allocation_interval=0.2).start()
     monkeypatch.setenv(MARK, job_procs.mark)
     job_procs.ignored.update(lost.call(lambda master: master.helper_pids()))
-    proc = subprocess.Popen(
-        tfrun_argv(
-            "-m",
-            lost.url,
-            "--reconnect-timeout",
-            "3",
-            "-w",
-            "1",
-            "-s",
-            "1",
-            "--",
-            *py("import time; time.sleep(120)"),
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, _ = start_tfrun(
+        "-m",
+        lost.url,
+        "--reconnect-timeout",
+        "3",
+        "-w",
+        "1",
+        "-s",
+        "1",
+        "--",
+        *py("import time; time.sleep(120)"),
         env=job_procs.env(),
-        cwd=ROOT,
     )
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if "cluster up" in line:
-            break
     started = time.monotonic()
     lost.stop()  # the master and its agent go away, tasks and all
     _, err = proc.communicate(timeout=120)

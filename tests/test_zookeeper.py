@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MARK, ROOT, JobProcesses, tfrun_argv
+from tests.conftest import MARK, ROOT, JobProcesses, start_tfrun, tfrun_argv
 from tfmesos.testing.master import ThreadedTestMaster
 
 ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
@@ -82,33 +82,21 @@ def test_the_leader_is_found_in_zookeeper_and_followed_when_it_changes(
     zk.create(f"{group}/log_replicas", b"")  # other members of the group are not masters
 
     code = "import time; time.sleep(8); print('done {task_index}')"
-    proc = subprocess.Popen(
-        tfrun_argv(
-            "-m",
-            f"zk://{ZK_HOSTS}{group}",
-            "-w",
-            "2",
-            "-s",
-            "0",
-            "--worker-logs",
-            "*",
-            "--",
-            sys.executable,
-            "-c",
-            code,
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc, seen = start_tfrun(
+        "-m",
+        f"zk://{ZK_HOSTS}{group}",
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "--worker-logs",
+        "*",
+        "--",
+        sys.executable,
+        "-c",
+        code,
         env=job_procs.env(),
-        cwd=ROOT,
     )
-    assert proc.stderr is not None
-    seen = []
-    for line in proc.stderr:
-        seen.append(line)
-        if "cluster up" in line:
-            break
     assert any("leading master is now http://127.0.0.1" in line for line in seen), seen
     zk.delete(first)  # the leader steps down; the next in line leads
     out, err = proc.communicate(timeout=120)
