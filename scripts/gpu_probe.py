@@ -20,7 +20,9 @@ visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
 if visible:
     out = subprocess.run(
         ["nvidia-smi", f"--id={visible}", "--query-gpu=uuid", "--format=csv,noheader"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     uuids = [line.strip() for line in out.splitlines() if line.strip()]
 print(
