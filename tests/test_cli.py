@@ -5,9 +5,13 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import run_tfrun
+from tfmesos import SpecError
 from tfmesos.cli import build_parser, parse_args
+from tfmesos.spec import parse_volume
 
 ORIGINAL_FLAGS = [
     "-w",
@@ -154,3 +158,50 @@ def test_backend_defaults_to_local_without_a_master(monkeypatch: pytest.MonkeyPa
 def test_parser_has_no_surprise_flags() -> None:
     options = {s for a in build_parser()._actions for s in a.option_strings}
     assert set(ORIGINAL_FLAGS) <= options
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "-w",
+                "-s",
+                "-Cw",
+                "-Mw",
+                "-Gw",
+                "-V",
+                "-e",
+                "--worker-logs",
+                "--timeout",
+                "-m",
+                "--",
+                "x",
+                "1",
+                "-1",
+                "0.5",
+                "/a:/b",
+                "*",
+                "{x}",
+                "{task_index}",
+                "",
+            ]
+        ),
+        max_size=10,
+    )
+)
+def test_any_argument_list_parses_or_exits_2_never_a_traceback(argv: list[str]) -> None:
+    try:
+        parse_args(argv)
+    except SystemExit as exc:
+        assert exc.code in (0, 2)  # noqa: PT017 - any outcome but a traceback is fine
+
+
+@given(st.text(max_size=40))
+def test_volume_parsing_is_a_volume_or_a_spec_error(text: str) -> None:
+    try:
+        volume = parse_volume(text)
+    except SpecError:
+        return
+    assert volume.host_path.startswith("/")
+    assert volume.container_path.startswith("/")

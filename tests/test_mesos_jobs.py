@@ -315,3 +315,34 @@ def test_a_master_lost_beyond_the_retry_budget_fails_the_job(
         r"task ps:0 on 127\.0\.0\.1 lost its connection to the launcher|lost the Mesos master", err
     ), err
     assert job_procs.wait_gone(10) == []
+
+
+def test_killing_the_launcher_outright_leaves_no_task_on_mesos(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    import os
+    import signal
+
+    proc, _ = start_tfrun(
+        "-m",
+        master.url,
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--",
+        *py("import time; time.sleep(600)"),
+        env=job_procs.env(),
+    )
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # No TEARDOWN can be sent; the agents see their connection close and stop
+    # their commands, and the master sees its tasks end.
+    assert job_procs.wait_gone(15) == []
+    assert not framework_calls(master, "TEARDOWN")
+    states = {t["state"] for t in master.tasks()}
+    assert states <= {"TASK_FAILED", "TASK_FINISHED", "TASK_KILLED"}, states
+    # The framework itself waits out its failover_timeout, as Mesos would.
+    frameworks = master.frameworks()
+    assert frameworks
+    assert frameworks[0]["framework_info"]["failover_timeout"] == 60
