@@ -35,6 +35,8 @@ class OfferCapacity:
     scalars: dict[str, list[_Scalar]] = field(default_factory=dict)
     ports: list[tuple[Resource, list[int]]] = field(default_factory=list)
     """Each ports resource with its free ports as [begin, end] pairs, flattened."""
+    _totals: dict[str, float] = field(default_factory=dict)
+    _ports_left: int = 0
 
     @classmethod
     def of(cls, offer: dict[str, Any]) -> OfferCapacity:
@@ -49,24 +51,32 @@ class OfferCapacity:
                 for r in resource.get("ranges", {}).get("range", []):
                     bounds += [int(r["begin"]), int(r["end"])]
                 capacity.ports.append((resource, bounds))
+        capacity._recount()
         return capacity
 
-    def total(self, name: str) -> float:
-        return sum(s.value for s in self.scalars.get(name, []))
-
-    def port_count(self) -> int:
-        return sum(
+    def _recount(self) -> None:
+        # Kept up to date by take() from here on: fits() is then O(1), which
+        # matters when a thousand pending tasks meet each of hundreds of offers.
+        self._totals = {name: sum(s.value for s in parts) for name, parts in self.scalars.items()}
+        self._ports_left = sum(
             bounds[i + 1] - bounds[i] + 1
             for _, bounds in self.ports
             for i in range(0, len(bounds), 2)
         )
 
+    def total(self, name: str) -> float:
+        return self._totals.get(name, 0.0)
+
+    def port_count(self) -> int:
+        return self._ports_left
+
     def fits(self, task: TaskSpec) -> bool:
+        totals = self._totals
         return (
-            self.total("cpus") + _EPSILON >= task.cpus
-            and self.total("mem") + _EPSILON >= task.mem
-            and self.total("gpus") + _EPSILON >= task.gpus
-            and self.port_count() >= 1
+            self._ports_left >= 1
+            and totals.get("cpus", 0.0) + _EPSILON >= task.cpus
+            and totals.get("mem", 0.0) + _EPSILON >= task.mem
+            and totals.get("gpus", 0.0) + _EPSILON >= task.gpus
         )
 
     def take(self, task: TaskSpec) -> tuple[list[Resource], int]:
@@ -84,6 +94,7 @@ class OfferCapacity:
                 taken.append(resource)
                 scalar.value -= part
                 amount -= part
+                self._totals[name] -= part
         template, bounds = next((p for p in self.ports if p[1]), (None, []))
         assert template is not None
         port = bounds[0]
@@ -91,6 +102,7 @@ class OfferCapacity:
             del bounds[:2]
         else:
             bounds[0] += 1
+        self._ports_left -= 1
         resource = _without_amount(template)
         resource["ranges"] = {"range": [{"begin": port, "end": port}]}
         taken.append(resource)
@@ -121,6 +133,8 @@ def place(
     """First fit of ``tasks`` (in order) on one offer: (task position, resources, port)."""
     placed = []
     for position, task in enumerate(tasks):
+        if capacity.port_count() == 0:
+            break
         if capacity.fits(task):
             resources, port = capacity.take(task)
             placed.append((position, resources, port))
