@@ -117,7 +117,7 @@ def test_original_flags_map_to_the_spec(tmp_path: Path) -> None:
             "-V",
             "/a:/b:ro",
             "-C",
-            "docker",
+            "mesos",
             "-f",
             "-n",
             "myjob",
@@ -140,7 +140,7 @@ def test_original_flags_map_to_the_spec(tmp_path: Path) -> None:
         512.0,
         1,
     )
-    assert spec.role == "ml" and spec.containerizer == "DOCKER" and spec.force_pull_image
+    assert spec.role == "ml" and spec.containerizer == "MESOS" and spec.force_pull_image
     assert spec.volumes[0].host_path == "/a" and spec.volumes[0].read_only
     assert spec.name == "myjob"
     assert (spec.initializer, spec.finalizer, dict(spec.env)) == ("echo in", "echo out", {"A": "1"})
