@@ -12,9 +12,11 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tfmesos import agent
@@ -53,7 +55,7 @@ class LocalBackend(Backend):
         self._gpus: GpuAllocator | None = None
         self.agent_command = list(agent_command or [sys.executable, "-m", "tfmesos.agent"])
         self._sink: EventSink | None = None
-        self._procs: dict[str, asyncio.subprocess.Process] = {}
+        self._procs: dict[str, _Running] = {}
         self._waiters: set[asyncio.Task[None]] = set()
 
     @property
@@ -112,25 +114,25 @@ class LocalBackend(Backend):
             }
         )
         with open(self.task_log(launch.task_id), "ab") as log:
-            proc = await asyncio.create_subprocess_exec(
-                *self.agent_command,
-                stdin=asyncio.subprocess.DEVNULL,
+            proc = subprocess.Popen(
+                self.agent_command,
+                stdin=subprocess.DEVNULL,
                 stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
+                stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self.spec.cwd,
                 start_new_session=True,
             )
-        self._procs[launch.task_id] = proc
+        running = _Running(proc, asyncio.get_running_loop().create_future())
+        self._procs[launch.task_id] = running
         self._sink(TaskPlaced(launch.task_id, self.host))
-        waiter = asyncio.create_task(self._wait(launch.task_id, proc, port, gpus))
+        waiter = asyncio.create_task(self._wait(launch.task_id, running, port, gpus))
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
 
-    async def _wait(
-        self, task_id: str, proc: asyncio.subprocess.Process, port: int, gpus: list[str]
-    ) -> None:
-        code = await proc.wait()
+    async def _wait(self, task_id: str, running: _Running, port: int, gpus: list[str]) -> None:
+        code = await _exit_status(running.proc)
+        running.exited.set_result(code)
         self._ports.release(port)
         if self._gpus is not None:
             self._gpus.release(gpus)
@@ -152,25 +154,57 @@ class LocalBackend(Backend):
             return ()
 
     async def kill(self, task_id: str) -> None:
-        proc = self._procs.get(task_id)
-        if proc is not None:
-            await _terminate(proc)
+        running = self._procs.get(task_id)
+        if running is not None:
+            await _terminate(running)
 
     async def close(self) -> None:
-        await asyncio.gather(*(_terminate(p) for p in list(self._procs.values())))
+        await asyncio.gather(*(_terminate(r) for r in list(self._procs.values())))
         for waiter in list(self._waiters):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(waiter), 1.0)
 
 
-async def _terminate(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the agent's group, then SIGKILL it if it has not gone in time."""
-    _signal_group(proc.pid, signal.SIGTERM)
+@dataclass(frozen=True)
+class _Running:
+    proc: subprocess.Popen[bytes]
+    exited: asyncio.Future[int]
+    """Resolves to the agent's wait status once it has exited."""
+
+
+async def _exit_status(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for ``proc`` without a thread: on Linux a pidfd becomes readable
+    when the process exits (asyncio's own child watcher spends a thread per
+    child on Python < 3.12: 500 threads for a 500-task job)."""
     try:
-        await asyncio.wait_for(proc.wait(), KILL_GRACE)
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return await asyncio.to_thread(proc.wait)
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return proc.wait()
+
+
+async def _terminate(running: _Running) -> None:
+    """SIGTERM the agent's group, then SIGKILL it if it has not gone in time."""
+    pgid = running.proc.pid
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)
     except asyncio.TimeoutError:
-        _signal_group(proc.pid, signal.SIGKILL)
-        await proc.wait()
+        _signal_group(pgid, signal.SIGKILL)
+        await running.exited
 
 
 def _signal_group(pgid: int, sig: int) -> None:
