@@ -8,7 +8,6 @@ framework must (``mesos.proto``, ``Resource.allocation_info``).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,10 +115,9 @@ class OfferCapacity:
 
 
 def _without_amount(template: Resource) -> Resource:
-    resource = copy.deepcopy(template)
-    for key in ("scalar", "ranges", "set"):
-        resource.pop(key, None)
-    return resource
+    # A shallow copy: nested parts (allocation_info, reservations) are shared
+    # and never changed, and deepcopy was most of the placement's CPU time.
+    return {k: v for k, v in template.items() if k not in ("scalar", "ranges", "set")}
 
 
 def describe_need(task: TaskSpec) -> str:
@@ -132,10 +130,18 @@ def place(
 ) -> list[tuple[int, list[Resource], int]]:
     """First fit of ``tasks`` (in order) on one offer: (task position, resources, port)."""
     placed = []
+    smallest: tuple[float, float, int] | None = None
     for position, task in enumerate(tasks):
-        if capacity.port_count() == 0:
-            break
         if capacity.fits(task):
             resources, port = capacity.take(task)
             placed.append((position, resources, port))
+            continue
+        if smallest is None:
+            smallest = (
+                min(t.cpus for t in tasks),
+                min(t.mem for t in tasks),
+                min(t.gpus for t in tasks),
+            )
+        if not capacity.fits(TaskSpec("", 0, *smallest, None)):
+            break  # full: no task left can fit
     return placed

@@ -1,0 +1,227 @@
+"""Benchmark 4: the Mesos backend at scale, through the test master.
+
+A. The scheduler's own CPU time to place 1,000 tasks on 200 offers: the Mesos
+   backend's offer handler (fit, TaskInfo, ACCEPT bodies, JSON encoding), fed
+   200 offers at once with 1,000 tasks pending. Target: at most 50 ms.
+B. Bring-up: time from tfrun's start to every task registered ("cluster up")
+   for 10, 100 and 500 trivial tasks (``sleep``) over 50 agents of a test
+   master running in its own process, against the local backend starting the
+   same tasks; and tfrun's own CPU time in each. The target: bring-up of 500
+   tasks bounded by process start, not by the framework.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+from benchlib import PYTHON, ROOT, Result, alternate, bench_env, command_line, parse_args, tfrun
+
+sys.path.insert(0, str(ROOT))
+
+from tfmesos import ClusterSpec, Job
+from tfmesos.backends.base import Launch
+from tfmesos.backends.mesos import MesosBackend
+
+
+def offers(count: int) -> list[dict[str, Any]]:
+    def scalar(name: str, value: float) -> dict[str, Any]:
+        return {
+            "name": name,
+            "type": "SCALAR",
+            "scalar": {"value": value},
+            "role": "*",
+            "allocation_info": {"role": "*"},
+        }
+
+    return [
+        {
+            "id": {"value": f"o{i}"},
+            "framework_id": {"value": "f"},
+            "agent_id": {"value": f"a{i}"},
+            "hostname": f"agent{i}",
+            "resources": [
+                scalar("cpus", 8),
+                scalar("mem", 65536),
+                {
+                    "name": "ports",
+                    "type": "RANGES",
+                    "ranges": {"range": [{"begin": 31000, "end": 32000}]},
+                    "role": "*",
+                    "allocation_info": {"role": "*"},
+                },
+            ],
+        }
+        for i in range(count)
+    ]
+
+
+def placement_cpu(tasks: int, offer_count: int) -> float:
+    """CPU seconds of the offer handler for ``tasks`` pending on ``offer_count`` offers."""
+    spec = ClusterSpec((Job("worker", tasks, cpus=1, mem=512, cmd="true"),), replica=True)
+    backend = MesosBackend(spec, master="127.0.0.1:5050")
+    sent: list[dict[str, Any]] = []
+    backend._sink = lambda event: None
+    backend._call = sent.append  # type: ignore[method-assign]
+    env = {"TFMESOS_LAUNCHER": "h:1", "TFMESOS_SECRET": "00" * 32}
+    backend._pending = [
+        Launch(f"worker.{t.index}.1.x", t, {**env, "TFMESOS_TASK_ID": f"worker.{t.index}.1.x"})
+        for t in spec.tasks()
+    ]
+    batch = offers(offer_count)
+    started = time.process_time()
+    backend._on_offers(batch)
+    for call in sent:
+        json.dumps(call)  # the client encodes each call before sending it
+    cpu = time.process_time() - started
+    placed = sum(
+        len(op["launch"]["task_infos"])
+        for call in sent
+        if call["type"] == "ACCEPT"
+        for op in call["accept"]["operations"]
+    )
+    assert placed == tasks, f"placed {placed} of {tasks}"
+    return cpu
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_master(agents: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            PYTHON,
+            "-m",
+            "tfmesos.testing.master",
+            "--port",
+            str(port),
+            "--agents",
+            str(agents),
+            "--cpus",
+            "64",
+            "--mem",
+            "65536",
+            "--allocation-interval",
+            "0.2",
+            "--inherit-env",
+            "--log-level",
+            "WARNING",
+        ],
+        env=bench_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the test master did not start")
+
+
+def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
+    """Seconds from tfrun's start to "cluster up", and tfrun's CPU seconds until then."""
+    argv = [*tfrun()]
+    if master:
+        argv += ["-m", master]
+    argv += ["-w", str(tasks), "-s", "0", "-Cw", "0.01", "-Mw", "1", "--", "sleep", "1"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        env=bench_env(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    up = None
+    cpu = 0.0
+    for line in proc.stderr:
+        if "cluster up" in line:
+            up = time.perf_counter() - started
+            times = psutil.Process(proc.pid).cpu_times()
+            cpu = times.user + times.system
+            break
+    rest = proc.stderr.read()
+    if proc.wait(timeout=600) != 0 or up is None:
+        raise RuntimeError(f"tfrun failed ({proc.returncode}): {rest[-2000:]}")
+    return up, cpu
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], reps=3)
+    sizes = [10] if args.quick else [10, 100, 500]
+    result = Result(
+        "mesos_scale",
+        command_line("mesos_scale.py", args),
+        args.quick,
+        {"sizes": sizes, "agents": 50, "placement": "1000 tasks on 200 offers"},
+    )
+    cpu = [placement_cpu(1000, 200) for _ in range(max(args.reps, 3))]
+    result.add("placement CPU, 1,000 tasks on 200 offers", "s", cpu)
+    row = result.row("placement CPU, 1,000 tasks on 200 offers")
+    result.target(
+        "4: placement", "\u2264 50 ms", f"{row.median * 1000:.1f} ms", row.median <= 0.050
+    )
+    master, url = start_master(50)
+    try:
+        for size in sizes:
+            runs = alternate(
+                args.reps,
+                {
+                    f"mesos {size}": lambda size=size: bring_up(size, url),
+                    f"local {size}": lambda size=size: bring_up(size, None),
+                },
+                warmup=args.warmup and size == sizes[0],
+            )
+            for where in ("mesos", "local"):
+                samples = runs[f"{where} {size}"]
+                result.add(
+                    f"start to cluster up, {where}, {size} tasks", "s", [s[0] for s in samples]
+                )
+                result.add(
+                    f"tfrun CPU until up, {where}, {size} tasks", "s", [s[1] for s in samples]
+                )
+            result.ratio(
+                f"mesos / local, {size} tasks",
+                f"start to cluster up, mesos, {size} tasks",
+                f"start to cluster up, local, {size} tasks",
+            )
+    finally:
+        master.terminate()
+        master.wait(timeout=60)
+    biggest = sizes[-1]
+    mesos = result.row(f"start to cluster up, mesos, {biggest} tasks").median
+    local = result.row(f"start to cluster up, local, {biggest} tasks").median
+    tfrun_cpu = result.row(f"tfrun CPU until up, mesos, {biggest} tasks").median
+    result.target(
+        "4: bring-up bounded by process start",
+        f"{biggest} tasks: Mesos close to local, tfrun's CPU a small part",
+        f"mesos {mesos:.2f} s vs local {local:.2f} s ({mesos / local:.2f}\u00d7); "
+        f"tfrun CPU {tfrun_cpu:.2f} s of it",
+        mesos / local <= 1.5 and tfrun_cpu <= 0.5 * mesos,
+    )
+    result.note(
+        "both backends start one Python agent per task on this 2-core machine; the test "
+        "master's agents are this machine too, so process start bounds both"
+    )
+    result.write(args.results_dir)
+
+
+if __name__ == "__main__":
+    main()
