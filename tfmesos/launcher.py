@@ -140,6 +140,8 @@ class Launcher:
         self._started_backend = False
         self._stopped = False
         self._relaunch: list[tuple[TaskSpec, int]] = []
+        self._tls_pem: str | None = None
+        """The certificate tasks pin, read once when the rendezvous starts."""
         self.cluster_def: dict[str, list[str]] = {}
 
     # -- public ---------------------------------------------------------------
@@ -159,6 +161,8 @@ class Launcher:
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
             context.load_cert_chain(self.spec.tls_cert, self.spec.tls_key)
+            with open(self.spec.tls_cert) as cert:
+                self._tls_pem = cert.read()
         except (OSError, ssl.SSLError) as exc:
             raise SpecError(f"cannot use TLS certificate {self.spec.tls_cert}: {exc}") from None
         return context
@@ -252,8 +256,8 @@ class Launcher:
                 agent.ENV_SECRET: self._secret.hex(),
             }
         )
-        if self.spec.tls_cert is not None:
-            env[agent.ENV_TLS_CERT] = self._tls_pem()
+        if self._tls_pem is not None:
+            env[agent.ENV_TLS_CERT] = self._tls_pem
         task.state = TaskState.LAUNCHED
         await self._backend_for(spec).launch(Launch(task_id, spec, env))
 
@@ -300,11 +304,6 @@ class Launcher:
         logger.info(
             "cluster up: %s", ", ".join(f"{len(a)} {j}" for j, a in self.cluster_def.items())
         )
-
-    def _tls_pem(self) -> str:
-        assert self.spec.tls_cert is not None
-        with open(self.spec.tls_cert) as cert:
-            return cert.read()
 
     # -- the loop -------------------------------------------------------------
 
