@@ -52,6 +52,7 @@ HANDSHAKE_TIMEOUT = 30.0
 STOP_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL for the child's process group."""
 READ_SIZE = 1 << 16
+SEND_BUFFER = 1 << 18
 # A line longer than this is sent in pieces rather than held back.
 MAX_PENDING_LINE = 1 << 16
 
@@ -213,6 +214,9 @@ class Agent:
                     raise AgentError(f"cannot reach the launcher at {host}:{port}: {exc}") from None
                 time.sleep(0.5)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Caps what a task can have in flight when the launcher reads slowly
+        # (Linux would otherwise grow the buffer to several MiB).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         if self.config.tls_cert is not None:
             sock = self._wrap_tls(sock)
         channel = Channel(sock)

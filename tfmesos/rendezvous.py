@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 10.0
 READ_SIZE = 1 << 16
+RECEIVE_BUFFER = 1 << 18
 
 
 class Connection:
@@ -202,6 +204,10 @@ class RendezvousServer:
             await writer.drain()
             return None
         decoder.max_frame = wire.MAX_FRAME
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            # With the agent's send buffer, bounds a task's output in flight.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         connection = Connection(writer, wire.proof(self._secret, "cluster", client_nonce, nonce))
         self._sink(Registered(task_id, addr, connection))
         for kind, payload in early + decoder.feed(b""):
