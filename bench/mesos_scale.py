@@ -12,6 +12,7 @@ B. Bring-up: time from tfrun's start to every task registered ("cluster up")
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import subprocess
@@ -67,7 +68,7 @@ def placement_cpu(tasks: int, offer_count: int) -> float:
     backend = MesosBackend(spec, master="127.0.0.1:5050")
     sent: list[dict[str, Any]] = []
     backend._sink = lambda event: None
-    backend._call = sent.append  # type: ignore[method-assign]
+    backend._call = sent.append  # type: ignore[method-assign, assignment]
     env = {"TFMESOS_LAUNCHER": "h:1", "TFMESOS_SECRET": "00" * 32}
     backend._pending = [
         Launch(f"worker.{t.index}.1.x", t, {**env, "TFMESOS_TASK_ID": f"worker.{t.index}.1.x"})
@@ -184,8 +185,8 @@ def main() -> None:
             runs = alternate(
                 args.reps,
                 {
-                    f"mesos {size}": lambda size=size: bring_up(size, url),
-                    f"local {size}": lambda size=size: bring_up(size, None),
+                    f"mesos {size}": functools.partial(bring_up, size, url),
+                    f"local {size}": functools.partial(bring_up, size, None),
                 },
                 warmup=args.warmup and size == sizes[0],
             )
