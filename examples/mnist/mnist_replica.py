@@ -303,6 +303,8 @@ def run_worker(
     start = time.monotonic()
     local_step = 0
     global_step = 0
+    first_step_at = last_step_at = 0.0
+    first_global_step = 0
     with tf.compat.v1.train.MonitoredTrainingSession(
         master=server.target,
         is_chief=is_chief,
@@ -319,6 +321,9 @@ def run_worker(
             feed = {model.images: data.train_images[batch], model.labels: data.train_labels[batch]}
             global_step, loss = sess.run([model.train_op, model.loss], feed_dict=feed)
             local_step += 1
+            last_step_at = time.perf_counter()
+            if local_step == 1:
+                first_step_at, first_global_step = last_step_at, global_step
             if local_step % report_every == 0:
                 print(
                     f"worker {task_index}: local step {local_step}, global step {global_step}, "
@@ -328,6 +333,16 @@ def run_worker(
         if reports:
             final = sess.run_step_fn(validation_loss)
             print(f"validation cross entropy = {final}", flush=True)
+            # The cluster's training rate, seen from the chief: global steps
+            # (every worker's) between its first and its last step.
+            elapsed = last_step_at - first_step_at
+            steps = global_step - first_global_step
+            if elapsed > 0:
+                print(
+                    f"training: {steps} global steps in {elapsed:.3f} s "
+                    f"({steps / elapsed:.1f} steps/s)",
+                    flush=True,
+                )
 
     print(
         f"worker {task_index}: done after {local_step} local steps "

@@ -1,6 +1,6 @@
 """The local backend: every task a child process of the launcher, on this machine.
 
-Each agent runs in its own session, so a signal to its process group reaches
+Each agent runs in a process group of its own, so a signal to that group reaches
 only that task; the agent puts the user's command in a group of its own, and
 both are bound to their parent's life (see :mod:`tfmesos.agent`).
 """
@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tfmesos import agent
 from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
@@ -121,7 +122,12 @@ class LocalBackend(Backend):
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self.spec.cwd,
-                start_new_session=True,
+                # A process group of its own, so that a signal for the task
+                # reaches only it and Ctrl-C at the terminal reaches only the
+                # launcher; not a session of its own: on kernels that group
+                # scheduling by session (autogroup), that would change how the
+                # CPU is shared between tasks from a hand launch's.
+                **_OWN_PROCESS_GROUP,
             )
         running = _Running(proc, asyncio.get_running_loop().create_future())
         self._procs[launch.task_id] = running
@@ -163,6 +169,11 @@ class LocalBackend(Backend):
         for waiter in list(self._waiters):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(waiter), 1.0)
+
+
+_OWN_PROCESS_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+)
 
 
 @dataclass(frozen=True)
