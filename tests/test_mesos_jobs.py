@@ -83,6 +83,13 @@ def test_a_replica_job_runs_on_offers_and_is_torn_down(
     for task in launched:
         ports = [r for r in task["resources"] if r["name"] == "ports"]
         assert len(ports) == 1
+    (subscribe,) = framework_calls(master, "SUBSCRIBE")
+    framework = subscribe["subscribe"]["framework_info"]
+    assert {c["type"] for c in framework["capabilities"]} == {"GPU_RESOURCES", "MULTI_ROLE"}
+    assert framework["roles"] == ["*"]
+    assert framework["failover_timeout"] == 60
+    assert framework["checkpoint"] is False
+    assert framework["user"]
     assert framework_calls(master, "SUPPRESS"), "no SUPPRESS once every task was placed"
     assert framework_calls(master, "TEARDOWN"), "no TEARDOWN at the end of the job"
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
@@ -346,3 +353,56 @@ def test_killing_the_launcher_outright_leaves_no_task_on_mesos(
     frameworks = master.frameworks()
     assert frameworks
     assert frameworks[0]["framework_info"]["failover_timeout"] == 60
+
+
+def test_sigterm_stops_every_task_and_tears_down(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    import signal
+
+    proc, _ = start_tfrun(
+        "-m",
+        master.url,
+        "--checkpoint",
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--",
+        *py("import time; time.sleep(600)"),
+        env=job_procs.env(),
+    )
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert framework_calls(master, "TEARDOWN")
+    (subscribe,) = framework_calls(master, "SUBSCRIBE")
+    assert subscribe["subscribe"]["framework_info"]["checkpoint"] is True
+    assert job_procs.wait_gone(10) == []
+
+
+def test_no_output_line_is_lost_from_remote_tasks(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    lines = 250_000  # a million lines from four tasks, three of them on Mesos agents
+    code = (
+        "import sys\n"
+        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
+    )
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "-w",
+        "4",
+        "-s",
+        "0",
+        "--worker-logs",
+        "*",
+        "--",
+        *py(code),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    for index in range(4):
+        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
+        assert got == [f"[worker:{index}] {index} line {i}" for i in range(lines)]
+    assert job_procs.wait_gone(10) == []

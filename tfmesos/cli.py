@@ -202,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Mesos: how long to keep trying to re-subscribe after losing the master (default 120)",
     )
     where.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="Mesos: ask agents to checkpoint the tasks, so that they survive an agent restart",
+    )
+    where.add_argument(
         "--log-dir",
         metavar="DIR",
         help="local backend: where each task's full output is kept (default: a new temporary directory)",
@@ -347,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             master=args.master,
             log_dir=args.log_dir,
             reconnect_timeout=args.reconnect_timeout,
+            checkpoint=args.checkpoint,
         )
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)

@@ -20,6 +20,7 @@ from typing import Any
 from tfmesos.backends import create_backend
 from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.launcher import Launcher
+from tfmesos.run import backend_options
 from tfmesos.spec import ClusterSpec, Job, coerce_jobs, parse_volume
 
 __all__ = ["Cluster", "cluster"]
@@ -136,6 +137,7 @@ def cluster(
     backend: str | None = None,
     log_dir: str | None = None,
     image: str | None = None,
+    checkpoint: bool = False,
 ) -> Iterator[Cluster]:
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
@@ -172,7 +174,7 @@ def cluster(
                 f"job {job.name!r} has a cmd: fine-grained mode runs TF servers; use tfrun"
             )
     _quiet_logging(quiet)
-    options: dict[str, Any] = {"log_dir": log_dir} if backend == "local" else {"master": master}
+    options = backend_options(backend, master=master, log_dir=log_dir, checkpoint=checkpoint)
     running = Cluster(spec, backend, options)
     running.start()
     try:

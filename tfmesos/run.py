@@ -25,11 +25,17 @@ def backend_options(
     master: str | None = None,
     log_dir: str | None = None,
     reconnect_timeout: float = 120.0,
+    checkpoint: bool = False,
 ) -> dict[str, Any]:
     """The options each backend takes, from the ones the user may give."""
     if backend == "local":
         return {"log_dir": log_dir}
-    return {"master": master, "log_dir": log_dir, "reconnect_timeout": reconnect_timeout}
+    return {
+        "master": master,
+        "log_dir": log_dir,
+        "reconnect_timeout": reconnect_timeout,
+        "checkpoint": checkpoint,
+    }
 
 
 def run_replica_job(spec: ClusterSpec, backend: str, **options: Any) -> int:

@@ -135,6 +135,7 @@ class MesosBackend(Backend):
         reconnect_timeout: float = 120.0,
         principal: str | None = None,
         secret: str | None = None,
+        checkpoint: bool = False,
         log_dir: str | None = None,
     ) -> None:
         # log_dir: task output stays in each task's sandbox on Mesos.
@@ -151,6 +152,8 @@ class MesosBackend(Backend):
             "hostname": socket.getfqdn(),
             "roles": roles,
             "failover_timeout": failover_timeout,
+            # Agents keep checkpointed tasks running across their own restarts.
+            "checkpoint": checkpoint,
             "capabilities": [{"type": "MULTI_ROLE"}, {"type": "GPU_RESOURCES"}],
         }
         principal = principal or os.environ.get("MESOS_PRINCIPAL")
