@@ -94,6 +94,7 @@ class LocalBackend(Backend):
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        _raise_open_file_limit()
         logger.info("the full output of each task goes to %s", self.log_dir)
 
     async def launch(self, launch: Launch) -> None:
@@ -216,6 +217,20 @@ async def _terminate(running: _Running) -> None:
     except asyncio.TimeoutError:
         _signal_group(pgid, signal.SIGKILL)
         await running.exited
+
+
+def _raise_open_file_limit() -> None:
+    """The launcher holds two descriptors per task (its connection and its
+    pidfd): 500 tasks pass the common soft limit of 1024. Raise it to the
+    hard limit, which needs no privilege."""
+    try:
+        import resource
+    except ImportError:  # not on a POSIX system
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _signal_group(pgid: int, sig: int) -> None:
