@@ -406,3 +406,36 @@ def test_no_output_line_is_lost_from_remote_tasks(
         got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
         assert got == [f"[worker:{index}] {index} line {i}" for i in range(lines)]
     assert job_procs.wait_gone(10) == []
+
+
+def test_an_exception_in_a_cluster_block_tears_the_framework_down(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    import subprocess
+    import textwrap
+
+    from tests.conftest import ROOT
+
+    script = textwrap.dedent(
+        f"""
+        from tfmesos import cluster
+
+        with cluster([{{"name": "ps", "num": 1}}, {{"name": "worker", "num": 1}}],
+                     master={master.url!r}, quiet=True) as c:
+            print(sorted(c.targets), flush=True)
+            raise RuntimeError("boom in the block")
+        """
+    )
+    result = subprocess.run(
+        [PY, "-c", script],
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stdout.strip() == "['/job:ps/task:0', '/job:worker/task:0']"
+    assert result.stderr.rstrip().endswith("RuntimeError: boom in the block")
+    assert framework_calls(master, "TEARDOWN")
+    assert job_procs.wait_gone(10) == []
