@@ -208,9 +208,7 @@ def main() -> None:
     ]
     result.add("launcher + agents CPU / tasks' CPU while training", "%", share)
     wall = result.ratio("wall time tfrun / hand", "wall time, tfrun", "wall time, hand")
-    result.ratio(
-        "global steps/s tfrun / hand", "global steps/s, tfrun", "global steps/s, hand"
-    )
+    result.ratio("global steps/s tfrun / hand", "global steps/s, tfrun", "global steps/s, hand")
     rate = result.ratio(
         "global steps/s as the chief timed them tfrun / hand",
         "global steps/s as the chief timed them, tfrun",
