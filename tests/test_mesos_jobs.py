@@ -439,3 +439,34 @@ def test_an_exception_in_a_cluster_block_tears_the_framework_down(
     assert result.stderr.rstrip().endswith("RuntimeError: boom in the block")
     assert framework_calls(master, "TEARDOWN")
     assert job_procs.wait_gone(10) == []
+
+
+def test_the_launcher_advertises_the_host_it_is_told(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "--worker-logs",
+        "*",
+        "--",
+        *py("print('{worker_hosts}')"),
+        env=job_procs.env(TFMESOS_ADVERTISE_HOST="127.0.0.1"),
+    )
+    assert result.returncode == 0, result.stderr
+    # The chief runs beside the launcher and is reached at the advertised host.
+    assert result.stdout.splitlines()[0].split(" ", 1)[1].startswith("127.0.0.1:")
+    (subscribe,) = framework_calls(master, "SUBSCRIBE")
+    assert subscribe["subscribe"]["framework_info"]["hostname"] == "127.0.0.1"
+    launched = [
+        task
+        for call in framework_calls(master, "ACCEPT")
+        for op in call["accept"]["operations"]
+        for task in op["launch"]["task_infos"]
+    ]
+    env = {v["name"]: v["value"] for v in launched[0]["command"]["environment"]["variables"]}
+    assert env["TFMESOS_LAUNCHER"].startswith("127.0.0.1:")

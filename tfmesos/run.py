@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 from typing import Any
 
 from tfmesos.backends import create_backend
+from tfmesos.backends.base import advertised_host
 from tfmesos.errors import ClusterStartError, JobFailedError
 from tfmesos.launcher import Launcher
 from tfmesos.spec import ClusterSpec
@@ -50,7 +50,7 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
         from tfmesos.backends.local import LocalBackend
 
         # Remote tasks must reach the chief: it listens on this host's name.
-        chief = LocalBackend(spec, host=socket.getfqdn(), log_dir=options.get("log_dir"))
+        chief = LocalBackend(spec, host=advertised_host(), log_dir=options.get("log_dir"))
     launcher = Launcher(spec, backend, chief_backend=chief)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()

@@ -13,6 +13,16 @@ from typing import ClassVar
 
 from tfmesos.spec import ClusterSpec, TaskSpec
 
+
+def advertised_host() -> str:
+    """This machine's name as remote tasks should dial it: ``TFMESOS_ADVERTISE_HOST`` if
+    set (for a launcher whose FQDN other hosts cannot resolve), else the FQDN."""
+    import os
+    import socket
+
+    return os.environ.get("TFMESOS_ADVERTISE_HOST") or socket.getfqdn()
+
+
 __all__ = [
     "Backend",
     "BackendEvent",
@@ -21,6 +31,7 @@ __all__ = [
     "Launch",
     "TaskEnded",
     "TaskPlaced",
+    "advertised_host",
 ]
 
 
@@ -75,9 +86,7 @@ class Backend(abc.ABC):
     @property
     def rendezvous_host(self) -> str:
         """The host name tasks dial to reach the rendezvous."""
-        import socket
-
-        return socket.getfqdn()
+        return advertised_host()
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:  # noqa: B027 - optional hook
         """Raise :class:`~tfmesos.errors.ResourceError` for a task that can never run."""

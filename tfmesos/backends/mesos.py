@@ -13,14 +13,21 @@ import getpass
 import logging
 import os
 import re
-import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfmesos import agent
-from tfmesos.backends.base import Backend, BackendFailed, EventSink, Launch, TaskEnded, TaskPlaced
+from tfmesos.backends.base import (
+    Backend,
+    BackendFailed,
+    EventSink,
+    Launch,
+    TaskEnded,
+    TaskPlaced,
+    advertised_host,
+)
 from tfmesos.errors import SpecError
 from tfmesos.mesos.placement import OfferCapacity, describe_need, place
 from tfmesos.mesos.scheduler import SchedulerClient
@@ -149,7 +156,7 @@ class MesosBackend(Backend):
         framework: dict[str, Any] = {
             "user": self.user,
             "name": spec.name,
-            "hostname": socket.getfqdn(),
+            "hostname": advertised_host(),
             "roles": roles,
             "failover_timeout": failover_timeout,
             # Agents keep checkpointed tasks running across their own restarts.
@@ -240,10 +247,6 @@ class MesosBackend(Backend):
             text
             + f"; the largest offer seen was {offer.summary()} on {offer.offer.get('hostname')}"
         )
-
-    @property
-    def rendezvous_host(self) -> str:
-        return socket.getfqdn()
 
     # -- events ------------------------------------------------------------
 
