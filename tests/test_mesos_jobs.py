@@ -470,3 +470,19 @@ def test_the_launcher_advertises_the_host_it_is_told(
     ]
     env = {v["name"]: v["value"] for v in launched[0]["command"]["environment"]["variables"]}
     assert env["TFMESOS_LAUNCHER"].startswith("127.0.0.1:")
+
+
+def test_a_task_that_never_starts_is_named_with_where_to_look(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    master.fail_next_launch(r"/job:ps/task:0$", count=3, message="Failed to pull the image")
+    result = run_tfrun("-m", master.url, "-w", "1", "-s", "1", "--", "true", env=job_procs.env())
+    assert result.returncode == 1
+    assert (
+        "task ps:0 on 127.0.0.1 ended in state TASK_FAILED: Failed to pull the image"
+        in result.stderr
+    )
+    assert "failed 3 times before the cluster was up; giving up" in result.stderr
+    assert "its sandbox on its host" in result.stderr
+    assert framework_calls(master, "TEARDOWN")
+    assert job_procs.wait_gone(10) == []

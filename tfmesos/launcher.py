@@ -436,9 +436,15 @@ class Launcher:
         if self._phase is Phase.STARTING:
             task.state = TaskState.FAILED
             if task.attempt >= MAX_ATTEMPTS:
+                hint = ""
+                if not failure.output_tail:
+                    hint = (
+                        "; it printed nothing the launcher could see: its own output is in its "
+                        "sandbox on its host (stdout and stderr, in the Mesos web UI)"
+                    )
                 raise ClusterStartError(
                     f"{failure.describe()}\nthe task failed {task.attempt} times before the "
-                    "cluster was up; giving up",
+                    f"cluster was up; giving up{hint}",
                     failure,
                 )
             logger.warning(
