@@ -479,10 +479,11 @@ def test_a_task_that_never_starts_is_named_with_where_to_look(
     result = run_tfrun("-m", master.url, "-w", "1", "-s", "1", "--", "true", env=job_procs.env())
     assert result.returncode == 1
     assert (
-        "task ps:0 on 127.0.0.1 ended in state TASK_FAILED: Failed to pull the image"
-        in result.stderr
+        "task ps:0 on 127.0.0.1 ended in state TASK_FAILED: "
+        "Failed to launch container: Failed to pull the image" in result.stderr
     )
     assert "failed 3 times before the cluster was up; giving up" in result.stderr
     assert "its sandbox on its host" in result.stderr
+    assert "re-subscribing" not in result.stderr  # the end of the stream was expected
     assert framework_calls(master, "TEARDOWN")
     assert job_procs.wait_gone(10) == []

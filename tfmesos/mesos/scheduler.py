@@ -116,13 +116,13 @@ class SchedulerClient:
             while not self._closing:
                 try:
                     await self._subscribe_and_read()
-                    if self._closing or self._tearing_down:
-                        return
                     reason = "the event stream ended"
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                     reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 except _NoMaster as exc:
                     reason = str(exc)
+                if self._closing or self._tearing_down:
+                    return  # the master ends the stream on TEARDOWN, as asked
                 if self.subscribed.is_set():
                     lost_since = asyncio.get_running_loop().time()
                     backoff = 0.5
