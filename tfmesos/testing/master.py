@@ -1266,7 +1266,17 @@ class _Reaper:
 
 
 def _killpg(pgid: int, sig: int) -> bool:
-    """Signal a process group; False if it no longer exists."""
+    """Signal a task's processes; False if its process group no longer exists.
+
+    Every task starts in a session of its own (its pgid is also its session
+    id). Like Mesos, which kills a task's whole process tree (the posix
+    launcher's ``os::killtree`` follows groups and sessions; cgroups take the
+    container), the signal also reaches processes the task moved into other
+    process groups of its session.
+    """
+    for pid in _session_members(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
     try:
         os.killpg(pgid, sig)
     except ProcessLookupError:
@@ -1274,6 +1284,27 @@ def _killpg(pgid: int, sig: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _session_members(sid: int) -> list[int]:
+    """Processes in session ``sid`` (Linux /proc; elsewhere none are found)."""
+    members: list[int] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command name: state, ppid, pgrp, session, ...
+        if len(fields) > 3 and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
 
 
 def _describe_exit(returncode: int) -> str:
