@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -335,4 +336,26 @@ def test_a_failing_chief_fails_the_job(job_procs: JobProcesses) -> None:
     result = run_tfrun("-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
     assert result.returncode == 7
     assert "task worker:0 on 127.0.0.1 exited with status 7" in result.stderr
+    assert job_procs.wait_gone(5) == []
+
+
+def test_an_agent_killed_outright_takes_its_command_with_it(job_procs: JobProcesses) -> None:
+    proc, _ = start_tfrun(
+        "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)"), env=job_procs.env()
+    )
+    deadline = time.monotonic() + 10
+    while len(job_procs.alive(exclude=proc.pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    agents = [
+        p for p in job_procs.alive(exclude=proc.pid) if "tfmesos.agent" in " ".join(p.cmdline())
+    ]
+    commands = [c for a in agents for c in a.children()]
+    assert len(agents) == 2
+    assert len(commands) == 2  # the command itself, not a shell around it
+    agents[0].kill()  # as the OOM killer would
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert re.search(
+        r"task (ps|worker):0 on 127\.0\.0\.1 (killed by SIGKILL|exited with status 137)", err
+    ), err
     assert job_procs.wait_gone(5) == []

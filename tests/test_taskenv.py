@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tfmesos.agent import exec_if_simple
 from tfmesos.taskenv import fill_placeholders, placeholder_values, placeholders_in, task_environment
 
 CLUSTER = {"ps": ["h1:1"], "worker": ["h2:2", "h3:3"]}
@@ -46,3 +47,28 @@ def test_tf_config_leaves_out_empty_jobs() -> None:
     env = task_environment({"ps": [], "worker": ["h:1"]}, "worker", 0)
     assert json.loads(env["TF_CONFIG"])["cluster"] == {"worker": ["h:1"]}
     assert env["TFMESOS_PS_HOSTS"] == ""
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("python train.py --x 1", "exec python train.py --x 1"),
+        ("python -c 'print(1)' > out.txt", "exec python -c 'print(1)' > out.txt"),
+        ('python -c "a(); b()"', 'exec python -c "a(); b()"'),
+        ("prepare&&train", "prepare&&train"),
+        ("python x.py --at=$(date)", "python x.py --at=$(date)"),
+        ("python 'unbalanced", "python 'unbalanced"),
+        ("prepare && train", "prepare && train"),
+        ("a; b", "a; b"),
+        ("a | b", "a | b"),
+        ("(cd x; y)", "(cd x; y)"),
+        ("FOO=1 python x", "FOO=1 python x"),
+        ("if true; then x; fi", "if true; then x; fi"),
+        ("echo `date`", "echo `date`"),
+        ("exec python x", "exec python x"),
+    ],
+)
+def test_a_simple_command_is_execed_and_anything_else_left_alone(
+    command: str, expected: str
+) -> None:
+    assert exec_if_simple(command) == expected

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import selectors
+import shlex
 import signal
 import socket
 import subprocess
@@ -466,7 +467,38 @@ def _task_command(
         env[ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
         return [sys.executable, "-m", "tfmesos.tfserver"], env
     values = taskenv.placeholder_values(cluster, job_name, task_index)
-    return taskenv.fill_placeholders(str(command), values), env
+    return exec_if_simple(taskenv.fill_placeholders(str(command), values)), env
+
+
+# Shell operators that make a command line more than one simple command.
+_OPERATORS = ";&|()"
+_KEYWORDS = frozenset({"if", "for", "while", "until", "case", "{", "!", "exec", "function"})
+
+
+def exec_if_simple(command: str) -> str:
+    """``exec`` a simple command, so that the shell becomes the command.
+
+    The command is then the agent's own child, which the kernel kills when the
+    agent dies however it dies (``PR_SET_PDEATHSIG``); behind a shell that
+    stays, only the shell would be, and the command would outlive both.
+    Anything that is not plainly one command (lists, pipelines, subshells,
+    keywords, leading variable assignments, command substitution) is left as
+    it is.
+    """
+    stripped = command.strip()
+    if not stripped or "`" in stripped or "\n" in stripped or "$(" in stripped:
+        return command
+    lexer = shlex.shlex(stripped, posix=True, punctuation_chars=_OPERATORS)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:  # unbalanced quotes: let the shell say so
+        return command
+    if not tokens or any(t and set(t) <= set(_OPERATORS) for t in tokens):
+        return command
+    if tokens[0] in _KEYWORDS or "=" in tokens[0]:
+        return command
+    return f"exec {stripped}"
 
 
 # The agent's own settings are no business of the command; the task id stays,
