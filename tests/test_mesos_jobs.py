@@ -43,6 +43,16 @@ def framework_calls(master: ThreadedTestMaster, kind: str) -> list[dict]:  # typ
     return [c["body"] for c in master.calls(kind) if c["status"] in (200, 202)]
 
 
+def launched_tasks(master: ThreadedTestMaster) -> list[dict]:  # type: ignore[type-arg]
+    """Every TaskInfo the framework launched, from its accepted ACCEPT calls."""
+    return [
+        task
+        for call in framework_calls(master, "ACCEPT")
+        for op in call["accept"]["operations"]
+        for task in op["launch"]["task_infos"]
+    ]
+
+
 def test_a_replica_job_runs_on_offers_and_is_torn_down(
     master: ThreadedTestMaster, job_procs: JobProcesses
 ) -> None:
@@ -70,12 +80,7 @@ def test_a_replica_job_runs_on_offers_and_is_torn_down(
     # ps:0 and worker:1 ran on Mesos agents, on ports taken from their offers.
     assert 31000 <= ps_port <= 32000
     assert 31000 <= int(workers[1].rsplit(":", 1)[1]) <= 32000
-    launched = [
-        task
-        for call in framework_calls(master, "ACCEPT")
-        for op in call["accept"]["operations"]
-        for task in op["launch"]["task_infos"]
-    ]
+    launched = launched_tasks(master)
     assert sorted(t["name"].rsplit(" ", 1)[1] for t in launched) == [
         "/job:ps/task:0",
         "/job:worker/task:1",
@@ -462,12 +467,7 @@ def test_the_launcher_advertises_the_host_it_is_told(
     assert result.stdout.splitlines()[0].split(" ", 1)[1].startswith("127.0.0.1:")
     (subscribe,) = framework_calls(master, "SUBSCRIBE")
     assert subscribe["subscribe"]["framework_info"]["hostname"] == "127.0.0.1"
-    launched = [
-        task
-        for call in framework_calls(master, "ACCEPT")
-        for op in call["accept"]["operations"]
-        for task in op["launch"]["task_infos"]
-    ]
+    launched = launched_tasks(master)
     env = {v["name"]: v["value"] for v in launched[0]["command"]["environment"]["variables"]}
     assert env["TFMESOS_LAUNCHER"].startswith("127.0.0.1:")
 

@@ -36,7 +36,7 @@ def zk() -> Iterator[Any]:
         message = f"no ZooKeeper server at {ZK_HOSTS}: start one with scripts/start-zookeeper"
         if os.environ.get("CI"):
             pytest.fail(message + " (CI must run it)")
-        pytest.skip(message)
+        pytest.skip(reason=message)
     yield client
     client.stop()
     client.close()
