@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -125,6 +126,75 @@ def test_no_output_line_is_lost(job_procs: JobProcesses) -> None:
         expected = [f"[worker:{index}] {index} line {i}" for i in range(lines)]
         assert got[:-1] == expected  # all of them, in order
         assert got[-1] == f"[worker:{index}] no newline at the end"
+
+
+def test_a_stalled_terminal_does_not_stall_the_launcher(job_procs: JobProcesses) -> None:
+    # Nobody reads tfrun's stdout while worker 0 floods it: the launcher must
+    # still see worker 1 fail (it logs that on stderr) and end the job, and
+    # then write out, in order, every line it had taken from worker 0.
+    code = (
+        "import sys, time\n"
+        "if '{task_index}' == '1':\n"
+        "    time.sleep(1); sys.exit(3)\n"
+        "w = sys.stdout.write\n"
+        "for i in range(100_000): w(f'line {{i}} ' + 'x' * 60 + '\\n')\n"  # 7 MB
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None and proc.stdout is not None
+    said: list[bytes] = []
+    noticed = threading.Event()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if b"worker:1 on 127.0.0.1 exited with status 3" in line:
+                noticed.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        assert noticed.wait(60), (
+            "the launcher did not notice the failure:\n" + b"".join(said).decode()
+        )
+        stdout = proc.stdout.read()
+    finally:
+        if not noticed.is_set():
+            proc.kill()
+    assert proc.wait(timeout=60) == 3
+    reader.join(10)
+    lines = stdout.decode().splitlines()
+    assert len(lines) > 1000  # more than the pipe and the buffers held at the failure
+    assert lines == [f"[worker:0] line {i} " + "x" * 60 for i in range(len(lines))]
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_reader_that_goes_away_costs_the_output_not_the_job(job_procs: JobProcesses) -> None:
+    # As with `tfrun ... | head -1`: the job runs to its end, and says once why
+    # the rest of its output is gone, with no traceback.
+    code = "import time\nfor i in range(50): print(i, flush=True); time.sleep(0.02)"
+    proc = subprocess.Popen(
+        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=120)
+    said = stderr.decode()
+    assert proc.returncode == 0, said
+    assert said.count("cannot write the tasks' output any more") == 1, said
+    assert "Traceback" not in said and "Exception ignored" not in said, said
+    assert job_procs.wait_gone(5) == []
 
 
 def test_unforwarded_output_is_kept_in_the_task_log(

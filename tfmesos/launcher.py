@@ -34,6 +34,7 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
 )
+from tfmesos.console import ConsoleWriter
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError, TaskFailure, TFMesosError
 from tfmesos.rendezvous import (
     Connection,
@@ -130,12 +131,14 @@ class Launcher:
         # Replica mode runs the chief (worker 0) beside the launcher, on this
         # machine, whatever runs the rest: its exit decides the job's.
         self.chief_backend = chief_backend
-        self._output = output if output is not None else sys.stdout.buffer
+        self._console = ConsoleWriter(output if output is not None else sys.stdout.buffer)
         self._secret = secret or os.urandom(32)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._tasks: dict[str, _Task] = {}
         self._current: dict[str, _Task] = {}
-        self._rendezvous = RendezvousServer(self._secret, self._admit, self._on_rendezvous)
+        self._rendezvous = RendezvousServer(
+            self._secret, self._admit, self._on_rendezvous, flow=self._console.writable
+        )
         self._phase = Phase.STARTING
         self._started_backend = False
         self._stopped = False
@@ -231,6 +234,9 @@ class Launcher:
                         await backend.close()
             finally:
                 await self._rendezvous.close()
+                # Every task is gone: what they printed goes out before the
+                # launcher says how the job ended.
+                self._console.close()
         for task in self._current.values():
             if not task.state.over:
                 task.state = TaskState.STOPPED
@@ -398,9 +404,10 @@ class Launcher:
 
     def _on_rendezvous(self, event: RendezvousEvent) -> None:
         if isinstance(event, Output):
-            # Handled at once, on the connection's own reader: a slow terminal
-            # then slows the reader, TCP slows the agent, and the pipe slows
-            # the task, with no unbounded queue anywhere in between.
+            # Handled at once, on the connection's own reader, in order. A slow
+            # terminal fills the console's buffer, which makes the readers wait
+            # (the rendezvous's flow), TCP slows the agent, and the pipe slows
+            # the task: no unbounded queue anywhere, and the loop never blocks.
             task = self._tasks.get(event.task_id)
             if task is not None:
                 self._print_output(task, event.data)
@@ -417,8 +424,7 @@ class Launcher:
         if not task.forward:
             return
         body = data[:-1] if data.endswith(b"\n") else data
-        self._output.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
-        self._output.flush()
+        self._console.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
 
     # -- endings -----------------------------------------------------------
 

@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +99,9 @@ class RendezvousServer:
 
     ``admit(task_id)`` is asked once the proof checks out; it says whether this
     task may register now (a known task, not yet registered). Events go to
-    ``sink`` in the order they happened on each connection.
+    ``sink`` in the order they happened on each connection. ``flow``, when
+    given, is awaited after each read of a task's output: the consumer's way
+    to make the readers wait (and so, through TCP, the tasks) while it catches up.
     """
 
     def __init__(
@@ -109,10 +111,12 @@ class RendezvousServer:
         sink: Callable[[RendezvousEvent], None],
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
+        flow: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._secret = secret
         self._admit = admit
         self._sink = sink
+        self._flow = flow
         self._handshake_timeout = handshake_timeout
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -218,6 +222,8 @@ class RendezvousServer:
                 return task_id
             for kind, payload in decoder.feed(data):
                 self._dispatch(task_id, kind, payload)
+            if self._flow is not None:
+                await self._flow()
 
     async def _first_message(
         self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder

@@ -1,0 +1,107 @@
+"""The console writer: tasks' output leaves the event loop, in order, bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+from tfmesos.console import ConsoleWriter
+
+
+class GatedStream(io.BytesIO):
+    """A stream whose writes wait until the test opens the gate, like a paused terminal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.writes = 0
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.gate.wait()
+        self.writes += 1
+        return super().write(data)
+
+
+def test_chunks_come_out_whole_and_in_order() -> None:
+    out = io.BytesIO()
+
+    async def main() -> None:
+        console = ConsoleWriter(out, high_water=1 << 10)
+        for i in range(20_000):
+            console.write(b"line %d\n" % i)
+            await console.writable()
+        console.close()
+
+    asyncio.run(main())
+    assert out.getvalue().splitlines() == [b"line %d" % i for i in range(20_000)]
+
+
+def test_a_stalled_stream_never_blocks_the_loop_and_bounds_the_buffer() -> None:
+    out = GatedStream()
+    high_water = 64 << 10
+
+    async def main() -> None:
+        console = ConsoleWriter(out, high_water=high_water)
+        produced = 0
+
+        async def producer() -> None:
+            nonlocal produced
+            chunk = b"x" * 4095 + b"\n"
+            for _ in range(1000):  # 4 MiB in all
+                await console.writable()
+                console.write(chunk)
+                produced += len(chunk)
+
+        writer = asyncio.create_task(producer())
+        # While the stream is stalled, the loop keeps time: ten sleeps of
+        # 10 ms take about 100 ms, not "until the terminal wakes up".
+        started = time.monotonic()
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+        assert time.monotonic() - started < 5
+        assert not writer.done()  # the producer waits for room...
+        assert console.buffered <= high_water + 4096  # ...with the buffer bounded
+        assert produced <= high_water + 4096
+        out.gate.set()
+        await asyncio.wait_for(writer, 30)
+        console.close()
+
+    asyncio.run(main())
+    assert len(out.getvalue()) == 1000 * 4096
+    assert out.writes < 1000  # chunks that queued up meanwhile went out together
+
+
+def test_a_reader_that_goes_away_costs_the_output_not_the_job(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(write_end, "wb")
+    os.close(read_end)
+
+    async def main() -> None:
+        console = ConsoleWriter(stream, high_water=1 << 10)
+        for _ in range(100):
+            console.write(b"y" * 100 + b"\n")
+            await asyncio.wait_for(console.writable(), 10)  # never stuck
+        console.close()
+
+    with caplog.at_level(logging.WARNING, logger="tfmesos"):
+        asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    # The stream now points at /dev/null: its own flush at exit cannot fail.
+    stream.write(b"more")
+    stream.flush()
+    stream.close()
+
+
+def test_close_without_output_starts_no_thread() -> None:
+    before = threading.active_count()
+    ConsoleWriter(io.BytesIO()).close()
+    assert threading.active_count() == before
