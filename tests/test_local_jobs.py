@@ -308,6 +308,41 @@ def test_each_task_gets_gpus_of_its_own(job_procs: JobProcesses) -> None:
     assert seen == ["gpus=3", "gpus=5"]
 
 
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# Answers the one query tfmesos makes as nvidia-smi does on a two-GPU host,
+# and records each call.
+echo "$*" >> "$0.calls"
+[ "$*" = "--query-gpu=index --format=csv,noheader" ] || exit 6
+printf '0\\n1\\n'
+"""
+
+
+@pytest.mark.parametrize("gpus_per_worker", [0, 1])
+def test_gpus_are_found_with_nvidia_smi_only_when_asked_for(
+    job_procs: JobProcesses, tmp_path: Path, gpus_per_worker: int
+) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI)
+    smi.chmod(0o755)
+    env = job_procs.env(PATH=f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    code = "import os; print('gpus=' + os.environ['CUDA_VISIBLE_DEVICES'])"
+    result = run_tfrun(
+        *("-w", "2", "-s", "1", "-Gw", str(gpus_per_worker), "--worker-logs", "*", "--"),
+        *py(code),
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    seen = sorted(line.split(" ", 1)[1] for line in result.stdout.splitlines())
+    calls = tmp_path / "nvidia-smi.calls"
+    if gpus_per_worker:
+        assert seen == ["gpus=0", "gpus=1"]
+        assert calls.read_text() == "--query-gpu=index --format=csv,noheader\n"
+    else:
+        assert seen == ["gpus=", "gpus="]  # hidden from tasks that asked for none
+        assert not calls.exists(), "nvidia-smi ran for a job that asked for no GPU"
+
+
 def test_more_gpus_in_all_than_the_machine_has_is_refused(job_procs: JobProcesses) -> None:
     result = run_tfrun(
         "-w",

@@ -88,8 +88,10 @@ def _nvidia_smi_gpus() -> tuple[str, ...]:
     return tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
 
 
-def machine_resources() -> MachineResources:
-    return MachineResources(cpus=_cpus(), mem_mib=_mem_mib(), gpus=_gpus())
+def machine_resources(*, gpus: bool = True) -> MachineResources:
+    """What this machine has; ``gpus=False`` skips looking for GPUs (NVML or
+    ``nvidia-smi`` can take a second), for jobs that ask for none."""
+    return MachineResources(cpus=_cpus(), mem_mib=_mem_mib(), gpus=_gpus() if gpus else ())
 
 
 class GpuAllocator:

@@ -64,9 +64,9 @@ class LocalBackend(Backend):
         return self.host
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:
-        have = machine_resources()
-        self._gpus = GpuAllocator(have.gpus)
         wanted = sum(t.gpus for t in tasks)
+        have = machine_resources(gpus=wanted > 0)
+        self._gpus = GpuAllocator(have.gpus)
         if wanted > len(have.gpus) and all(t.gpus <= len(have.gpus) for t in tasks):
             raise ResourceError(
                 f"the tasks ask for {wanted} GPUs in all; this machine has {len(have.gpus)}, "
@@ -103,11 +103,12 @@ class LocalBackend(Backend):
         env = dict(os.environ)
         env.update(launch.env)
         gpus: list[str] = []
-        if self._gpus is not None and self._gpus.total:
-            # Each task sees only its own GPUs; a task with none sees none
-            # (the original let every task see, and grab, all of them).
+        if self._gpus is not None and launch.task.gpus:
             gpus = self._gpus.allocate(launch.task.gpus)
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        # Each task sees only its own GPUs, and a task that asked for none sees
+        # none, whether or not this machine has any (the original let every
+        # task see, and grab memory on, all of them).
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         env.update(
             {
                 agent.ENV_HOST: self.host,
