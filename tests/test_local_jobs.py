@@ -197,6 +197,36 @@ def test_a_reader_that_goes_away_costs_the_output_not_the_job(job_procs: JobProc
     assert job_procs.wait_gone(5) == []
 
 
+def test_a_command_that_closes_its_output_is_waited_for(job_procs: JobProcesses) -> None:
+    # As a program that sends its own stdout and stderr to a log file does:
+    # the agent sees its pipe close, and must wait for the exit all the same.
+    code = "import os, sys, time; os.close(1); os.close(2); time.sleep(6); sys.exit(4)"
+    started = time.monotonic()
+    result = run_tfrun("-w", "1", "-s", "0", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 4, result.stderr  # its own status, not 137 from a SIGKILL
+    assert time.monotonic() - started >= 6
+    assert job_procs.wait_gone(5) == []
+
+
+def test_what_a_command_leaves_running_ends_with_it(job_procs: JobProcesses) -> None:
+    # A helper started in the background, one that even ignores SIGTERM.
+    code = (
+        "import signal, subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', "
+        "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'])\n"
+        "subprocess.Popen(['sleep', '300'])\n"
+    )
+    result = run_tfrun("-w", "1", "-s", "1", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    assert job_procs.wait_gone(5) == []
+
+
+@pytest.mark.parametrize(("command", "status"), [("exit 3", 3), ("cd / && exit 5", 5)])
+def test_shell_builtins_run_as_written(job_procs: JobProcesses, command: str, status: int) -> None:
+    result = run_tfrun("-w", "1", "-s", "0", "--", command, env=job_procs.env())
+    assert result.returncode == status, result.stderr
+
+
 def test_unforwarded_output_is_kept_in_the_task_log(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:

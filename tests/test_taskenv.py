@@ -66,6 +66,10 @@ def test_tf_config_leaves_out_empty_jobs() -> None:
         ("if true; then x; fi", "if true; then x; fi"),
         ("echo `date`", "echo `date`"),
         ("exec python x", "exec python x"),
+        ("exit 3", "exit 3"),
+        ("cd /data", "cd /data"),
+        (". ./env.sh", ". ./env.sh"),
+        ("ulimit -n 4096", "ulimit -n 4096"),
     ],
 )
 def test_a_simple_command_is_execed_and_anything_else_left_alone(

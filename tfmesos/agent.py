@@ -51,6 +51,9 @@ this exact certificate is the only one trusted."""
 CONNECT_TIMEOUT = 30.0
 HANDSHAKE_TIMEOUT = 30.0
 STOP_GRACE = 5.0
+LEFTOVER_GRACE = 2.0
+"""After the command exits, how long what it left in its process group gets
+between SIGTERM and SIGKILL."""
 """Seconds between SIGTERM and SIGKILL for the child's process group."""
 READ_SIZE = 1 << 16
 SEND_BUFFER = 1 << 18
@@ -107,11 +110,15 @@ class AgentConfig:
         host, _, launcher_port = launcher.rpartition(":")
         if not host or not launcher_port.isdigit():
             raise AgentError(f"{ENV_LAUNCHER} must be host:port, not {launcher!r}")
+        try:
+            secret_bytes = bytes.fromhex(secret)
+        except ValueError:
+            raise AgentError(f"{ENV_SECRET} must be hexadecimal") from None
         parent = environ.get(ENV_PARENT_PID)
         return cls(
             launcher=(host.strip("[]"), int(launcher_port)),
             task_id=task_id,
-            secret=bytes.fromhex(secret),
+            secret=secret_bytes,
             host=environ.get(ENV_HOST) or socket.getfqdn(),
             port=port,
             parent_pid=int(parent) if parent and parent.isdigit() else None,
@@ -183,6 +190,8 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.selector = selectors.DefaultSelector()
+        self._backlog: list[dict[str, Any]] = []
+        """Messages that came in the same read as the cluster definition."""
         self.signal_received: int | None = None
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_w, False)
@@ -283,12 +292,15 @@ class Agent:
                     raise AgentError(
                         f"stopped by signal {self.signal_received} before the cluster was up"
                     )
-                for message in self.channel.receive_available():
+                messages = self.channel.receive_available()
+                for position, message in enumerate(messages):
                     if message["type"] == "cluster":
                         if not wire.proof_matches(self._server_proof, message.get("proof")):
                             raise AgentError(
                                 "the launcher failed to prove it holds the job's secret"
                             )
+                        # A stop right behind it must not be lost.
+                        self._backlog = messages[position + 1 :]
                         return message
                     if message["type"] in ("stop", "reject"):
                         raise AgentError(
@@ -333,6 +345,12 @@ class Agent:
         kill_at: float | None = None
         exited_at: float | None = None
         pipe_open = True
+        # The child's exit wakes the loop through a pidfd, so that a command
+        # that closed or redirected its output is still waited for as long as
+        # it runs, without polling.
+        exit_fd = _pidfd(proc.pid)
+        if exit_fd is not None:
+            self.selector.register(exit_fd, selectors.EVENT_READ, "exit")
 
         def stop_child() -> None:
             nonlocal kill_at
@@ -342,31 +360,40 @@ class Agent:
 
         if self.signal_received is not None:
             stop_child()
-        while pipe_open:
+        if any(m["type"] == "stop" for m in self._backlog) or (
+            self.channel is not None and self.channel.closed
+        ):
+            stop_child()
+        self._backlog.clear()
+        while True:
             now = time.monotonic()
             if kill_at is not None and now >= kill_at:
                 _signal_group(proc.pid, signal.SIGKILL)
                 kill_at = float("inf")
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
-            # A grandchild that left the group may hold the pipe open forever:
+            # Done once the child has exited and its output is all read. A
+            # grandchild that left the group may hold the pipe open forever:
             # once the child itself is gone, give the pipe a moment, then stop.
-            if exited_at is not None and now - exited_at > 1.0:
+            if exited_at is not None and (not pipe_open or now - exited_at > 1.0):
                 break
             if ready_port is not None and exited_at is None and _accepts(ready_port):
                 self._send_json({"type": "ready"})
                 ready_port = None
-            busy = exited_at or kill_at or ready_port is not None
+            busy = exited_at or kill_at or ready_port is not None or exit_fd is None
             for key, _ in self.selector.select(timeout=0.1 if busy else 1.0):
                 if key.data == "child":
                     try:
                         data = os.read(pipe, READ_SIZE)
                     except BlockingIOError:
                         continue
-                    if not data:
+                    if not data:  # the command closed its output; it may run on
                         pipe_open = False
+                        self.selector.unregister(pipe)
                         continue
                     pending = self._forward(pending + data)
+                elif key.data == "exit":
+                    self.selector.unregister(key.fd)
                 elif key.data == "signal":
                     self._drain_wakeup()
                     stop_child()
@@ -378,14 +405,15 @@ class Agent:
                         self.selector.unregister(self.channel.sock)
         if pending:
             self._emit(pending)
-        self.selector.unregister(pipe)
+        if pipe_open:
+            self.selector.unregister(pipe)
+        if exit_fd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(exit_fd)
+            os.close(exit_fd)
         proc.stdout.close()
-        while True:
-            try:
-                returncode = proc.wait(timeout=STOP_GRACE if kill_at is None else 1.0)
-                break
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
+        returncode = proc.wait()
+        _end_group(proc.pid)
         return 128 - returncode if returncode < 0 else returncode
 
     def _forward(self, data: bytes) -> bytes:
@@ -445,9 +473,39 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; say whether anyone was left in it."""
+    try:
         os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _end_group(pgid: int) -> None:
+    """Stop what the command left behind in its process group.
+
+    A task's helpers (a TensorBoard, a data server started in the background)
+    end with the task: SIGTERM, a moment to exit, then SIGKILL. On Mesos the
+    containerizer would kill them anyway; locally nobody else would.
+    """
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if not _signal_group(pgid, 0):
+            return
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or a sandbox without it
+        return None
 
 
 def _task_command(
@@ -473,6 +531,43 @@ def _task_command(
 # Shell operators that make a command line more than one simple command.
 _OPERATORS = ";&|()"
 _KEYWORDS = frozenset({"if", "for", "while", "until", "case", "{", "!", "exec", "function"})
+# Shell builtins that cannot be exec'ed (`exec exit 3` is "exit: not found").
+_BUILTINS = frozenset(
+    {
+        ":",
+        ".",
+        "source",
+        "alias",
+        "bg",
+        "break",
+        "cd",
+        "command",
+        "continue",
+        "declare",
+        "eval",
+        "exit",
+        "export",
+        "fg",
+        "getopts",
+        "hash",
+        "jobs",
+        "local",
+        "read",
+        "readonly",
+        "return",
+        "set",
+        "shift",
+        "times",
+        "trap",
+        "type",
+        "typeset",
+        "ulimit",
+        "umask",
+        "unalias",
+        "unset",
+        "wait",
+    }
+)
 
 
 def exec_if_simple(command: str) -> str:
@@ -496,7 +591,7 @@ def exec_if_simple(command: str) -> str:
         return command
     if not tokens or any(t and set(t) <= set(_OPERATORS) for t in tokens):
         return command
-    if tokens[0] in _KEYWORDS or "=" in tokens[0]:
+    if tokens[0] in _KEYWORDS or tokens[0] in _BUILTINS or "=" in tokens[0]:
         return command
     return f"exec {stripped}"
 
