@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_chunks_come_out_whole_and_in_order() -> None:
         for i in range(20_000):
             console.write(b"line %d\n" % i)
             await console.writable()
-        console.close()
+        await console.aclose()
 
     asyncio.run(main())
     assert out.getvalue().splitlines() == [b"line %d" % i for i in range(20_000)]
@@ -70,7 +71,7 @@ def test_a_stalled_stream_never_blocks_the_loop_and_bounds_the_buffer() -> None:
         assert produced <= high_water + 4096
         out.gate.set()
         await asyncio.wait_for(writer, 30)
-        console.close()
+        await console.aclose()
 
     asyncio.run(main())
     assert len(out.getvalue()) == 1000 * 4096
@@ -89,7 +90,7 @@ def test_a_reader_that_goes_away_costs_the_output_not_the_job(
         for _ in range(100):
             console.write(b"y" * 100 + b"\n")
             await asyncio.wait_for(console.writable(), 10)  # never stuck
-        console.close()
+        await console.aclose()
 
     with caplog.at_level(logging.WARNING, logger="tfmesos"):
         asyncio.run(main())
@@ -103,5 +104,41 @@ def test_a_reader_that_goes_away_costs_the_output_not_the_job(
 
 def test_close_without_output_starts_no_thread() -> None:
     before = threading.active_count()
-    ConsoleWriter(io.BytesIO()).close()
+    asyncio.run(ConsoleWriter(io.BytesIO()).aclose())
     assert threading.active_count() == before
+
+
+def test_abandon_lets_close_return_while_the_stream_is_stalled() -> None:
+    out = GatedStream()
+
+    async def main() -> None:
+        console = ConsoleWriter(out, high_water=1 << 10)
+        console.write(b"stuck\n")
+        await asyncio.sleep(0.05)  # the thread is now blocked in write
+        console.write(b"queued\n")
+        closing = asyncio.create_task(console.aclose())
+        await asyncio.sleep(0.1)
+        assert not closing.done()  # closing waits for the output...
+        console.abandon()
+        await asyncio.wait_for(closing, 5)  # ...until told to give it up
+        console.write(b"after\n")  # dropped
+
+    asyncio.run(main())
+    out.gate.set()
+    time.sleep(0.1)
+    assert b"queued" not in out.getvalue() and b"after" not in out.getvalue()
+
+
+def test_writes_go_straight_to_the_file_descriptor(tmp_path: Path) -> None:
+    path = tmp_path / "out"
+    with path.open("wb") as stream:
+        stream.write(b"before\n")  # buffered in the stream object: goes first
+
+        async def main() -> None:
+            console = ConsoleWriter(stream)
+            for i in range(1000):
+                console.write(b"%d\n" % i)
+            await console.aclose()
+
+        asyncio.run(main())
+    assert path.read_bytes().splitlines() == [b"before"] + [b"%d" % i for i in range(1000)]

@@ -155,7 +155,7 @@ def test_a_stalled_terminal_does_not_stall_the_launcher(job_procs: JobProcesses)
         assert proc.stderr is not None
         for line in proc.stderr:
             said.append(line)
-            if b"worker:1 on 127.0.0.1 exited with status 3" in line:
+            if b"worker:1 on 127.0.0.1 exited with status 3: stopping every task" in line:
                 noticed.set()
 
     reader = threading.Thread(target=read_stderr, daemon=True)
@@ -174,6 +174,69 @@ def test_a_stalled_terminal_does_not_stall_the_launcher(job_procs: JobProcesses)
     assert len(lines) > 1000  # more than the pipe and the buffers held at the failure
     assert lines == [f"[worker:0] line {i} " + "x" * 60 for i in range(len(lines))]
     assert job_procs.wait_gone(5) == []
+
+
+def test_a_signal_while_output_waits_for_a_stalled_reader_ends_tfrun(
+    job_procs: JobProcesses,
+) -> None:
+    # The job is over (worker 1 failed) but tfrun's stdout is not read, so it
+    # waits to write worker 0's output. SIGTERM then drops that output and
+    # tfrun exits with the job's own status.
+    code = (
+        "import sys, time\n"
+        "if '{task_index}' == '1':\n"
+        "    time.sleep(1); sys.exit(3)\n"
+        "for i in range(100_000): print(f'line {{i}} ' + 'x' * 60)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            if b"all tasks stopped" in line or b"exited with status 3" in line:
+                break
+        # Every task is gone once teardown is done; tfrun itself is left
+        # writing to a pipe nobody reads.
+        assert job_procs.wait_gone(20, exclude=proc.pid) == []
+        time.sleep(0.5)
+        assert proc.poll() is None, "tfrun ended without writing what it had"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 3
+        said = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "SIGTERM received while stopping: dropping output not yet written" in said
+    assert "job failed: task worker:1" in said
+
+
+def test_the_verdict_comes_after_the_tasks_last_output(job_procs: JobProcesses) -> None:
+    code = (
+        "import sys, time\n"
+        "if '{task_index}' == '1':\n"
+        "    print('last words', flush=True); time.sleep(0.5); sys.exit(3)\n"
+        "time.sleep(60)\n"
+    )
+    result = subprocess.run(
+        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 3
+    lines = result.stdout.splitlines()
+    verdict = next(i for i, line in enumerate(lines) if "job failed" in line)
+    assert lines.index("[worker:1] last words") < verdict
+    assert verdict == len(lines) - 1 or all(not x.startswith("[worker:") for x in lines[verdict:])
 
 
 def test_a_reader_that_goes_away_costs_the_output_not_the_job(job_procs: JobProcesses) -> None:

@@ -17,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import io
 import logging
 import os
+import select
 import threading
-from typing import BinaryIO
+from collections.abc import Callable
+from typing import BinaryIO, TextIO
 
-__all__ = ["HIGH_WATER", "ConsoleWriter"]
+__all__ = ["HIGH_WATER", "ConsoleWriter", "binary_stream"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -33,9 +36,12 @@ HIGH_WATER = 1 << 20
 class ConsoleWriter:
     """Writes byte chunks to ``stream`` in order, from a thread of its own.
 
-    :meth:`write` never blocks. :meth:`writable` is awaited on the event loop
-    that created the writer; :meth:`close` writes what is left and returns
-    when it is all out (or the stream is gone).
+    :meth:`write` never blocks. :meth:`writable` and :meth:`aclose` are
+    awaited on the event loop that wrote first. A stream with a file
+    descriptor is written with ``os.write`` on it, so the thread never holds
+    the stream object's lock: a thread stuck on a stalled terminal can then be
+    left behind at exit (:meth:`abandon`) without wedging the interpreter's
+    own flush of that stream.
     """
 
     def __init__(self, stream: BinaryIO, *, high_water: int = HIGH_WATER) -> None:
@@ -45,11 +51,15 @@ class ConsoleWriter:
         self._buffered = 0
         self._closing = False
         self._broken = False
+        self._abandoned = False
+        self._idle = False
+        """The thread waits for chunks (so a write must wake it)."""
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._room = asyncio.Event()
         self._room.set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._done: asyncio.Future[None] | None = None
         self._thread = threading.Thread(target=self._run, name="tfmesos-console", daemon=True)
         self._started = False
 
@@ -62,53 +72,86 @@ class ConsoleWriter:
         if not data:
             return
         with self._lock:
-            if self._broken or self._closing:
+            if self._broken or self._closing or self._abandoned:
                 return
             if not self._started:
-                self._loop = asyncio.get_running_loop()
-                self._thread.start()
-                self._started = True
+                self._start()
             self._chunks.append(data)
             self._buffered += len(data)
             if self._buffered > self._high_water:
                 self._room.clear()
-            self._wakeup.notify()
+            if self._idle:
+                self._wakeup.notify()
 
     async def writable(self) -> None:
         """Return once the buffer is below its high-water mark."""
         await self._room.wait()
 
-    def close(self) -> None:
-        """Write everything accepted so far, then stop the thread. Blocks."""
+    async def aclose(self) -> None:
+        """Write everything accepted so far, without blocking the loop."""
         with self._lock:
             self._closing = True
+            if self._idle:
+                self._wakeup.notify()
+        if self._done is not None:
+            await self._done
+
+    def abandon(self) -> None:
+        """Drop what is not written yet and let :meth:`aclose` return now."""
+        with self._lock:
+            self._abandoned = True
+            self._chunks.clear()
+            self._buffered = 0
             self._wakeup.notify()
-        if self._started:
-            self._thread.join()
+        self._room.set()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._done = self._loop.create_future()
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            self._stream.flush()  # anything written to it before goes first
+        self._thread.start()
+        self._started = True
 
     def _run(self) -> None:
-        while True:
-            with self._lock:
-                while not self._chunks and not self._closing:
-                    self._wakeup.wait()
-                if not self._chunks:
-                    return
-                # Coalesce: one write per wakeup, whatever arrived meanwhile.
-                batch = b"".join(self._chunks)
+        try:
+            while self._next_batch():
+                pass
+        finally:
+            self._signal_loop(self._finish)
+
+    def _next_batch(self) -> bool:
+        """Write what has queued up; False when there is nothing more to do."""
+        with self._lock:
+            while not self._chunks and not self._closing and not self._abandoned:
+                self._idle = True
+                self._wakeup.wait()
+            self._idle = False
+            if not self._chunks:
+                return False
+            # Coalesce: one write per wakeup, whatever arrived meanwhile.
+            batch = b"".join(self._chunks)
+            self._chunks.clear()
+        ok = self._write(batch)
+        with self._lock:
+            if ok:
+                self._buffered = max(0, self._buffered - len(batch))
+            else:
+                self._broken = True
                 self._chunks.clear()
-            ok = self._write(batch)
-            with self._lock:
-                self._buffered = 0 if not ok else self._buffered - len(batch)
-                if not ok:
-                    self._broken = True
-                    self._chunks.clear()
-                wake = not self._room.is_set() and self._buffered <= self._high_water
-            if wake and self._loop is not None:
-                # RuntimeError: the loop closed meanwhile, so nobody waits.
-                with contextlib.suppress(RuntimeError):
-                    self._loop.call_soon_threadsafe(self._open_room)
-            if not ok:
-                return
+                self._buffered = 0
+            wake = not self._room.is_set() and self._buffered <= self._high_water
+        if wake:
+            self._signal_loop(self._open_room)
+        return ok and not self._abandoned
+
+    def _signal_loop(self, callback: Callable[[], None]) -> None:
+        if self._loop is not None:
+            # RuntimeError: the loop closed meanwhile, so nobody waits.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(callback)
 
     def _open_room(self) -> None:
         # On the loop: writes accepted since the thread looked may have
@@ -116,16 +159,64 @@ class ConsoleWriter:
         if self._broken or self._buffered <= self._high_water:
             self._room.set()
 
+    def _finish(self) -> None:
+        self._room.set()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
     def _write(self, batch: bytes) -> bool:
         try:
-            self._stream.write(batch)
-            self._stream.flush()
+            fd = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+            fd = None
+        try:
+            if fd is None:
+                self._stream.write(batch)
+                self._stream.flush()
+            else:
+                _write_all(fd, batch, lambda: self._abandoned)
         except Exception as exc:  # a closed pipe, a closed file, a full disk
             logger.warning("cannot write the tasks' output any more (%s); dropping the rest", exc)
             if isinstance(exc, BrokenPipeError):
                 _silence(self._stream)
             return False
         return True
+
+
+def _write_all(fd: int, data: bytes, abandoned: Callable[[], bool]) -> None:
+    view = memoryview(data)
+    while view and not abandoned():
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:  # someone made the terminal non-blocking
+            select.select([], [fd], [], 1.0)
+            continue
+        view = view[written:]
+
+
+class TextSink(io.RawIOBase):
+    """Bytes into a text stream that has no binary layer (Jupyter's
+    ``sys.stderr`` has no ``.buffer``)."""
+
+    def __init__(self, text: TextIO) -> None:
+        super().__init__()
+        self._text = text
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self._text.write(bytes(data).decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        self._text.flush()
+
+
+def binary_stream(stream: TextIO) -> BinaryIO:
+    """The binary side of a text stream such as ``sys.stdout``."""
+    buffer = getattr(stream, "buffer", None)
+    return buffer if buffer is not None else TextSink(stream)  # type: ignore[return-value]
 
 
 def _silence(stream: BinaryIO) -> None:
@@ -137,7 +228,7 @@ def _silence(stream: BinaryIO) -> None:
     try:
         fd = stream.fileno()
         null = os.open(os.devnull, os.O_WRONLY)
-    except (OSError, ValueError):
+    except (OSError, ValueError, io.UnsupportedOperation):
         return
     try:
         os.dup2(null, fd)

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tfmesos.backends import create_backend
+from tfmesos.console import binary_stream
 from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.launcher import Launcher
 from tfmesos.run import backend_options
@@ -36,7 +37,7 @@ class Cluster:
     def __init__(self, spec: ClusterSpec, backend: str, backend_options: Mapping[str, Any]) -> None:
         self.spec = spec
         self._backend = create_backend(backend, spec, **backend_options)
-        self._launcher = Launcher(spec, self._backend, output=sys.stderr.buffer)
+        self._launcher = Launcher(spec, self._backend, output=binary_stream(sys.stderr))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="tfmesos-launcher", daemon=True

@@ -34,7 +34,7 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
 )
-from tfmesos.console import ConsoleWriter
+from tfmesos.console import ConsoleWriter, binary_stream
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError, TaskFailure, TFMesosError
 from tfmesos.rendezvous import (
     Connection,
@@ -131,7 +131,7 @@ class Launcher:
         # Replica mode runs the chief (worker 0) beside the launcher, on this
         # machine, whatever runs the rest: its exit decides the job's.
         self.chief_backend = chief_backend
-        self._console = ConsoleWriter(output if output is not None else sys.stdout.buffer)
+        self._console = ConsoleWriter(output if output is not None else binary_stream(sys.stdout))
         self._secret = secret or os.urandom(32)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._tasks: dict[str, _Task] = {}
@@ -236,10 +236,15 @@ class Launcher:
                 await self._rendezvous.close()
                 # Every task is gone: what they printed goes out before the
                 # launcher says how the job ended.
-                self._console.close()
+                await self._console.aclose()
         for task in self._current.values():
             if not task.state.over:
                 task.state = TaskState.STOPPED
+
+    def abandon_output(self) -> None:
+        """Drop task output not yet written, so that :meth:`stop` need not
+        wait for a terminal that does not read (a second Ctrl-C)."""
+        self._console.abandon()
 
     # -- launching ----------------------------------------------------------
 

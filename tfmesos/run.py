@@ -56,29 +56,47 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
     main = asyncio.current_task()
     assert main is not None
     received: list[int] = []
+    stopping = False
 
     def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if stopping:
+            # Teardown itself is never cut short (on Mesos it releases the
+            # cluster); what can be given up is output nobody is reading.
+            logger.warning("%s received while stopping: dropping output not yet written", name)
+            launcher.abandon_output()
         if not received:
             received.append(signum)
-            logger.warning("%s received: stopping every task", signal.Signals(signum).name)
-            main.cancel()
+            if not stopping:
+                logger.warning("%s received: stopping every task", name)
+                main.cancel()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    status = 0
+    verdict = ""
     try:
         await launcher.start()
         await launcher.wait_for_workers()
-        return 0
     except JobFailedError as exc:
-        logger.error("job failed: %s", exc)
-        return exc.exit_code
+        status, verdict = exc.exit_code, f"job failed: {exc}"
+        # Said at once, in one line; the full verdict, with the task's last
+        # output, comes after every task's output is out.
+        where = f" on {exc.failure.host}" if exc.failure.host else ""
+        logger.warning(
+            "task %s%s %s: stopping every task", exc.failure.task, where, exc.failure.reason
+        )
     except ClusterStartError as exc:
-        logger.error("the cluster did not come up: %s", exc)
-        return 1
+        status, verdict = 1, f"the cluster did not come up: {exc}"
     except asyncio.CancelledError:
         if not received:
             raise
-        return 128 + received[0]
     finally:
+        stopping = True
+        interrupted = list(received)  # a signal after this point changes no verdict
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.shield(launcher.stop())
+    # Said after the tasks' last output is out, so that it is the last word.
+    if verdict:
+        logger.error("%s", verdict)
+    return 128 + interrupted[0] if interrupted else status
