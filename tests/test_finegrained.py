@@ -104,3 +104,27 @@ def test_a_bad_job_raises_spec_error_before_anything_starts() -> None:
         pytest.fail("the block ran")
     assert psutil.Process().children(recursive=True) == []
     assert not any(t.name == "tfmesos-launcher" for t in threading.enumerate())
+
+
+def test_a_server_that_dies_before_it_serves_is_a_start_error(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    program = textwrap.dedent(
+        """
+        import tfmesos
+        try:
+            with tfmesos.cluster(
+                [{"name": "ps", "num": 1}, {"name": "worker", "num": 1}],
+                extra_config={"initializer": "echo preparing; exit 3"},
+            ) as c:
+                print("the block ran")
+        except tfmesos.ClusterStartError as exc:
+            print("ClusterStartError:", exc)
+        """
+    )
+    result = run_python("-c", program, procs=job_procs, tmp=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the block ran" not in result.stdout
+    assert "ClusterStartError: task " in result.stdout
+    assert "its TensorFlow server died before it accepted connections" in result.stdout
+    assert job_procs.wait_gone(5) == []

@@ -557,3 +557,23 @@ def test_an_agent_killed_outright_takes_its_command_with_it(job_procs: JobProces
         r"task (ps|worker):0 on 127\.0\.0\.1 (killed by SIGKILL|exited with status 137)", err
     ), err
     assert job_procs.wait_gone(5) == []
+
+
+def test_the_chief_beside_a_mesos_job_is_checked_against_this_machine(
+    job_procs: JobProcesses,
+) -> None:
+    # No master answers at 127.0.0.1:1: the checks come before any contact.
+    no_gpu = job_procs.env(CUDA_VISIBLE_DEVICES="")
+    mesos = ("-m", "127.0.0.1:1", "--timeout", "2", "-w", "2", "-s", "0")
+    result = run_tfrun(*mesos, "-Gw", "1", "--", "true", env=no_gpu)
+    assert result.returncode == 1
+    assert (
+        "task worker:0 asks for 1 GPUs; this machine has no GPU "
+        "(the chief runs on this machine, beside tfrun)" in result.stderr
+    )
+    # CPUs and memory are Mesos's to reserve; here they only earn a warning.
+    result = run_tfrun(*mesos, "-Cw", "100000", "--", "true", env=no_gpu)
+    assert "task worker:0 asks for 100000 CPUs; this machine has" in result.stderr
+    assert "(the chief runs on this machine, beside tfrun); running it anyway" in result.stderr
+    assert "the cluster was not up after 2s" in result.stderr
+    assert job_procs.wait_gone(5) == []

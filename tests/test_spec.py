@@ -24,7 +24,7 @@ def test_job_is_frozen_and_keeps_the_original_defaults() -> None:
         ({"name": "w", "num": 1, "cpus": 0}, "cpus must be more than 0"),
         ({"name": "w", "num": 1, "mem": float("nan")}, "mem must be a number"),
         ({"name": "w", "num": 1, "gpus": 0.5}, "gpus must be a whole number"),
-        ({"name": "w", "num": 1, "start": 2}, "start .2. is beyond num"),
+        ({"name": "w", "num": 1, "start": 2}, "start=2 is not supported"),
         ({"name": "1w", "num": 1}, "must start with a letter"),
         ({"name": "w", "num": 1, "cmd": "x {nope}"}, r"unknown placeholder \{nope\}"),
         ({"name": "w", "num": 1, "cmd": "  "}, "non-empty"),
@@ -66,10 +66,14 @@ def test_cluster_checks() -> None:
         ClusterSpec((Job("chief", 1, cmd="x"),), replica=True)
 
 
-def test_tasks_follow_start_and_num() -> None:
-    spec = ClusterSpec((Job("ps", 1), Job("worker", 3, start=1)))
-    assert [t.name for t in spec.tasks()] == ["ps:0", "worker:1", "worker:2"]
-    assert spec.tasks()[1].target == "/job:worker/task:1"
+def test_every_task_of_a_job_runs_and_start_is_refused() -> None:
+    spec = ClusterSpec((Job("ps", 1), Job("worker", 3)))
+    assert [t.name for t in spec.tasks()] == ["ps:0", "worker:0", "worker:1", "worker:2"]
+    assert spec.tasks()[2].target == "/job:worker/task:1"
+    # The original's start=1 listed tasks 1 and 2 at indices 0 and 1 of the
+    # cluster definition: every task would have dialled the wrong peer.
+    with pytest.raises(SpecError, match="start=1 is not supported"):
+        Job("worker", 3, start=1)
 
 
 def test_volumes() -> None:

@@ -197,7 +197,16 @@ class Launcher:
         if not self.spec.replica:
             # Fine-grained mode hands out targets: they must answer when it does.
             left = None if deadline is None else max(0.1, deadline - time.monotonic())
-            await self._pump(self._all_ready, left, self._start_timed_out)
+            try:
+                await self._pump(self._all_ready, left, self._start_timed_out)
+            except JobFailedError as exc:
+                # Not retried: every other server already holds the dead
+                # one's address in its cluster definition.
+                raise ClusterStartError(
+                    f"{exc.failure.describe()}\nits TensorFlow server died before it accepted "
+                    "connections",
+                    exc.failure,
+                ) from None
             logger.info("every TensorFlow server accepts connections")
         return self.cluster_def
 

@@ -101,6 +101,10 @@ class GpuAllocator:
         self._free = list(gpus)
         self.total = len(gpus)
 
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
     def allocate(self, count: int) -> list[str]:
         if count > len(self._free):
             raise RuntimeError(f"{count} GPUs asked, {len(self._free)} free")

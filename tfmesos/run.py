@@ -50,7 +50,9 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
         from tfmesos.backends.local import LocalBackend
 
         # Remote tasks must reach the chief: it listens on this host's name.
-        chief = LocalBackend(spec, host=advertised_host(), log_dir=options.get("log_dir"))
+        chief = LocalBackend(
+            spec, host=advertised_host(), log_dir=options.get("log_dir"), chief_only=True
+        )
     launcher = Launcher(spec, backend, chief_backend=chief)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()

@@ -53,7 +53,7 @@ class Job:
     cmd: str | None = None
     """Replica mode: the shell command each task runs. ``None``: a TF server."""
     start: int = 0
-    """First task index to run (the tasks below it run elsewhere)."""
+    """Kept for the original's signature; only 0 is accepted (see __post_init__)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -64,8 +64,15 @@ class Job:
         where = f"job {self.name!r}"
         object.__setattr__(self, "num", _count(self.num, f"{where}: num"))
         object.__setattr__(self, "start", _count(self.start, f"{where}: start"))
-        if self.start > self.num:
-            raise SpecError(f"{where}: start ({self.start}) is beyond num ({self.num})")
+        if self.start:
+            # The original took tasks start..num-1 and listed them from index
+            # 0, so each task's address sat at the wrong index. A TF cluster
+            # definition names every task of a job; tfmesos can only name the
+            # ones it starts.
+            raise SpecError(
+                f"{where}: start={self.start} is not supported: tfmesos starts every task "
+                "of a job (indices 0 to num-1), since the cluster definition must list them all"
+            )
         object.__setattr__(
             self, "cpus", _number(self.cpus, f"{where}: cpus", minimum=0, allow_equal=False)
         )

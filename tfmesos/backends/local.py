@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ __all__ = ["LocalBackend"]
 logger = logging.getLogger("tfmesos")
 
 KILL_GRACE = agent.STOP_GRACE + 2.0
+GPU_RELEASE_WAIT = KILL_GRACE + 5.0
+"""How long a relaunch waits for an earlier attempt of its task to give back its GPUs."""
 """Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
 its child, plus a margin for it to report."""
 
@@ -48,12 +51,16 @@ class LocalBackend(Backend):
         log_dir: str | os.PathLike[str] | None = None,
         ports: PortAllocator | None = None,
         agent_command: Sequence[str] | None = None,
+        chief_only: bool = False,
     ) -> None:
         super().__init__(spec)
+        self.chief_only = chief_only
+        """Runs only a Mesos job's chief: resources are checked more leniently."""
         self.host = host
         self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="tfmesos-"))
         self._ports = ports or PortAllocator()
         self._gpus: GpuAllocator | None = None
+        self._gpus_released = asyncio.Event()
         self.agent_command = list(agent_command or default_agent_command())
         self._sink: EventSink | None = None
         self._procs: dict[str, _Running] = {}
@@ -67,25 +74,34 @@ class LocalBackend(Backend):
         wanted = sum(t.gpus for t in tasks)
         have = machine_resources(gpus=wanted > 0)
         self._gpus = GpuAllocator(have.gpus)
+        # Beside a Mesos job, only the chief runs here: say so, since the
+        # user asked Mesos, not this machine, for the resources.
+        here = " (the chief runs on this machine, beside tfrun)" if self.chief_only else ""
         if wanted > len(have.gpus) and all(t.gpus <= len(have.gpus) for t in tasks):
             raise ResourceError(
                 f"the tasks ask for {wanted} GPUs in all; this machine has {len(have.gpus)}, "
                 "and a GPU is never shared between tasks"
             )
         for task in tasks:
+            short = []
             if task.cpus > have.cpus:
-                raise ResourceError(
+                short.append(
                     f"task {task.name} asks for {task.cpus:g} CPUs; this machine has {have.cpus}"
                 )
             if task.mem > have.mem_mib:
-                raise ResourceError(
+                short.append(
                     f"task {task.name} asks for {task.mem:g} MiB of memory; "
                     f"this machine has {have.mem_mib:.0f} MiB"
                 )
+            for shortfall in short:
+                if not self.chief_only:
+                    raise ResourceError(shortfall)
+                # Nothing reserves CPUs or memory here: the chief still runs.
+                logger.warning("%s%s; running it anyway", shortfall, here)
             if task.gpus > len(have.gpus):
                 found = f"{len(have.gpus)} GPUs" if have.gpus else "no GPU"
                 raise ResourceError(
-                    f"task {task.name} asks for {task.gpus} GPUs; this machine has {found}"
+                    f"task {task.name} asks for {task.gpus} GPUs; this machine has {found}{here}"
                 )
 
     def task_log(self, task_id: str) -> Path:
@@ -99,12 +115,35 @@ class LocalBackend(Backend):
 
     async def launch(self, launch: Launch) -> None:
         assert self._sink is not None, "start() first"
-        port = self._ports.allocate()
-        env = dict(os.environ)
-        env.update(launch.env)
         gpus: list[str] = []
         if self._gpus is not None and launch.task.gpus:
+            # A relaunch can come before the attempt it replaces has exited
+            # and given its GPUs back; check() made sure they will suffice.
+            deadline = time.monotonic() + GPU_RELEASE_WAIT
+            while self._gpus.free < launch.task.gpus:
+                self._gpus_released.clear()
+                left = deadline - time.monotonic()
+                try:
+                    await asyncio.wait_for(self._gpus_released.wait(), max(left, 0.0))
+                except asyncio.TimeoutError:
+                    raise ResourceError(
+                        f"task {launch.task.name}: {launch.task.gpus} GPUs asked, "
+                        f"{self._gpus.free} free; an earlier attempt still holds the rest"
+                    ) from None
             gpus = self._gpus.allocate(launch.task.gpus)
+        port = self._ports.allocate()
+        try:
+            await self._start_agent(launch, port, gpus)
+        except BaseException:
+            self._ports.release(port)
+            if self._gpus is not None:
+                self._gpus.release(gpus)
+            raise
+
+    async def _start_agent(self, launch: Launch, port: int, gpus: list[str]) -> None:
+        assert self._sink is not None
+        env = dict(os.environ)
+        env.update(launch.env)
         # Each task sees only its own GPUs, and a task that asked for none sees
         # none, whether or not this machine has any (the original let every
         # task see, and grab memory on, all of them).
@@ -144,6 +183,7 @@ class LocalBackend(Backend):
         self._ports.release(port)
         if self._gpus is not None:
             self._gpus.release(gpus)
+            self._gpus_released.set()
         self._procs.pop(task_id, None)
         if code < 0:
             message = f"killed by {signal.Signals(-code).name}"
