@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from tests.conftest import ROOT, JobProcesses
@@ -23,73 +24,109 @@ def _receive(sock: socket.socket, decoder: wire.FrameDecoder) -> list[tuple[byte
             return frames
 
 
-def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProcesses) -> None:
-    secret = os.urandom(32)
-    listener = socket.create_server(("127.0.0.1", 0))
-    with socket.socket() as probe:  # a free port for the task's address
-        probe.bind(("127.0.0.1", 0))
-        task_port = probe.getsockname()[1]
-    env = job_procs.env(
-        **{
-            agent.ENV_LAUNCHER: f"127.0.0.1:{listener.getsockname()[1]}",
-            agent.ENV_TASK_ID: "worker.0.1.test",
-            agent.ENV_SECRET: secret.hex(),
-            agent.ENV_HOST: "127.0.0.1",
-            agent.ENV_PORT: str(task_port),
-        }
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tfmesos.agent"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        conn, _ = listener.accept()
-        conn.settimeout(30)
-        nonce = os.urandom(16).hex()
-        conn.sendall(wire.encode_json({"type": "hello", "version": 1, "nonce": nonce}))
-        decoder = wire.FrameDecoder(wire.MAX_FRAME)
-        kind, payload = _receive(conn, decoder)[0]
-        register: dict[str, Any] = wire.parse_json(payload)
-        assert kind == wire.JSON and register["type"] == "register"
-        cluster = {
+class FakeLauncher:
+    """The launcher's side of the rendezvous, by hand, for one agent."""
+
+    def __init__(self, job_procs: JobProcesses, command: str) -> None:
+        self.secret = os.urandom(32)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        with socket.socket() as probe:  # a free port for the task's address
+            probe.bind(("127.0.0.1", 0))
+            self.task_port = probe.getsockname()[1]
+        env = job_procs.env(
+            **{
+                agent.ENV_LAUNCHER: f"127.0.0.1:{self.listener.getsockname()[1]}",
+                agent.ENV_TASK_ID: "worker.0.1.test",
+                agent.ENV_SECRET: self.secret.hex(),
+                agent.ENV_HOST: "127.0.0.1",
+                agent.ENV_PORT: str(self.task_port),
+            }
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tfmesos.agent"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
+        self.conn, _ = self.listener.accept()
+        self.conn.settimeout(30)
+        self.nonce = os.urandom(16).hex()
+        self.conn.sendall(
+            wire.encode_json(
+                {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": self.nonce}
+            )
+        )
+        kind, payload = _receive(self.conn, self.decoder)[0]
+        self.register: dict[str, Any] = wire.parse_json(payload)
+        assert kind == wire.JSON and self.register["type"] == "register"
+        self.cluster: dict[str, Any] = {
             "type": "cluster",
-            "proof": wire.proof(secret, "cluster", register["nonce"], nonce),
             "job_name": "worker",
             "task_index": 0,
-            "cluster_def": {"worker": [f"127.0.0.1:{task_port}"]},
-            "cmd": "sleep 60",
+            "cluster_def": {"worker": [f"127.0.0.1:{self.task_port}"]},
+            "cmd": command,
             "cwd": None,
             "env": {},
             "extra_config": {},
         }
+
+    def sealed(self, message: dict[str, Any]) -> dict[str, Any]:
+        nonces = (self.register["nonce"], self.nonce)
+        proof = wire.proof(self.secret, "cluster", *nonces, wire.digest(message))
+        return {**message, "proof": proof}
+
+    def messages_until_closed(self) -> list[dict[str, Any]]:
+        messages = []
+        self.conn.settimeout(10)
+        while data := self.conn.recv(1 << 16):
+            messages += [wire.parse_json(p) for k, p in self.decoder.feed(data) if k == wire.JSON]
+        return messages
+
+    def close(self) -> None:
+        self.conn.close()
+        self.listener.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProcesses) -> None:
+    launcher = FakeLauncher(job_procs, "sleep 60")
+    try:
         started = time.monotonic()
         # Both in one write: the agent reads them together.
-        conn.sendall(
-            wire.encode_json(cluster) + wire.encode_json({"type": "stop", "reason": "test"})
+        launcher.conn.sendall(
+            wire.encode_json(launcher.sealed(launcher.cluster))
+            + wire.encode_json({"type": "stop", "reason": "test"})
         )
-        code = proc.wait(timeout=30)
+        code = launcher.proc.wait(timeout=30)
         elapsed = time.monotonic() - started
-        exits = []
-        conn.settimeout(5)
-        while True:
-            data = conn.recv(1 << 16)
-            if not data:
-                break
-            exits += [
-                wire.parse_json(p)
-                for k, p in decoder.feed(data)
-                if k == wire.JSON and wire.parse_json(p)["type"] == "exit"
-            ]
-        conn.close()
+        exits = [m for m in launcher.messages_until_closed() if m["type"] == "exit"]
     finally:
-        listener.close()
-        if proc.poll() is None:
-            proc.kill()
+        launcher.close()
     # `sleep 60` was stopped with SIGTERM at once, not left to run its course.
     assert exits == [{"type": "exit", "code": 143}]
     assert code == 143
     assert elapsed < agent.STOP_GRACE
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_cluster_message_changed_on_the_way_runs_nothing(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    launcher = FakeLauncher(job_procs, "true")
+    try:
+        sealed = launcher.sealed(launcher.cluster)
+        tampered = {**sealed, "cmd": f"touch {marker}"}  # the proof is the original's
+        launcher.conn.sendall(wire.encode_json(tampered))
+        code = launcher.proc.wait(timeout=30)
+        assert launcher.proc.stdout is not None
+        said = launcher.proc.stdout.read().decode()
+    finally:
+        launcher.close()
+    assert code == 1
+    assert "the cluster message failed its proof" in said
+    assert not marker.exists()
     assert job_procs.wait_gone(5) == []

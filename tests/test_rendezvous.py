@@ -7,6 +7,7 @@ import contextlib
 import socket
 import struct
 import time
+from typing import Any
 
 import pytest
 
@@ -31,15 +32,25 @@ class Client:
             if frames:
                 return wire.parse_json(frames[0][1])
 
-    def register(self, task_id: str, secret: bytes = SECRET) -> None:
+    def register(
+        self,
+        task_id: str,
+        secret: bytes = SECRET,
+        *,
+        addr: str = "h:1",
+        proven_addr: str | None = None,
+        version: int = wire.PROTOCOL_VERSION,
+    ) -> None:
+        proven = addr if proven_addr is None else proven_addr
         self.sock.sendall(
             wire.encode_json(
                 {
                     "type": "register",
+                    "version": version,
                     "task_id": task_id,
-                    "addr": "h:1",
+                    "addr": addr,
                     "nonce": "cn",
-                    "proof": wire.proof(secret, "register", str(self.nonce), task_id, "cn"),
+                    "proof": wire.proof(secret, "register", str(self.nonce), task_id, "cn", proven),
                 }
             )
         )
@@ -106,6 +117,34 @@ def test_a_client_without_the_secret_is_refused() -> None:
         answer = await in_thread(client)
         await server.close()
         assert answer == {"type": "reject", "reason": "authentication failed"}
+        assert events == []
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("register", "reason"),
+    [
+        # An address changed on the way: the proof covers it.
+        ({"addr": "attacker:1", "proven_addr": "h:1"}, "authentication failed"),
+        # An agent from another tfmesos release: said plainly, not "bad proof".
+        ({"version": 1}, "protocol version 2 expected: use tfrun's tfmesos"),
+    ],
+)
+def test_a_registration_must_match_its_proof_and_version(
+    register: dict[str, Any], reason: str
+) -> None:
+    async def scenario() -> None:
+        server, events = await serve({"t1"})
+
+        def client() -> dict[str, object]:
+            c = Client(server.port)
+            c.register("t1", **register)
+            return c.receive()
+
+        answer = await in_thread(client)
+        await server.close()
+        assert answer == {"type": "reject", "reason": reason}
         assert events == []
 
     asyncio.run(scenario())

@@ -190,6 +190,8 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.selector = selectors.DefaultSelector()
+        self._nonces: tuple[str, str] = ("", "")
+        """The client's and the launcher's nonces, which the cluster proof covers."""
         self._backlog: list[dict[str, Any]] = []
         """Messages that came in the same read as the cluster definition."""
         self.signal_received: int | None = None
@@ -231,6 +233,11 @@ class Agent:
             sock = self._wrap_tls(sock)
         channel = Channel(sock)
         hello = self._next_message(channel, "hello")
+        if hello.get("version") != wire.PROTOCOL_VERSION:
+            raise AgentError(
+                f"the launcher speaks protocol version {hello.get('version')!r}, this agent "
+                f"{wire.PROTOCOL_VERSION}: the task's tfmesos must be the same as tfrun's"
+            )
         nonce = str(hello.get("nonce", ""))
         client_nonce = os.urandom(16).hex()
         channel.send_json(
@@ -242,11 +249,16 @@ class Agent:
                 "pid": os.getpid(),
                 "nonce": client_nonce,
                 "proof": wire.proof(
-                    self.config.secret, "register", nonce, self.config.task_id, client_nonce
+                    self.config.secret,
+                    "register",
+                    nonce,
+                    self.config.task_id,
+                    client_nonce,
+                    self.config.address,
                 ),
             }
         )
-        self._server_proof = wire.proof(self.config.secret, "cluster", client_nonce, nonce)
+        self._nonces = (client_nonce, nonce)
         sock.settimeout(None)
         self.channel = channel
         self.selector.register(sock, selectors.EVENT_READ, "launcher")
@@ -295,9 +307,13 @@ class Agent:
                 messages = self.channel.receive_available()
                 for position, message in enumerate(messages):
                     if message["type"] == "cluster":
-                        if not wire.proof_matches(self._server_proof, message.get("proof")):
+                        expected = wire.proof(
+                            self.config.secret, "cluster", *self._nonces, wire.digest(message)
+                        )
+                        if not wire.proof_matches(expected, message.get("proof")):
                             raise AgentError(
-                                "the launcher failed to prove it holds the job's secret"
+                                "the cluster message failed its proof: not from this job's "
+                                "launcher, or changed on the way"
                             )
                         # A stop right behind it must not be lost.
                         self._backlog = messages[position + 1 :]

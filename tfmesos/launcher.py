@@ -299,7 +299,6 @@ class Launcher:
             assert task.connection is not None
             message: dict[str, object] = {
                 "type": "cluster",
-                "proof": task.connection.server_proof,
                 "job_name": task.spec.job_name,
                 "task_index": task.spec.index,
                 "cluster_def": self.cluster_def,
@@ -316,7 +315,7 @@ class Launcher:
                     "gpus": task.spec.gpus,
                 },
             }
-            task.connection.send(message)
+            task.connection.send(task.connection.seal(message))
             task.state = TaskState.RUNNING
         self._phase = Phase.RUNNING
         for target, url in sorted(self.targets.items()):

@@ -45,10 +45,19 @@ RECEIVE_BUFFER = 1 << 18
 class Connection:
     """One registered task's connection."""
 
-    def __init__(self, writer: asyncio.StreamWriter, server_proof: str) -> None:
+    def __init__(
+        self, writer: asyncio.StreamWriter, secret: bytes, client_nonce: str, nonce: str
+    ) -> None:
         self._writer = writer
-        self.server_proof = server_proof
+        self._secret = secret
+        self._nonces = (client_nonce, nonce)
         self.closed = False
+
+    def seal(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The message with a proof of the secret that also covers its
+        content, so that nobody on the path can change what a task runs."""
+        proof = wire.proof(self._secret, "cluster", *self._nonces, wire.digest(message))
+        return {**message, "proof": proof}
 
     def send(self, message: dict[str, Any]) -> None:
         if self.closed or self._writer.is_closing():
@@ -188,7 +197,19 @@ class RendezvousServer:
             isinstance(task_id, str) and isinstance(client_nonce, str) and isinstance(addr, str)
         ):
             raise wire.FrameError("registration lacks task_id, nonce or addr")
-        expected = wire.proof(self._secret, "register", nonce, task_id, client_nonce)
+        if register.get("version") != wire.PROTOCOL_VERSION:
+            logger.warning(
+                "rendezvous: refused a client at %s: it speaks protocol version %r, this "
+                "launcher %d (the task's tfmesos differs from tfrun's)",
+                peer_name(writer),
+                register.get("version"),
+                wire.PROTOCOL_VERSION,
+            )
+            reason = f"protocol version {wire.PROTOCOL_VERSION} expected: use tfrun's tfmesos"
+            writer.write(wire.encode_json({"type": "reject", "reason": reason}))
+            await writer.drain()
+            return None
+        expected = wire.proof(self._secret, "register", nonce, task_id, client_nonce, addr)
         if register.get("type") != "register" or not wire.proof_matches(
             expected, register.get("proof")
         ):
@@ -212,7 +233,7 @@ class RendezvousServer:
         if sock is not None:
             # With the agent's send buffer, bounds a task's output in flight.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
-        connection = Connection(writer, wire.proof(self._secret, "cluster", client_nonce, nonce))
+        connection = Connection(writer, self._secret, client_nonce, nonce)
         self._sink(Registered(task_id, addr, connection))
         for kind, payload in early + decoder.feed(b""):
             self._dispatch(task_id, kind, payload)

@@ -48,7 +48,8 @@ MAX_FRAME = 1 << 20
 MAX_HANDSHAKE_FRAME = 4096
 """Largest frame before the peer has proved it knows the secret."""
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: the cluster message's proof covers its content, the registration's its address."""
 
 
 class FrameError(ValueError):
@@ -115,6 +116,14 @@ def proof(secret: bytes, purpose: str, *parts: str) -> str:
     proof made for one step can never be replayed as another."""
     message = "\n".join((purpose, *parts)).encode()
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def digest(message: dict[str, Any]) -> str:
+    """A digest of a JSON message's content, less its ``proof``, for a proof
+    to cover: both ends compute it over the same canonical encoding."""
+    content = {k: v for k, v in message.items() if k != "proof"}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def proof_matches(expected: str, given: object) -> bool:
