@@ -220,3 +220,44 @@ def test_a_silent_client_is_dropped_after_the_handshake_deadline() -> None:
         assert waited < 5
 
     asyncio.run(scenario())
+
+
+def test_a_flood_of_silent_connections_is_capped_and_real_tasks_still_get_in() -> None:
+    async def scenario() -> None:
+        events: list[RendezvousEvent] = []
+        server = RendezvousServer(
+            SECRET, lambda task_id: True, events.append, handshake_timeout=30, max_unproven=5
+        )
+        await server.start("127.0.0.1")
+
+        def flood() -> tuple[int, int]:
+            socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
+            time.sleep(0.5)
+            closed = 0
+            for sock in socks:
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    while sock.recv(4096):  # past the hello, if any
+                        pass
+                    closed += 1
+            for sock in socks:  # the flood ends: its handlers go away
+                sock.close()
+            return closed, len(socks) - closed
+
+        closed, kept = await in_thread(flood)
+        assert (closed, kept) == (15, 5)  # the cap held
+
+        def real_task() -> None:
+            time.sleep(0.3)
+            c = Client(server.port)
+            c.register("t1")
+            c.sock.sendall(wire.encode_json({"type": "exit", "code": 0}))
+            time.sleep(0.2)
+            c.sock.close()
+
+        await in_thread(real_task)
+        await asyncio.sleep(0.2)
+        await server.close()
+        assert [type(e) for e in events][:2] == [Registered, Exited]
+
+    asyncio.run(scenario())

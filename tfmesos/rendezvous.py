@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT = 10.0
 READ_SIZE = 1 << 16
 RECEIVE_BUFFER = 1 << 18
+MAX_UNPROVEN = 1024
+"""Connections allowed in their handshake at once: room for every task of a
+large job dialling in together, far below the launcher's descriptor limit."""
 
 
 class Connection:
@@ -121,11 +124,16 @@ class RendezvousServer:
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         flow: Callable[[], Awaitable[None]] | None = None,
+        max_unproven: int = MAX_UNPROVEN,
     ) -> None:
         self._secret = secret
         self._admit = admit
         self._sink = sink
         self._flow = flow
+        self._max_unproven = max_unproven
+        self._unproven: set[asyncio.Task[Any]] = set()
+        """Handlers of connections not yet past the proof of the secret."""
+        self._refusing = False
         self._handshake_timeout = handshake_timeout
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -159,6 +167,21 @@ class RendezvousServer:
         self._handlers.add(task)
         peer = writer.get_extra_info("peername")
         task_id: str | None = None
+        if len(self._unproven) >= self._max_unproven:
+            # A flood of connections that never prove anything must not eat
+            # the launcher's descriptors: past the cap, new ones are closed.
+            if not self._refusing:
+                logger.warning(
+                    "rendezvous: %d connections are still in their handshake; refusing more "
+                    "until they finish or time out",
+                    len(self._unproven),
+                )
+            self._refusing = True
+            self._handlers.discard(task)
+            writer.close()
+            return
+        self._refusing = False
+        self._unproven.add(task)
         try:
             task_id = await self._serve(reader, writer)
         except asyncio.CancelledError:
@@ -174,6 +197,7 @@ class RendezvousServer:
         except Exception:  # a bug must cost one connection, never the launcher
             logger.exception("rendezvous: unexpected error with %s", peer)
         finally:
+            self._unproven.discard(task)
             self._handlers.discard(task)
             writer.close()
             if task_id is not None:
@@ -234,6 +258,7 @@ class RendezvousServer:
             # With the agent's send buffer, bounds a task's output in flight.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         connection = Connection(writer, self._secret, client_nonce, nonce)
+        self._unproven.discard(asyncio.current_task())  # proven: no longer counted
         self._sink(Registered(task_id, addr, connection))
         for kind, payload in early + decoder.feed(b""):
             self._dispatch(task_id, kind, payload)
