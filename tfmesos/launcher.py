@@ -100,6 +100,7 @@ class _Task:
     disconnected_at: float = 0.0
     ready: bool = False
     ended: TaskEnded | None = None
+    ended_at: float = 0.0
     exit_code: int | None = None
     tail: bytearray = field(default_factory=bytearray)
 
@@ -395,6 +396,7 @@ class Launcher:
             task.host = event.host
         elif isinstance(event, TaskEnded):
             task.ended = event
+            task.ended_at = time.monotonic()
             task.host = task.host or event.host
             if task.connection is None or task.disconnected:
                 self._over(task, event.exit_code, _describe_end(event))
@@ -410,8 +412,14 @@ class Launcher:
         for task in list(self._tasks.values()):
             if task.state.over:
                 continue
+            # Each task has its own grace: a tick meant for another must not
+            # cut this one's short.
             if task.ended is not None:
-                self._over(task, task.ended.exit_code, _describe_end(task.ended))
+                left = DISCONNECT_GRACE - (now - task.ended_at)
+                if left <= 0:
+                    self._over(task, task.ended.exit_code, _describe_end(task.ended))
+                else:
+                    asyncio.get_running_loop().call_later(left, self._events.put_nowait, _Tick())
             elif task.disconnected and now - task.disconnected_at >= LOST_CONNECTION_GRACE:
                 self._over(task, None, "lost its connection to the launcher")
 
