@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tfmesos.console import ConsoleWriter
+from tfmesos.console import ConsoleWriter, binary_stream
 
 
 class GatedStream(io.BytesIO):
@@ -142,3 +142,25 @@ def test_writes_go_straight_to_the_file_descriptor(tmp_path: Path) -> None:
 
         asyncio.run(main())
     assert path.read_bytes().splitlines() == [b"before"] + [b"%d" % i for i in range(1000)]
+
+
+def test_a_text_stream_without_a_binary_layer_still_gets_the_output() -> None:
+    # Jupyter's sys.stderr is such a stream: no .buffer, no usable fileno.
+    class NotebookStream(io.TextIOBase):
+        def __init__(self) -> None:
+            self.text = ""
+
+        def write(self, text: str) -> int:
+            self.text += text
+            return len(text)
+
+    notebook = NotebookStream()
+    assert not hasattr(notebook, "buffer")
+
+    async def main() -> None:
+        console = ConsoleWriter(binary_stream(notebook))  # type: ignore[arg-type]
+        console.write("[ps:0] naïve\n".encode())
+        await console.aclose()
+
+    asyncio.run(main())
+    assert notebook.text == "[ps:0] naïve\n"
