@@ -7,14 +7,25 @@ processes; these tests run tfrun and cluster() against it unchanged.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import getpass
+import http.server
+import json
 import re
+import socket
 import sys
+import threading
 import time
+import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from tests.conftest import MARK, JobProcesses, run_tfrun, start_tfrun
+from tfmesos.mesos.recordio import encode
+from tfmesos.mesos.scheduler import SchedulerClient
 from tfmesos.testing.master import ThreadedTestMaster
 
 PY = sys.executable
@@ -486,4 +497,319 @@ def test_a_task_that_never_starts_is_named_with_where_to_look(
     assert "its sandbox on its host" in result.stderr
     assert "re-subscribing" not in result.stderr  # the end of the stream was expected
     assert framework_calls(master, "TEARDOWN")
+    assert job_procs.wait_gone(10) == []
+
+
+# -- masters that misbehave -----------------------------------------------------
+
+
+@pytest.fixture
+def one_agent_master(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ThreadedTestMaster]:
+    with ThreadedTestMaster(agents=1, heartbeat_interval=1.0, allocation_interval=0.2) as m:
+        monkeypatch.setenv(MARK, job_procs.mark)
+        job_procs.ignored.update(m.call(lambda master: master.helper_pids()))
+        yield m
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (503, "Master has not finished recovery"),
+        (400, "The stream ID 'x' included in this request didn't match the stream ID"),
+    ],
+)
+def test_a_refused_accept_sends_its_tasks_back_for_another_offer(
+    one_agent_master: ThreadedTestMaster, job_procs: JobProcesses, status: int, message: str
+) -> None:
+    # One agent: its resources come back only if the refused offer is given back.
+    master = one_agent_master
+    master.fail_next_call("ACCEPT", status=status, message=message)
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "--timeout",
+        "30",
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--",
+        *py("print('{job_name}:{task_index} up')"),
+        env=job_procs.env(),
+    )
+    refused = [c["body"] for c in master.calls("ACCEPT") if c["status"] == status]
+    launched = launched_tasks(master)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[worker:0] worker:0 up"
+    warning = next(line for line in result.stderr.splitlines() if "ACCEPT" in line)
+    assert "the ACCEPT that launches ps:0, worker:1 failed" in warning
+    assert message in warning
+    # The same tasks, launched from a later offer.
+    (refused_call,) = refused
+    refused_ids = {
+        task["task_id"]["value"]
+        for op in refused_call["accept"]["operations"]
+        for task in op["launch"]["task_infos"]
+    }
+    assert {task["task_id"]["value"] for task in launched} == refused_ids
+    assert refused_call["accept"]["offer_ids"] not in [
+        c["accept"]["offer_ids"] for c in framework_calls(master, "ACCEPT")
+    ]
+    assert job_procs.wait_gone(10) == []
+
+
+def test_tasks_whose_accept_keeps_being_refused_are_reported(
+    one_agent_master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    master = one_agent_master
+    master.fail_next_call("ACCEPT", count=10_000)
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "--timeout",
+        "4",
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--",
+        "true",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 1
+    assert "the cluster was not up after 4s: still waiting for ps:0" in result.stderr
+    # Whether the tasks are between offers or placed again when the time is up.
+    assert re.search(
+        r"\d placed, \d waiting for offers \(2 sent back after their ACCEPT failed: "
+        r"503 Master has not finished recovery\)",
+        result.stderr,
+    ), result.stderr
+    assert result.stderr.count("the ACCEPT that launches") == 1  # said once, not per offer
+    assert job_procs.wait_gone(10) == []
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[int]:
+    """A port that accepts connections and never says a word on them."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def test_a_master_that_never_answers_subscribe_ends_within_the_budget(
+    job_procs: JobProcesses,
+) -> None:
+    with silent_server() as port:
+        started = time.monotonic()
+        result = run_tfrun(
+            "-m",
+            f"127.0.0.1:{port}",
+            "--reconnect-timeout",
+            "3",
+            "-w",
+            "2",
+            "-s",
+            "0",
+            "--",
+            "true",
+            env=job_procs.env(),
+            timeout=60,
+        )
+        elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    assert re.search(
+        rf"lost the Mesos master \(http://127\.0\.0\.1:{port}: no answer to SUBSCRIBE "
+        r"within [\d.]+s\) and could not re-subscribe within 3s",
+        result.stderr,
+    ), result.stderr
+    assert elapsed < 3 + 8, elapsed
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_master_that_never_answers_subscribe_is_left_for_the_next(
+    master: ThreadedTestMaster,
+) -> None:
+    framework = {"user": getpass.getuser(), "name": "t", "roles": ["*"]}
+    framework["capabilities"] = [{"type": "MULTI_ROLE"}]
+
+    async def subscribe(masters: str) -> str:
+        client = SchedulerClient(masters, framework, lambda event: None, subscribe_timeout=0.5)
+        runner = asyncio.create_task(client.run())
+        try:
+            await asyncio.wait_for(client.subscribed.wait(), 15)
+            assert client.master is not None
+            return client.master.url
+        finally:
+            await client.close(teardown=True)
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+
+    with silent_server() as port:
+        started = time.monotonic()
+        assert asyncio.run(subscribe(f"127.0.0.1:{port},{master.url}")) == master.url
+        assert time.monotonic() - started < 5
+
+
+class _GarbledMaster(http.server.ThreadingHTTPServer):
+    """Answers SUBSCRIBE with a stream that breaks the protocol, then (unless
+    ``always``) redirects to a real master, as a master that steps down does.
+
+    The stream is ``chunks``, a moment apart, so that what comes before the
+    damage reaches the client on its own."""
+
+    daemon_threads = True
+
+    def __init__(self, chunks: list[bytes], leader: str, always: bool = False) -> None:
+        super().__init__(("127.0.0.1", 0), _GarbledHandler)
+        self.chunks = chunks
+        self.leader = leader
+        self.always = always
+        self.garbled = 0
+        self.release = threading.Event()
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def close(self) -> None:
+        self.release.set()
+        self.shutdown()
+        self.server_close()
+
+
+class _GarbledHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _GarbledMaster
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server = self.server
+        if body.get("type") != "SUBSCRIBE":
+            self.send_response(202)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        elif server.always or not server.garbled:
+            server.garbled += 1
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Mesos-Stream-Id", str(uuid.uuid4()))
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for chunk in server.chunks:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.flush()
+                time.sleep(0.3)
+            # The stream stays open: only the client can end it.
+            server.release.wait(60)
+            self.close_connection = True
+        else:
+            self.send_response(307)
+            self.send_header("Location", f"//{server.leader}/api/v1/scheduler")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _record(event: dict[str, Any]) -> bytes:
+    return encode(json.dumps(event).encode())
+
+
+SUBSCRIBED = {
+    "type": "SUBSCRIBED",
+    "subscribed": {"framework_id": {"value": "garbled-0000"}, "heartbeat_interval_seconds": 15},
+}
+
+
+@pytest.mark.parametrize(
+    ("chunks", "why"),
+    [
+        ([b"garbage\n"], "RecordIOError: bad record length b'garbage'"),
+        ([encode(b"{not json")], "JSONDecodeError"),
+        ([_record({"type": "UPDATE", "update": {}})], "KeyError: 'status'"),
+        ([_record(SUBSCRIBED), b"99999999999999999999999\n"], "record length header too long"),
+    ],
+    ids=["recordio", "json", "update-without-status", "after-subscribed"],
+)
+def test_an_unreadable_event_stream_is_dropped_and_the_master_resubscribed(
+    master: ThreadedTestMaster, job_procs: JobProcesses, chunks: list[bytes], why: str
+) -> None:
+    garbled = _GarbledMaster(chunks, f"127.0.0.1:{master.port}")
+    try:
+        result = run_tfrun(
+            "-m",
+            garbled.url,
+            "--timeout",
+            "30",
+            "-w",
+            "2",
+            "-s",
+            "1",
+            "--",
+            *py("print('{job_name}:{task_index} up')"),
+            env=job_procs.env(),
+        )
+    finally:
+        garbled.close()
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[worker:0] worker:0 up"
+    assert f"{garbled.url} sent an event stream that cannot be read" in result.stderr
+    assert why in result.stderr
+    assert f"redirected to the leading master {master.url}" in result.stderr
+    assert len(framework_calls(master, "SUBSCRIBE")) == 1
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
+    job_procs: JobProcesses,
+) -> None:
+    # Each stream breaks right after SUBSCRIBED: that is no working subscription.
+    garbled = _GarbledMaster([_record(SUBSCRIBED), b"garbage\n"], "nowhere:5050", always=True)
+    started = time.monotonic()
+    try:
+        result = run_tfrun(
+            "-m",
+            garbled.url,
+            "--reconnect-timeout",
+            "3",
+            "-w",
+            "2",
+            "-s",
+            "0",
+            "--",
+            "true",
+            env=job_procs.env(),
+            timeout=60,
+        )
+    finally:
+        garbled.close()
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1
+    assert re.search(
+        r"lost the Mesos master \(http://127\.0\.0\.1:\d+ sent an event stream that cannot be "
+        r"read \(RecordIOError: bad record length b'garbage'\)\) and could not re-subscribe "
+        r"within 3s",
+        result.stderr,
+    ), result.stderr
+    assert "subscribed as framework garbled-0000" in result.stderr
+    assert garbled.garbled >= 2  # it tried again before giving up
+    assert elapsed < 3 + 15, elapsed
     assert job_procs.wait_gone(10) == []

@@ -939,3 +939,37 @@ async def test_launch_group_runs_on_the_default_executor_and_fails_together(
     error = await stream.update("g-bad")
     assert error["state"] == "TASK_ERROR" and error["reason"] == "REASON_TASK_GROUP_INVALID"
     stream.close()
+
+
+@with_master(agents=1)
+async def test_an_injected_refusal_answers_the_call_and_does_nothing(
+    master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
+) -> None:
+    await sched.subscribe()
+    [offer] = await sched.offers()
+    async with session.post(
+        master.url + "/__test__/fail_next_call", json={"type": "ACCEPT", "status": 503}
+    ) as response:
+        assert response.status == 200
+    accept: JSON = {
+        "offer_ids": [offer["id"]],
+        "operations": [
+            {"type": "LAUNCH", "launch": {"task_infos": [task_info("t", offer, "true")]}}
+        ],
+    }
+    assert await sched.call("ACCEPT", accept=accept) == (503, "Master has not finished recovery")
+    # Nothing was launched, and the offer is still outstanding: it can be used.
+    assert master.tasks() == []
+    assert [o["id"] for o in master.offers()] == [offer["id"]]
+    (refused,) = master.calls("ACCEPT")
+    assert (refused["status"], refused["error"]) == (503, "Master has not finished recovery")
+    await sched.launch(offer, task_info("t", offer, "true"))
+    await sched.until("t", "TASK_FINISHED")
+    # Only that type, and only as many times as asked.
+    master.fail_next_call("REVIVE", status=400, message="bad stream", count=2)
+    assert await sched.call("SUPPRESS") == (202, "")
+    assert await sched.call("REVIVE") == (400, "bad stream")
+    assert await sched.call("REVIVE") == (400, "bad stream")
+    assert await sched.call("REVIVE") == (202, "")
+    with pytest.raises(ValueError, match="HTTP error status"):
+        master.fail_next_call("REVIVE", status=202)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -129,3 +131,85 @@ def test_no_master_in_zookeeper_ends_with_a_clear_error(zk: Any, job_procs: JobP
     assert result.returncode == 1
     assert "not subscribed to a Mesos master yet: no leading master known" in result.stderr
     zk.delete(group, recursive=True)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_zookeeper_is_retried_and_named_at_the_timeout(
+    job_procs: JobProcesses,
+) -> None:
+    # One attempt gives ZooKeeper 5s; the job's --timeout comes during the second.
+    started = time.monotonic()
+    result = subprocess.run(
+        tfrun_argv(
+            "-m",
+            f"zk://127.0.0.1:{_closed_port()}/mesos",
+            "--timeout",
+            "8",
+            "-w",
+            "2",
+            "-s",
+            "0",
+            "--",
+            "true",
+        ),
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert "the cluster was not up after 8s" in result.stderr
+    assert re.search(
+        r"not subscribed to a Mesos master yet: no ZooKeeper server at 127\.0\.0\.1:\d+ "
+        r"answered within 5s",
+        result.stderr,
+    ), result.stderr
+    assert "re-subscribing in" in result.stderr  # it tried again
+    assert "backend failed" not in result.stderr
+    # Not held up by a connection attempt on the way out.
+    assert elapsed < 8 + 4, elapsed
+    assert job_procs.wait_gone(10) == []
+
+
+def test_an_unreachable_zookeeper_ends_the_job_within_the_reconnect_budget(
+    job_procs: JobProcesses,
+) -> None:
+    started = time.monotonic()
+    result = subprocess.run(
+        tfrun_argv(
+            "-m",
+            f"zk://127.0.0.1:{_closed_port()}/mesos",
+            "--reconnect-timeout",
+            "2",
+            "-w",
+            "2",
+            "-s",
+            "0",
+            "--",
+            "true",
+        ),
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert re.search(
+        r"lost the Mesos master \(no ZooKeeper server at 127\.0\.0\.1:\d+ answered within 2s\) "
+        r"and could not re-subscribe within 2s",
+        result.stderr,
+    ), result.stderr
+    # The budget, a last try, and start-up and teardown; not kazoo's 15 s.
+    assert elapsed < 2 + 6, elapsed
+    assert job_procs.wait_gone(10) == []

@@ -30,7 +30,7 @@ from tfmesos.backends.base import (
 )
 from tfmesos.errors import SpecError
 from tfmesos.mesos.placement import OfferCapacity, describe_need, place
-from tfmesos.mesos.scheduler import SchedulerClient
+from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["TERMINAL_STATES", "MesosBackend", "task_info"]
@@ -65,6 +65,7 @@ class _Placed:
     agent_id: str
     host: str
     ended: bool = False
+    killed: bool = False
 
 
 def task_info(
@@ -183,6 +184,10 @@ class MesosBackend(Backend):
         self._runner: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[None]] = set()
         self._resubscribed = False
+        self._closing = False
+        self._accept_failure: tuple[int, str] | None = None
+        """How many tasks the last failed ACCEPT sent back to waiting, and why
+        it failed; cleared when an ACCEPT succeeds."""
 
     # -- Backend ---------------------------------------------------------
 
@@ -213,6 +218,7 @@ class MesosBackend(Backend):
         self._pending = [p for p in self._pending if p.task_id != task_id]
         placed = self._placed.get(task_id)
         if placed is not None and not placed.ended:
+            placed.killed = True
             self._call(
                 {
                     "type": "KILL",
@@ -221,6 +227,7 @@ class MesosBackend(Backend):
             )
 
     async def close(self) -> None:
+        self._closing = True
         self._pending.clear()
         for call in list(self._calls):
             with contextlib.suppress(Exception):
@@ -235,10 +242,17 @@ class MesosBackend(Backend):
         if not self.client.subscribed.is_set():
             problem = self.client.last_error or "connecting"
             return f"not subscribed to a Mesos master yet: {problem}"
-        if not self._pending:
+        if not self._pending and self._accept_failure is None:
             return ""
-        waiting = self._pending[0].task
         text = f"{len(self._placed)} placed, {len(self._pending)} waiting for offers"
+        if self._accept_failure is not None:
+            # Reported until an ACCEPT goes through: between refusals the
+            # tasks are placed again, and would look as if all were well.
+            count, problem = self._accept_failure
+            text += f" ({count} sent back after their ACCEPT failed: {problem})"
+        if not self._pending:
+            return text
+        waiting = self._pending[0].task
         text += f"; {waiting.name} needs {describe_need(waiting)}"
         if self._largest_offer is None:
             return text + "; no offer received yet"
@@ -257,10 +271,15 @@ class MesosBackend(Backend):
 
     async def _send(self, call: dict[str, Any]) -> None:
         try:
-            await self.client.call(call)
+            problem = await self.client.call(call)
         except Exception as exc:
             assert self._sink is not None
             self._sink(BackendFailed(str(exc)))
+            return
+        if problem is not None:
+            # What depends on the call recovers by itself: the stream's own
+            # failure handling re-subscribes and reconciles; offers come back.
+            logger.warning("Mesos: %s call failed: %s", call.get("type"), problem)
 
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -336,20 +355,76 @@ class MesosBackend(Backend):
                 )
                 assert self._sink is not None
                 self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
+            launches = [self._pending[i] for i in sorted(placed_positions)]
             self._pending = [p for i, p in enumerate(self._pending) if i not in placed_positions]
-            self._call(
-                {
-                    "type": "ACCEPT",
-                    "accept": {
-                        "offer_ids": [offer["id"]],
-                        "operations": [{"type": "LAUNCH", "launch": {"task_infos": task_infos}}],
-                        "filters": {"refuse_seconds": DECLINE_SECONDS},
-                    },
-                }
-            )
+            accept = {
+                "type": "ACCEPT",
+                "accept": {
+                    "offer_ids": [offer["id"]],
+                    "operations": [{"type": "LAUNCH", "launch": {"task_infos": task_infos}}],
+                    "filters": {"refuse_seconds": DECLINE_SECONDS},
+                },
+            }
+            task = asyncio.create_task(self._accept(accept, offer["id"], launches))
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
         if not self._pending and not self._suppressed:
             self._suppressed = True
             self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+
+    async def _accept(
+        self, accept: dict[str, Any], offer_id: dict[str, Any], launches: list[Launch]
+    ) -> None:
+        try:
+            problem = await self.client.call(accept)
+        except SchedulerError as exc:
+            # A 400 here is not our call being wrong for good: a master also
+            # answers 400 to a call made on a stream it has just replaced.
+            problem = str(exc)
+        except Exception as exc:
+            assert self._sink is not None
+            self._sink(BackendFailed(str(exc)))
+            return
+        if problem is None:
+            self._accept_failure = None
+            return
+        if self._closing:
+            return
+        # The master did not launch them (or, when no answer came, may not
+        # have): they wait for another offer. Should the master have launched
+        # them after all, their second launch is refused as a duplicate ID,
+        # which ends as any failed launch does. A task killed meanwhile stays
+        # placed: the answer to its KILL ends it.
+        back = []
+        for launch in launches:
+            placed = self._placed.get(launch.task_id)
+            if placed is None or placed.ended or placed.killed:
+                continue
+            del self._placed[launch.task_id]
+            back.append(launch)
+        if not back:
+            return
+        # Said once per cause: a master that keeps refusing would otherwise
+        # fill the log at its allocation rate; progress() keeps reporting it.
+        repeated = self._accept_failure is not None and self._accept_failure[1] == problem
+        self._accept_failure = (len(back), problem)
+        logger.log(
+            logging.DEBUG if repeated else logging.WARNING,
+            "Mesos: the ACCEPT that launches %s failed (%s); they wait for another offer",
+            ", ".join(launch.task.name for launch in back),
+            problem,
+        )
+        self._pending = back + self._pending
+        # Give the offer back, unfiltered, in case the master still holds it
+        # for us: on a one-agent cluster no other offer could come.
+        self._call(
+            {
+                "type": "DECLINE",
+                "decline": {"offer_ids": [offer_id], "filters": {"refuse_seconds": 0}},
+            }
+        )
+        self._suppressed = False
+        self._call({"type": "REVIVE", "revive": {"roles": self.roles}})
 
     def _on_update(self, status: dict[str, Any]) -> None:
         if "uuid" in status:

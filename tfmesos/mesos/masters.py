@@ -13,15 +13,17 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tfmesos.errors import SpecError
+from tfmesos.errors import SpecError, TFMesosError
 
 __all__ = [
     "MasterAddress",
+    "ZooKeeperError",
     "ZooKeeperLeader",
     "ZooKeeperSource",
     "leader_from_master_info",
@@ -104,10 +106,16 @@ def leader_from_master_info(data: bytes) -> MasterAddress:
     return MasterAddress("http", str(host), int(port))
 
 
+class ZooKeeperError(TFMesosError):
+    """ZooKeeper could not be reached, or the masters' group could not be read."""
+
+
 class ZooKeeperLeader:
     """Follows the leading master in ZooKeeper; ``on_change`` hears each new one.
 
-    kazoo runs its own thread; ``on_change`` is called from it.
+    kazoo runs its own thread; ``on_change`` is called from it. :meth:`start`
+    blocks (run it in a thread) and :meth:`stop` may be called from another
+    thread while it does.
     """
 
     def __init__(
@@ -121,13 +129,42 @@ class ZooKeeperLeader:
         if source.auth:
             self._client.add_auth("digest", source.auth)
         self._lock = threading.Lock()
+        self._client_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stopped = False
         self.leader: MasterAddress | None = None
 
     def start(self, timeout: float = 15.0) -> None:
-        self._client.start(timeout=timeout)
-        self._client.ChildrenWatch(
-            self.source.path, self._children_changed, allow_session_lost=True
-        )
+        """Connect and watch the group; raise :class:`ZooKeeperError`, with the
+        client stopped, if no server answers within ``timeout`` or the group
+        cannot be read."""
+        from kazoo.exceptions import KazooException
+
+        with self._client_lock:
+            if self._stopping.is_set():
+                raise ZooKeeperError("stopped")
+            connected = self._client.start_async()
+        deadline = time.monotonic() + timeout
+        # Waited for in slices (not kazoo's blocking start) so that stop() from
+        # another thread ends the wait at once: a job that gives up must not
+        # sit out a connection timeout on its way out.
+        while not connected.wait(0.1):
+            if self._stopping.is_set() or time.monotonic() >= deadline:
+                self.stop()
+                raise ZooKeeperError(
+                    f"no ZooKeeper server at {self.source.hosts} answered "
+                    f"within {round(timeout, 1):g}s"
+                )
+        try:
+            self._client.ChildrenWatch(
+                self.source.path, self._children_changed, allow_session_lost=True
+            )
+        except (KazooException, self._client.handler.timeout_exception) as exc:
+            self.stop()
+            raise ZooKeeperError(
+                f"cannot read {self.source.path} from ZooKeeper at {self.source.hosts}: "
+                f"{type(exc).__name__} {exc}".rstrip()
+            ) from exc
 
     def _children_changed(self, children: list[str]) -> None:
         members = sorted(
@@ -148,5 +185,11 @@ class ZooKeeperLeader:
         self._on_change(leader)
 
     def stop(self) -> None:
-        self._client.stop()
-        self._client.close()
+        """Stop and close the client; any number of times, from any thread."""
+        self._stopping.set()
+        with self._client_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._client.stop()
+            self._client.close()

@@ -10,7 +10,12 @@ apart from what the framework does with offers and updates (the backend).
   scheme (``//host:5050``, or ``host:5050`` in the docs' example).
 - No event for five heartbeat intervals means the connection is dead: close it
   and re-subscribe, with the framework id, backing off up to 15 s between tries
-  (``docs/scheduler-http-api.md``, "Disconnections").
+  (``docs/scheduler-http-api.md``, "Disconnections"). A stream we cannot read
+  (bad RecordIO, bad JSON, an event without a field it must have) is treated
+  the same way.
+- Every step of an attempt (reaching ZooKeeper, the answer to SUBSCRIBE) has a
+  time limit, and none outlasts what is left of the reconnect budget, so the
+  budget holds whatever the master or ZooKeeper do.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 import aiohttp
 
 from tfmesos.errors import TFMesosError
-from tfmesos.mesos.masters import MasterAddress, ZooKeeperLeader, parse_masters
+from tfmesos.mesos.masters import MasterAddress, ZooKeeperError, ZooKeeperLeader, parse_masters
 from tfmesos.mesos.recordio import RecordIODecoder
 
 __all__ = ["MasterLostError", "SchedulerClient", "SchedulerError"]
@@ -38,6 +43,19 @@ MISSED_HEARTBEATS = 5
 MAX_BACKOFF = 15.0
 CALL_TIMEOUT = 75.0
 MAX_REDIRECTS = 5
+SUBSCRIBE_TIMEOUT = 10.0
+"""How long to wait for the headers of SUBSCRIBE's answer. A master sends them
+at once (the events follow on the stream, which the heartbeat watchdog guards);
+one that accepts the connection and says nothing must not hold us forever."""
+ZOOKEEPER_TIMEOUT = 5.0
+"""How long one attempt waits for a ZooKeeper server to answer. A server that
+is up answers in milliseconds; the attempts repeat within the reconnect budget."""
+STABLE_SUBSCRIPTION = 15.0
+"""A subscription whose stream turns unreadable sooner than this after
+SUBSCRIBED does not count as the master regained."""
+MIN_ATTEMPT = 1.0
+"""The least time a step of an attempt is given, even when the reconnect budget
+is all but spent, so that the last attempt is a real one."""
 
 Event = dict[str, Any]
 
@@ -59,11 +77,17 @@ class SchedulerClient:
         *,
         reconnect_timeout: float = 120.0,
         auth: tuple[str, str] | None = None,
+        subscribe_timeout: float = SUBSCRIBE_TIMEOUT,
     ) -> None:
         self._source = parse_masters(masters)
         self._framework_info = dict(framework_info)
         self._on_event = on_event
         self._reconnect_timeout = reconnect_timeout
+        self._subscribe_timeout = subscribe_timeout
+        self._lost_since = 0.0
+        """When the master was last lost (or the first attempt began): the
+        reconnect budget runs from here."""
+        self._subscribed_at = 0.0
         self._auth = aiohttp.BasicAuth(*auth) if auth else None
         self._session: aiohttp.ClientSession | None = None
         self._zookeeper: ZooKeeperLeader | None = None
@@ -90,8 +114,18 @@ class SchedulerClient:
             def changed(leader: MasterAddress | None) -> None:
                 loop.call_soon_threadsafe(self._on_leader_change, leader)
 
-            self._zookeeper = ZooKeeperLeader(self._source, changed)
-            await asyncio.to_thread(self._zookeeper.start)
+            zookeeper = ZooKeeperLeader(self._source, changed)
+            # Kept before it starts, so that shutting down mid-start stops it.
+            self._zookeeper = zookeeper
+            if not self.last_error:
+                self.last_error = f"connecting to ZooKeeper at {self._source.hosts}"
+            try:
+                await asyncio.to_thread(zookeeper.start, self._step_limit(ZOOKEEPER_TIMEOUT))
+            except ZooKeeperError as exc:
+                # A failed attempt like any other: the next one starts afresh.
+                self._zookeeper = None
+                await asyncio.to_thread(zookeeper.stop)
+                raise _NoMaster(str(exc)) from None
         leader = self._zookeeper.leader
         return [leader] if leader else []
 
@@ -104,6 +138,14 @@ class SchedulerClient:
 
     # -- running ---------------------------------------------------------
 
+    def _budget_left(self) -> float:
+        loop = asyncio.get_running_loop()
+        return self._lost_since + self._reconnect_timeout - loop.time()
+
+    def _step_limit(self, limit: float) -> float:
+        """``limit``, or what is left of the reconnect budget if that is less."""
+        return max(MIN_ATTEMPT, min(limit, self._budget_left()))
+
     async def run(self) -> None:
         """Subscribe, and stay subscribed until :meth:`close`; raise
         :class:`MasterLostError` when no master answers for too long."""
@@ -111,9 +153,10 @@ class SchedulerClient:
             auth=self._auth, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
         )
         backoff = 0.5
-        lost_since = asyncio.get_running_loop().time()
+        self._lost_since = asyncio.get_running_loop().time()
         try:
             while not self._closing:
+                malformed = False
                 try:
                     await self._subscribe_and_read()
                     reason = "the event stream ended"
@@ -121,24 +164,35 @@ class SchedulerClient:
                     reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 except _NoMaster as exc:
                     reason = str(exc)
+                except _MalformedStream as exc:
+                    reason = str(exc)
+                    malformed = True
                 if self._closing or self._tearing_down:
                     return  # the master ends the stream on TEARDOWN, as asked
-                if self.subscribed.is_set():
-                    lost_since = asyncio.get_running_loop().time()
+                now = asyncio.get_running_loop().time()
+                # A stream that turned unreadable right after SUBSCRIBED was no
+                # working subscription: the budget keeps running, so that a
+                # master whose every stream is unreadable cannot keep us
+                # trying forever.
+                quickly_unreadable = malformed and now - self._subscribed_at < STABLE_SUBSCRIPTION
+                if self.subscribed.is_set() and not quickly_unreadable:
+                    self._lost_since = now
                     backoff = 0.5
                 self.subscribed.clear()
                 self.stream_id = None
                 self.last_error = reason
-                waited = asyncio.get_running_loop().time() - lost_since
-                if waited > self._reconnect_timeout:
+                left = self._budget_left()
+                if left < 0:
                     raise MasterLostError(
                         f"lost the Mesos master ({reason}) and could not re-subscribe "
                         f"within {self._reconnect_timeout:g}s"
                     )
-                logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, backoff)
+                # The last try comes when the budget ends, not a backoff after.
+                delay = min(backoff, left)
+                logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, delay)
                 self._leader_changed.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._leader_changed.wait(), backoff)
+                    await asyncio.wait_for(self._leader_changed.wait(), delay)
                 backoff = min(MAX_BACKOFF, backoff * 2) * random.uniform(0.8, 1.2)
         finally:
             await self._shutdown()
@@ -156,13 +210,27 @@ class SchedulerClient:
         last_error = "no master answered"
         for master in candidates:
             for _ in range(MAX_REDIRECTS):
+                limit = self._step_limit(self._subscribe_timeout)
                 try:
-                    response = await self._session.post(
-                        master.url + API_PATH,
-                        data=json.dumps(call),
-                        headers={"Content-Type": "application/json", "Accept": "application/json"},
-                        allow_redirects=False,
+                    # Bounds the wait for the answer's headers only: the body
+                    # is the event stream, read below under the heartbeat
+                    # watchdog.
+                    response = await asyncio.wait_for(
+                        self._session.post(
+                            master.url + API_PATH,
+                            data=json.dumps(call),
+                            headers={
+                                "Content-Type": "application/json",
+                                "Accept": "application/json",
+                            },
+                            allow_redirects=False,
+                        ),
+                        limit,
                     )
+                except asyncio.TimeoutError:
+                    last_error = f"{master.url}: no answer to SUBSCRIBE"
+                    last_error += f" within {round(limit, 1):g}s"
+                    break
                 except (aiohttp.ClientError, OSError) as exc:
                     last_error = f"{master.url}: {exc}"
                     break
@@ -202,8 +270,19 @@ class SchedulerClient:
                     ) from None
                 if not chunk:
                     return
-                for record in decoder.feed(chunk):
-                    self._dispatch(json.loads(record))
+                try:
+                    for record in decoder.feed(chunk):
+                        self._dispatch(json.loads(record))
+                # ValueError covers RecordIOError and json's errors; the others
+                # come from an event that lacks a field, or has one of the
+                # wrong type, where it is handled. Either way what the master
+                # sent cannot be followed: drop the stream as if it broke.
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    logger.debug("Mesos: unreadable event stream", exc_info=True)
+                    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                    raise _MalformedStream(
+                        f"{master.url} sent an event stream that cannot be read ({detail})"
+                    ) from None
         finally:
             self._response = None
             response.close()
@@ -214,17 +293,24 @@ class SchedulerClient:
             subscribed = event.get("subscribed", {})
             self.framework_id = subscribed.get("framework_id", {}).get("value", self.framework_id)
             self.heartbeat_interval = float(subscribed.get("heartbeat_interval_seconds", 15.0))
+            self._subscribed_at = asyncio.get_running_loop().time()
             self.subscribed.set()
         self._on_event(event)
 
     # -- calls -----------------------------------------------------------
 
-    async def call(self, call: dict[str, Any]) -> None:
-        """Send one call; wait for the subscription first if it is being renewed."""
+    async def call(self, call: dict[str, Any]) -> str | None:
+        """Send one call; wait for the subscription first if it is being renewed.
+
+        Return why the master did not take the call (no answer, or an answer
+        other than 202), or None if it did or the client is closing; raise
+        :class:`SchedulerError` if it answered 400. The caller says what the
+        failure means, so it is not logged here.
+        """
         if self._closing or self._session is None:
-            return
+            return None
         if self._tearing_down and call.get("type") != "TEARDOWN":
-            return
+            return None
         await asyncio.wait_for(self.subscribed.wait(), self._reconnect_timeout)
         assert self.master is not None
         assert self.framework_id is not None
@@ -240,16 +326,15 @@ class SchedulerClient:
                 timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT),
             ) as response:
                 if response.status == 202:
-                    return
+                    return None
                 text = (await response.text())[:500].strip()
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             # The stream's own failure handling re-subscribes; a lost call is
             # covered by reconciliation and by offers coming back.
-            logger.warning("Mesos: %s call failed: %s", call.get("type"), exc)
-            return
+            return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         if response.status == 400:
             raise SchedulerError(f"the master rejected {call.get('type')}: {text}")
-        logger.warning("Mesos: %s call answered %d %s", call.get("type"), response.status, text)
+        return f"{response.status} {text}".rstrip()
 
     async def close(self, teardown: bool) -> None:
         """Stop; with ``teardown``, first tell the master to kill every task."""
@@ -257,7 +342,9 @@ class SchedulerClient:
             # The master ends the stream on TEARDOWN: that end is expected.
             self._tearing_down = True
             with contextlib.suppress(TFMesosError, asyncio.TimeoutError):
-                await asyncio.wait_for(self.call({"type": "TEARDOWN"}), 10)
+                problem = await asyncio.wait_for(self.call({"type": "TEARDOWN"}), 10)
+                if problem is not None:
+                    logger.warning("Mesos: TEARDOWN call failed: %s", problem)
         self._closing = True
         if self._response is not None:
             self._response.close()
@@ -270,4 +357,8 @@ class SchedulerClient:
 
 
 class _NoMaster(Exception):
+    pass
+
+
+class _MalformedStream(Exception):
     pass

@@ -1190,6 +1190,14 @@ class _LaunchFailure:
     message: str
 
 
+@dataclasses.dataclass
+class _CallFailure:
+    call_type: str
+    remaining: int
+    status: int
+    message: str
+
+
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _REAPER_SOURCE = """
 import os, shutil, signal, sys
@@ -1452,6 +1460,7 @@ class TestMaster:
         self._offer_seq = 0
         self._agent_seq = 0
         self._launch_failures: list[_LaunchFailure] = []
+        self._call_failures: list[_CallFailure] = []
         self._executors: dict[tuple[str, str, str], Resources] = {}
         self._live_groups: set[int] = set()
         self._reaper: _Reaper | None = None
@@ -1692,6 +1701,11 @@ class TestMaster:
         record["framework_id"] = call.get("framework_id", {}).get("value")
         _validate_call(call)
         kind = call["type"]
+        for rule in self._call_failures:
+            if rule.remaining > 0 and rule.call_type == kind:
+                rule.remaining -= 1
+                self._call_failures = [r for r in self._call_failures if r.remaining > 0]
+                raise ProtocolError(rule.status, rule.message)
         if kind == "SUBSCRIBE":
             if not _accepts_json(request.headers.get("Accept")):
                 raise ProtocolError(
@@ -3048,6 +3062,30 @@ class TestMaster:
         REASON_CONTAINER_LAUNCH_FAILED, as when a container fails to launch."""
         self._launch_failures.append(_LaunchFailure(re.compile(pattern), count, message))
 
+    def fail_next_call(
+        self,
+        call_type: str,
+        *,
+        count: int = 1,
+        status: int = 503,
+        message: str = "Master has not finished recovery",
+    ) -> None:
+        """Answer the next ``count`` otherwise valid calls of ``call_type`` with
+        ``status`` and ``message``, and do nothing else with them.
+
+        The master refuses calls it would otherwise take in this way: 503
+        "Master has not finished recovery" while a newly elected master recovers
+        its state (``Master::Http::scheduler``), 400 when a call carries a
+        ``Mesos-Stream-Id`` that has just been replaced, 403 "Framework is not
+        subscribed" after the connection broke. An offer named in a refused
+        ACCEPT stays outstanding, as the master never saw the call.
+        """
+        if not 400 <= status <= 599:
+            raise ValueError("status must be an HTTP error status (400-599)")
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        self._call_failures.append(_CallFailure(call_type, count, status, message))
+
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
         """Lose an agent (the first active one if ``agent_id`` is None); returns its ID.
 
@@ -3380,6 +3418,7 @@ class TestMaster:
         ``GET  /__test__/events``           ``?framework_id=``
         ``POST /__test__/calls/clear``
         ``POST /__test__/fail_next_launch`` ``{"pattern": "...", "count": 1, "message": "..."}``
+        ``POST /__test__/fail_next_call``   ``{"type": "ACCEPT", "count": 1, "status": 503, "message": "..."}``
         ``POST /__test__/kill_agent``       ``{"agent_id": "...", "mode": "unreachable"|"gone"}``
         ``POST /__test__/add_agent``        ``{"cpus":..,"mem":..,"disk":..,"gpus":..,"ports":"a-b"}``
         ``POST /__test__/drop_subscription`` ``{"framework_id": "..."}``
@@ -3433,6 +3472,16 @@ class TestMaster:
                     str(b["pattern"]),
                     count=int(b.get("count", 1)),
                     message=str(b.get("message", "injected failure")),
+                ),
+            ),
+            (
+                "POST",
+                "/__test__/fail_next_call",
+                lambda r, b: self.fail_next_call(
+                    str(b["type"]),
+                    count=int(b.get("count", 1)),
+                    status=int(b.get("status", 503)),
+                    message=str(b.get("message", "Master has not finished recovery")),
                 ),
             ),
             (
@@ -3585,6 +3634,18 @@ class ThreadedTestMaster:
         self, pattern: str, *, count: int = 1, message: str = "injected failure"
     ) -> None:
         self.call(lambda m: m.fail_next_launch(pattern, count=count, message=message))
+
+    def fail_next_call(
+        self,
+        call_type: str,
+        *,
+        count: int = 1,
+        status: int = 503,
+        message: str = "Master has not finished recovery",
+    ) -> None:
+        self.call(
+            lambda m: m.fail_next_call(call_type, count=count, status=status, message=message)
+        )
 
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
         return self.call(lambda m: m.kill_agent(agent_id, mode=mode))
