@@ -39,6 +39,7 @@ from benchlib import (
     command_line,
     parse_args,
     scratch,
+    spawn,
     tfrun,
     timed,
 )
@@ -90,14 +91,7 @@ def direct_latency() -> float:
 def agent_memory(logs: str, seconds: float) -> dict[str, float]:
     """Peak RSS, USS and VmHWM (MiB) of the one agent of ``tfrun -w 1 -s 0 -- sleep``."""
     argv = [*tfrun(), "-w", "1", "-s", "0", "--log-dir", logs, "--", f"sleep {seconds}"]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        stdin=subprocess.DEVNULL,
-        env=bench_env(),
-        cwd=ROOT,
-    )
+    proc = spawn(argv)
     rss = uss = hwm = 0
     launcher = psutil.Process(proc.pid)
     while proc.poll() is None:

@@ -387,5 +387,18 @@ def timed(
     return wall
 
 
+def spawn(argv: Sequence[str], *, stderr: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    """Start a command to be watched while it runs (its memory, its threads),
+    with the benchmark environment and nothing on its stdin or stdout."""
+    return subprocess.Popen(
+        list(argv),
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        stdin=subprocess.DEVNULL,
+        env=bench_env(),
+        cwd=ROOT,
+    )
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)

@@ -17,15 +17,14 @@ from dataclasses import dataclass
 
 import psutil
 from benchlib import (
-    ROOT,
     JobFailed,
     MiB,
     Result,
     alternate,
-    bench_env,
     command_line,
     parse_args,
     scratch,
+    spawn,
     tfrun,
 )
 
@@ -66,14 +65,7 @@ def measure(tasks: int, sleep: float, logs: str) -> Sample:
         f"sleep {sleep}",
     ]
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=bench_env(),
-        cwd=ROOT,
-    )
+    proc = spawn(argv, stderr=subprocess.PIPE)
     box: dict[str, float] = {}
     watcher = threading.Thread(target=_watch_stderr, args=(proc, started, box))
     watcher.start()

@@ -128,25 +128,34 @@ def test_no_output_line_is_lost(job_procs: JobProcesses) -> None:
         assert got[-1] == f"[worker:{index}] no newline at the end"
 
 
-def test_a_stalled_terminal_does_not_stall_the_launcher(job_procs: JobProcesses) -> None:
-    # Nobody reads tfrun's stdout while worker 0 floods it: the launcher must
-    # still see worker 1 fail (it logs that on stderr) and end the job, and
-    # then write out, in order, every line it had taken from worker 0.
-    code = (
-        "import sys, time\n"
-        "if '{task_index}' == '1':\n"
-        "    time.sleep(1); sys.exit(3)\n"
-        "w = sys.stdout.write\n"
-        "for i in range(100_000): w(f'line {{i}} ' + 'x' * 60 + '\\n')\n"  # 7 MB
-        "time.sleep(60)\n"
-    )
-    proc = subprocess.Popen(
+# Worker 0 prints 100,000 lines (7 MB) and waits; worker 1 fails after 1 s.
+FLOOD_THEN_FAIL = (
+    "import sys, time\n"
+    "if '{task_index}' == '1':\n"
+    "    time.sleep(1); sys.exit(3)\n"
+    "w = sys.stdout.write\n"
+    "for i in range(100_000): w(f'line {{i}} ' + 'x' * 60 + '\\n')\n"
+    "time.sleep(60)\n"
+)
+
+
+def popen_two_workers(code: str, job_procs: JobProcesses) -> subprocess.Popen[bytes]:
+    """tfrun -w 2 -s 0 running ``code``, every worker's output forwarded, both
+    streams piped and left to the caller to read (or not)."""
+    return subprocess.Popen(
         tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=job_procs.env(),
         cwd=ROOT,
     )
+
+
+def test_a_stalled_terminal_does_not_stall_the_launcher(job_procs: JobProcesses) -> None:
+    # Nobody reads tfrun's stdout while worker 0 floods it: the launcher must
+    # still see worker 1 fail (it logs that on stderr) and end the job, and
+    # then write out, in order, every line it had taken from worker 0.
+    proc = popen_two_workers(FLOOD_THEN_FAIL, job_procs)
     assert proc.stderr is not None and proc.stdout is not None
     said: list[bytes] = []
     noticed = threading.Event()
@@ -182,20 +191,7 @@ def test_a_signal_while_output_waits_for_a_stalled_reader_ends_tfrun(
     # The job is over (worker 1 failed) but tfrun's stdout is not read, so it
     # waits to write worker 0's output. SIGTERM then drops that output and
     # tfrun exits with the job's own status.
-    code = (
-        "import sys, time\n"
-        "if '{task_index}' == '1':\n"
-        "    time.sleep(1); sys.exit(3)\n"
-        "for i in range(100_000): print(f'line {{i}} ' + 'x' * 60)\n"
-        "time.sleep(60)\n"
-    )
-    proc = subprocess.Popen(
-        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=job_procs.env(),
-        cwd=ROOT,
-    )
+    proc = popen_two_workers(FLOOD_THEN_FAIL, job_procs)
     assert proc.stderr is not None
     try:
         for line in proc.stderr:
@@ -243,13 +239,7 @@ def test_a_reader_that_goes_away_costs_the_output_not_the_job(job_procs: JobProc
     # As with `tfrun ... | head -1`: the job runs to its end, and says once why
     # the rest of its output is gone, with no traceback.
     code = "import time\nfor i in range(50): print(i, flush=True); time.sleep(0.02)"
-    proc = subprocess.Popen(
-        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=job_procs.env(),
-        cwd=ROOT,
-    )
+    proc = popen_two_workers(code, job_procs)
     assert proc.stdout is not None
     proc.stdout.close()
     _, stderr = proc.communicate(timeout=120)
