@@ -129,7 +129,54 @@ def test_no_master_in_zookeeper_ends_with_a_clear_error(zk: Any, job_procs: JobP
         timeout=120,
     )
     assert result.returncode == 1
-    assert "not subscribed to a Mesos master yet: no leading master known" in result.stderr
+    assert (
+        "not subscribed to a Mesos master yet: no leading master known "
+        f"(no master has registered under {group} in ZooKeeper at {ZK_HOSTS})" in result.stderr
+    )
+    zk.delete(group, recursive=True)
+
+
+def test_a_group_path_that_does_not_exist_is_named_and_watched_for(
+    zk: Any, master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    group = f"/tfmesos-test-{uuid.uuid4().hex}"  # not created
+    url = f"zk://{ZK_HOSTS}{group}"
+    result = subprocess.run(
+        tfrun_argv("-m", url, "--timeout", "2", "-w", "2", "-s", "0", "--", "true"),
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert f"ZooKeeper at {ZK_HOSTS} has no {group}: is that the path" in result.stderr
+    # The masters may come up after tfrun: once the path and a master appear,
+    # the job goes on (worker 1 runs on Mesos; worker 0, the chief, here).
+    proc = subprocess.Popen(
+        tfrun_argv("-m", url, "-w", "2", "-s", "0", "--", sys.executable, "-c", "pass"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    try:
+        time.sleep(2)
+        zk.ensure_path(group)
+        zk.create(
+            f"{group}/json.info_",
+            master_info("127.0.0.1", master.port),
+            ephemeral=True,
+            sequence=True,
+        )
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "leading master is now http://127.0.0.1" in err
+    assert job_procs.wait_gone(10) == []
     zk.delete(group, recursive=True)
 
 

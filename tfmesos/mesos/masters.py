@@ -133,6 +133,8 @@ class ZooKeeperLeader:
         self._stopping = threading.Event()
         self._stopped = False
         self.leader: MasterAddress | None = None
+        self.path_exists = False
+        self._watching_children = False
 
     def start(self, timeout: float = 15.0) -> None:
         """Connect and watch the group; raise :class:`ZooKeeperError`, with the
@@ -156,15 +158,39 @@ class ZooKeeperLeader:
                     f"within {round(timeout, 1):g}s"
                 )
         try:
-            self._client.ChildrenWatch(
-                self.source.path, self._children_changed, allow_session_lost=True
-            )
+            # kazoo's ChildrenWatch ends quietly on a path that does not
+            # exist; a DataWatch sees the path come and go, and starts the
+            # ChildrenWatch once it is there.
+            self._client.DataWatch(self.source.path, self._path_changed)
         except (KazooException, self._client.handler.timeout_exception) as exc:
             self.stop()
             raise ZooKeeperError(
                 f"cannot read {self.source.path} from ZooKeeper at {self.source.hosts}: "
                 f"{type(exc).__name__} {exc}".rstrip()
             ) from exc
+
+    def _path_changed(self, data: bytes | None, stat: object) -> None:
+        self.path_exists = stat is not None
+        if self.path_exists and not self._watching_children:
+            self._watching_children = True
+            self._client.ChildrenWatch(
+                self.source.path, self._children_changed, allow_session_lost=True
+            )
+        elif not self.path_exists:
+            # The ChildrenWatch ended with the path (a new one starts when it
+            # comes back), and no master leads from a group that is gone.
+            self._watching_children = False
+            self._children_changed([])
+
+    def why_no_leader(self) -> str:
+        """Why :attr:`leader` is None, in words."""
+        where = f"ZooKeeper at {self.source.hosts}"
+        if not self.path_exists:
+            return (
+                f"{where} has no {self.source.path}: is that the path the masters were "
+                "started with (their --zk)?"
+            )
+        return f"no master has registered under {self.source.path} in {where}"
 
     def _children_changed(self, children: list[str]) -> None:
         members = sorted(

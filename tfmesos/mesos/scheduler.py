@@ -201,7 +201,8 @@ class SchedulerClient:
         assert self._session is not None
         candidates = await self._candidates()
         if not candidates:
-            raise _NoMaster("no leading master known")
+            why = f" ({self._zookeeper.why_no_leader()})" if self._zookeeper else ""
+            raise _NoMaster(f"no leading master known{why}")
         framework = dict(self._framework_info)
         call: dict[str, Any] = {"type": "SUBSCRIBE", "subscribe": {"framework_info": framework}}
         if self.framework_id:
