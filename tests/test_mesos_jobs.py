@@ -25,7 +25,7 @@ import pytest
 
 from tests.conftest import MARK, JobProcesses, run_tfrun, start_tfrun
 from tfmesos.mesos.recordio import encode
-from tfmesos.mesos.scheduler import SchedulerClient
+from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
 
 PY = sys.executable
@@ -813,3 +813,31 @@ def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
     assert garbled.garbled >= 2  # it tried again before giving up
     assert elapsed < 3 + 15, elapsed
     assert job_procs.wait_gone(10) == []
+
+
+def test_a_call_on_a_replaced_stream_is_late_not_fatal(master: ThreadedTestMaster) -> None:
+    framework = {"user": getpass.getuser(), "name": "t", "roles": ["*"]}
+    framework["capabilities"] = [{"type": "MULTI_ROLE"}]
+
+    async def scenario() -> tuple[str | None, str]:
+        client = SchedulerClient(master.url, framework, lambda event: None)
+        runner = asyncio.create_task(client.run())
+        try:
+            await asyncio.wait_for(client.subscribed.wait(), 15)
+            current = client.stream_id
+            client.stream_id = "a-stream-the-master-has-replaced"
+            late = await client.call({"type": "REVIVE", "revive": {"roles": ["*"]}})
+            client.stream_id = current
+            # A call that is wrong in itself still fails loudly.
+            with pytest.raises(SchedulerError) as wrong:
+                await client.call({"type": "DECLINE"})
+            return late, str(wrong.value)
+        finally:
+            await client.close(teardown=True)
+            runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await runner
+
+    late, wrong = asyncio.run(scenario())
+    assert late is not None and late.startswith("400 The stream ID 'a-stream-the-master-has")
+    assert "the master rejected DECLINE" in wrong

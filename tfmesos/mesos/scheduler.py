@@ -60,6 +60,10 @@ is all but spent, so that the last attempt is a real one."""
 Event = dict[str, Any]
 
 
+STALE_STREAM = "didn't match the stream ID currently associated"
+"""The master's words (src/master/http.cpp) for a call on a replaced stream."""
+
+
 class SchedulerError(TFMesosError):
     """The master refused a call in a way that retrying cannot fix."""
 
@@ -333,8 +337,11 @@ class SchedulerClient:
             # The stream's own failure handling re-subscribes; a lost call is
             # covered by reconciliation and by offers coming back.
             return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if response.status == 400:
+        if response.status == 400 and STALE_STREAM not in text:
             raise SchedulerError(f"the master rejected {call.get('type')}: {text}")
+        # A call made on a stream the master has since replaced is not wrong,
+        # only late: what it would have done is redone after re-subscribing
+        # (RECONCILE, offers coming back), so it is reported, not fatal.
         return f"{response.status} {text}".rstrip()
 
     async def close(self, teardown: bool) -> None:
