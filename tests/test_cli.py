@@ -205,3 +205,13 @@ def test_volume_parsing_is_a_volume_or_a_spec_error(text: str) -> None:
         return
     assert volume.host_path.startswith("/")
     assert volume.container_path.startswith("/")
+
+
+def test_version_names_the_release_and_the_protocol() -> None:
+    from tfmesos import wire
+
+    result = run_tfrun("--version")
+    assert result.returncode == 0
+    assert re.fullmatch(
+        rf"tfrun \S+, rendezvous protocol {wire.PROTOCOL_VERSION}\n", result.stdout
+    ), result.stdout

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from tfmesos import wire
 from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.spec import ClusterSpec, Job, parse_volume
 
@@ -63,6 +64,25 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be more than 0: {text}")
     return value
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked for: reading the installed
+    distributions' metadata would cost every tfrun a few milliseconds."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> NoReturn:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            release = version("tfmesos")
+        except PackageNotFoundError:  # run from a source tree
+            release = "(not installed)"
+        # The protocol is what a task image's tfmesos must match (docs/failures.md).
+        sys.stdout.write(f"tfrun {release}, rendezvous protocol {wire.PROTOCOL_VERSION}\n")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -221,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     security.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="say more about what the launcher does"
+    )
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print tfmesos's version and its rendezvous protocol's, and exit",
     )
     parser.add_argument(
         "command", nargs=argparse.REMAINDER, help="the command each task runs, after --"
