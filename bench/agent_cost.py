@@ -96,10 +96,12 @@ def agent_memory(logs: str, seconds: float) -> dict[str, float]:
     launcher = psutil.Process(proc.pid)
     while proc.poll() is None:
         try:
-            agents = [
-                c for c in launcher.children() if any("tfmesos.agent" in a for a in c.cmdline())
-            ]
+            # The agent is the parent of the task's command (a child of tfrun,
+            # or of its fork server).
+            agents = [c.parent() for c in launcher.children(recursive=True) if c.name() == "sleep"]
             for agent in agents:
+                if agent is None:
+                    continue
                 info = agent.memory_full_info()
                 rss, uss = max(rss, info.rss), max(uss, info.uss)
                 hwm = max(hwm, _vm_hwm(agent.pid))

@@ -64,6 +64,12 @@ class JobProcesses:
                 proc.kill()
 
 
+def is_agent(proc: psutil.Process) -> bool:
+    """A task's agent: forked by the fork server (named so), or started as an
+    interpreter of its own (``TFMESOS_NO_FORK_SERVER``, or on Mesos)."""
+    return proc.name() == "tfmesos-agent" or "tfmesos.agent" in " ".join(proc.cmdline())
+
+
 @pytest.fixture
 def job_procs() -> Iterator[JobProcesses]:
     procs = JobProcesses()

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun, tfrun_argv
+from tests.conftest import ROOT, JobProcesses, is_agent, run_tfrun, start_tfrun, tfrun_argv
 
 PY = sys.executable
 
@@ -443,34 +443,48 @@ def test_more_gpus_in_all_than_the_machine_has_is_refused(job_procs: JobProcesse
     assert job_procs.alive() == []
 
 
+@pytest.mark.parametrize("fork_server", [True, False], ids=["forked-agents", "agent-interpreters"])
 def test_the_secret_is_in_no_command_line_no_log_and_not_in_the_command_env(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, fork_server: bool
 ) -> None:
+    env = job_procs.env() if fork_server else job_procs.env(TFMESOS_NO_FORK_SERVER="1")
     proc = subprocess.Popen(
         tfrun_argv("-v", "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)")),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=job_procs.env(),
+        env=env,
         cwd=ROOT,
     )
+    secret = ""
     try:
         deadline = time.monotonic() + 30
-        while len(job_procs.alive(exclude=proc.pid)) < 4 and time.monotonic() < deadline:
+        # Two agents and their commands, and the fork server if there is one.
+        while len(job_procs.alive(exclude=proc.pid)) < 4 + fork_server:
+            assert time.monotonic() < deadline, job_procs.alive(exclude=proc.pid)
             time.sleep(0.1)
         processes = job_procs.alive(exclude=proc.pid)
-        agents = [p for p in processes if "tfmesos.agent" in " ".join(p.cmdline())]
-        assert agents, "no agent found"
-        secret = agents[0].environ()["TFMESOS_SECRET"]
-        assert len(secret) == 64
+        holders = [p for p in processes if "TFMESOS_SECRET" in p.environ()]
+        if fork_server:
+            # A forked agent gets it through the server's pipe: it is in no
+            # process's environment as the kernel shows it, not even the agent's.
+            assert holders == []
+        else:
+            assert holders, "no agent found"
+            assert all(is_agent(p) for p in holders)
+            secret = holders[0].environ()["TFMESOS_SECRET"]
+            assert len(secret) == 64
         for p in [*processes, psutil.Process(proc.pid)]:
-            assert secret not in " ".join(p.cmdline())
-            if p not in agents and p.pid != proc.pid:
-                assert "TFMESOS_SECRET" not in p.environ(), p.cmdline()
+            cmdline = " ".join(p.cmdline())
+            assert not secret or secret not in cmdline
+            assert not re.search(r"\b[0-9a-f]{64}\b", cmdline), cmdline
     finally:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
-    assert secret not in out + err
+    # No 64-hex-digit token (the secret's form) in what tfrun said.
+    assert not re.search(r"\b[0-9a-f]{64}\b", out + err)
+    if secret:
+        assert secret not in out + err
     assert job_procs.wait_gone(5) == []
 
 
@@ -534,9 +548,7 @@ def test_an_agent_killed_outright_takes_its_command_with_it(job_procs: JobProces
     deadline = time.monotonic() + 10
     while len(job_procs.alive(exclude=proc.pid)) < 4 and time.monotonic() < deadline:
         time.sleep(0.1)
-    agents = [
-        p for p in job_procs.alive(exclude=proc.pid) if "tfmesos.agent" in " ".join(p.cmdline())
-    ]
+    agents = [p for p in job_procs.alive(exclude=proc.pid) if is_agent(p)]
     commands = [c for a in agents for c in a.children()]
     assert len(agents) == 2
     assert len(commands) == 2  # the command itself, not a shell around it
@@ -566,4 +578,23 @@ def test_the_chief_beside_a_mesos_job_is_checked_against_this_machine(
     assert "task worker:0 asks for 100000 CPUs; this machine has" in result.stderr
     assert "(the chief runs on this machine, beside tfrun); running it anyway" in result.stderr
     assert "the cluster was not up after 2s" in result.stderr
+    assert job_procs.wait_gone(5) == []
+
+
+def test_the_fork_server_killed_outright_takes_its_agents_with_it(
+    job_procs: JobProcesses,
+) -> None:
+    proc, _ = start_tfrun(
+        "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)"), env=job_procs.env()
+    )
+    deadline = time.monotonic() + 10
+    while len(job_procs.alive(exclude=proc.pid)) < 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    servers = [p for p in job_procs.alive(exclude=proc.pid) if p.name() == "tfmesos-forks"]
+    assert len(servers) == 1
+    assert sorted(is_agent(c) for c in servers[0].children()) == [True, True]
+    servers[0].kill()  # as the OOM killer would
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "the agents' fork server exited" in err, err
     assert job_procs.wait_gone(5) == []

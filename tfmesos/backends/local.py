@@ -17,12 +17,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tfmesos import agent
 from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
+from tfmesos.backends.forking import (
+    OWN_PROCESS_GROUP,
+    AgentProcess,
+    ForkServer,
+    ForkServerGone,
+    exit_status,
+)
 from tfmesos.errors import ResourceError
 from tfmesos.ports import PortAllocator
 from tfmesos.resources import GpuAllocator, machine_resources
@@ -32,11 +37,13 @@ __all__ = ["LocalBackend"]
 
 logger = logging.getLogger("tfmesos")
 
+NO_FORK_SERVER = "TFMESOS_NO_FORK_SERVER"
+"""Set (to anything) to start each agent as a new interpreter instead of a fork."""
 KILL_GRACE = agent.STOP_GRACE + 2.0
-GPU_RELEASE_WAIT = KILL_GRACE + 5.0
-"""How long a relaunch waits for an earlier attempt of its task to give back its GPUs."""
 """Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
 its child, plus a margin for it to report."""
+GPU_RELEASE_WAIT = KILL_GRACE + 5.0
+"""How long a relaunch waits for an earlier attempt of its task to give back its GPUs."""
 
 
 class LocalBackend(Backend):
@@ -63,7 +70,9 @@ class LocalBackend(Backend):
         self._gpus_released = asyncio.Event()
         self.agent_command = list(agent_command or default_agent_command())
         self._sink: EventSink | None = None
-        self._procs: dict[str, _Running] = {}
+        self._procs: dict[str, AgentProcess] = {}
+        self._fork_server: ForkServer | None = None
+        self._use_fork_server = agent_command is None and not os.environ.get(NO_FORK_SERVER)
         self._waiters: set[asyncio.Task[None]] = set()
 
     @property
@@ -111,6 +120,14 @@ class LocalBackend(Backend):
         self._sink = sink
         self.log_dir.mkdir(parents=True, exist_ok=True)
         _raise_open_file_limit()
+        if self._use_fork_server:
+            server = ForkServer()
+            try:
+                await server.start()
+            except (OSError, ForkServerGone) as exc:
+                logger.debug("no fork server (%s): each agent starts a new interpreter", exc)
+            else:
+                self._fork_server = server
         logger.info("the full output of each task goes to %s", self.log_dir)
 
     async def launch(self, launch: Launch) -> None:
@@ -155,7 +172,22 @@ class LocalBackend(Backend):
                 agent.ENV_PARENT_PID: str(os.getpid()),
             }
         )
-        with open(self.task_log(launch.task_id), "ab") as log:
+        running = await self._spawn(launch.task_id, env)
+        self._procs[launch.task_id] = running
+        self._sink(TaskPlaced(launch.task_id, self.host))
+        waiter = asyncio.create_task(self._wait(launch.task_id, running, port, gpus))
+        self._waiters.add(waiter)
+        waiter.add_done_callback(self._waiters.discard)
+
+    async def _spawn(self, task_id: str, env: dict[str, str]) -> AgentProcess:
+        if self._fork_server is not None and self._fork_server.alive:
+            try:
+                return await self._fork_server.spawn(
+                    task_id, env, self.spec.cwd, self.task_log(task_id)
+                )
+            except ForkServerGone as exc:
+                logger.warning("%s; agents now start as new interpreters", exc)
+        with open(self.task_log(task_id), "ab") as log:
             proc = subprocess.Popen(
                 self.agent_command,
                 stdin=subprocess.DEVNULL,
@@ -168,18 +200,13 @@ class LocalBackend(Backend):
                 # launcher; not a session of its own: on kernels that group
                 # scheduling by session (autogroup), that would change how the
                 # CPU is shared between tasks from a hand launch's.
-                **_OWN_PROCESS_GROUP,
+                **OWN_PROCESS_GROUP,
             )
-        running = _Running(proc, asyncio.get_running_loop().create_future())
-        self._procs[launch.task_id] = running
-        self._sink(TaskPlaced(launch.task_id, self.host))
-        waiter = asyncio.create_task(self._wait(launch.task_id, running, port, gpus))
-        self._waiters.add(waiter)
-        waiter.add_done_callback(self._waiters.discard)
+        exited = asyncio.ensure_future(exit_status(proc))
+        return AgentProcess(proc.pid, exited)
 
-    async def _wait(self, task_id: str, running: _Running, port: int, gpus: list[str]) -> None:
-        code = await _exit_status(running.proc)
-        running.exited.set_result(code)
+    async def _wait(self, task_id: str, running: AgentProcess, port: int, gpus: list[str]) -> None:
+        code = await asyncio.shield(running.exited)
         self._ports.release(port)
         if self._gpus is not None:
             self._gpus.release(gpus)
@@ -211,6 +238,8 @@ class LocalBackend(Backend):
         for waiter in list(self._waiters):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(waiter), 1.0)
+        if self._fork_server is not None:
+            await self._fork_server.close()
 
 
 def default_agent_command() -> list[str]:
@@ -228,45 +257,9 @@ def default_agent_command() -> list[str]:
     return [sys.executable, "-S", "-c", bootstrap]
 
 
-_OWN_PROCESS_GROUP: dict[str, Any] = (
-    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-)
-
-
-@dataclass(frozen=True)
-class _Running:
-    proc: subprocess.Popen[bytes]
-    exited: asyncio.Future[int]
-    """Resolves to the agent's wait status once it has exited."""
-
-
-async def _exit_status(proc: subprocess.Popen[bytes]) -> int:
-    """Wait for ``proc`` without a thread: on Linux a pidfd becomes readable
-    when the process exits (asyncio's own child watcher spends a thread per
-    child on Python < 3.12: 500 threads for a 500-task job)."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        return await asyncio.to_thread(proc.wait)
-    loop = asyncio.get_running_loop()
-    exited: asyncio.Future[None] = loop.create_future()
-
-    def on_exit() -> None:
-        if not exited.done():
-            exited.set_result(None)
-
-    loop.add_reader(pidfd, on_exit)
-    try:
-        await exited
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-    return proc.wait()
-
-
-async def _terminate(running: _Running) -> None:
+async def _terminate(running: AgentProcess) -> None:
     """SIGTERM the agent's group, then SIGKILL it if it has not gone in time."""
-    pgid = running.proc.pid
+    pgid = running.pid
     _signal_group(pgid, signal.SIGTERM)
     try:
         await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)

@@ -1,0 +1,193 @@
+"""The launcher's end of the fork server (:mod:`tfmesos.forkserver`).
+
+Requests go down the server's stdin and replies come up its stdout, both
+through asyncio pipe transports: no thread, and a request never blocks the
+loop even when the pipe is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["OWN_PROCESS_GROUP", "AgentProcess", "ForkServer", "ForkServerGone", "exit_status"]
+
+logger = logging.getLogger("tfmesos")
+
+START_TIMEOUT = 10.0
+"""How long the server may take to fork an agent (it takes milliseconds)."""
+
+OWN_PROCESS_GROUP: dict[str, Any] = (
+    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+)
+
+
+async def exit_status(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for ``proc`` without a thread: on Linux a pidfd becomes readable
+    when the process exits (asyncio's own child watcher spends a thread per
+    child on Python < 3.12: 500 threads for a 500-task job)."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return await asyncio.to_thread(proc.wait)
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return proc.wait()
+
+
+class ForkServerGone(RuntimeError):
+    """The fork server is not running (any more); start agents another way."""
+
+
+@dataclass(frozen=True)
+class AgentProcess:
+    """An agent, however it was started: its pid (also its process group)."""
+
+    pid: int
+    exited: asyncio.Future[int]
+    """Resolves to its exit status as ``Popen.returncode`` gives it."""
+
+
+class _Replies(asyncio.Protocol):
+    def __init__(self, server: ForkServer) -> None:
+        self._server = server
+        self._pending = b""
+
+    def data_received(self, data: bytes) -> None:
+        self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._server._on_reply(json.loads(line))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server._on_gone()
+
+
+class ForkServer:
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._requests: asyncio.WriteTransport | None = None
+        self._starting: dict[str, asyncio.Future[AgentProcess]] = {}
+        self._running: dict[int, asyncio.Future[int]] = {}
+        self._ready: asyncio.Future[None] | None = None
+        self.alive = False
+
+    async def start(self) -> None:
+        package_root = str(Path(__file__).resolve().parent.parent.parent)
+        bootstrap = (
+            f"import sys; sys.path.insert(0, {package_root!r}); "
+            "from tfmesos.forkserver import main; sys.exit(main(int(sys.argv[1])))"
+        )
+        self._proc = subprocess.Popen(
+            [sys.executable, "-S", "-c", bootstrap, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            # A group of its own: Ctrl-C at the terminal is the launcher's.
+            **OWN_PROCESS_GROUP,
+        )
+        assert self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        await loop.connect_read_pipe(lambda: _Replies(self), self._proc.stdout)
+        self._requests, _ = await loop.connect_write_pipe(asyncio.Protocol, self._proc.stdin)
+        self.alive = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
+        except (asyncio.TimeoutError, ForkServerGone):
+            self.alive = False
+            self._proc.kill()
+            raise ForkServerGone("the fork server did not start") from None
+
+    async def spawn(
+        self, task_id: str, env: Mapping[str, str], cwd: str | None, log: Path
+    ) -> AgentProcess:
+        """Fork an agent; raise :class:`ForkServerGone` if the server cannot."""
+        if not self.alive or self._requests is None:
+            raise ForkServerGone("the fork server is not running")
+        started: asyncio.Future[AgentProcess] = asyncio.get_running_loop().create_future()
+        self._starting[task_id] = started
+        request = {"task_id": task_id, "env": dict(env), "cwd": cwd, "log": str(log)}
+        self._requests.write((json.dumps(request) + "\n").encode())
+        try:
+            return await asyncio.wait_for(started, START_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise ForkServerGone("the fork server did not answer") from None
+        finally:
+            self._starting.pop(task_id, None)
+
+    def _on_reply(self, reply: dict[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        if "ready" in reply:
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+        elif "started" in reply:
+            # The exit's future exists before anyone can miss the exit: the
+            # server reports a child's start before its end.
+            exited: asyncio.Future[int] = loop.create_future()
+            self._running[int(reply["pid"])] = exited
+            started = self._starting.get(str(reply["started"]))
+            if started is not None and not started.done():
+                started.set_result(AgentProcess(int(reply["pid"]), exited))
+        elif "failed" in reply:
+            started = self._starting.get(str(reply["failed"]))
+            if started is not None and not started.done():
+                started.set_exception(ForkServerGone(f"fork failed: {reply.get('error')}"))
+        elif "exited" in reply:
+            done = self._running.pop(int(reply["exited"]), None)
+            if done is not None and not done.done():
+                done.set_result(int(reply["status"]))
+
+    def _on_gone(self) -> None:
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(ForkServerGone("the fork server exited"))
+        if not self.alive:
+            return
+        self.alive = False
+        for started in self._starting.values():
+            if not started.done():
+                started.set_exception(ForkServerGone("the fork server exited"))
+        if self._running:
+            # Its children were signalled as it died (their parent-death
+            # signal); their own status is lost with it.
+            logger.warning("the agents' fork server exited; its %d agents stop", len(self._running))
+        for pid, exited in self._running.items():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            if not exited.done():
+                exited.set_result(-signal.SIGKILL)
+        self._running.clear()
+
+    async def close(self) -> None:
+        if self._requests is not None:
+            self._requests.close()  # the server ends when its stdin does
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            await asyncio.wait_for(exit_status(proc), 5.0)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await exit_status(proc)

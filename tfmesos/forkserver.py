@@ -1,0 +1,171 @@
+"""The local backend's fork server: one interpreter that has imported the
+agent and forks a child per task.
+
+A new interpreter for each task's agent costs ~40 ms of CPU (the interpreter,
+then the standard library the agent needs); a fork of one that has already
+paid it costs a few. The server runs under ``python -S`` like the agents, and
+needs only the standard library.
+
+Protocol, one JSON object per line. Requests on stdin::
+
+    {"task_id": ..., "env": {...}, "cwd": ... or null, "log": path}
+
+Replies on stdout::
+
+    {"ready": N}                           the server (pid N) takes requests
+    {"started": task_id, "pid": N}         the agent runs
+    {"failed": task_id, "error": "..."}    it could not be forked
+    {"exited": N, "status": S}             agent N ended; S as Popen.returncode
+
+Each child is what a separately started agent would be: in a process group of
+its own, stdin from /dev/null, stdout and stderr to the task's log, the
+task's environment, and signalled when its parent dies (the server, which is
+itself signalled when the launcher dies). The server ends when its stdin
+closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import sys
+import traceback
+from typing import Any
+
+from tfmesos import agent
+
+__all__ = ["main"]
+
+_PR_SET_NAME = 15
+
+
+def main(launcher_pid: int) -> int:
+    try:
+        agent._exit_with_parent(launcher_pid)
+    except agent.AgentError:
+        return 1
+    _name_process(b"tfmesos-forks")
+    wakeup_r, wakeup_w = os.pipe()
+    os.set_blocking(wakeup_r, False)
+    os.set_blocking(wakeup_w, False)
+    signal.set_wakeup_fd(wakeup_w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    selector = selectors.DefaultSelector()
+    selector.register(0, selectors.EVENT_READ, "requests")
+    selector.register(wakeup_r, selectors.EVENT_READ, "children")
+    _reply({"ready": os.getpid()})
+    pending = b""
+    while True:
+        for key, _ in selector.select():
+            if key.data == "children":
+                _drain(wakeup_r)
+                _reap()
+                continue
+            data = os.read(0, 1 << 16)
+            if not data:  # the launcher closed us: what is left gets SIGTERM
+                return 0
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    _start(json.loads(line), (wakeup_r, wakeup_w))
+
+
+def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> None:
+    task_id = str(request["task_id"])
+    env = {str(k): str(v) for k, v in request["env"].items()}
+    env[agent.ENV_PARENT_PID] = str(os.getpid())  # the child's parent is this server
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        _reply({"failed": task_id, "error": str(exc)})
+        return
+    if pid == 0:
+        _become_agent(request, env)  # never returns
+    _reply({"started": task_id, "pid": pid})
+
+
+def _become_agent(request: dict[str, Any], env: dict[str, str]) -> None:
+    code = 1
+    try:
+        os.setpgid(0, 0)
+        # Its command line is the server's: the name tells it apart in ps/top.
+        _name_process(b"tfmesos-agent")
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        _close_inherited()  # the server's pipes and selector
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(env)
+        code = agent.main()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # nothing more can be said
+                stream.flush()
+        os._exit(code)
+
+
+def _name_process(name: bytes) -> None:
+    """Set the name ps, top and /proc/PID/comm show (at most 15 bytes)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None).prctl(_PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+
+
+def _close_inherited() -> None:
+    """Close every descriptor above stderr. Listed, not ranged over: the
+    launcher raises its descriptor limit, possibly to millions."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        os.closerange(3, 1 << 16)
+        return
+    for fd in fds:
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own, already gone
+                os.close(fd)
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _reply({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+
+
+def _reply(message: dict[str, Any]) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    try:
+        while data:
+            data = data[os.write(1, data) :]
+    except BrokenPipeError:  # the launcher is gone; PDEATHSIG will end us
+        pass
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))
