@@ -78,9 +78,13 @@ def measure(tasks: int, sleep: float, logs: str) -> Sample:
             threads = max(threads, launcher.num_threads())
             fds = max(fds, launcher.num_fds())
             if "up" in box and not agents_rss and time.perf_counter() - started > box["up"] + 0.3:
-                # Once, while every task sleeps: what the agents hold between them.
-                for child in launcher.children():
+                # Once, while every task sleeps: what the agents (and the fork
+                # server they come from, if any) hold between them; not the
+                # tasks' own `sleep`s.
+                for child in launcher.children(recursive=True):
                     with contextlib.suppress(psutil.Error):
+                        if child.name() == "sleep":
+                            continue
                         info = child.memory_full_info()
                         agents_rss += info.rss
                         agents_uss += info.uss
