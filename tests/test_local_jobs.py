@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -322,6 +323,23 @@ def test_initializer_finalizer_and_env_from_extra_config(
         "[worker:0] main hi",
         "[worker:0] final",
     ]
+
+
+def test_an_initializers_helpers_live_until_the_task_is_done(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # A helper the initializer leaves in the background (a sidecar) is there
+    # for the command, and is ended with the task, not before.
+    marker = tmp_path / "helper-was-here"
+    config = tmp_path / "extra.json"
+    helper = f"import time; time.sleep(1); open({str(marker)!r}, 'w'); time.sleep(300)"
+    config.write_text(json.dumps({"initializer": f"{PY} -c {shlex.quote(helper)} &"}))
+    command = f"import os, sys, time; time.sleep(3); sys.exit(0 if os.path.exists({str(marker)!r}) else 5)"
+    result = run_tfrun(
+        "-w", "1", "-s", "0", "-e", str(config), "--", *py(command), env=job_procs.env()
+    )
+    assert result.returncode == 0, result.stderr
+    assert job_procs.wait_gone(5) == []
 
 
 def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobProcesses) -> None:

@@ -70,6 +70,9 @@ def test_tf_config_leaves_out_empty_jobs() -> None:
         ("cd /data", "cd /data"),
         (". ./env.sh", ". ./env.sh"),
         ("ulimit -n 4096", "ulimit -n 4096"),
+        ("time python train.py", "time python train.py"),
+        ("[[ -f x ]]", "[[ -f x ]]"),
+        ("pushd /data", "pushd /data"),
     ],
 )
 def test_a_simple_command_is_execed_and_anything_else_left_alone(

@@ -51,10 +51,10 @@ this exact certificate is the only one trusted."""
 CONNECT_TIMEOUT = 30.0
 HANDSHAKE_TIMEOUT = 30.0
 STOP_GRACE = 5.0
-LEFTOVER_GRACE = 2.0
-"""After the command exits, how long what it left in its process group gets
-between SIGTERM and SIGKILL."""
 """Seconds between SIGTERM and SIGKILL for the child's process group."""
+LEFTOVER_GRACE = 2.0
+"""When the agent is done, how long what its commands left in their process
+groups gets between SIGTERM and SIGKILL."""
 READ_SIZE = 1 << 16
 SEND_BUFFER = 1 << 18
 # A line longer than this is sent in pieces rather than held back.
@@ -193,6 +193,10 @@ class Agent:
         self._nonces: tuple[str, str] = ("", "")
         """The client's and the launcher's nonces, which the cluster proof covers."""
         self._backlog: list[dict[str, Any]] = []
+        self._children: list[subprocess.Popen[bytes]] = []
+        """Commands that have exited, not yet reaped (see finish())."""
+        self.stop_requested = False
+        """The launcher said stop, or went away."""
         """Messages that came in the same read as the cluster definition."""
         self.signal_received: int | None = None
         self._wakeup_r, self._wakeup_w = os.pipe()
@@ -374,19 +378,23 @@ class Agent:
                 _signal_group(proc.pid, signal.SIGTERM)
                 kill_at = time.monotonic() + STOP_GRACE
 
-        if self.signal_received is not None:
-            stop_child()
-        if any(m["type"] == "stop" for m in self._backlog) or (
-            self.channel is not None and self.channel.closed
+        if any(m["type"] == "stop" for m in self._backlog):
+            self.stop_requested = True
+        self._backlog.clear()
+        # A stop that came while an earlier command (the initializer) ran
+        # holds for this one too.
+        if (
+            self.stop_requested
+            or self.signal_received is not None
+            or (self.channel is not None and self.channel.closed)
         ):
             stop_child()
-        self._backlog.clear()
         while True:
             now = time.monotonic()
             if kill_at is not None and now >= kill_at:
                 _signal_group(proc.pid, signal.SIGKILL)
                 kill_at = float("inf")
-            if exited_at is None and proc.poll() is not None:
+            if exited_at is None and _exit_status(proc.pid) is not None:
                 exited_at = now
             # Done once the child has exited and its output is all read. A
             # grandchild that left the group may hold the pipe open forever:
@@ -416,6 +424,7 @@ class Agent:
                 elif key.data == "launcher" and self.channel is not None:
                     messages = self.channel.receive_available()
                     if self.channel.closed or any(m["type"] == "stop" for m in messages):
+                        self.stop_requested = True
                         stop_child()
                     if self.channel.closed:
                         self.selector.unregister(self.channel.sock)
@@ -428,9 +437,22 @@ class Agent:
                 self.selector.unregister(exit_fd)
             os.close(exit_fd)
         proc.stdout.close()
-        returncode = proc.wait()
-        _end_group(proc.pid)
+        returncode = _exit_status(proc.pid)
+        assert returncode is not None
+        # Not reaped yet: while the exited leader is a zombie, no other
+        # process group can take its number, so finish() can signal what is
+        # left in the group without hitting a stranger.
+        self._children.append(proc)
         return 128 - returncode if returncode < 0 else returncode
+
+    def finish(self) -> None:
+        """End what the commands left running in their process groups (a
+        background helper, say), and reap the commands. An initializer's
+        helpers thus live until the command and the finalizer are done."""
+        for proc in reversed(self._children):
+            _end_group(proc.pid)
+            proc.wait()
+        self._children.clear()
 
     def _forward(self, data: bytes) -> bytes:
         cut = data.rfind(b"\n") + 1
@@ -507,14 +529,48 @@ def _end_group(pgid: int) -> None:
     end with the task: SIGTERM, a moment to exit, then SIGKILL. On Mesos the
     containerizer would kill them anyway; locally nobody else would.
     """
-    if not _signal_group(pgid, signal.SIGTERM):
+    if not _group_has_live_members(pgid):
         return
+    _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + LEFTOVER_GRACE
     while time.monotonic() < deadline:
-        time.sleep(0.05)
-        if not _signal_group(pgid, 0):
+        time.sleep(0.02)
+        if not _group_has_live_members(pgid):
             return
     _signal_group(pgid, signal.SIGKILL)
+
+
+def _group_has_live_members(pgid: int) -> bool:
+    """Whether any process in the group is still running: zombies, such as
+    the group's own unreaped leader, do not count."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc: ask the kernel, zombies and all
+        return _signal_group(pgid, 0)
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            return True
+    return False
+
+
+def _exit_status(pid: int) -> int | None:
+    """A child's exit status as ``Popen.returncode`` gives it, or None while it
+    runs; without reaping it."""
+    try:
+        result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if result is None:
+        return None
+    return result.si_status if result.si_code == os.CLD_EXITED else -result.si_status
 
 
 def _pidfd(pid: int) -> int | None:
@@ -546,33 +602,69 @@ def _task_command(
 
 # Shell operators that make a command line more than one simple command.
 _OPERATORS = ";&|()"
-_KEYWORDS = frozenset({"if", "for", "while", "until", "case", "{", "!", "exec", "function"})
-# Shell builtins that cannot be exec'ed (`exec exit 3` is "exit: not found").
+# Shell reserved words: a line that starts with one is not one plain command.
+_KEYWORDS = frozenset(
+    [
+        "if",
+        "for",
+        "while",
+        "until",
+        "case",
+        "{",
+        "!",
+        "[[",
+        "exec",
+        "function",
+        "time",
+        "coproc",
+        "select",
+    ]
+)
+# Shell builtins, which cannot be exec'ed (`exec exit 3` is "exit: not found").
 _BUILTINS = frozenset(
-    {
+    [
         ":",
         ".",
         "source",
         "alias",
         "bg",
+        "bind",
         "break",
+        "builtin",
+        "caller",
         "cd",
         "command",
+        "compgen",
+        "complete",
+        "compopt",
         "continue",
         "declare",
+        "dirs",
+        "disown",
+        "enable",
         "eval",
         "exit",
         "export",
         "fg",
         "getopts",
         "hash",
+        "help",
+        "history",
         "jobs",
+        "let",
         "local",
+        "logout",
+        "mapfile",
+        "popd",
+        "pushd",
         "read",
+        "readarray",
         "readonly",
         "return",
         "set",
         "shift",
+        "shopt",
+        "suspend",
         "times",
         "trap",
         "type",
@@ -582,7 +674,7 @@ _BUILTINS = frozenset(
         "unalias",
         "unset",
         "wait",
-    }
+    ]
 )
 
 
@@ -632,19 +724,22 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
         cwd = None
     extra = message.get("extra_config") or {}
     code = 0
-    initializer = extra.get("initializer")
-    if initializer:
-        code = agent.run_child(str(initializer), env, cwd)
-        if code != 0:
-            agent.note(f"initializer exited with status {code}; the command was not run")
-    if code == 0:
-        server_mode = message.get("cmd") is None
-        code = agent.run_child(argv, env, cwd, ready_port=config.port if server_mode else None)
-    finalizer = extra.get("finalizer")
-    if finalizer:
-        final_code = agent.run_child(str(finalizer), env, cwd)
-        if final_code != 0:
-            agent.note(f"finalizer exited with status {final_code}")
+    try:
+        initializer = extra.get("initializer")
+        if initializer:
+            code = agent.run_child(str(initializer), env, cwd)
+            if code != 0:
+                agent.note(f"initializer exited with status {code}; the command was not run")
+        if code == 0:
+            server_mode = message.get("cmd") is None
+            code = agent.run_child(argv, env, cwd, ready_port=config.port if server_mode else None)
+        finalizer = extra.get("finalizer")
+        if finalizer:
+            final_code = agent.run_child(str(finalizer), env, cwd)
+            if final_code != 0:
+                agent.note(f"finalizer exited with status {final_code}")
+    finally:
+        agent.finish()
     agent.report_exit(code)
     return code
 
