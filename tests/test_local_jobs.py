@@ -186,6 +186,44 @@ def test_a_stalled_terminal_does_not_stall_the_launcher(job_procs: JobProcesses)
     assert job_procs.wait_gone(5) == []
 
 
+def test_a_stalled_terminal_holds_back_only_the_tasks_it_shows(job_procs: JobProcesses) -> None:
+    # Only worker 0's output is shown (the default). Worker 1 prints as much,
+    # unseen, then fails: with nobody reading tfrun's stdout, the launcher
+    # must still take in worker 1's output, and so see it fail.
+    code = (
+        "import sys, time\n"
+        "w = sys.stdout.write\n"
+        "for i in range(100_000): w(f'line {{i}} ' + 'x' * 60 + '\\n')\n"
+        "sys.stdout.flush()\n"
+        "sys.exit(3) if '{task_index}' == '1' else time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        tfrun_argv("-w", "2", "-s", "0", "--", *py(code)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    said: list[bytes] = []
+    noticed = threading.Event()
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if b"worker:1 on 127.0.0.1 exited with status 3: stopping every task" in line:
+                noticed.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        assert noticed.wait(60), "worker 1's failure went unseen:\n" + b"".join(said).decode()
+    finally:
+        proc.kill()
+        proc.wait()
+    reader.join(10)
+
+
 def test_a_signal_while_output_waits_for_a_stalled_reader_ends_tfrun(
     job_procs: JobProcesses,
 ) -> None:

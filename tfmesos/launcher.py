@@ -138,7 +138,7 @@ class Launcher:
         self._tasks: dict[str, _Task] = {}
         self._current: dict[str, _Task] = {}
         self._rendezvous = RendezvousServer(
-            self._secret, self._admit, self._on_rendezvous, flow=self._console.writable
+            self._secret, self._admit, self._on_rendezvous, flow=self._output_flow
         )
         self._phase = Phase.STARTING
         self._started_backend = False
@@ -437,6 +437,14 @@ class Launcher:
 
     def _on_backend(self, event: BackendEvent) -> None:
         self._events.put_nowait(event)
+
+    async def _output_flow(self, task_id: str) -> None:
+        # Only a task whose output is shown waits for the terminal: the
+        # others (by default every task but worker 0) never do, so a paused
+        # terminal cannot hide their failures.
+        task = self._tasks.get(task_id)
+        if task is not None and task.forward:
+            await self._console.writable()
 
     def _print_output(self, task: _Task, data: bytes) -> None:
         task.tail += data

@@ -111,9 +111,10 @@ class RendezvousServer:
 
     ``admit(task_id)`` is asked once the proof checks out; it says whether this
     task may register now (a known task, not yet registered). Events go to
-    ``sink`` in the order they happened on each connection. ``flow``, when
-    given, is awaited after each read of a task's output: the consumer's way
-    to make the readers wait (and so, through TCP, the tasks) while it catches up.
+    ``sink`` in the order they happened on each connection. ``flow(task_id)``,
+    when given, is awaited after each read from a task: the consumer's way to
+    make that task's reader wait (and so, through TCP, the task) while it
+    catches up.
     """
 
     def __init__(
@@ -123,7 +124,7 @@ class RendezvousServer:
         sink: Callable[[RendezvousEvent], None],
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
-        flow: Callable[[], Awaitable[None]] | None = None,
+        flow: Callable[[str], Awaitable[None]] | None = None,
         max_unproven: int = MAX_UNPROVEN,
     ) -> None:
         self._secret = secret
@@ -269,7 +270,7 @@ class RendezvousServer:
             for kind, payload in decoder.feed(data):
                 self._dispatch(task_id, kind, payload)
             if self._flow is not None:
-                await self._flow()
+                await self._flow(task_id)
 
     async def _first_message(
         self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder
