@@ -86,3 +86,50 @@ def test_a_start_that_hangs_ends_at_the_timeout_naming_who_is_missing() -> None:
         ClusterStartError, match=r"not up after 1s: still waiting for ps:0, worker:0, worker:1"
     ):
         asyncio.run(run_job(Launcher(job, SilentBackend(job), output=io.BytesIO())))
+
+
+def test_each_ended_task_is_woken_once_for_its_grace() -> None:
+    # Tasks whose end the backend reports while their connections are still
+    # open each wait DISCONNECT_GRACE for their last output: one wake-up
+    # each. (A first version woke every waiting task on any wake-up and
+    # re-armed them all: 1,023 wake-ups for 10 tasks ending 0.1 s apart.)
+    from tfmesos.backends.base import TaskEnded
+    from tfmesos.launcher import Phase, TaskState, _Task, _Tick
+
+    count = 10
+    woken: list[str] = []
+
+    class CountingQueue(asyncio.Queue):  # type: ignore[type-arg]
+        def put_nowait(self, item: object) -> None:
+            if isinstance(item, _Tick):
+                woken.append(item.task_id)
+            super().put_nowait(item)
+
+    class OpenConnection:
+        closed = False
+
+        def close(self) -> None:
+            self.closed = True
+
+        def send(self, message: object) -> None:
+            pass
+
+    async def scenario() -> None:
+        job = ClusterSpec((Job("worker", count, cmd="true"),), replica=True)
+        launcher = Launcher(job, LocalBackend(job), output=io.BytesIO())
+        launcher._events = CountingQueue()
+        launcher._phase = Phase.RUNNING
+        for index, task_spec in enumerate(job.tasks()):
+            task = _Task(task_spec, f"t{index}", 1, b"", False, TaskState.RUNNING)
+            task.connection = OpenConnection()  # type: ignore[assignment]
+            launcher._tasks[task.task_id] = task
+            launcher._current[task_spec.name] = task
+        loop = asyncio.get_running_loop()
+        for index in range(count):
+            ended = TaskEnded(f"t{index}", "exited", 0, "exited with status 0", "h", ())
+            loop.call_later(index * 0.1, launcher._events.put_nowait, ended)
+        await launcher._pump(launcher._workers_done, 30, None)
+        assert all(t.state is TaskState.FINISHED for t in launcher._tasks.values())
+
+    asyncio.run(scenario())
+    assert sorted(woken) == sorted(f"t{index}" for index in range(count))

@@ -111,7 +111,9 @@ class _Task:
 
 @dataclass(frozen=True)
 class _Tick:
-    """Wakes the loop to re-check deadlines."""
+    """Wakes the loop to re-check one task's grace deadline."""
+
+    task_id: str
 
 
 Event = RendezvousEvent | BackendEvent | _Tick
@@ -356,7 +358,7 @@ class Launcher:
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, _Tick):
-            self._finish_ended_tasks()
+            self._check_grace(event.task_id)
             return
         if isinstance(event, BackendFailed):
             raise TFMesosError(f"the {self.backend.name} backend failed: {event.message}")
@@ -390,7 +392,7 @@ class Launcher:
                 # An agent exits when its connection drops, so the task is as
                 # good as gone; wait a little for the backend's word on why.
                 asyncio.get_running_loop().call_later(
-                    LOST_CONNECTION_GRACE, self._events.put_nowait, _Tick()
+                    LOST_CONNECTION_GRACE, self._events.put_nowait, _Tick(task.task_id)
                 )
         elif isinstance(event, TaskPlaced):
             task.host = event.host
@@ -404,24 +406,28 @@ class Launcher:
                 # The agent's last output and exit report may still be in
                 # flight on its connection: give them a moment.
                 asyncio.get_running_loop().call_later(
-                    DISCONNECT_GRACE, self._events.put_nowait, _Tick()
+                    DISCONNECT_GRACE, self._events.put_nowait, _Tick(task.task_id)
                 )
 
-    def _finish_ended_tasks(self) -> None:
+    def _check_grace(self, task_id: str) -> None:
+        """One task's grace may be over: for its last output after its end, or
+        for the backend's word after its connection dropped."""
+        task = self._tasks.get(task_id)
+        if task is None or task.state.over:
+            return
         now = time.monotonic()
-        for task in list(self._tasks.values()):
-            if task.state.over:
-                continue
-            # Each task has its own grace: a tick meant for another must not
-            # cut this one's short.
-            if task.ended is not None:
-                left = DISCONNECT_GRACE - (now - task.ended_at)
-                if left <= 0:
-                    self._over(task, task.ended.exit_code, _describe_end(task.ended))
-                else:
-                    asyncio.get_running_loop().call_later(left, self._events.put_nowait, _Tick())
-            elif task.disconnected and now - task.disconnected_at >= LOST_CONNECTION_GRACE:
-                self._over(task, None, "lost its connection to the launcher")
+        if task.ended is not None:
+            left = DISCONNECT_GRACE - (now - task.ended_at)
+        elif task.disconnected:
+            left = LOST_CONNECTION_GRACE - (now - task.disconnected_at)
+        else:
+            return
+        if left > 0.001:  # woken early (not by the loop's own rounding): look again then
+            asyncio.get_running_loop().call_later(left, self._events.put_nowait, _Tick(task_id))
+        elif task.ended is not None:
+            self._over(task, task.ended.exit_code, _describe_end(task.ended))
+        else:
+            self._over(task, None, "lost its connection to the launcher")
 
     def _on_rendezvous(self, event: RendezvousEvent) -> None:
         if isinstance(event, Output):
