@@ -56,6 +56,8 @@ DECLINE_IDLE_SECONDS = 3600.0
 """...and once every task is placed (SUPPRESS is sent too)."""
 FAILOVER_TIMEOUT = 60.0
 """How long the master keeps our tasks if the launcher vanishes without TEARDOWN."""
+REVIVE_RETRY_MAX = 15.0
+"""The longest wait between tries of a REVIVE the master refused."""
 _EXIT_STATUS = re.compile(r"exited with status (\d+)")
 
 
@@ -184,6 +186,7 @@ class MesosBackend(Backend):
         self._runner: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[None]] = set()
         self._resubscribed = False
+        self._reviving: asyncio.Task[None] | None = None
         self._closing = False
         self._accept_failure: tuple[int, str] | None = None
         """How many tasks the last failed ACCEPT sent back to waiting, and why
@@ -211,8 +214,7 @@ class MesosBackend(Backend):
     async def launch(self, launch: Launch) -> None:
         self._pending.append(launch)
         if self._suppressed:
-            self._suppressed = False
-            self._call({"type": "REVIVE", "revive": {"roles": self.roles}})
+            self._revive()
 
     async def kill(self, task_id: str) -> None:
         self._pending = [p for p in self._pending if p.task_id != task_id]
@@ -229,6 +231,8 @@ class MesosBackend(Backend):
     async def close(self) -> None:
         self._closing = True
         self._pending.clear()
+        if self._reviving is not None:
+            self._reviving.cancel()
         for call in list(self._calls):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(call, 5)
@@ -263,6 +267,29 @@ class MesosBackend(Backend):
         )
 
     # -- events ------------------------------------------------------------
+
+    def _revive(self) -> None:
+        """Ask for offers again, until the master takes the call: tasks wait
+        on it, and nothing else would ever ask again."""
+        self._suppressed = False
+        if self._reviving is None or self._reviving.done():
+            self._reviving = asyncio.create_task(self._send_revive())
+
+    async def _send_revive(self) -> None:
+        delay = 1.0
+        while not self._closing and not self._suppressed:
+            call = {"type": "REVIVE", "revive": {"roles": self.roles}}
+            try:
+                problem = await self.client.call(call)
+            except Exception as exc:
+                assert self._sink is not None
+                self._sink(BackendFailed(str(exc)))
+                return
+            if problem is None:
+                return
+            logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, REVIVE_RETRY_MAX)
 
     def _call(self, call: dict[str, Any]) -> None:
         task = asyncio.create_task(self._send(call))
@@ -321,8 +348,7 @@ class MesosBackend(Backend):
             self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
         self._resubscribed = True
         if self._pending:
-            self._suppressed = False
-            self._call({"type": "REVIVE", "revive": {"roles": self.roles}})
+            self._revive()
 
     def _on_offers(self, offers: list[dict[str, Any]]) -> None:
         for offer in offers:
@@ -423,8 +449,7 @@ class MesosBackend(Backend):
                 "decline": {"offer_ids": [offer_id], "filters": {"refuse_seconds": 0}},
             }
         )
-        self._suppressed = False
-        self._call({"type": "REVIVE", "revive": {"roles": self.roles}})
+        self._revive()
 
     def _on_update(self, status: dict[str, Any]) -> None:
         if "uuid" in status:
