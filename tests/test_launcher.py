@@ -133,3 +133,17 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
 
     asyncio.run(scenario())
     assert sorted(woken) == sorted(f"t{index}" for index in range(count))
+
+
+def test_a_backend_failure_while_stopping_does_not_replace_the_verdict() -> None:
+    from tfmesos.backends.base import BackendFailed
+    from tfmesos.errors import TFMesosError
+    from tfmesos.launcher import Phase
+
+    job = spec()
+    launcher = Launcher(job, LocalBackend(job), output=io.BytesIO())
+    launcher._phase = Phase.RUNNING
+    with pytest.raises(TFMesosError, match="the local backend failed: master lost"):
+        launcher._handle(BackendFailed("master lost"))
+    launcher._phase = Phase.STOPPING
+    launcher._handle(BackendFailed("master lost"))  # logged; teardown goes on

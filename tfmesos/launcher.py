@@ -361,6 +361,12 @@ class Launcher:
             self._check_grace(event.task_id)
             return
         if isinstance(event, BackendFailed):
+            if self._phase is Phase.STOPPING:
+                # The job's verdict is already made; teardown goes on.
+                logger.warning(
+                    "the %s backend failed while stopping: %s", self.backend.name, event.message
+                )
+                return
             raise TFMesosError(f"the {self.backend.name} backend failed: {event.message}")
         task = self._tasks.get(event.task_id)
         if task is None:

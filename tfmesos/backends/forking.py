@@ -134,6 +134,9 @@ class ForkServer:
         try:
             return await asyncio.wait_for(started, START_TIMEOUT)
         except asyncio.TimeoutError:
+            # Not trusted again: an agent it forks later would be a second
+            # one for a task that is started another way meanwhile.
+            self.alive = False
             raise ForkServerGone("the fork server did not answer") from None
         finally:
             self._starting.pop(task_id, None)
@@ -146,11 +149,16 @@ class ForkServer:
         elif "started" in reply:
             # The exit's future exists before anyone can miss the exit: the
             # server reports a child's start before its end.
-            exited: asyncio.Future[int] = loop.create_future()
-            self._running[int(reply["pid"])] = exited
+            pid = int(reply["pid"])
             started = self._starting.get(str(reply["started"]))
-            if started is not None and not started.done():
-                started.set_result(AgentProcess(int(reply["pid"]), exited))
+            if started is None or started.done():
+                # Too late: the task was started another way. This one goes.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                return
+            exited: asyncio.Future[int] = loop.create_future()
+            self._running[pid] = exited
+            started.set_result(AgentProcess(pid, exited))
         elif "failed" in reply:
             started = self._starting.get(str(reply["failed"]))
             if started is not None and not started.done():

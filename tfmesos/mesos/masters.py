@@ -125,7 +125,13 @@ class ZooKeeperLeader:
 
         self.source = source
         self._on_change = on_change
-        self._client = KazooClient(hosts=source.hosts, timeout=10.0)
+        # Commands retry a few times within a deadline, not forever (kazoo's
+        # default): the reconnect budget must bound every step.
+        self._client = KazooClient(
+            hosts=source.hosts,
+            timeout=10.0,
+            command_retry={"max_tries": 3, "deadline": 10.0, "max_delay": 2.0},
+        )
         if source.auth:
             self._client.add_auth("digest", source.auth)
         self._lock = threading.Lock()
