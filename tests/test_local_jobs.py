@@ -402,9 +402,10 @@ def _start_long_job(job_procs: JobProcesses) -> subprocess.Popen[str]:
         *py("import time; print('up', flush=True); time.sleep(600)"),
         env=job_procs.env(),
     )
-    # Wait for the commands themselves: an agent and its command per task.
+    # Wait for the commands themselves: an agent and its command per task,
+    # and the fork server.
     deadline = time.monotonic() + 10
-    while len(job_procs.alive(exclude=proc.pid)) < 6 and time.monotonic() < deadline:
+    while len(job_procs.alive(exclude=proc.pid)) < 7 and time.monotonic() < deadline:
         time.sleep(0.1)
     return proc
 
@@ -412,7 +413,7 @@ def _start_long_job(job_procs: JobProcesses) -> subprocess.Popen[str]:
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_every_task(job_procs: JobProcesses, signum: int, status: int) -> None:
     proc = _start_long_job(job_procs)
-    assert len(job_procs.alive(exclude=proc.pid)) >= 6  # 3 agents + 3 commands
+    assert len(job_procs.alive(exclude=proc.pid)) == 7  # 3 agents, 3 commands, the fork server
     proc.send_signal(signum)
     assert proc.wait(timeout=30) == status
     assert job_procs.wait_gone(5) == []
@@ -602,10 +603,12 @@ def test_an_agent_killed_outright_takes_its_command_with_it(job_procs: JobProces
         "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)"), env=job_procs.env()
     )
     deadline = time.monotonic() + 10
-    while len(job_procs.alive(exclude=proc.pid)) < 4 and time.monotonic() < deadline:
+    while True:  # both agents up, each with its command started
+        agents = [p for p in job_procs.alive(exclude=proc.pid) if is_agent(p)]
+        commands = [c for a in agents for c in a.children()]
+        if len(commands) == 2 or time.monotonic() > deadline:
+            break
         time.sleep(0.1)
-    agents = [p for p in job_procs.alive(exclude=proc.pid) if is_agent(p)]
-    commands = [c for a in agents for c in a.children()]
     assert len(agents) == 2
     assert len(commands) == 2  # the command itself, not a shell around it
     agents[0].kill()  # as the OOM killer would

@@ -59,6 +59,8 @@ TAIL_LINES = 15
 PROGRESS_INTERVAL = 15.0
 LOST_CONNECTION_GRACE = 10.0
 """After a task's connection drops, how long to wait for its backend to say why."""
+OUTPUT_LINGER = 2.0
+"""At teardown, how long the tasks' connections get to deliver their last output."""
 DISCONNECT_GRACE = 2.0
 """After a backend says a task ended, how long to wait for its last output."""
 
@@ -245,7 +247,9 @@ class Launcher:
                     for backend in self._backends():
                         await backend.close()
             finally:
-                await self._rendezvous.close()
+                # The tasks are gone; what they sent last may still be on
+                # its way in.
+                await self._rendezvous.close(linger=OUTPUT_LINGER)
                 # Every task is gone: what they printed goes out before the
                 # launcher says how the job ended.
                 await self._console.aclose()
@@ -478,7 +482,9 @@ class Launcher:
         if self._phase is Phase.STOPPING or self._current.get(task.spec.name) is not task:
             task.state = TaskState.STOPPED
             return
-        tail = task.tail_lines() or (task.ended.output_tail if task.ended else ())
+        # The task's own log (the backend's tail) has all it printed; what
+        # came over the connection may stop short of the end.
+        tail = (task.ended.output_tail if task.ended else ()) or task.tail_lines()
         failure = TaskFailure(task.spec.name, reason, task.host, tail)
         if self._phase is Phase.STARTING:
             task.state = TaskState.FAILED

@@ -150,9 +150,14 @@ class RendezvousServer:
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
-    async def close(self) -> None:
+    async def close(self, linger: float = 0.0) -> None:
+        """Stop accepting; give the open connections up to ``linger`` seconds
+        to end by themselves (their last output still coming in), then drop
+        them."""
         if self._server is not None:
             self._server.close()
+        if linger > 0 and self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=linger)
         for handler in list(self._handlers):
             handler.cancel()
         for handler in list(self._handlers):
