@@ -140,11 +140,13 @@ FLOOD_THEN_FAIL = (
 )
 
 
-def popen_two_workers(code: str, job_procs: JobProcesses) -> subprocess.Popen[bytes]:
-    """tfrun -w 2 -s 0 running ``code``, every worker's output forwarded, both
-    streams piped and left to the caller to read (or not)."""
+def popen_two_workers(
+    code: str, job_procs: JobProcesses, *, show: str = "*"
+) -> subprocess.Popen[bytes]:
+    """tfrun -w 2 -s 0 running ``code``, the output of the workers ``show``
+    names forwarded, both streams piped and left to the caller to read (or not)."""
     return subprocess.Popen(
-        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", "*", "--", *py(code)),
+        tfrun_argv("-w", "2", "-s", "0", "--worker-logs", show, "--", *py(code)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=job_procs.env(),
@@ -152,34 +154,47 @@ def popen_two_workers(code: str, job_procs: JobProcesses) -> subprocess.Popen[by
     )
 
 
+class StderrWatch:
+    """Reads a process's stderr on a thread, and notes when a line holds ``needle``."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], needle: bytes) -> None:
+        self.said: list[bytes] = []
+        self.seen = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(proc, needle), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[bytes], needle: bytes) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.said.append(line)
+            if needle in line:
+                self.seen.set()
+
+    def text(self) -> str:
+        return b"".join(self.said).decode()
+
+    def join(self) -> None:
+        self._thread.join(10)
+
+
+WORKER_1_FAILED = b"worker:1 on 127.0.0.1 exited with status 3: stopping every task"
+
+
 def test_a_stalled_terminal_does_not_stall_the_launcher(job_procs: JobProcesses) -> None:
     # Nobody reads tfrun's stdout while worker 0 floods it: the launcher must
     # still see worker 1 fail (it logs that on stderr) and end the job, and
     # then write out, in order, every line it had taken from worker 0.
     proc = popen_two_workers(FLOOD_THEN_FAIL, job_procs)
-    assert proc.stderr is not None and proc.stdout is not None
-    said: list[bytes] = []
-    noticed = threading.Event()
-
-    def read_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            said.append(line)
-            if b"worker:1 on 127.0.0.1 exited with status 3: stopping every task" in line:
-                noticed.set()
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
+    assert proc.stdout is not None
+    watch = StderrWatch(proc, WORKER_1_FAILED)
     try:
-        assert noticed.wait(60), (
-            "the launcher did not notice the failure:\n" + b"".join(said).decode()
-        )
+        assert watch.seen.wait(60), "the launcher did not notice the failure:\n" + watch.text()
         stdout = proc.stdout.read()
     finally:
-        if not noticed.is_set():
+        if not watch.seen.is_set():
             proc.kill()
     assert proc.wait(timeout=60) == 3
-    reader.join(10)
+    watch.join()
     lines = stdout.decode().splitlines()
     assert len(lines) > 1000  # more than the pipe and the buffers held at the failure
     assert lines == [f"[worker:0] line {i} " + "x" * 60 for i in range(len(lines))]
@@ -197,31 +212,14 @@ def test_a_stalled_terminal_holds_back_only_the_tasks_it_shows(job_procs: JobPro
         "sys.stdout.flush()\n"
         "sys.exit(3) if '{task_index}' == '1' else time.sleep(60)\n"
     )
-    proc = subprocess.Popen(
-        tfrun_argv("-w", "2", "-s", "0", "--", *py(code)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=job_procs.env(),
-        cwd=ROOT,
-    )
-    said: list[bytes] = []
-    noticed = threading.Event()
-
-    def read_stderr() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            said.append(line)
-            if b"worker:1 on 127.0.0.1 exited with status 3: stopping every task" in line:
-                noticed.set()
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
+    proc = popen_two_workers(code, job_procs, show="0")
+    watch = StderrWatch(proc, WORKER_1_FAILED)
     try:
-        assert noticed.wait(60), "worker 1's failure went unseen:\n" + b"".join(said).decode()
+        assert watch.seen.wait(60), "worker 1's failure went unseen:\n" + watch.text()
     finally:
         proc.kill()
         proc.wait()
-    reader.join(10)
+    watch.join()
 
 
 def test_a_signal_while_output_waits_for_a_stalled_reader_ends_tfrun(

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import taskenv, wire
+from tfmesos import procfs, taskenv, wire
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -544,21 +544,9 @@ def _group_has_live_members(pgid: int) -> bool:
     """Whether any process in the group is still running: zombies, such as
     the group's own unreaped leader, do not count."""
     try:
-        entries = os.listdir("/proc")
+        return any(p.pgrp == pgid and p.state != "Z" for p in procfs.processes())
     except OSError:  # no /proc: ask the kernel, zombies and all
         return _signal_group(pgid, 0)
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                # pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            return True
-    return False
 
 
 def _exit_status(pid: int) -> int | None:

@@ -278,13 +278,7 @@ class MesosBackend(Backend):
     async def _send_revive(self) -> None:
         delay = 1.0
         while not self._closing and not self._suppressed:
-            call = {"type": "REVIVE", "revive": {"roles": self.roles}}
-            try:
-                problem = await self.client.call(call)
-            except Exception as exc:
-                assert self._sink is not None
-                self._sink(BackendFailed(str(exc)))
-                return
+            problem = await self._try({"type": "REVIVE", "revive": {"roles": self.roles}})
             if problem is None:
                 return
             logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
@@ -297,16 +291,21 @@ class MesosBackend(Backend):
         task.add_done_callback(self._calls.discard)
 
     async def _send(self, call: dict[str, Any]) -> None:
-        try:
-            problem = await self.client.call(call)
-        except Exception as exc:
-            assert self._sink is not None
-            self._sink(BackendFailed(str(exc)))
-            return
+        problem = await self._try(call)
         if problem is not None:
             # What depends on the call recovers by itself: the stream's own
             # failure handling re-subscribes and reconciles; offers come back.
             logger.warning("Mesos: %s call failed: %s", call.get("type"), problem)
+
+    async def _try(self, call: dict[str, Any]) -> str | None:
+        """Send a call; return why the master did not take it, or None. A call
+        it calls malformed (a bug of ours) fails the backend."""
+        try:
+            return await self.client.call(call)
+        except Exception as exc:
+            assert self._sink is not None
+            self._sink(BackendFailed(str(exc)))
+            return None
 
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")

@@ -49,6 +49,8 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
+from tfmesos import procfs
+
 __all__ = [
     "MESOS_VERSION",
     "TERMINAL_STATES",
@@ -1296,23 +1298,10 @@ def _killpg(pgid: int, sig: int) -> bool:
 
 def _session_members(sid: int) -> list[int]:
     """Processes in session ``sid`` (Linux /proc; elsewhere none are found)."""
-    members: list[int] = []
     try:
-        entries = os.listdir("/proc")
+        return [p.pid for p in procfs.processes() if p.session == sid]
     except OSError:
-        return members
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # After the command name: state, ppid, pgrp, session, ...
-        if len(fields) > 3 and int(fields[3]) == sid:
-            members.append(int(entry))
-    return members
+        return []
 
 
 def _describe_exit(returncode: int) -> str:
