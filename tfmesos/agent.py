@@ -449,8 +449,8 @@ class Agent:
         """End what the commands left running in their process groups (a
         background helper, say), and reap the commands. An initializer's
         helpers thus live until the command and the finalizer are done."""
-        for proc in reversed(self._children):
-            _end_group(proc.pid)
+        _end_groups([proc.pid for proc in self._children])
+        for proc in self._children:
             proc.wait()
         self._children.clear()
 
@@ -522,22 +522,22 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _end_group(pgid: int) -> None:
-    """Stop what the command left behind in its process group.
+def _end_groups(pgids: list[int]) -> None:
+    """Stop what the commands left behind in their process groups.
 
     A task's helpers (a TensorBoard, a data server started in the background)
-    end with the task: SIGTERM, a moment to exit, then SIGKILL. On Mesos the
-    containerizer would kill them anyway; locally nobody else would.
+    end with the task: SIGTERM, one shared moment to exit, then SIGKILL. On
+    Mesos the containerizer would kill them anyway; locally nobody else would.
     """
-    if not _group_has_live_members(pgid):
-        return
-    _signal_group(pgid, signal.SIGTERM)
+    live = [pgid for pgid in pgids if _group_has_live_members(pgid)]
+    for pgid in live:
+        _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + LEFTOVER_GRACE
-    while time.monotonic() < deadline:
+    while live and time.monotonic() < deadline:
         time.sleep(0.02)
-        if not _group_has_live_members(pgid):
-            return
-    _signal_group(pgid, signal.SIGKILL)
+        live = [pgid for pgid in live if _group_has_live_members(pgid)]
+    for pgid in live:
+        _signal_group(pgid, signal.SIGKILL)
 
 
 def _group_has_live_members(pgid: int) -> bool:
@@ -554,8 +554,8 @@ def _exit_status(pid: int) -> int | None:
     runs; without reaping it."""
     try:
         result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return None
+    except ChildProcessError:  # reaped already (SIGCHLD ignored): as Popen does
+        return 0
     if result is None:
         return None
     return result.si_status if result.si_code == os.CLD_EXITED else -result.si_status
@@ -733,6 +733,9 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
 
 
 def main() -> int:
+    # An ignored SIGCHLD (inherited through exec) would have the kernel reap
+    # the commands before their status could be read.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     environ = dict(os.environ)
     try:
         config = AgentConfig.from_environ(environ)

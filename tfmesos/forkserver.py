@@ -85,6 +85,10 @@ def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> None:
         return
     if pid == 0:
         _become_agent(request, env)  # never returns
+    # Also here, as shells do, so that the group exists before the launcher
+    # hears of the agent and may signal it.
+    with contextlib.suppress(OSError):  # it has exec'ed or exited meanwhile
+        os.setpgid(pid, pid)
     _reply({"started": task_id, "pid": pid})
 
 

@@ -26,6 +26,8 @@ logger = logging.getLogger("tfmesos")
 
 START_TIMEOUT = 10.0
 """How long the server may take to fork an agent (it takes milliseconds)."""
+ORPHAN_GRACE = 8.0
+"""How long an agent whose fork server died gets to stop its command."""
 
 OWN_PROCESS_GROUP: dict[str, Any] = (
     {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
@@ -78,8 +80,13 @@ class _Replies(asyncio.Protocol):
         self._pending += data
         *lines, self._pending = self._pending.split(b"\n")
         for line in lines:
-            if line.strip():
-                self._server._on_reply(json.loads(line))
+            try:
+                reply = json.loads(line) if line.strip() else None
+            except ValueError:
+                logger.warning("the fork server said something unreadable: %r", line[:200])
+                continue
+            if isinstance(reply, dict):
+                self._server._on_reply(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server._on_gone()
@@ -92,6 +99,7 @@ class ForkServer:
         self._starting: dict[str, asyncio.Future[AgentProcess]] = {}
         self._running: dict[int, asyncio.Future[int]] = {}
         self._ready: asyncio.Future[None] | None = None
+        self._orphans: set[asyncio.Future[None]] = set()
         self.alive = False
 
     async def start(self) -> None:
@@ -119,6 +127,7 @@ class ForkServer:
         except (asyncio.TimeoutError, ForkServerGone):
             self.alive = False
             self._proc.kill()
+            await self.close()
             raise ForkServerGone("the fork server did not start") from None
 
     async def spawn(
@@ -178,19 +187,21 @@ class ForkServer:
             if not started.done():
                 started.set_exception(ForkServerGone("the fork server exited"))
         if self._running:
-            # Its children were signalled as it died (their parent-death
-            # signal); their own status is lost with it.
+            # Its agents were signalled as it died (their parent-death
+            # signal, SIGTERM), and stop their commands as for any stop;
+            # their own exit status is lost with the server.
             logger.warning("the agents' fork server exited; its %d agents stop", len(self._running))
         for pid, exited in self._running.items():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            if not exited.done():
-                exited.set_result(-signal.SIGKILL)
+            watch = asyncio.ensure_future(_watch_orphan(pid, exited))
+            self._orphans.add(watch)
+            watch.add_done_callback(self._orphans.discard)
         self._running.clear()
 
     async def close(self) -> None:
         if self._requests is not None:
             self._requests.close()  # the server ends when its stdin does
+        if self._proc is not None and self._proc.stdout is not None:
+            self._proc.stdout.close()
         proc = self._proc
         if proc is None:
             return
@@ -199,3 +210,35 @@ class ForkServer:
         except asyncio.TimeoutError:
             proc.kill()
             await exit_status(proc)
+
+
+async def _watch_orphan(pid: int, exited: asyncio.Future[int]) -> None:
+    """Wait for an agent whose fork server died, without being its parent:
+    SIGTERM (it may not have had its parent-death signal yet), then SIGKILL
+    if it is not gone within ``ORPHAN_GRACE``. Its status is unknown; it is
+    reported as killed."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGTERM)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def on_exit() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    if pidfd is not None:
+        asyncio.get_running_loop().add_reader(pidfd, on_exit)
+    try:
+        await asyncio.wait_for(gone, ORPHAN_GRACE if pidfd is not None else 0.1)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+    finally:
+        if pidfd is not None:
+            asyncio.get_running_loop().remove_reader(pidfd)
+            os.close(pidfd)
+    if not exited.done():
+        exited.set_result(-signal.SIGTERM)

@@ -265,7 +265,9 @@ async def _terminate(running: AgentProcess) -> None:
         await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)
     except asyncio.TimeoutError:
         _signal_group(pgid, signal.SIGKILL)
-        await running.exited
+        # Bounded: a fork server that stopped answering must not hang teardown.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)
 
 
 def _raise_open_file_limit() -> None:
