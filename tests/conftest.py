@@ -65,9 +65,17 @@ class JobProcesses:
 
 
 def is_agent(proc: psutil.Process) -> bool:
-    """A task's agent: forked by the fork server (named so), or started as an
-    interpreter of its own (``TFMESOS_NO_FORK_SERVER``, or on Mesos)."""
-    return proc.name() == "tfmesos-agent" or "tfmesos.agent" in " ".join(proc.cmdline())
+    """A task's agent: forked by the fork server (and named so), or started as
+    an interpreter of its own (``TFMESOS_NO_FORK_SERVER``, or on Mesos). A
+    command the agent has forked but not yet exec'ed carries the agent's name
+    for a moment: its parent tells them apart."""
+    try:
+        if proc.name() == "tfmesos-agent":
+            parent = proc.parent()
+            return parent is not None and parent.name() == "tfmesos-forks"
+        return "tfmesos.agent" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
 
 
 @pytest.fixture

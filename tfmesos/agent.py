@@ -61,6 +61,7 @@ SEND_BUFFER = 1 << 18
 MAX_PENDING_LINE = 1 << 16
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class AgentError(Exception):
@@ -128,6 +129,15 @@ class AgentConfig:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def _become_subreaper() -> None:
+    """Have the processes the commands orphan handed to this agent rather
+    than to init, so that what a task leaves behind stays below its agent."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -453,6 +463,10 @@ class Agent:
         for proc in self._children:
             proc.wait()
         self._children.clear()
+        # Orphans of the commands were handed to us (subreaper): reap them.
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
 
     def _forward(self, data: bytes) -> bytes:
         cut = data.rfind(b"\n") + 1
@@ -543,6 +557,12 @@ def _end_groups(pgids: list[int]) -> None:
 def _group_has_live_members(pgid: int) -> bool:
     """Whether any process in the group is still running: zombies, such as
     the group's own unreaped leader, do not count."""
+    try:
+        # The agent is a subreaper: whatever its commands left behind is
+        # below it, and only that small tree is read.
+        return any(p.pgrp == pgid and p.state != "Z" for p in procfs.descendants(os.getpid()))
+    except OSError:
+        pass
     try:
         return any(p.pgrp == pgid and p.state != "Z" for p in procfs.processes())
     except OSError:  # no /proc: ask the kernel, zombies and all
@@ -741,6 +761,7 @@ def main() -> int:
         config = AgentConfig.from_environ(environ)
         if config.parent_pid is not None:
             _exit_with_parent(config.parent_pid)
+        _become_subreaper()
         return run(config, environ)
     except AgentError as exc:
         print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["ProcessStat", "processes"]
+__all__ = ["ProcessStat", "descendants", "processes", "stat_of"]
 
 
 class ProcessStat(NamedTuple):
@@ -21,13 +21,47 @@ class ProcessStat(NamedTuple):
 def processes() -> Iterator[ProcessStat]:
     """Every process this one can see; raises OSError where there is no /proc."""
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+        if entry.isdigit():
+            stat = stat_of(int(entry))
+            if stat is not None:  # gone meanwhile, or unreadable
+                yield stat
+
+
+def stat_of(pid: int) -> ProcessStat | None:
+    """One process's entry, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return ProcessStat(pid, fields[0].decode(), int(fields[2]), int(fields[3]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def descendants(pid: int) -> Iterator[ProcessStat]:
+    """The processes below ``pid`` (its children, theirs, ...), from
+    ``/proc/PID/task/TID/children``: as cheap as the tree is small, whatever
+    else runs on the machine. Raises OSError where the kernel does not list
+    children."""
+    seen = {pid}
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
         try:
-            with open(f"/proc/{entry}/stat", "rb") as stat:
-                # pid (comm) state ppid pgrp session ...; comm may hold spaces
-                # and ')', so split after its last ')'.
-                fields = stat.read().rsplit(b")", 1)[1].split()
-            yield ProcessStat(int(entry), fields[0].decode(), int(fields[2]), int(fields[3]))
-        except (OSError, IndexError, ValueError):  # gone meanwhile, or unreadable
+            threads = os.listdir(f"/proc/{parent}/task")
+        except FileNotFoundError:  # gone meanwhile
             continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{parent}/task/{thread}/children") as children:
+                    listed = children.read().split()
+            except FileNotFoundError:
+                if parent == pid:
+                    raise  # no such file on this kernel at all
+                continue
+            for child in map(int, listed):
+                if child not in seen:
+                    seen.add(child)
+                    pending.append(child)
+                    stat = stat_of(child)
+                    if stat is not None:
+                        yield stat
