@@ -14,6 +14,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "TFMESOS_TEST_MARK"
+TWO_WORKERS_TRUE = ("-w", "2", "-s", "0", "--", "true")
+"""``tfrun -w 2 -s 0 -- true``: on Mesos, worker 1 must come from an offer
+(worker 0, the chief, runs beside tfrun)."""
 
 
 class JobProcesses:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MARK, JobProcesses, run_tfrun, start_tfrun
+from tests.conftest import MARK, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
@@ -295,12 +295,7 @@ def test_an_unreachable_master_is_reported_at_the_timeout(job_procs: JobProcesse
         f"127.0.0.1:{port}",
         "--timeout",
         "3",
-        "-w",
-        "2",
-        "-s",
-        "0",
-        "--",
-        "true",
+        *TWO_WORKERS_TRUE,
         env=job_procs.env(),
     )
     assert result.returncode == 1
@@ -624,12 +619,7 @@ def test_a_master_that_never_answers_subscribe_ends_within_the_budget(
             f"127.0.0.1:{port}",
             "--reconnect-timeout",
             "3",
-            "-w",
-            "2",
-            "-s",
-            "0",
-            "--",
-            "true",
+            *TWO_WORKERS_TRUE,
             env=job_procs.env(),
             timeout=60,
         )
@@ -793,12 +783,7 @@ def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
             garbled.url,
             "--reconnect-timeout",
             "3",
-            "-w",
-            "2",
-            "-s",
-            "0",
-            "--",
-            "true",
+            *TWO_WORKERS_TRUE,
             env=job_procs.env(),
             timeout=60,
         )

@@ -20,7 +20,15 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MARK, ROOT, JobProcesses, start_tfrun, tfrun_argv
+from tests.conftest import (
+    MARK,
+    ROOT,
+    TWO_WORKERS_TRUE,
+    JobProcesses,
+    run_tfrun,
+    start_tfrun,
+    tfrun_argv,
+)
 from tfmesos.testing.master import ThreadedTestMaster
 
 ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
@@ -118,14 +126,13 @@ def test_the_leader_is_found_in_zookeeper_and_followed_when_it_changes(
 def test_no_master_in_zookeeper_ends_with_a_clear_error(zk: Any, job_procs: JobProcesses) -> None:
     group = f"/tfmesos-test-{uuid.uuid4().hex}"
     zk.ensure_path(group)
-    result = subprocess.run(
-        tfrun_argv(
-            "-m", f"zk://{ZK_HOSTS}{group}", "--timeout", "3", "-w", "2", "-s", "0", "--", "true"
-        ),
-        capture_output=True,
-        text=True,
+    result = run_tfrun(
+        "-m",
+        f"zk://{ZK_HOSTS}{group}",
+        "--timeout",
+        "3",
+        *TWO_WORKERS_TRUE,
         env=job_procs.env(),
-        cwd=ROOT,
         timeout=120,
     )
     assert result.returncode == 1
@@ -141,12 +148,13 @@ def test_a_group_path_that_does_not_exist_is_named_and_watched_for(
 ) -> None:
     group = f"/tfmesos-test-{uuid.uuid4().hex}"  # not created
     url = f"zk://{ZK_HOSTS}{group}"
-    result = subprocess.run(
-        tfrun_argv("-m", url, "--timeout", "2", "-w", "2", "-s", "0", "--", "true"),
-        capture_output=True,
-        text=True,
+    result = run_tfrun(
+        "-m",
+        url,
+        "--timeout",
+        "2",
+        *TWO_WORKERS_TRUE,
         env=job_procs.env(),
-        cwd=ROOT,
         timeout=120,
     )
     assert result.returncode == 1
@@ -193,23 +201,13 @@ def test_an_unreachable_zookeeper_is_retried_and_named_at_the_timeout(
 ) -> None:
     # One attempt gives ZooKeeper 5s; the job's --timeout comes during the second.
     started = time.monotonic()
-    result = subprocess.run(
-        tfrun_argv(
-            "-m",
-            f"zk://127.0.0.1:{_closed_port()}/mesos",
-            "--timeout",
-            "8",
-            "-w",
-            "2",
-            "-s",
-            "0",
-            "--",
-            "true",
-        ),
-        capture_output=True,
-        text=True,
+    result = run_tfrun(
+        "-m",
+        f"zk://127.0.0.1:{_closed_port()}/mesos",
+        "--timeout",
+        "8",
+        *TWO_WORKERS_TRUE,
         env=job_procs.env(),
-        cwd=ROOT,
         timeout=120,
     )
     elapsed = time.monotonic() - started
@@ -231,23 +229,13 @@ def test_an_unreachable_zookeeper_ends_the_job_within_the_reconnect_budget(
     job_procs: JobProcesses,
 ) -> None:
     started = time.monotonic()
-    result = subprocess.run(
-        tfrun_argv(
-            "-m",
-            f"zk://127.0.0.1:{_closed_port()}/mesos",
-            "--reconnect-timeout",
-            "2",
-            "-w",
-            "2",
-            "-s",
-            "0",
-            "--",
-            "true",
-        ),
-        capture_output=True,
-        text=True,
+    result = run_tfrun(
+        "-m",
+        f"zk://127.0.0.1:{_closed_port()}/mesos",
+        "--reconnect-timeout",
+        "2",
+        *TWO_WORKERS_TRUE,
         env=job_procs.env(),
-        cwd=ROOT,
         timeout=120,
     )
     elapsed = time.monotonic() - started
