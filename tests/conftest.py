@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -79,6 +80,21 @@ def is_agent(proc: psutil.Process) -> bool:
         return "tfmesos.agent" in " ".join(proc.cmdline())
     except psutil.Error:
         return False
+
+
+@contextlib.contextmanager
+def marked_master(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch, **options: Any
+) -> Iterator[Any]:
+    """A test Mesos master (``ThreadedTestMaster``) whose tasks job_procs can find."""
+    from tfmesos.testing.master import ThreadedTestMaster
+
+    with ThreadedTestMaster(heartbeat_interval=1.0, allocation_interval=0.2, **options) as m:
+        # Tasks inherit the master's environment as it is when they start:
+        # give it the mark that lets job_procs find every process of the job.
+        monkeypatch.setenv(MARK, job_procs.mark)
+        job_procs.ignored.update(m.call(lambda master: master.helper_pids()))
+        yield m
 
 
 @pytest.fixture

@@ -23,7 +23,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MARK, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
+from tests.conftest import (
+    MARK,
+    TWO_WORKERS_TRUE,
+    JobProcesses,
+    marked_master,
+    run_tfrun,
+    start_tfrun,
+)
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
@@ -39,13 +46,7 @@ def py(code: str) -> list[str]:
 def master(
     job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ThreadedTestMaster]:
-    with ThreadedTestMaster(
-        agents=2, cpus=4, mem=8192, heartbeat_interval=1.0, allocation_interval=0.2
-    ) as m:
-        # Tasks inherit the master's environment as it is when they start:
-        # give it the mark that lets job_procs find every process of the job.
-        monkeypatch.setenv(MARK, job_procs.mark)
-        job_procs.ignored.update(m.call(lambda master: master.helper_pids()))
+    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
         yield m
 
 
@@ -502,9 +503,7 @@ def test_a_task_that_never_starts_is_named_with_where_to_look(
 def one_agent_master(
     job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ThreadedTestMaster]:
-    with ThreadedTestMaster(agents=1, heartbeat_interval=1.0, allocation_interval=0.2) as m:
-        monkeypatch.setenv(MARK, job_procs.mark)
-        job_procs.ignored.update(m.call(lambda master: master.helper_pids()))
+    with marked_master(job_procs, monkeypatch, agents=1) as m:
         yield m
 
 

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import (
-    MARK,
     ROOT,
     TWO_WORKERS_TRUE,
     JobProcesses,
+    marked_master,
     run_tfrun,
     start_tfrun,
     tfrun_argv,
@@ -69,9 +69,7 @@ def master_info(host: str, port: int) -> bytes:
 def master(
     job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ThreadedTestMaster]:
-    with ThreadedTestMaster(agents=2, heartbeat_interval=1.0, allocation_interval=0.2) as m:
-        monkeypatch.setenv(MARK, job_procs.mark)
-        job_procs.ignored.update(m.call(lambda master: master.helper_pids()))
+    with marked_master(job_procs, monkeypatch, agents=2) as m:
         yield m
 
 
