@@ -14,6 +14,7 @@ import http.server
 import json
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -496,6 +497,15 @@ def test_a_task_that_never_starts_is_named_with_where_to_look(
     assert job_procs.wait_gone(10) == []
 
 
+def run_up_job(master_url: str, job_procs: JobProcesses) -> subprocess.CompletedProcess[str]:
+    """1 ps and 2 workers that each say they are up, on ``master_url``, 30 s to come up."""
+    return run_tfrun(
+        *("-m", master_url, "--timeout", "30", "-w", "2", "-s", "1", "--"),
+        *py("print('{job_name}:{task_index} up')"),
+        env=job_procs.env(),
+    )
+
+
 # -- masters that misbehave -----------------------------------------------------
 
 
@@ -520,19 +530,7 @@ def test_a_refused_accept_sends_its_tasks_back_for_another_offer(
     # One agent: its resources come back only if the refused offer is given back.
     master = one_agent_master
     master.fail_next_call("ACCEPT", status=status, message=message)
-    result = run_tfrun(
-        "-m",
-        master.url,
-        "--timeout",
-        "30",
-        "-w",
-        "2",
-        "-s",
-        "1",
-        "--",
-        *py("print('{job_name}:{task_index} up')"),
-        env=job_procs.env(),
-    )
+    result = run_up_job(master.url, job_procs)
     refused = [c["body"] for c in master.calls("ACCEPT") if c["status"] == status]
     launched = launched_tasks(master)
     assert result.returncode == 0, result.stderr
@@ -746,19 +744,7 @@ def test_an_unreadable_event_stream_is_dropped_and_the_master_resubscribed(
 ) -> None:
     garbled = _GarbledMaster(chunks, f"127.0.0.1:{master.port}")
     try:
-        result = run_tfrun(
-            "-m",
-            garbled.url,
-            "--timeout",
-            "30",
-            "-w",
-            "2",
-            "-s",
-            "1",
-            "--",
-            *py("print('{job_name}:{task_index} up')"),
-            env=job_procs.env(),
-        )
+        result = run_up_job(garbled.url, job_procs)
     finally:
         garbled.close()
     assert result.returncode == 0, result.stderr
@@ -838,11 +824,7 @@ def test_a_refused_revive_is_tried_again(
     master = one_agent_master
     master.fail_next_call("ACCEPT")
     master.fail_next_call("REVIVE")
-    result = run_tfrun(
-        *("-m", master.url, "--timeout", "30", "-w", "2", "-s", "1", "--"),
-        *py("print('{job_name}:{task_index} up')"),
-        env=job_procs.env(),
-    )
+    result = run_up_job(master.url, job_procs)
     assert result.returncode == 0, result.stderr
     revives = [c["status"] for c in master.calls("REVIVE")]
     assert revives[:2] == [503, 202], revives
