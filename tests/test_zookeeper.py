@@ -1,9 +1,13 @@
 """Finding the leading master in a real ZooKeeper server (``zk://``).
 
-Masters register in ZooKeeper as Mesos does (src/master/contender): an
-ephemeral, sequential node ``json.info_<sequence>`` under the group path,
-holding the master's ``MasterInfo`` as JSON; the leader is the lowest sequence.
-.ci/run starts the server (scripts/start-zookeeper).
+Masters register in ZooKeeper as Mesos does (src/master/contender/zookeeper.cpp,
+src/zookeeper/group.cpp ``GroupProcess::doJoin``): an ephemeral, sequential
+node ``<label>_<sequence>`` under the group path, ``json.info_`` holding the
+master's ``MasterInfo`` as JSON, the older ``info_`` as a binary protobuf, and
+the oldest, unlabelled ``<sequence>`` a bare ``UPID``. The leader is the
+lowest sequence of all of them (src/zookeeper/detector.cpp), dialled at the
+IP:port of its ``pid`` (src/scheduler/scheduler.cpp). .ci/run starts the
+server (scripts/start-zookeeper).
 """
 
 from __future__ import annotations
@@ -11,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -29,6 +35,7 @@ from tests.conftest import (
     start_tfrun,
     tfrun_argv,
 )
+from tfmesos.mesos.masters import MasterAddress, ZooKeeperLeader, ZooKeeperSource, parse_masters
 from tfmesos.testing.master import ThreadedTestMaster
 
 ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
@@ -52,17 +59,286 @@ def zk() -> Iterator[Any]:
     client.close()
 
 
-def master_info(host: str, port: int) -> bytes:
+def packed_ip(ip: str) -> int:
+    """``MasterInfo.ip`` as Mesos fills it (src/master/master.cpp: ``s_addr``,
+    network order in memory, read as a host-order number on a little-endian
+    host; MESOS-1201)."""
+    return int.from_bytes(socket.inet_aton(ip), "little")
+
+
+def master_info(host: str, port: int, ip: str = "127.0.0.1", pid_host: str | None = None) -> bytes:
+    """A master's ``json.info_`` data, as ``JSON::protobuf(MasterInfo)`` writes it."""
     return json.dumps(
         {
             "id": uuid.uuid4().hex,
-            "pid": f"master@{host}:{port}",
+            "ip": packed_ip(ip),
+            "pid": f"master@{pid_host or host}:{port}",
             "hostname": host,
             "port": port,
-            "address": {"hostname": host, "ip": "127.0.0.1", "port": port},
+            "address": {"hostname": host, "ip": ip, "port": port},
             "version": "1.11.0",
         }
     ).encode()
+
+
+# A tiny protobuf encoder, enough for the binary ``MasterInfo`` of the older
+# ``info_`` members (include/mesos/mesos.proto).
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # negative int32s are ten-byte varints
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _int_field(number: int, value: int) -> bytes:
+    return _varint(number << 3) + _varint(value)
+
+
+def _bytes_field(number: int, value: bytes | str) -> bytes:
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def master_info_protobuf(
+    host: str, port: int, ip: str = "127.0.0.1", pid_host: str | None = None
+) -> bytes:
+    """A master's ``info_`` data: ``MasterInfo.SerializeToString()``."""
+    address = _bytes_field(1, host) + _bytes_field(2, ip) + _int_field(3, port)
+    capability = _int_field(1, 1)  # AGENT_UPDATE: a field the reader skips
+    return b"".join(
+        [
+            _bytes_field(1, uuid.uuid4().hex),  # id
+            _int_field(2, packed_ip(ip)),  # ip
+            _int_field(3, port),  # port
+            _bytes_field(4, f"master@{pid_host or ip}:{port}"),  # pid
+            _bytes_field(5, host),  # hostname
+            _bytes_field(6, "1.11.0"),  # version
+            _bytes_field(7, address),  # address
+            _bytes_field(9, capability),  # capabilities
+        ]
+    )
+
+
+class Leaders:
+    """``on_change`` for a :class:`ZooKeeperLeader`: what it heard, waited on."""
+
+    def __init__(self) -> None:
+        self.heard: list[MasterAddress | None] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, leader: MasterAddress | None) -> None:
+        with self._changed:
+            self.heard.append(leader)
+            self._changed.notify_all()
+
+    def wait_for(self, url: str | None, timeout: float = 10.0) -> None:
+        """Until the latest leader heard is ``url`` (None: no leader)."""
+
+        def latest() -> str | None:
+            leader = self.heard[-1] if self.heard else None
+            return leader.url if leader else None
+
+        with self._changed:
+            assert self._changed.wait_for(lambda: bool(self.heard) and latest() == url, timeout), (
+                self.heard
+            )
+
+
+@pytest.fixture
+def group(zk: Any) -> Iterator[str]:
+    path = f"/tfmesos-test-{uuid.uuid4().hex}"
+    zk.ensure_path(path)
+    yield path
+    zk.delete(path, recursive=True)
+
+
+@pytest.fixture
+def watch(group: str) -> Iterator[Callable[[], tuple[ZooKeeperLeader, Leaders]]]:
+    """Starts a :class:`ZooKeeperLeader` on the group, as ``-m zk://`` does."""
+    started: list[ZooKeeperLeader] = []
+
+    def start() -> tuple[ZooKeeperLeader, Leaders]:
+        source = parse_masters(f"zk://{ZK_HOSTS}{group}")
+        assert isinstance(source, ZooKeeperSource)
+        leaders = Leaders()
+        leader = ZooKeeperLeader(source, leaders)
+        started.append(leader)
+        leader.start(timeout=10)
+        return leader, leaders
+
+    yield start
+    for leader in started:
+        leader.stop()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# -- which member leads, and where it is dialled ---------------------------------
+
+
+def test_the_lowest_sequence_of_any_label_leads_and_its_pid_is_dialled(
+    zk: Any, group: str, watch: Callable[[], tuple[ZooKeeperLeader, Leaders]]
+) -> None:
+    # Oldest first: a bare UPID, a binary MasterInfo, a JSON one, as masters
+    # of three Mesos versions would leave them in one group.
+    legacy = zk.create(f"{group}/", b"master@10.0.0.1:5050", ephemeral=True, sequence=True)
+    binary = zk.create(
+        f"{group}/info_",
+        master_info_protobuf("m2.invalid", 5051, ip="10.0.0.2"),
+        ephemeral=True,
+        sequence=True,
+    )
+    zk.create(
+        f"{group}/json.info_",
+        master_info("m3.invalid", 5052, ip="10.0.0.3", pid_host="10.0.0.3"),
+        ephemeral=True,
+        sequence=True,
+    )
+    zk.create(f"{group}/log_replicas", b"")  # not a member: no sequence
+    _, leaders = watch()
+    leaders.wait_for("http://10.0.0.1:5050")
+    zk.delete(legacy)  # the next in line: an info_ member, at its IP
+    leaders.wait_for("http://10.0.0.2:5051")
+    zk.delete(binary)
+    leaders.wait_for("http://10.0.0.3:5052")
+
+
+def test_a_json_member_below_an_info_member_leads(
+    zk: Any, group: str, watch: Callable[[], tuple[ZooKeeperLeader, Leaders]]
+) -> None:
+    first = zk.create(
+        f"{group}/json.info_",
+        master_info("m1.invalid", 5051, ip="10.0.0.1", pid_host="10.0.0.1"),
+        ephemeral=True,
+        sequence=True,
+    )
+    zk.create(
+        f"{group}/info_",
+        master_info_protobuf("m2.invalid", 5052, ip="10.0.0.2"),
+        ephemeral=True,
+        sequence=True,
+    )
+    _, leaders = watch()
+    leaders.wait_for("http://10.0.0.1:5051")
+    zk.delete(first)
+    leaders.wait_for("http://10.0.0.2:5052")
+    assert [leader.url if leader else None for leader in leaders.heard] == [
+        "http://10.0.0.1:5051",
+        "http://10.0.0.2:5052",
+    ]
+
+
+def test_the_ip_is_dialled_not_the_hostname(
+    zk: Any, group: str, watch: Callable[[], tuple[ZooKeeperLeader, Leaders]]
+) -> None:
+    # Real masters put their libprocess IP in pid, ip and address.ip, and
+    # their host name (which may not resolve here) in hostname.
+    zk.create(
+        f"{group}/json.info_",
+        master_info("master-1.example.invalid", 5050, ip="192.0.2.7", pid_host="192.0.2.7"),
+        ephemeral=True,
+        sequence=True,
+    )
+    _, leaders = watch()
+    leaders.wait_for("http://192.0.2.7:5050")
+
+
+def test_the_legacy_ip_field_is_read_in_network_order(
+    zk: Any, group: str, watch: Callable[[], tuple[ZooKeeperLeader, Leaders]]
+) -> None:
+    # Only the deprecated fields: id, ip (packed, MESOS-1201), port.
+    info = _bytes_field(1, "id") + _int_field(2, packed_ip("10.1.2.3")) + _int_field(3, 5055)
+    zk.create(f"{group}/info_", info, ephemeral=True, sequence=True)
+    _, leaders = watch()
+    leaders.wait_for("http://10.1.2.3:5055")
+
+
+def test_a_lowest_member_that_cannot_be_read_means_no_leader(
+    zk: Any, group: str, watch: Callable[[], tuple[ZooKeeperLeader, Leaders]]
+) -> None:
+    zk.create(f"{group}/log_replicas", b"")  # so the member's sequence is above 0
+    zk.create(
+        f"{group}/json.info_",
+        master_info("m.invalid", 5050, ip="10.0.0.9", pid_host="10.0.0.9"),
+        ephemeral=True,
+        sequence=True,
+    )
+    leader, leaders = watch()
+    leaders.wait_for("http://10.0.0.9:5050")
+    # A member below it that no Mesos detector can read: Mesos does not
+    # pass it over for the next (src/master/detector/zookeeper.cpp fetched).
+    intruder = zk.create(f"{group}/other_0000000000", b"{}", ephemeral=True)
+    leaders.wait_for(None)
+    assert "other_0000000000" in leader.why_no_leader()
+    assert "unknown label 'other'" in leader.why_no_leader()
+    zk.delete(intruder)
+    leaders.wait_for("http://10.0.0.9:5050")
+    garbled = zk.create(f"{group}/info_0000000000", b"\x0a\xff", ephemeral=True)
+    leaders.wait_for(None)
+    assert "info_0000000000" in leader.why_no_leader()
+    zk.delete(garbled)
+    leaders.wait_for("http://10.0.0.9:5050")
+
+
+def test_https_when_libprocess_ssl_is_enabled(
+    zk: Any,
+    group: str,
+    watch: Callable[[], tuple[ZooKeeperLeader, Leaders]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As the scheduler library decides: LIBPROCESS_SSL_ENABLED (or the older
+    # SSL_ENABLED), nothing in MasterInfo.
+    monkeypatch.setenv("LIBPROCESS_SSL_ENABLED", "true")
+    zk.create(
+        f"{group}/info_",
+        master_info_protobuf("m.invalid", 5050, ip="10.0.0.4"),
+        ephemeral=True,
+        sequence=True,
+    )
+    _, leaders = watch()
+    leaders.wait_for("https://10.0.0.4:5050")
+
+
+def test_a_job_subscribes_to_an_info_member_at_its_ip(
+    zk: Any, group: str, master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    # The leader is an old-format member whose host name does not resolve;
+    # a JSON member above it points nowhere. Only Mesos's choice runs the job.
+    zk.create(
+        f"{group}/info_",
+        master_info_protobuf("master-1.example.invalid", master.port),
+        ephemeral=True,
+        sequence=True,
+    )
+    zk.create(
+        f"{group}/json.info_",
+        master_info("127.0.0.1", _closed_port()),
+        ephemeral=True,
+        sequence=True,
+    )
+    result = run_tfrun(
+        "-m",
+        f"zk://{ZK_HOSTS}{group}",
+        "--timeout",
+        "30",
+        *TWO_WORKERS_TRUE,
+        env=job_procs.env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"leading master is now http://127.0.0.1:{master.port}" in result.stderr
+    assert job_procs.wait_gone(10) == []
 
 
 @pytest.fixture
@@ -184,14 +460,6 @@ def test_a_group_path_that_does_not_exist_is_named_and_watched_for(
     assert "leading master is now http://127.0.0.1" in err
     assert job_procs.wait_gone(10) == []
     zk.delete(group, recursive=True)
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_an_unreachable_zookeeper_is_retried_and_named_at_the_timeout(
