@@ -1,13 +1,26 @@
 """The framework's connection to the master: subscribe, events, calls.
 
-Policy (which master, when to reconnect, how long to keep trying) is kept here,
-apart from what the framework does with offers and updates (the backend).
+Policy (which master, when to reconnect, how long to keep trying, the order of
+calls) is kept here, apart from what the framework does with offers and
+updates (the backend), and apart from HTTP itself (:mod:`tfmesos.mesos.transport`,
+a seam that the tests fill with a scripted fake).
 
 - ``SUBSCRIBE`` is one long POST whose ``200`` answer is a chunked RecordIO
   stream of events, with the ``Mesos-Stream-Id`` header that every other call
   must carry; other calls are short POSTs answered ``202``.
+- Calls reach the master in the order they were decided. Mesos's own library
+  (``src/scheduler/scheduler.cpp``) keeps two connections (``struct
+  Connections``: ``subscribe`` and ``nonSubscribe``) and sends every call but
+  SUBSCRIBE on the second, one after another (``Connection::send`` in
+  ``3rdparty/libprocess/include/process/http.hpp`` pipelines them on that one
+  connection, so the master reads them in order). Here one sender sends the
+  queued calls one at a time, each after the answer to the one before: a
+  REVIVE overtaken by the SUPPRESS decided before it would leave the role
+  suppressed for good. Where Mesos's library drops a call made while not
+  subscribed (``SchedulerProcess::_send``), ours waits for the subscription.
 - A non-leading master answers ``307`` with a ``Location`` that may have no
-  scheme (``//host:5050``, or ``host:5050`` in the docs' example).
+  scheme and may have a path (``//host:5050/master/api/v1/scheduler``): only
+  its scheme, host and port are kept.
 - No event for five heartbeat intervals means the connection is dead: close it
   and re-subscribe, with the framework id, backing off up to 15 s between tries
   (``docs/scheduler-http-api.md``, "Disconnections"). A stream we cannot read
@@ -15,7 +28,8 @@ apart from what the framework does with offers and updates (the backend).
   the same way.
 - Every step of an attempt (reaching ZooKeeper, the answer to SUBSCRIBE) has a
   time limit, and none outlasts what is left of the reconnect budget, so the
-  budget holds whatever the master or ZooKeeper do.
+  budget holds whatever the master or ZooKeeper do, on the first connection
+  as after losing one.
 """
 
 from __future__ import annotations
@@ -25,14 +39,15 @@ import contextlib
 import json
 import logging
 import random
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-
-import aiohttp
 
 from tfmesos.errors import TFMesosError
 from tfmesos.mesos.masters import MasterAddress, ZooKeeperError, ZooKeeperLeader, parse_masters
 from tfmesos.mesos.recordio import RecordIODecoder
+from tfmesos.mesos.transport import AiohttpTransport, EventStream, Transport, TransportError
 
 __all__ = ["MasterLostError", "SchedulerClient", "SchedulerError"]
 
@@ -40,8 +55,10 @@ logger = logging.getLogger("tfmesos")
 
 API_PATH = "/api/v1/scheduler"
 MISSED_HEARTBEATS = 5
+INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 15.0
 CALL_TIMEOUT = 75.0
+TEARDOWN_TIMEOUT = 10.0
 MAX_REDIRECTS = 5
 SUBSCRIBE_TIMEOUT = 10.0
 """How long to wait for the headers of SUBSCRIBE's answer. A master sends them
@@ -72,7 +89,22 @@ class MasterLostError(TFMesosError):
     """No master could be reached for longer than the reconnect budget."""
 
 
+@dataclass
+class _Queued:
+    call: dict[str, Any]
+    future: asyncio.Future[str | None]
+
+
 class SchedulerClient:
+    """Subscribes to the leading master, hands each event to ``on_event``, and
+    sends calls in order.
+
+    ``transport`` moves the bytes (default: :class:`AiohttpTransport` with
+    ``auth``); everything else is decided here. The client closes its
+    transport when :meth:`run` ends. ``initial_backoff`` and ``max_backoff``
+    bound the wait between attempts to subscribe.
+    """
+
     def __init__(
         self,
         masters: str,
@@ -82,32 +114,55 @@ class SchedulerClient:
         reconnect_timeout: float = 120.0,
         auth: tuple[str, str] | None = None,
         subscribe_timeout: float = SUBSCRIBE_TIMEOUT,
+        transport: Transport | None = None,
+        initial_backoff: float = INITIAL_BACKOFF,
+        max_backoff: float = MAX_BACKOFF,
     ) -> None:
         self._source = parse_masters(masters)
         self._framework_info = dict(framework_info)
         self._on_event = on_event
         self._reconnect_timeout = reconnect_timeout
         self._subscribe_timeout = subscribe_timeout
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._transport: Transport = transport if transport is not None else AiohttpTransport(auth)
         self._lost_since = 0.0
         """When the master was last lost (or the first attempt began): the
         reconnect budget runs from here."""
         self._subscribed_at = 0.0
-        self._auth = aiohttp.BasicAuth(*auth) if auth else None
-        self._session: aiohttp.ClientSession | None = None
+        self._ever_subscribed = False
+        """Whether any master ever took our SUBSCRIBE: if not, running out of
+        budget is a master we could not reach, not one we lost."""
         self._zookeeper: ZooKeeperLeader | None = None
         self._leader_changed = asyncio.Event()
         self.master: MasterAddress | None = None
         self.framework_id: str | None = None
         self.stream_id: str | None = None
         self.subscribed = asyncio.Event()
+        self._unsubscribed = asyncio.Event()
+        """Set whenever :attr:`subscribed` is not: a call in flight when the
+        subscription is lost is given up (see :meth:`_send`)."""
+        self._unsubscribed.set()
         self.heartbeat_interval = 15.0
+        self._stopped: str | None = None
+        """Why :meth:`run` ended other than by :meth:`close`, once it has."""
         self._closing = False
         self._tearing_down = False
         self.last_error = ""
         """Why the last attempt to subscribe or stay subscribed failed."""
-        self._response: aiohttp.ClientResponse | None = None
+        self._response: EventStream | None = None
+        self._queue: deque[_Queued] = deque()
+        self._queued = asyncio.Event()
+        self._in_flight: _Queued | None = None
+        self._sender: asyncio.Task[None] | None = None
 
     # -- masters ---------------------------------------------------------
+
+    def _where(self) -> str:
+        """The masters as given, for a message (ZooKeeper's credentials left out)."""
+        if isinstance(self._source, list):
+            return ", ".join(master.url for master in self._source)
+        return f"zk://{self._source.hosts}{self._source.path}"
 
     async def _candidates(self) -> list[MasterAddress]:
         if isinstance(self._source, list):
@@ -150,21 +205,37 @@ class SchedulerClient:
         """``limit``, or what is left of the reconnect budget if that is less."""
         return max(MIN_ATTEMPT, min(limit, self._budget_left()))
 
+    def _gave_up(self, reason: str) -> MasterLostError:
+        budget = f"{self._reconnect_timeout:g}s"
+        if self._ever_subscribed:
+            return MasterLostError(
+                f"lost the Mesos master ({reason}) and could not re-subscribe within {budget}"
+            )
+        # We never had a master: most likely a mistyped -m, or a master that
+        # is down. The reason names the master already when there is one.
+        where = self._where()
+        reason = reason.removeprefix(f"{where}: ")
+        return MasterLostError(
+            f"could not reach the Mesos master at {where} ({reason}) within {budget}"
+        )
+
     async def run(self) -> None:
         """Subscribe, and stay subscribed until :meth:`close`; raise
-        :class:`MasterLostError` when no master answers for too long."""
-        self._session = aiohttp.ClientSession(
-            auth=self._auth, timeout=aiohttp.ClientTimeout(total=None, sock_connect=10)
-        )
-        backoff = 0.5
+        :class:`MasterLostError` when no master answers for too long, on the
+        first connection as on any later one."""
+        self._sender = asyncio.create_task(self._send_calls())
+        backoff = self._initial_backoff
         self._lost_since = asyncio.get_running_loop().time()
+        stopped = "the scheduler client stopped"
         try:
             while not self._closing:
                 malformed = False
                 try:
                     await self._subscribe_and_read()
                     reason = "the event stream ended"
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                except TransportError as exc:
+                    reason = str(exc)
+                except (asyncio.TimeoutError, OSError) as exc:
                     reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
                 except _NoMaster as exc:
                     reason = str(exc)
@@ -181,28 +252,35 @@ class SchedulerClient:
                 quickly_unreadable = malformed and now - self._subscribed_at < STABLE_SUBSCRIPTION
                 if self.subscribed.is_set() and not quickly_unreadable:
                     self._lost_since = now
-                    backoff = 0.5
-                self.subscribed.clear()
-                self.stream_id = None
+                    backoff = self._initial_backoff
+                self._lose_subscription()
                 self.last_error = reason
                 left = self._budget_left()
                 if left < 0:
-                    raise MasterLostError(
-                        f"lost the Mesos master ({reason}) and could not re-subscribe "
-                        f"within {self._reconnect_timeout:g}s"
-                    )
+                    error = self._gave_up(reason)
+                    stopped = str(error)
+                    raise error
                 # The last try comes when the budget ends, not a backoff after.
                 delay = min(backoff, left)
                 logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, delay)
                 self._leader_changed.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._leader_changed.wait(), delay)
-                backoff = min(MAX_BACKOFF, backoff * 2) * random.uniform(0.8, 1.2)
+                # Jittered, so that many frameworks do not come back at once,
+                # and capped after the jitter: never more than max_backoff.
+                backoff = min(self._max_backoff, backoff * 2 * random.uniform(0.8, 1.2))
+        except SchedulerError as exc:
+            stopped = str(exc)
+            raise
         finally:
-            await self._shutdown()
+            await self._shutdown(stopped)
+
+    def _lose_subscription(self) -> None:
+        self.subscribed.clear()
+        self._unsubscribed.set()
+        self.stream_id = None
 
     async def _subscribe_and_read(self) -> None:
-        assert self._session is not None
         candidates = await self._candidates()
         if not candidates:
             why = f" ({self._zookeeper.why_no_leader()})" if self._zookeeper else ""
@@ -212,6 +290,8 @@ class SchedulerClient:
         if self.framework_id:
             framework["id"] = {"value": self.framework_id}
             call["framework_id"] = {"value": self.framework_id}
+        body = json.dumps(call).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         last_error = "no master answered"
         for master in candidates:
             for _ in range(MAX_REDIRECTS):
@@ -221,45 +301,42 @@ class SchedulerClient:
                     # is the event stream, read below under the heartbeat
                     # watchdog.
                     response = await asyncio.wait_for(
-                        self._session.post(
-                            master.url + API_PATH,
-                            data=json.dumps(call),
-                            headers={
-                                "Content-Type": "application/json",
-                                "Accept": "application/json",
-                            },
-                            allow_redirects=False,
-                        ),
-                        limit,
+                        self._transport.open_stream(master.url + API_PATH, body, headers), limit
                     )
                 except asyncio.TimeoutError:
                     last_error = f"{master.url}: no answer to SUBSCRIBE"
                     last_error += f" within {round(limit, 1):g}s"
                     break
-                except (aiohttp.ClientError, OSError) as exc:
+                except (TransportError, OSError) as exc:
                     last_error = f"{master.url}: {exc}"
                     break
                 if response.status == 307 and "Location" in response.headers:
                     location = response.headers["Location"]
-                    response.release()
+                    response.close()
+                    # Scheme, host and port only: a Location may carry the
+                    # master's own path (//host:5050/master/api/v1/scheduler).
                     master = MasterAddress.parse(location, master.scheme)
                     logger.info("Mesos: redirected to the leading master %s", master.url)
                     continue
                 if response.status != 200:
-                    text = (await response.text())[:500]
-                    response.release()
+                    try:
+                        text = (await response.text())[:500].strip()
+                    except TransportError as exc:
+                        text = f"(the answer could not be read: {exc})"
+                    finally:
+                        response.close()
                     if response.status in (400, 401, 403):
                         raise SchedulerError(
                             f"the Mesos master at {master.url} refused SUBSCRIBE: "
-                            f"{response.status} {text.strip()}"
+                            f"{response.status} {text}"
                         )
-                    last_error = f"{master.url} answered {response.status} {text.strip()}"
+                    last_error = f"{master.url} answered {response.status} {text}"
                     break
                 await self._read_stream(master, response)
                 return
         raise _NoMaster(last_error)
 
-    async def _read_stream(self, master: MasterAddress, response: aiohttp.ClientResponse) -> None:
+    async def _read_stream(self, master: MasterAddress, response: EventStream) -> None:
         self.master = master
         self.stream_id = response.headers.get("Mesos-Stream-Id")
         self._response = response
@@ -268,7 +345,7 @@ class SchedulerClient:
             while True:
                 timeout = self.heartbeat_interval * MISSED_HEARTBEATS
                 try:
-                    chunk = await asyncio.wait_for(response.content.readany(), timeout)
+                    chunk = await asyncio.wait_for(response.read_chunk(), timeout)
                 except asyncio.TimeoutError:
                     raise asyncio.TimeoutError(
                         f"no heartbeat from {master.url} for {timeout:g}s"
@@ -299,67 +376,164 @@ class SchedulerClient:
             self.framework_id = subscribed.get("framework_id", {}).get("value", self.framework_id)
             self.heartbeat_interval = float(subscribed.get("heartbeat_interval_seconds", 15.0))
             self._subscribed_at = asyncio.get_running_loop().time()
+            self._ever_subscribed = True
+            self._unsubscribed.clear()
             self.subscribed.set()
         self._on_event(event)
 
     # -- calls -----------------------------------------------------------
 
-    async def call(self, call: dict[str, Any]) -> str | None:
-        """Send one call; wait for the subscription first if it is being renewed.
+    def submit(self, call: dict[str, Any]) -> asyncio.Future[str | None]:
+        """Queue one call now, behind every call submitted before it; the
+        future says how it went. Call it from the event loop's thread.
 
-        Return why the master did not take the call (no answer, or an answer
-        other than 202), or None if it did or the client is closing; raise
-        :class:`SchedulerError` if it answered 400. The caller says what the
-        failure means, so it is not logged here.
+        The queue is sent one call at a time, each after the master answered
+        the one before, as soon as there is a subscription (calls submitted
+        while there is none wait for it). The future's result is why the
+        master did not take the call (no answer, or an answer other than
+        ``202``), or None if it did or the client is closing; it holds
+        :class:`SchedulerError` if the master answered ``400`` (the call is
+        wrong). The caller says what a failure means, so it is not logged
+        here.
+
+        On re-subscription, calls still queued go out on the new stream, in
+        order and before anything decided after it (a RECONCILE, say). That
+        is what they were decided for: a KILL or an ACKNOWLEDGE dropped would
+        leave a task running or an update re-sent; an ACCEPT of an offer the
+        master dropped with the old stream ends in TASK_DROPPED or TASK_LOST
+        updates, which relaunch the tasks. A call in flight when the stream
+        is lost is given up (Mesos's library ignores answers on a stale
+        connection) and reported; one the master answers after it replaced
+        the stream gets a ``400 ... didn't match the stream ID ...``, which is
+        reported, not raised: it is late, not wrong.
         """
-        if self._closing or self._session is None:
-            return None
-        if self._tearing_down and call.get("type") != "TEARDOWN":
-            return None
-        await asyncio.wait_for(self.subscribed.wait(), self._reconnect_timeout)
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        if self._closing or (self._tearing_down and call.get("type") != "TEARDOWN"):
+            future.set_result(None)
+        elif self._stopped is not None:
+            future.set_result(f"not sent: {self._stopped}")
+        else:
+            self._queue.append(_Queued(call, future))
+            self._queued.set()
+        return future
+
+    async def call(self, call: dict[str, Any]) -> str | None:
+        """:meth:`submit`, and wait for its answer."""
+        return await self.submit(call)
+
+    async def _send_calls(self) -> None:
+        """The one sender: the queue, in order, one call at a time."""
+        while True:
+            if not self._queue:
+                self._queued.clear()
+                await self._queued.wait()
+                continue
+            await self.subscribed.wait()
+            if not self._queue:  # dropped while we waited (TEARDOWN, closing)
+                continue
+            item = self._queue.popleft()
+            if item.future.done():  # its caller stopped waiting for it
+                continue
+            self._in_flight = item
+            try:
+                result = await self._send(item.call)
+            except SchedulerError as exc:
+                if not item.future.done():
+                    item.future.set_exception(exc)
+            else:
+                if not item.future.done():
+                    item.future.set_result(result)
+            finally:
+                self._in_flight = None
+
+    async def _send(self, call: dict[str, Any]) -> str | None:
+        """Send one call on the current subscription and wait for its answer;
+        give up if the subscription is lost first."""
         assert self.master is not None
         assert self.framework_id is not None
+        master = self.master
         body = dict(call)
         body["framework_id"] = {"value": self.framework_id}
         headers = {"Content-Type": "application/json", "Mesos-Stream-Id": self.stream_id or ""}
+        post = asyncio.ensure_future(
+            self._transport.post(
+                master.url + API_PATH, json.dumps(body).encode(), headers, CALL_TIMEOUT
+            )
+        )
+        lost = asyncio.ensure_future(self._unsubscribed.wait())
         try:
-            async with self._session.post(
-                self.master.url + API_PATH,
-                data=json.dumps(body),
-                headers=headers,
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT),
-            ) as response:
-                if response.status == 202:
-                    return None
-                text = (await response.text())[:500].strip()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            await asyncio.wait({post, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            if not post.done():
+                post.cancel()
+                # Let it clean up; our own cancellation still propagates.
+                await asyncio.wait({post})
+        if post.cancelled():
             # The stream's own failure handling re-subscribes; a lost call is
             # covered by reconciliation and by offers coming back.
+            return f"the subscription to {master.url} was lost before the master answered"
+        try:
+            status, text = post.result()
+        except TransportError as exc:
+            return str(exc)
+        except (asyncio.TimeoutError, OSError) as exc:
             return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        if response.status == 400 and STALE_STREAM not in text:
+        if status == 202:
+            return None
+        text = text[:500].strip()
+        if status == 400 and STALE_STREAM not in text:
             raise SchedulerError(f"the master rejected {call.get('type')}: {text}")
         # A call made on a stream the master has since replaced is not wrong,
         # only late: what it would have done is redone after re-subscribing
         # (RECONCILE, offers coming back), so it is reported, not fatal.
-        return f"{response.status} {text}".rstrip()
+        return f"{status} {text}".rstrip()
+
+    def _drop_queued(self, result: str | None) -> None:
+        while self._queue:
+            item = self._queue.popleft()
+            if not item.future.done():
+                item.future.set_result(result)
 
     async def close(self, teardown: bool) -> None:
-        """Stop; with ``teardown``, first tell the master to kill every task."""
+        """Stop; with ``teardown``, first tell the master to kill every task.
+
+        TEARDOWN jumps the queue: it ends the framework, which makes every
+        call still queued moot (their futures get None, as when closing), and
+        it must not wait behind them (a stalled call would spend the seconds
+        TEARDOWN has, and leave the tasks running until the failover timeout).
+        A call already in flight is not waited for: whichever the master
+        takes first, the framework ends.
+        """
         if teardown and self.subscribed.is_set():
             # The master ends the stream on TEARDOWN: that end is expected.
             self._tearing_down = True
+            self._drop_queued(None)
             with contextlib.suppress(TFMesosError, asyncio.TimeoutError):
-                problem = await asyncio.wait_for(self.call({"type": "TEARDOWN"}), 10)
+                problem = await asyncio.wait_for(self._send({"type": "TEARDOWN"}), TEARDOWN_TIMEOUT)
                 if problem is not None:
                     logger.warning("Mesos: TEARDOWN call failed: %s", problem)
         self._closing = True
+        self._drop_queued(None)
+        if self._in_flight is not None and not self._in_flight.future.done():
+            self._in_flight.future.set_result(None)
+        self._unsubscribed.set()  # gives up the call in flight, if any
         if self._response is not None:
             self._response.close()
 
-    async def _shutdown(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+    async def _shutdown(self, stopped: str) -> None:
+        if not self._closing:
+            self._stopped = stopped
+        result = None if self._closing else f"not sent: {stopped}"
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sender
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None and not in_flight.future.done():
+            in_flight.future.set_result(result)
+        self._drop_queued(result)
+        await self._transport.aclose()
         if self._zookeeper is not None:
             await asyncio.to_thread(self._zookeeper.stop)
 
