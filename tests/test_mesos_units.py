@@ -97,7 +97,8 @@ def test_leader_from_master_info_json() -> None:
         "hostname": "m1",
         "port": 5050,
     }
-    assert leader_from_master_info(json.dumps(info).encode()).url == "http://m1:5050"
+    # The scheduler library dials the address, not the name (scheduler.cpp).
+    assert leader_from_master_info(json.dumps(info).encode()).url == "http://10.0.0.1:5050"
 
 
 # -- placement ----------------------------------------------------------------

@@ -222,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="Mesos: how long to keep trying to re-subscribe after losing the master (default 120)",
     )
     where.add_argument(
+        "--user",
+        metavar="NAME",
+        help="Mesos: the user the tasks run as on the agents, which must have it "
+        "(default: your login name on this machine)",
+    )
+    where.add_argument(
         "--checkpoint",
         action="store_true",
         help="Mesos: ask agents to checkpoint the tasks, so that they survive an agent restart",
@@ -378,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_dir=args.log_dir,
             reconnect_timeout=args.reconnect_timeout,
             checkpoint=args.checkpoint,
+            user=args.user,
         )
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)

@@ -139,6 +139,7 @@ def cluster(
     log_dir: str | None = None,
     image: str | None = None,
     checkpoint: bool = False,
+    user: str | None = None,
 ) -> Iterator[Cluster]:
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
@@ -175,7 +176,9 @@ def cluster(
                 f"job {job.name!r} has a cmd: fine-grained mode runs TF servers; use tfrun"
             )
     _quiet_logging(quiet)
-    options = backend_options(backend, master=master, log_dir=log_dir, checkpoint=checkpoint)
+    options = backend_options(
+        backend, master=master, log_dir=log_dir, checkpoint=checkpoint, user=user
+    )
     running = Cluster(spec, backend, options)
     running.start()
     try:

@@ -26,6 +26,7 @@ def backend_options(
     log_dir: str | None = None,
     reconnect_timeout: float = 120.0,
     checkpoint: bool = False,
+    user: str | None = None,
 ) -> dict[str, Any]:
     """The options each backend takes, from the ones the user may give."""
     if backend == "local":
@@ -35,6 +36,7 @@ def backend_options(
         "log_dir": log_dir,
         "reconnect_timeout": reconnect_timeout,
         "checkpoint": checkpoint,
+        "user": user,
     }
 
 

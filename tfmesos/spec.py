@@ -14,6 +14,7 @@ from typing import Any
 
 from tfmesos import taskenv
 from tfmesos.errors import SpecError
+from tfmesos.mesos.roles import validate_role
 
 __all__ = ["ClusterSpec", "Job", "TaskSpec", "Volume", "coerce_jobs", "parse_volume"]
 
@@ -203,6 +204,15 @@ class ClusterSpec:
                 raise SpecError(f"environment variable {key!r} must be a name with a string value")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise SpecError("TLS needs both a certificate and its key")
+        if self.role is not None:
+            problem = validate_role(self.role)
+            if problem is not None:
+                raise SpecError(f"bad Mesos role {self.role!r}: {problem}")
+        if self.containerizer == "DOCKER" and not self.image:
+            raise SpecError(
+                "the Docker containerizer runs Docker images only: give --image "
+                "(or image=...), or drop -C DOCKER / containerizer_type='DOCKER'"
+            )
         if self.containerizer not in (None, "MESOS", "DOCKER"):
             raise SpecError(f"containerizer must be MESOS or DOCKER, not {self.containerizer!r}")
         if self.containerizer == "DOCKER" and any(job.gpus for job in jobs):

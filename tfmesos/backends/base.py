@@ -11,17 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from tfmesos.advertise import advertised_host
 from tfmesos.spec import ClusterSpec, TaskSpec
-
-
-def advertised_host() -> str:
-    """This machine's name as remote tasks should dial it: ``TFMESOS_ADVERTISE_HOST`` if
-    set (for a launcher whose FQDN other hosts cannot resolve), else the FQDN."""
-    import os
-    import socket
-
-    return os.environ.get("TFMESOS_ADVERTISE_HOST") or socket.getfqdn()
-
 
 __all__ = [
     "Backend",

@@ -12,13 +12,14 @@ import contextlib
 import getpass
 import logging
 import os
-import re
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfmesos import agent
+from tfmesos.advertise import is_loopback_name
 from tfmesos.backends.base import (
     Backend,
     BackendFailed,
@@ -31,25 +32,13 @@ from tfmesos.backends.base import (
 from tfmesos.errors import SpecError
 from tfmesos.mesos.placement import OfferCapacity, describe_need, place
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
+from tfmesos.mesos.states import TaskState, describe_reason, exit_status
 from tfmesos.spec import ClusterSpec, TaskSpec
 
-__all__ = ["TERMINAL_STATES", "MesosBackend", "task_info"]
+__all__ = ["MesosBackend", "framework_capabilities", "task_info"]
 
 logger = logging.getLogger("tfmesos")
 
-TERMINAL_STATES = frozenset(
-    {
-        "TASK_FINISHED",
-        "TASK_FAILED",
-        "TASK_KILLED",
-        "TASK_ERROR",
-        "TASK_LOST",
-        "TASK_DROPPED",
-        "TASK_GONE",
-        "TASK_GONE_BY_OPERATOR",
-        "TASK_UNKNOWN",
-    }
-)
 DECLINE_SECONDS = 5.0
 """Refuse filter on offers we cannot use while tasks are still pending."""
 DECLINE_IDLE_SECONDS = 3600.0
@@ -58,7 +47,10 @@ FAILOVER_TIMEOUT = 60.0
 """How long the master keeps our tasks if the launcher vanishes without TEARDOWN."""
 REVIVE_RETRY_MAX = 15.0
 """The longest wait between tries of a REVIVE the master refused."""
-_EXIT_STATUS = re.compile(r"exited with status (\d+)")
+GPU_AGENT_GRACE = 10.0
+"""How long a task that needs no GPU waits for an agent without GPUs before it
+takes room on one that has them (``docs/gpu-support.md``: GPU agents are to be
+kept for the tasks that need them)."""
 
 
 @dataclass
@@ -67,7 +59,36 @@ class _Placed:
     agent_id: str
     host: str
     ended: bool = False
+    """The job has written the task off (its end reported to the launcher)."""
+    settled: bool = False
+    """Mesos has said the task is over for good (a terminal state); until
+    then a task written off as unreachable may come back."""
     killed: bool = False
+    strays_killed: int = 0
+    """KILLs sent for this task after it was reported gone and came back."""
+
+
+def framework_capabilities(spec: ClusterSpec) -> list[dict[str, str]]:
+    """MULTI_ROLE always; PARTITION_AWARE, so that an agent that loses contact
+    makes its tasks TASK_UNREACHABLE (and a returning task is seen, not silently
+    revived: ``docs/high-availability-framework-guide.md``); GPU_RESOURCES only
+    when a task asks for GPUs, since a framework that claims it is offered GPU
+    agents, which ``docs/gpu-support.md`` keeps for GPU work."""
+    capabilities = [{"type": "MULTI_ROLE"}, {"type": "PARTITION_AWARE"}]
+    if any(job.gpus for job in spec.jobs):
+        capabilities.append({"type": "GPU_RESOURCES"})
+    return capabilities
+
+
+def _volumes(spec: ClusterSpec) -> list[dict[str, Any]]:
+    return [
+        {
+            "host_path": v.host_path,
+            "container_path": v.container_path,
+            "mode": "RO" if v.read_only else "RW",
+        }
+        for v in spec.volumes
+    ]
 
 
 def task_info(
@@ -76,7 +97,7 @@ def task_info(
     offer: dict[str, Any],
     resources: list[dict[str, Any]],
     port: int,
-    user: str,
+    user: str | None,
 ) -> dict[str, Any]:
     """The ``TaskInfo`` (Mesos JSON) that runs ``launch``'s agent on ``offer``."""
     env = dict(launch.env)
@@ -91,22 +112,21 @@ def task_info(
         "command": {
             "shell": True,
             "value": f"exec {python} -m tfmesos.agent",
-            "user": user,
             "environment": {"variables": [{"name": k, "value": v} for k, v in sorted(env.items())]},
         },
     }
+    if user is not None:
+        info["command"]["user"] = user
+    if not spec.image and spec.volumes:
+        # The Mesos containerizer mounts host paths without an image too
+        # (filesystem/linux for absolute container paths, filesystem/posix
+        # for ones relative to the sandbox): docs/container-volumes.md.
+        info["container"] = {"type": "MESOS", "volumes": _volumes(spec)}
     if spec.image:
         volumes = [
             {"host_path": path, "container_path": path, "mode": "RO"}
             for path in ("/etc/passwd", "/etc/group")
-        ] + [
-            {
-                "host_path": v.host_path,
-                "container_path": v.container_path,
-                "mode": "RO" if v.read_only else "RW",
-            }
-            for v in spec.volumes
-        ]
+        ] + _volumes(spec)
         if spec.containerizer == "DOCKER":
             info["container"] = {
                 "type": "DOCKER",
@@ -147,6 +167,7 @@ class MesosBackend(Backend):
         secret: str | None = None,
         checkpoint: bool = False,
         log_dir: str | None = None,
+        user: str | None = None,
     ) -> None:
         # log_dir: task output stays in each task's sandbox on Mesos.
         del log_dir
@@ -154,23 +175,29 @@ class MesosBackend(Backend):
         master = master or os.environ.get("MESOS_MASTER")
         if not master:
             raise SpecError("the mesos backend needs a master: -m HOST:5050 or MESOS_MASTER")
-        self.user = getpass.getuser()
+        if user is not None and (not user or any(c.isspace() for c in user)):
+            raise SpecError(f"--user must be a user name, not {user!r}")
+        self.user = user or getpass.getuser()
+        """Who the tasks run as: agents switch to this user (their default
+        --switch_user) and fail a task whose user they do not have."""
+        self.host = advertised_host()
         roles = [spec.role or "*"]
         framework: dict[str, Any] = {
             "user": self.user,
             "name": spec.name,
-            "hostname": advertised_host(),
+            "hostname": self.host,
             "roles": roles,
             "failover_timeout": failover_timeout,
             # Agents keep checkpointed tasks running across their own restarts.
             "checkpoint": checkpoint,
-            "capabilities": [{"type": "MULTI_ROLE"}, {"type": "GPU_RESOURCES"}],
+            "capabilities": framework_capabilities(spec),
         }
         principal = principal or os.environ.get("MESOS_PRINCIPAL")
         secret = secret or os.environ.get("MESOS_SECRET")
         if principal:
             framework["principal"] = principal
         self.roles = roles
+        self.framework_info = framework
         self.client = SchedulerClient(
             master,
             framework,
@@ -180,6 +207,8 @@ class MesosBackend(Backend):
         )
         self._sink: EventSink | None = None
         self._pending: list[Launch] = []
+        self._waiting_since: dict[str, float] = {}
+        """When each pending task began to wait (for GPU_AGENT_GRACE)."""
         self._placed: dict[str, _Placed] = {}
         self._suppressed = False
         self._largest_offer: OfferCapacity | None = None
@@ -213,6 +242,7 @@ class MesosBackend(Backend):
 
     async def launch(self, launch: Launch) -> None:
         self._pending.append(launch)
+        self._waiting_since[launch.task_id] = time.monotonic()
         if self._suppressed:
             self._revive()
 
@@ -233,9 +263,10 @@ class MesosBackend(Backend):
         self._pending.clear()
         if self._reviving is not None:
             self._reviving.cancel()
-        for call in list(self._calls):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(call, 5)
+        if self._calls:
+            # One bound for them all: the calls go out one at a time, so each
+            # waits on those before it.
+            await asyncio.wait(set(self._calls), timeout=5)
         await self.client.close(teardown=True)
         if self._runner is not None:
             self._runner.cancel()
@@ -268,40 +299,64 @@ class MesosBackend(Backend):
 
     # -- events ------------------------------------------------------------
 
+    # Every call is handed to the client the moment it is decided
+    # (client.submit, synchronous), and the client sends them one at a time
+    # in that order, as Mesos's own scheduler library does: the master applies
+    # calls in arrival order, so a REVIVE overtaken by a SUPPRESS would leave
+    # the role suppressed, and a late DECLINE filter an agent for an hour.
+
     def _revive(self) -> None:
         """Ask for offers again, until the master takes the call: tasks wait
         on it, and nothing else would ever ask again."""
         self._suppressed = False
-        if self._reviving is None or self._reviving.done():
-            self._reviving = asyncio.create_task(self._send_revive())
+        if self._reviving is not None:
+            self._reviving.cancel()  # this REVIVE supersedes its retries
+        self._send_revive(1.0)
 
-    async def _send_revive(self) -> None:
-        delay = 1.0
-        while not self._closing and not self._suppressed:
-            problem = await self._try({"type": "REVIVE", "revive": {"roles": self.roles}})
-            if problem is None:
-                return
-            logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, REVIVE_RETRY_MAX)
+    def _send_revive(self, delay: float) -> None:
+        future = self._submit({"type": "REVIVE", "revive": {"roles": self.roles}})
+        if future is not None:
+            self._reviving = self._track(self._revive_outcome(future, delay))
 
-    def _call(self, call: dict[str, Any]) -> None:
-        task = asyncio.create_task(self._send(call))
+    async def _revive_outcome(self, future: asyncio.Future[str | None], delay: float) -> None:
+        problem = await self._outcome(future)
+        if problem is None or self._closing or self._suppressed:
+            return
+        logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
+        await asyncio.sleep(delay)
+        if not self._closing and not self._suppressed:
+            self._send_revive(min(delay * 2, REVIVE_RETRY_MAX))
+
+    def _submit(self, call: dict[str, Any]) -> asyncio.Future[str | None] | None:
+        if self._closing and call.get("type") != "KILL":
+            return None
+        return self.client.submit(call)
+
+    def _track(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coroutine)
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
+        return task
 
-    async def _send(self, call: dict[str, Any]) -> None:
-        problem = await self._try(call)
+    def _call(self, call: dict[str, Any]) -> None:
+        future = self._submit(call)
+        if future is not None:
+            self._track(self._report(call, future))
+
+    async def _report(self, call: dict[str, Any], future: asyncio.Future[str | None]) -> None:
+        problem = await self._outcome(future)
         if problem is not None:
             # What depends on the call recovers by itself: the stream's own
             # failure handling re-subscribes and reconciles; offers come back.
             logger.warning("Mesos: %s call failed: %s", call.get("type"), problem)
 
-    async def _try(self, call: dict[str, Any]) -> str | None:
-        """Send a call; return why the master did not take it, or None. A call
-        it calls malformed (a bug of ours) fails the backend."""
+    async def _outcome(self, future: asyncio.Future[str | None]) -> str | None:
+        """Why the master did not take a call, or None. A call it calls
+        malformed (a bug of ours) fails the backend."""
         try:
-            return await self.client.call(call)
+            # Shielded: a watcher cancelled (a REVIVE superseded, the backend
+            # closing) leaves the call itself in the client's queue.
+            return await asyncio.shield(future)
         except Exception as exc:
             assert self._sink is not None
             self._sink(BackendFailed(str(exc)))
@@ -339,10 +394,12 @@ class MesosBackend(Backend):
             )
         if self._resubscribed:
             # We may have missed updates while away: ask for the current state.
+            # Tasks written off as unreachable are asked about too: one that
+            # turns out to be running is then killed (_kill_stray).
             tasks = [
                 {"task_id": {"value": tid}, "agent_id": {"value": p.agent_id}}
                 for tid, p in self._placed.items()
-                if not p.ended
+                if not p.settled
             ]
             self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
         self._resubscribed = True
@@ -356,7 +413,10 @@ class MesosBackend(Backend):
                 "cpus"
             ):
                 self._largest_offer = OfferCapacity.of(offer)
-            placements = place([p.task for p in self._pending], capacity)
+            if self._unreachable_from(offer):
+                continue
+            candidates = self._candidates_for(capacity)
+            placements = place([self._pending[i].task for i in candidates], capacity)
             if not placements:
                 refuse = DECLINE_SECONDS if self._pending else DECLINE_IDLE_SECONDS
                 self._call(
@@ -371,13 +431,15 @@ class MesosBackend(Backend):
                 continue
             task_infos = []
             placed_positions = set()
-            for position, resources, port in placements:
+            for candidate, resources, port in placements:
+                position = candidates[candidate]
                 launch = self._pending[position]
                 placed_positions.add(position)
                 task_infos.append(task_info(launch, self.spec, offer, resources, port, self.user))
                 self._placed[launch.task_id] = _Placed(
                     launch, offer["agent_id"]["value"], offer.get("hostname", "")
                 )
+                self._waiting_since.pop(launch.task_id, None)
                 assert self._sink is not None
                 self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
             launches = [self._pending[i] for i in sorted(placed_positions)]
@@ -390,18 +452,50 @@ class MesosBackend(Backend):
                     "filters": {"refuse_seconds": DECLINE_SECONDS},
                 },
             }
-            task = asyncio.create_task(self._accept(accept, offer["id"], launches))
-            self._calls.add(task)
-            task.add_done_callback(self._calls.discard)
+            future = self._submit(accept)
+            if future is not None:
+                self._track(self._accept(future, offer["id"], launches))
         if not self._pending and not self._suppressed:
             self._suppressed = True
             self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
 
+    def _candidates_for(self, capacity: OfferCapacity) -> list[int]:
+        """Positions in ``_pending`` of the tasks that may use this offer, those
+        that need GPUs first. An agent with GPUs is kept for GPU tasks: one that
+        needs none takes room there only after GPU_AGENT_GRACE without a better
+        offer (``docs/gpu-support.md``)."""
+        if capacity.total("gpus") <= 0:
+            return list(range(len(self._pending)))
+        now = time.monotonic()
+        gpu_tasks = [i for i, p in enumerate(self._pending) if p.task.gpus]
+        patient = [
+            i
+            for i, p in enumerate(self._pending)
+            if not p.task.gpus and now - self._waiting_since.get(p.task_id, now) >= GPU_AGENT_GRACE
+        ]
+        return gpu_tasks + patient
+
+    def _unreachable_from(self, offer: dict[str, Any]) -> bool:
+        """A task on another host could not dial a loopback name: fail the job
+        rather than hand one out."""
+        agent_host = str(offer.get("hostname", ""))
+        if not is_loopback_name(self.host) or is_loopback_name(agent_host):
+            return False
+        assert self._sink is not None
+        self._sink(
+            BackendFailed(
+                f"the tasks would dial this machine as {self.host!r}, a loopback name that "
+                f"agent {agent_host} cannot reach: set TFMESOS_ADVERTISE_HOST to this "
+                "machine's name or address on the cluster's network"
+            )
+        )
+        return True
+
     async def _accept(
-        self, accept: dict[str, Any], offer_id: dict[str, Any], launches: list[Launch]
+        self, future: asyncio.Future[str | None], offer_id: dict[str, Any], launches: list[Launch]
     ) -> None:
         try:
-            problem = await self.client.call(accept)
+            problem = await asyncio.shield(future)
         except SchedulerError as exc:
             # A 400 here is not our call being wrong for good: a master also
             # answers 400 to a call made on a stream it has just replaced.
@@ -463,18 +557,49 @@ class MesosBackend(Backend):
                 }
             )
         task_id = status.get("task_id", {}).get("value")
+        state = TaskState.of(status)
         placed = self._placed.get(task_id)
-        state = status.get("state", "")
-        if placed is None or placed.ended or state not in TERMINAL_STATES:
+        if placed is None or state is None:
+            return
+        if state.terminal:
+            placed.settled = True
+        if placed.ended:
+            if state.alive:
+                self._kill_stray(placed, status)
+            return
+        if not (state.terminal or state.out_of_reach):
             return
         placed.ended = True
         message = status.get("message", "")
-        match = _EXIT_STATUS.search(message)
-        code = 0 if state == "TASK_FINISHED" else int(match.group(1)) if match else None
-        reason = status.get("reason")
+        reason = describe_reason(status.get("reason"))
         detail = "; ".join(part for part in (message, reason) if part)
         assert self._sink is not None
-        self._sink(TaskEnded(task_id, state, code, detail, placed.host))
+        self._sink(
+            TaskEnded(task_id, state.value, exit_status(state, message), detail, placed.host)
+        )
+
+    def _kill_stray(self, placed: _Placed, status: dict[str, Any]) -> None:
+        """A task the job has written off (unreachable, unknown, its agent
+        lost) is running after all: its replacement may already be, so it
+        holds resources for nothing. Kill it, as the HA guide advises."""
+        if placed.strays_killed >= 3:
+            return  # the master has the KILLs; it answers with the task's end
+        placed.strays_killed += 1
+        agent_id = status.get("agent_id", {}).get("value") or placed.agent_id
+        logger.warning(
+            "Mesos: task %s, reported gone, is running again on %s: killing it",
+            placed.launch.task.name,
+            placed.host or agent_id,
+        )
+        self._call(
+            {
+                "type": "KILL",
+                "kill": {
+                    "task_id": {"value": placed.launch.task_id},
+                    "agent_id": {"value": agent_id},
+                },
+            }
+        )
 
     def _on_failure(self, failure: dict[str, Any]) -> None:
         agent_id = failure.get("agent_id", {}).get("value")

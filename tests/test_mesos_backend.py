@@ -1,0 +1,365 @@
+"""The Mesos backend's policy, in milliseconds: events in, calls out.
+
+The backend's client is replaced by a recorder, so each rule (what is claimed,
+where a task may go, what a task that comes back gets) is checked without a
+master. End-to-end behaviour is in tests/test_mesos_jobs.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from tfmesos import advertise
+from tfmesos.backends.base import BackendEvent, BackendFailed, Launch, TaskEnded, TaskPlaced
+from tfmesos.backends.mesos import GPU_AGENT_GRACE, MesosBackend, task_info
+from tfmesos.errors import SpecError
+from tfmesos.mesos.roles import validate_role
+from tfmesos.mesos.states import TaskState, exit_status
+from tfmesos.spec import ClusterSpec, Job, Volume
+
+
+def in_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Run an async test in a fresh event loop (the backend needs a running one)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+class RecordingClient:
+    """Stands in for SchedulerClient: every call is taken at once, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+        self.subscribed = asyncio.Event()
+        self.subscribed.set()
+        self.master = None
+        self.last_error = ""
+
+    def submit(self, call: dict[str, Any]) -> asyncio.Future[str | None]:
+        self.sent.append(call)
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+    async def close(self, teardown: bool) -> None:
+        return None
+
+    def types(self) -> list[str]:
+        return [call["type"] for call in self.sent]
+
+
+def offer(
+    agent: str, *, cpus: float = 4, mem: float = 4096, gpus: int = 0, host: str = "10.0.0.2"
+) -> dict[str, Any]:
+    resources = [
+        {"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": mem}, "role": "*"},
+        {
+            "name": "ports",
+            "type": "RANGES",
+            "ranges": {"range": [{"begin": 31000, "end": 31010}]},
+            "role": "*",
+        },
+    ]
+    if gpus:
+        resources.append({"name": "gpus", "type": "SCALAR", "scalar": {"value": gpus}})
+    return {
+        "id": {"value": f"offer-{agent}"},
+        "agent_id": {"value": agent},
+        "hostname": host,
+        "resources": resources,
+    }
+
+
+class Harness:
+    def __init__(self, spec: ClusterSpec, monkeypatch: pytest.MonkeyPatch, **options: Any) -> None:
+        monkeypatch.setenv(advertise.ADVERTISE_ENV, options.pop("host", "launcher.example"))
+        self.backend = MesosBackend(spec, master="127.0.0.1:1", **options)
+        self.client = RecordingClient()
+        self.backend.client = self.client  # type: ignore[assignment]
+        self.events: list[BackendEvent] = []
+        self.backend._sink = self.events.append
+        self.subscribe()
+
+    def subscribe(self) -> None:
+        self.backend._on_event(
+            {"type": "SUBSCRIBED", "subscribed": {"framework_id": {"value": "f"}}}
+        )
+
+    async def launch_all(self) -> list[Launch]:
+        launches = [Launch(f"id-{t.name}", t, {}) for t in self.backend.spec.tasks()]
+        for launch in launches:
+            await self.backend.launch(launch)
+        return launches
+
+    def offers(self, *offers: dict[str, Any]) -> None:
+        self.backend._on_event({"type": "OFFERS", "offers": {"offers": list(offers)}})
+
+    def update(self, task_id: str, state: str, **fields: Any) -> None:
+        status = {"task_id": {"value": task_id}, "state": state, "agent_id": {"value": "a1"}}
+        status.update(fields)
+        self.backend._on_event({"type": "UPDATE", "update": {"status": status}})
+
+    async def settle(self) -> None:
+        while self.backend._calls:
+            await asyncio.gather(*self.backend._calls, return_exceptions=True)
+
+    def accepted(self) -> list[tuple[str, list[str]]]:
+        """(agent, task ids) of each ACCEPT sent."""
+        found = []
+        for call in self.client.sent:
+            if call["type"] == "ACCEPT":
+                infos = call["accept"]["operations"][0]["launch"]["task_infos"]
+                found.append(
+                    (infos[0]["agent_id"]["value"], [i["task_id"]["value"] for i in infos])
+                )
+        return found
+
+
+def cpu_and_gpu_spec() -> ClusterSpec:
+    return ClusterSpec((Job("ps", 1, cmd="x"), Job("worker", 1, gpus=1, cmd="x")), replica=True)
+
+
+# -- what the framework claims -------------------------------------------------
+
+
+def test_gpu_resources_is_claimed_only_by_a_job_that_asks_for_gpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cpu_only = Harness(ClusterSpec((Job("worker", 2, cmd="x"),), replica=True), monkeypatch)
+    claimed = {c["type"] for c in cpu_only.backend.framework_info["capabilities"]}
+    assert "GPU_RESOURCES" not in claimed
+    assert {"MULTI_ROLE", "PARTITION_AWARE"} <= claimed
+    gpu = Harness(cpu_and_gpu_spec(), monkeypatch)
+    claimed = {c["type"] for c in gpu.backend.framework_info["capabilities"]}
+    assert "GPU_RESOURCES" in claimed
+
+
+def test_the_user_is_the_login_name_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ClusterSpec((Job("worker", 1, cmd="x"),), replica=True)
+    assert Harness(spec, monkeypatch).backend.framework_info["user"]
+    given = Harness(spec, monkeypatch, user="nobody").backend
+    assert given.framework_info["user"] == "nobody"
+    with pytest.raises(SpecError, match="user name"):
+        Harness(spec, monkeypatch, user="two words")
+
+
+# -- where tasks go ------------------------------------------------------------
+
+
+@in_loop
+async def test_cpu_tasks_leave_gpu_agents_to_gpu_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = Harness(cpu_and_gpu_spec(), monkeypatch)
+    await harness.launch_all()
+    # The GPU agent's offer comes first: only the GPU task takes it.
+    harness.offers(offer("gpu-agent", gpus=1), offer("cpu-agent"))
+    await harness.settle()
+    assert harness.accepted() == [("gpu-agent", ["id-worker:0"]), ("cpu-agent", ["id-ps:0"])]
+
+
+@in_loop
+async def test_a_cpu_task_takes_a_gpu_agent_after_waiting_for_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(ClusterSpec((Job("worker", 1, cmd="x"),), replica=True), monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("gpu-agent", gpus=2))
+    await harness.settle()
+    assert harness.accepted() == []
+    assert harness.client.types() == ["DECLINE"]
+    # Nothing better came along in time: the GPU agent is better than none.
+    harness.backend._waiting_since["id-worker:0"] = time.monotonic() - GPU_AGENT_GRACE
+    harness.offers(offer("gpu-agent", gpus=2))
+    await harness.settle()
+    assert harness.accepted() == [("gpu-agent", ["id-worker:0"])]
+
+
+@in_loop
+async def test_a_loopback_name_is_never_handed_to_a_remote_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = ClusterSpec((Job("worker", 2, cmd="x"),), replica=True)
+    harness = Harness(spec, monkeypatch, host="localhost")
+    await harness.launch_all()
+    harness.offers(offer("remote", host="10.0.0.7"))
+    await harness.settle()
+    assert harness.accepted() == []
+    failures = [e for e in harness.events if isinstance(e, BackendFailed)]
+    assert failures
+    assert "TFMESOS_ADVERTISE_HOST" in failures[0].message
+    # An agent on this machine can dial it.
+    harness.offers(offer("local", host="127.0.0.1"))
+    await harness.settle()
+    assert [agent for agent, _ in harness.accepted()] == ["local"]
+
+
+# -- tasks that go away and come back ----------------------------------------------
+
+
+@in_loop
+async def test_an_unreachable_task_is_written_off_and_killed_if_it_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = ClusterSpec((Job("worker", 2, cmd="x"),), replica=True)
+    harness = Harness(spec, monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("a1"))
+    await harness.settle()
+    harness.update("id-worker:1", "TASK_RUNNING")
+    harness.update("id-worker:1", "TASK_UNREACHABLE", reason="REASON_AGENT_DISCONNECTED")
+    ended = [e for e in harness.events if isinstance(e, TaskEnded)]
+    assert [(e.task_id, e.state) for e in ended] == [("id-worker:1", "TASK_UNREACHABLE")]
+    assert "lost contact" in ended[0].message
+    # Re-subscribing asks about it again...
+    harness.backend._on_event(
+        {"type": "SUBSCRIBED", "subscribed": {"framework_id": {"value": "f"}}}
+    )
+    reconcile = [c for c in harness.client.sent if c["type"] == "RECONCILE"]
+    asked = [t["task_id"]["value"] for t in reconcile[-1]["reconcile"]["tasks"]]
+    assert "id-worker:1" in asked
+    # ...and when it turns out to be running, it is killed, not left holding resources.
+    harness.update("id-worker:1", "TASK_RUNNING")
+    await harness.settle()
+    kills = [c["kill"]["task_id"]["value"] for c in harness.client.sent if c["type"] == "KILL"]
+    assert kills == ["id-worker:1"]
+    # A terminal state settles it: it is no longer asked about.
+    harness.update("id-worker:1", "TASK_KILLED")
+    harness.backend._on_event(
+        {"type": "SUBSCRIBED", "subscribed": {"framework_id": {"value": "f"}}}
+    )
+    reconcile = [c for c in harness.client.sent if c["type"] == "RECONCILE"]
+    assert "id-worker:1" not in [t["task_id"]["value"] for t in reconcile[-1]["reconcile"]["tasks"]]
+
+
+@pytest.mark.parametrize("state", ["TASK_GONE", "TASK_DROPPED", "TASK_GONE_BY_OPERATOR"])
+@in_loop
+async def test_final_partition_states_end_the_task(
+    monkeypatch: pytest.MonkeyPatch, state: str
+) -> None:
+    harness = Harness(ClusterSpec((Job("worker", 2, cmd="x"),), replica=True), monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("a1"))
+    await harness.settle()
+    harness.update("id-worker:1", state)
+    ended = [e for e in harness.events if isinstance(e, TaskEnded)]
+    assert [(e.task_id, e.state) for e in ended] == [("id-worker:1", state)]
+    assert any(isinstance(e, TaskPlaced) for e in harness.events)
+
+
+# -- how tasks ended ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "message", "code"),
+    [
+        (TaskState.FINISHED, "Command exited with status 0", 0),
+        (TaskState.FAILED, "Command exited with status 3", 3),
+        (TaskState.FAILED, "Command terminated with signal Killed", 137),
+        (TaskState.KILLED, "Command terminated with signal Terminated", 143),
+        (TaskState.LOST, "Agent lost", None),
+    ],
+)
+def test_exit_status_from_the_executors_words(state: TaskState, message: str, code: int) -> None:
+    assert exit_status(state, message) == code
+
+
+def test_terminal_states_are_mesos_own() -> None:
+    # protobuf::isTerminalState (src/common/protobuf_utils.cpp).
+    assert not TaskState.UNREACHABLE.terminal
+    assert not TaskState.UNKNOWN.terminal
+    assert TaskState.UNKNOWN.out_of_reach
+    assert TaskState.GONE.terminal
+
+
+# -- roles, volumes, hosts ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("role", "accepted"),
+    [
+        ("*", True),
+        ("ml", True),
+        ("ml/team-a", True),
+        ("a*b", True),  # only a whole '*' component is refused
+        ("a\\b", True),  # backslash is not among roles.cpp's invalid characters
+        ("", False),
+        ("/ml", False),
+        ("ml/", False),
+        ("a//b", False),
+        ("a/./b", False),
+        ("a/../b", False),
+        ("a/*", False),
+        ("-ml", False),
+        ("a/-b", False),
+        ("a b", False),
+        ("a\tb", False),
+        ("a\x7fb", False),
+    ],
+)
+def test_roles_are_validated_as_mesos_does(role: str, accepted: bool) -> None:
+    assert (validate_role(role) is None) == accepted
+    if accepted:
+        ClusterSpec((Job("worker", 1, cmd="x"),), replica=True, role=role)
+    else:
+        with pytest.raises(SpecError, match="bad Mesos role"):
+            ClusterSpec((Job("worker", 1, cmd="x"),), replica=True, role=role)
+
+
+def test_volumes_without_an_image_are_sent() -> None:
+    spec = ClusterSpec(
+        (Job("worker", 1, cmd="x"),),
+        replica=True,
+        volumes=(Volume("/data", "/data", read_only=True), Volume("/scratch", "/tmp/scratch")),
+    )
+    launch = Launch("t1", spec.tasks()[0], {})
+    info = task_info(launch, spec, offer("a1"), [], 31000, "alice")
+    assert info["container"] == {
+        "type": "MESOS",
+        "volumes": [
+            {"host_path": "/data", "container_path": "/data", "mode": "RO"},
+            {"host_path": "/scratch", "container_path": "/tmp/scratch", "mode": "RW"},
+        ],
+    }
+
+
+def test_the_docker_containerizer_without_an_image_is_refused() -> None:
+    with pytest.raises(SpecError, match="give --image"):
+        ClusterSpec((Job("worker", 1, cmd="x"),), replica=True, containerizer="DOCKER")
+
+
+@pytest.mark.parametrize(
+    ("fqdn", "hostname", "route", "chosen"),
+    [
+        ("localhost", "vm", None, "vm"),  # /etc/hosts: 127.0.0.1 localhost vm
+        ("node1.example.com", "node1", "10.0.0.1", "node1.example.com"),
+        ("localhost", "localhost", "10.0.0.1", "10.0.0.1"),
+        ("localhost.localdomain", "127.0.0.1", None, None),
+    ],
+)
+def test_the_advertised_host_is_never_a_loopback_name(
+    fqdn: str, hostname: str, route: str | None, chosen: str | None
+) -> None:
+    assert advertise.choose_host(fqdn, hostname, route) == chosen
+
+
+def test_advertised_host_says_how_to_set_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(advertise.ADVERTISE_ENV, raising=False)
+    monkeypatch.setattr(socket, "getfqdn", lambda: "localhost")
+    monkeypatch.setattr(socket, "gethostname", lambda: "localhost")
+    monkeypatch.setattr(advertise, "_route_address", lambda: None)
+    with pytest.raises(SpecError, match="set TFMESOS_ADVERTISE_HOST"):
+        advertise.advertised_host()
+    monkeypatch.setattr(socket, "gethostname", lambda: "vm")
+    assert advertise.advertised_host() == "vm"
+    monkeypatch.setenv(advertise.ADVERTISE_ENV, "127.0.0.1")
+    assert advertise.advertised_host() == "127.0.0.1"  # the user's word is taken
