@@ -208,17 +208,17 @@ class ClusterSpec:
             problem = validate_role(self.role)
             if problem is not None:
                 raise SpecError(f"bad Mesos role {self.role!r}: {problem}")
-        if self.containerizer == "DOCKER" and not self.image:
-            raise SpecError(
-                "the Docker containerizer runs Docker images only: give --image "
-                "(or image=...), or drop -C DOCKER / containerizer_type='DOCKER'"
-            )
         if self.containerizer not in (None, "MESOS", "DOCKER"):
             raise SpecError(f"containerizer must be MESOS or DOCKER, not {self.containerizer!r}")
         if self.containerizer == "DOCKER" and any(job.gpus for job in jobs):
             raise SpecError(
                 "Mesos gives GPUs only to tasks of the Mesos containerizer (which runs Docker "
                 "images too): drop -C DOCKER / containerizer_type='DOCKER' for GPU jobs"
+            )
+        if self.containerizer == "DOCKER" and not self.image:
+            raise SpecError(
+                "the Docker containerizer runs Docker images only: give --image "
+                "(or image=...), or drop -C DOCKER / containerizer_type='DOCKER'"
             )
 
     def tasks(self) -> list[TaskSpec]:
