@@ -2,8 +2,9 @@
 
 :mod:`tfmesos.testing.master` is a stand-in for an Apache Mesos master that
 speaks the v1 scheduler HTTP API and runs accepted tasks as local processes.
-Its classes are importable from here too; the import is lazy so that
-``python -m tfmesos.testing.master`` does not load the module twice.
+It is a package of modules by responsibility (``docs/test-master.md`` lists
+them). Its classes are importable from here too; the import is lazy, so that
+importing :mod:`tfmesos.testing` alone does not load aiohttp.
 """
 
 from __future__ import annotations

@@ -1,0 +1,131 @@
+"""The command line: ``python -m tfmesos.testing.master --port 5050 --agents 3 ...``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+
+from tfmesos.testing.master.master import TestMaster
+from tfmesos.testing.master.state import MasterConfig
+
+
+def _parse_attribute_flag(text: str) -> dict[str, str | float]:
+    """Mesos's ``--attributes`` form: ``rack:r1;zone:a;weight:2``."""
+    out: dict[str, str | float] = {}
+    for item in text.split(";"):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition(":")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"attribute {item!r} is not name:value")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tfmesos.testing.master",
+        description="A test double of a Mesos master (v1 scheduler HTTP API) that runs "
+        "accepted tasks as local processes.",
+    )
+    defaults = MasterConfig()
+    parser.add_argument("--ip", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=5050, help="port to listen on (0: any)")
+    parser.add_argument(
+        "--hostname", default=None, help="hostname advertised for master and agents"
+    )
+    parser.add_argument("--agents", type=int, default=defaults.agents)
+    parser.add_argument("--cpus", type=float, default=defaults.cpus)
+    parser.add_argument("--mem", type=float, default=defaults.mem, help="MB per agent")
+    parser.add_argument("--disk", type=float, default=defaults.disk, help="MB per agent (0: none)")
+    parser.add_argument("--gpus", type=int, default=0)
+    parser.add_argument(
+        "--gpu-agents", type=int, default=None, help="how many agents have the GPUs"
+    )
+    parser.add_argument("--ports", default=defaults.ports, help="e.g. 31000-32000")
+    parser.add_argument(
+        "--no-split-ports",
+        action="store_true",
+        help="give every agent the whole --ports range (by default agents on one host get disjoint slices)",
+    )
+    parser.add_argument(
+        "--attributes", type=_parse_attribute_flag, default=None, help="rack:r1;zone:a"
+    )
+    parser.add_argument("--heartbeat-interval", type=float, default=defaults.heartbeat_interval)
+    parser.add_argument("--allocation-interval", type=float, default=defaults.allocation_interval)
+    parser.add_argument("--offer-timeout", type=float, default=None)
+    parser.add_argument(
+        "--update-retry-interval", type=float, default=defaults.update_retry_interval
+    )
+    parser.add_argument("--no-filter-gpu-resources", action="store_true")
+    parser.add_argument("--work-dir", default=None, help="sandboxes go here (default: a temp dir)")
+    parser.add_argument(
+        "--inherit-env",
+        action="store_true",
+        help="tasks get this process's environment (default: PATH only, plus MESOS_*)",
+    )
+    parser.add_argument("--not-leader", action="store_true", help="answer 307 to scheduler calls")
+    parser.add_argument(
+        "--leader-address", default=None, help="host:port of the leader (with --not-leader)"
+    )
+    parser.add_argument("--redirect-location", default=None, help="exact Location for the 307")
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+async def _serve(config: MasterConfig) -> None:
+    master = TestMaster(config)
+    await master.start()
+    print(
+        f"tfmesos test master {master.master_id} listening on {master.url} "
+        f"({config.agents} agents, work dir {master.work_dir})",
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await master.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = MasterConfig(
+        agents=args.agents,
+        cpus=args.cpus,
+        mem=args.mem,
+        disk=args.disk,
+        gpus=args.gpus,
+        gpu_agents=args.gpu_agents,
+        ports=args.ports,
+        split_ports=not args.no_split_ports,
+        hostname=args.hostname or args.ip,
+        attributes=args.attributes,
+        ip=args.ip,
+        port=args.port,
+        heartbeat_interval=args.heartbeat_interval,
+        allocation_interval=args.allocation_interval,
+        offer_timeout=args.offer_timeout,
+        update_retry_interval=args.update_retry_interval,
+        filter_gpu_resources=not args.no_filter_gpu_resources,
+        work_dir=args.work_dir,
+        inherit_env=args.inherit_env,
+        leader=not args.not_leader,
+        leader_address=args.leader_address,
+        redirect_location=args.redirect_location,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(config))
+    return 0

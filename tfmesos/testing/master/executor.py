@@ -1,0 +1,471 @@
+"""Running tasks for real: the agent, the command executor and the default executor.
+
+Models the command executor (``src/launcher/executor.cpp``: TASK_STARTING,
+TASK_RUNNING, "Command exited with status N", SIGTERM then SIGKILL after the
+kill grace period), the default executor of a task group (one task failing or
+being killed takes the group down, ``docs/app-framework-development-guide.md``),
+the agent's sandbox and ``MESOS_*`` environment (mesos.proto ``CommandInfo``,
+``Environment``; ``src/slave/slave.cpp``), the posix launcher's ``os::killtree``
+(a task's process group and session die with it), the fetcher
+(``src/launcher/fetcher.cpp``) and the KILL and SHUTDOWN calls
+(``docs/scheduler-http-api.md``; scheduler.proto ``Call.Kill``; ``Master::kill``).
+A reaper process kills every task still alive if the master's process dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tfmesos import procfs
+from tfmesos.testing.master.schema import JSON, duration_seconds
+from tfmesos.testing.master.state import Framework, MasterState, Task, resolve
+from tfmesos.testing.master.updates import StatusUpdates
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_REAPER_SOURCE = """
+import os, shutil, signal, sys
+groups = set()
+directories = []
+for line in sys.stdin:
+    line = line.rstrip("\\n")
+    if line[:1] == "+":
+        groups.add(int(line[1:]))
+    elif line[:1] == "-":
+        groups.discard(int(line[1:]))
+    elif line[:1] == "d":
+        directories.append(line[1:])
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+for directory in directories:
+    shutil.rmtree(directory, ignore_errors=True)
+"""
+
+
+class Reaper:
+    """A helper process told every live task process group. When its stdin reaches
+    EOF (the master stopped, or its process died however it died) it SIGKILLs the
+    groups still listed, so no task outlives a crashed test run."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-c", _REAPER_SOURCE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def _send(self, line: str) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        try:
+            process.stdin.write(line.encode("ascii") + b"\n")
+            process.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self._process = None
+
+    @property
+    def pid(self) -> int | None:
+        """The reaper's own process ID (None once it is gone)."""
+        return self._process.pid if self._process is not None else None
+
+    def track(self, pgid: int) -> None:
+        self._send(f"+{pgid}")
+
+    def untrack(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    def remove_on_exit(self, directory: Path) -> None:
+        if "\n" not in str(directory):
+            self._send(f"d{directory}")
+
+    async def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if process.stdin is not None:
+                process.stdin.close()
+        deadline = time.monotonic() + 5
+        while process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def killpg(pgid: int, sig: int) -> bool:
+    """Signal a task's processes; False if its process group no longer exists.
+
+    Every task starts in a session of its own (its pgid is also its session
+    id). Like Mesos, which kills a task's whole process tree (the posix
+    launcher's ``os::killtree`` follows groups and sessions; cgroups take the
+    container), the signal also reaches processes the task moved into other
+    process groups of its session.
+    """
+    for pid in _session_members(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _session_members(sid: int) -> list[int]:
+    """Processes in session ``sid`` (Linux /proc; elsewhere none are found)."""
+    try:
+        return [p.pid for p in procfs.processes() if p.session == sid]
+    except OSError:
+        return []
+
+
+def _describe_exit(returncode: int) -> str:
+    """``WSTRINGIFY``: "exited with status N" or "terminated with signal Name"."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    signum = -returncode
+    name = signal.strsignal(signum) or f"signal {signum}"
+    return f"terminated with signal {name}"
+
+
+_ARCHIVES = (".tar", ".tgz", ".tar.gz", ".tbz2", ".tar.bz2", ".txz", ".tar.xz", ".zip")
+
+
+def fetch_uris(uris: Sequence[JSON], sandbox: Path) -> None:
+    """The Mesos fetcher, for local paths, ``file://`` and ``http(s)://`` URIs.
+
+    Each URI lands in the sandbox as ``output_file`` or its basename; then it is
+    made executable (``executable``), or unpacked into the sandbox if it is an
+    archive (``extract``, default true). Raises OSError or ValueError on failure.
+    """
+    import gzip
+    import urllib.parse
+    import urllib.request
+
+    for uri in uris:
+        value: str = uri["value"]
+        parsed = urllib.parse.urlparse(value)
+        name = uri.get("output_file") or os.path.basename(parsed.path.rstrip("/"))
+        if not name:
+            raise ValueError(f"cannot name the file fetched from {value!r}")
+        target = sandbox / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if parsed.scheme in ("http", "https"):
+            with urllib.request.urlopen(value, timeout=60) as response, open(target, "wb") as out:
+                shutil.copyfileobj(response, out)
+        elif parsed.scheme == "file":
+            shutil.copyfile(urllib.parse.unquote(parsed.path), target)
+        elif parsed.scheme:
+            raise ValueError(f"unsupported URI scheme {parsed.scheme!r} in {value!r}")
+        else:
+            shutil.copyfile(value, target)
+        if uri.get("executable", False):
+            target.chmod(0o755)
+        elif uri.get("extract", True):
+            if name.endswith(_ARCHIVES):
+                shutil.unpack_archive(str(target), str(sandbox))
+            elif name.endswith(".gz"):
+                with gzip.open(target, "rb") as packed, open(target.with_suffix(""), "wb") as out:
+                    shutil.copyfileobj(packed, out)
+
+
+class TaskRunner:
+    """Starts, watches, signals and reports on every task's process group."""
+
+    def __init__(self, state: MasterState, updates: StatusUpdates) -> None:
+        self.state = state
+        self.updates = updates
+        self.live_groups: set[int] = set()
+        """Process groups of tasks that may still have processes."""
+        self.reaper: Reaper | None = None
+
+    def _task_environment(self, task: Task, command: JSON) -> dict[str, str]:
+        agent = self.state.agents_by_id[task.agent_id]
+        env = dict(os.environ) if self.state.config.inherit_env else {"PATH": _DEFAULT_PATH}
+        env.setdefault("PATH", _DEFAULT_PATH)
+        agent_ip = resolve(agent.hostname, self.state.config.ip)
+        env.update(
+            {
+                "MESOS_SANDBOX": str(task.sandbox),
+                "MESOS_DIRECTORY": str(task.sandbox),
+                "MESOS_FRAMEWORK_ID": task.framework_id,
+                "MESOS_EXECUTOR_ID": task.executor_id,
+                "MESOS_SLAVE_ID": task.agent_id,
+                "MESOS_AGENT_ENDPOINT": f"{agent_ip}:{agent.port}",
+                "MESOS_SLAVE_PID": f"slave(1)@{agent_ip}:{agent.port}",
+                "MESOS_CHECKPOINT": "0",
+            }
+        )
+        for variable in command.get("environment", {}).get("variables", []):
+            if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
+                env[variable["name"]] = variable["value"]
+        env["MESOS_ALLOCATION_ROLE"] = task.role
+        return env
+
+    async def run_task(self, task: Task) -> None:
+        """The agent and the command executor: start, watch, report, clean up."""
+        try:
+            await self._run(task)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("task %s: the test master failed to run it", task.task_id)
+            if not task.terminal:
+                self.updates.agent_update(
+                    task, "TASK_FAILED", message=f"Test master error: {exc!r}"
+                )
+        finally:
+            if task.pid is not None:
+                self.sweep(task.pid)
+
+    async def _run(self, task: Task) -> None:
+        await asyncio.sleep(0)
+        if task.finalized:
+            return
+        if task.kill_requested:
+            self.updates.agent_update(
+                task,
+                "TASK_KILLED",
+                source="SOURCE_AGENT",
+                reason="REASON_TASK_KILLED_DURING_LAUNCH",
+                message="Task killed before delivery to the executor",
+                container=False,
+            )
+            return
+        if task.inject_failure is not None:
+            self.updates.agent_update(
+                task,
+                "TASK_FAILED",
+                source="SOURCE_AGENT",
+                reason="REASON_CONTAINER_LAUNCH_FAILED",
+                message=f"Failed to launch container: {task.inject_failure}",
+                container=False,
+            )
+            return
+        if "executor" in task.info:
+            self.updates.agent_update(
+                task,
+                "TASK_FAILED",
+                source="SOURCE_AGENT",
+                reason="REASON_CONTAINER_LAUNCH_FAILED",
+                message="Failed to launch container: custom executors are not supported "
+                "by the tfmesos test master",
+                container=False,
+            )
+            return
+        command: JSON = task.info.get("command", {})
+        task.sandbox.mkdir(parents=True, exist_ok=True)
+        if command.get("uris"):
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(None, fetch_uris, command["uris"], task.sandbox)
+            except (OSError, ValueError) as exc:
+                with open(task.sandbox / "stderr", "ab") as err:
+                    err.write(f"Failed to fetch: {exc}\n".encode())
+                self.updates.agent_update(
+                    task,
+                    "TASK_FAILED",
+                    source="SOURCE_AGENT",
+                    reason="REASON_CONTAINER_LAUNCH_FAILED",
+                    message="Failed to launch container: Failed to fetch all URIs for "
+                    f"container '{task.container_id}': exited with status 1",
+                    container=False,
+                )
+                return
+            if task.finalized:
+                return
+        self.updates.agent_update(task, "TASK_STARTING")
+        value = command.get("value")
+        if value is None:
+            self.updates.agent_update(
+                task,
+                "TASK_FAILED",
+                message="Failed to launch task subprocess: the command has no 'value'",
+            )
+            return
+        if command.get("shell", True):
+            program = "/bin/sh"
+            argv = ["sh", "-c", value]
+        else:
+            program = value
+            argv = list(command.get("arguments", [])) or [value]
+        env = self._task_environment(task, command)
+        try:
+            with (
+                open(task.sandbox / "stdout", "wb") as out,
+                open(task.sandbox / "stderr", "wb") as err,
+            ):
+                process = await asyncio.create_subprocess_exec(
+                    argv[0],
+                    *argv[1:],
+                    executable=program,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    cwd=str(task.sandbox),
+                    env=env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            self.updates.agent_update(
+                task, "TASK_FAILED", message=f"Failed to launch task subprocess: {exc}"
+            )
+            return
+        task.process = process
+        task.pid = process.pid
+        self.live_groups.add(process.pid)
+        if self.reaper is not None:
+            self.reaper.track(process.pid)
+        if task.finalized:
+            self.signal_group(process.pid, signal.SIGKILL)
+            await process.wait()
+            return
+        self.updates.agent_update(task, "TASK_RUNNING")
+        if task.kill_requested:
+            self._signal_kill(task)
+        returncode = await process.wait()
+        task.returncode = returncode
+        if task.kill_timer is not None:
+            task.kill_timer.cancel()
+            task.kill_timer = None
+        self.sweep(process.pid)
+        if task.finalized:
+            return
+        message = f"Command {_describe_exit(returncode)}"
+        if task.kill_requested:
+            state = "TASK_KILLED"
+        elif returncode == 0:
+            state = "TASK_FINISHED"
+        else:
+            state = "TASK_FAILED"
+        self.updates.agent_update(task, state, message=message)
+        if state != "TASK_FINISHED" and task.group_executor is not None:
+            # The default executor kills the rest of the group when one task fails.
+            for sibling in self._group_siblings(task):
+                self._begin_kill(sibling, 0.0)
+
+    def _group_siblings(self, task: Task) -> list[Task]:
+        framework = self.state.frameworks_by_id.get(task.framework_id)
+        if framework is None or task.group_executor is None:
+            return []
+        return [
+            t
+            for t in framework.tasks.values()
+            if t is not task
+            and t.group_executor is not None
+            and t.executor_id == task.executor_id
+            and t.agent_id == task.agent_id
+            and not t.terminal
+        ]
+
+    def signal_group(self, pgid: int | None, sig: int) -> None:
+        """Signal a task's process group, only while it may still have processes."""
+        if pgid is not None and pgid in self.live_groups:
+            killpg(pgid, sig)
+
+    def sweep(self, pgid: int) -> None:
+        """Kill whatever is left in a task's process group (Mesos destroys the container)."""
+        if pgid in self.live_groups:
+            killpg(pgid, signal.SIGKILL)
+            self.live_groups.discard(pgid)
+            if self.reaper is not None:
+                self.reaper.untrack(pgid)
+
+    def finalize(self, task: Task) -> None:
+        """Stop reporting on a task: no more updates, no retries."""
+        task.finalized = True
+        task.pending.clear()
+        if task.retry_handle is not None:
+            task.retry_handle.cancel()
+            task.retry_handle = None
+
+    def shutdown_task(self, task: Task, grace: float) -> None:
+        """Framework removed: SIGTERM the task's group, SIGKILL after ``grace``."""
+        self.finalize(task)
+        self.updates.release(task)
+        if task.process is not None and task.returncode is None and task.pid is not None:
+            self.signal_group(task.pid, signal.SIGTERM)
+            if self.state.loop is not None:
+                if task.kill_timer is not None:
+                    task.kill_timer.cancel()
+                task.kill_timer = self.state.loop.call_later(
+                    max(grace, 0.0), self._kill_group_if_alive, task
+                )
+
+    def _kill_group_if_alive(self, task: Task) -> None:
+        self.signal_group(task.pid, signal.SIGKILL)
+
+    def _begin_kill(self, task: Task, grace: float) -> None:
+        """The command executor's kill: TASK_KILLING if wanted, SIGTERM, SIGKILL after grace."""
+        if task.terminal or task.kill_requested:
+            return
+        task.kill_requested = True
+        task.kill_grace = grace
+        if task.process is not None and task.returncode is None:
+            self._signal_kill(task)
+
+    def _signal_kill(self, task: Task) -> None:
+        framework = self.state.frameworks_by_id.get(task.framework_id)
+        if framework is not None and "TASK_KILLING_STATE" in framework.capabilities:
+            self.updates.agent_update(task, "TASK_KILLING")
+        if task.pid is None:
+            return
+        self.signal_group(task.pid, signal.SIGTERM)
+        if self.state.loop is not None:
+            task.kill_timer = self.state.loop.call_later(
+                max(task.kill_grace, 0.0), self._kill_group_if_alive, task
+            )
+
+    def kill(self, framework: Framework, kill: JSON) -> None:
+        task_id = kill["task_id"]["value"]
+        task = framework.tasks.get(task_id)
+        if task is None:
+            # Unknown to the master: Mesos answers with an explicit reconciliation.
+            self.updates.reconcile(
+                framework,
+                [
+                    {
+                        "task_id": kill["task_id"],
+                        **({"agent_id": kill["agent_id"]} if "agent_id" in kill else {}),
+                    }
+                ],
+            )
+            return
+        if "agent_id" in kill and kill["agent_id"]["value"] != task.agent_id:
+            return
+        agent = self.state.agents_by_id.get(task.agent_id)
+        if agent is None or agent.state != "active":
+            return
+        grace = duration_seconds(kill.get("kill_policy", {}).get("grace_period"))
+        grace = task.kill_grace if grace is None else grace
+        self._begin_kill(task, grace)
+        for sibling in self._group_siblings(task):
+            self._begin_kill(sibling, grace)
+
+    def shutdown_executor(self, framework: Framework, shutdown: JSON) -> None:
+        executor_id = shutdown["executor_id"]["value"]
+        agent_id = shutdown["agent_id"]["value"]
+        for task in list(framework.tasks.values()):
+            if task.executor_id == executor_id and task.agent_id == agent_id:
+                self._begin_kill(task, 0.0)
