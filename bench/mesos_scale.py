@@ -69,21 +69,24 @@ def placement_cpu(tasks: int, offer_count: int) -> float:
     backend = MesosBackend(spec, master="127.0.0.1:5050")
     sent: list[dict[str, Any]] = []
     backend._sink = lambda event: None
-    backend._call = sent.append  # type: ignore[method-assign, assignment]
+
+    def record(call: dict[str, Any]) -> asyncio.Future[str | None]:
+        # What the client's submit() does first: take the call, in order.
+        sent.append(call)
+        taken: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        taken.set_result(None)
+        return taken
+
+    backend._submit = record  # type: ignore[method-assign]
     env = {"TFMESOS_LAUNCHER": "h:1", "TFMESOS_SECRET": "00" * 32}
     backend._pending = [
         Launch(f"worker.{t.index}.1.x", t, {**env, "TFMESOS_TASK_ID": f"worker.{t.index}.1.x"})
         for t in spec.tasks()
     ]
 
-    async def record_accept(accept: dict[str, Any], *_: object) -> None:
-        sent.append(accept)
-
-    backend._accept = record_accept  # type: ignore[method-assign, assignment]
-
     async def handle(batch: list[dict[str, Any]]) -> None:
         backend._on_offers(batch)
-        await asyncio.gather(*backend._calls)  # each ACCEPT is sent from a task of its own
+        await asyncio.gather(*backend._calls)  # each ACCEPT's answer is awaited by a task
 
     batch = offers(offer_count)
     loop = asyncio.new_event_loop()
