@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import getpass
 import http.client
 import json
 import os
@@ -47,7 +48,7 @@ def run(coro: Coroutine[Any, Any, None], timeout: float = 30) -> None:
 
 
 def framework_info(**extra: Any) -> JSON:
-    info: JSON = {"user": "tester", "name": "protocol-test"}
+    info: JSON = {"user": getpass.getuser(), "name": "protocol-test"}
     info.update(extra)
     return info
 

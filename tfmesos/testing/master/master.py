@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from tfmesos.testing.master.allocator import Allocator
-from tfmesos.testing.master.executor import Reaper, TaskRunner
+from tfmesos.testing.master.executor import Reaper, TaskRunner, check_isolation
 from tfmesos.testing.master.faults import Faults
 from tfmesos.testing.master.http import HttpApi
 from tfmesos.testing.master.inspection import Inspector
@@ -106,8 +106,11 @@ class TestMaster:
         state = self.master_state
         config = state.config
         state.loop = asyncio.get_running_loop()
+        check_isolation(config)
         if config.work_dir is None:
             state.work_dir_path = Path(tempfile.mkdtemp(prefix="tfmesos-test-master-"))
+            # As an agent's work_dir: every task's user can reach its own sandbox.
+            state.work_dir_path.chmod(0o755)
             state.own_work_dir = True
         else:
             state.work_dir_path = Path(config.work_dir)

@@ -133,6 +133,17 @@ class MasterConfig:
     kill_on_orphan: bool = True
     """Run a small reaper process that SIGKILLs every live task process group if this
     process dies without stopping the master (a crash, SIGKILL)."""
+    switch_user: bool = True
+    """As the agent's ``--switch_user``: run each task as its user (``CommandInfo.user``,
+    else ``FrameworkInfo.user``), in a sandbox owned by that user; a task whose user
+    does not exist here (or, when not root, is not this process's) is refused as the
+    agent refuses it (``Framework::addExecutor``). False: tasks run as this process."""
+    isolation: str | None = None
+    """As the agent's ``--isolation`` (comma-separated), for its filesystem isolator:
+    ``filesystem/linux`` mounts a MESOS container's host-path volumes in a mount
+    namespace of its own and needs root; otherwise ``filesystem/posix`` refuses
+    ContainerInfo volumes. None: ``filesystem/linux`` when running as root, else
+    ``posix/cpu,posix/mem`` (the agent's default)."""
 
 
 @dataclasses.dataclass

@@ -1,0 +1,163 @@
+"""Whole jobs through the test master's agents as Mesos's agent code runs them:
+the task's user, volumes without an image, agents that lose contact and return."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TWO_WORKERS_TRUE, JobProcesses, marked_master, run_tfrun
+from tfmesos.testing.master import ThreadedTestMaster
+
+NO_USER = "no-such-user-xyz"
+
+
+@pytest.fixture
+def master(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ThreadedTestMaster]:
+    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
+        yield m
+
+
+def mesos_tasks(master: ThreadedTestMaster) -> list[dict]:  # type: ignore[type-arg]
+    return master.tasks()
+
+
+def test_a_task_user_the_agents_lack_fails_the_job_naming_the_task(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    result = run_tfrun("-m", master.url, "--user", NO_USER, *TWO_WORKERS_TRUE, env=job_procs.env())
+    assert result.returncode != 0
+    assert "worker:1" in result.stderr
+    assert f"Failed to chown directory to '{NO_USER}': No such user '{NO_USER}'" in result.stderr
+    assert "TASK_DROPPED" in result.stderr
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def nobody_can_run_tfmesos() -> bool:
+    """Whether ``nobody`` can run this interpreter and import tfmesos (a task run as
+    nobody runs the launcher's own Python, as the README says agents must)."""
+    if os.geteuid() != 0:
+        return False
+    import subprocess
+
+    entry = pwd.getpwnam("nobody")
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import tfmesos"],
+            user=entry.pw_uid,
+            group=entry.pw_gid,
+            extra_groups=os.getgrouplist("nobody", entry.pw_gid),
+            cwd="/",
+            capture_output=True,
+        )
+    except OSError:
+        return False
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(
+    not nobody_can_run_tfmesos(),
+    reason="needs root, and an interpreter and tfmesos that user nobody can run",
+)
+def test_tasks_run_as_the_user_the_job_names(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    nobody = pwd.getpwnam("nobody").pw_uid
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "--user",
+        "nobody",
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "--worker-logs",
+        "*",
+        "--",
+        "sh",
+        "-c",
+        "echo {job_name}:{task_index} uid=$(id -u)",
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    # worker 0 runs beside tfrun; worker 1 on an agent, which switched to nobody.
+    assert f"[worker:1] worker:1 uid={nobody}" in result.stdout.splitlines()
+    [task] = [t for t in master.tasks() if t["name"].endswith("/job:worker/task:1")]
+    assert Path(task["sandbox"]).stat().st_uid == nobody
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="filesystem/linux (host-path volumes) needs root"
+)
+MOUNT_POINT = Path("/mnt/tfmesos-test-vol")
+
+
+@pytest.fixture
+def mount_point() -> Iterator[Path]:
+    """The absolute container path: the agent needs it to exist on the host."""
+    created = not MOUNT_POINT.exists()
+    MOUNT_POINT.mkdir(parents=True, exist_ok=True)
+    yield MOUNT_POINT
+    if created:
+        MOUNT_POINT.rmdir()
+
+
+def on_worker_1(command: str) -> tuple[str, ...]:
+    """``sh -c COMMAND`` run by worker 1 only (worker 0 runs beside tfrun, not in a
+    container, so it sees no volume)."""
+    return ("sh", "-c", f"test {{task_index}} = 0 || {{ {command}; }}")
+
+
+@as_root
+def test_a_read_only_volume_without_an_image_is_mounted_for_the_task(
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path, mount_point: Path
+) -> None:
+    (tmp_path / "greeting").write_text("hello from the host\n")
+    volume = ("-V", f"{tmp_path}:{mount_point}:ro")
+    common = ("-m", master.url, *volume, "-w", "2", "-s", "0", "--worker-logs", "*", "--")
+    read = run_tfrun(*common, *on_worker_1(f"cat {mount_point}/greeting"), env=job_procs.env())
+    assert read.returncode == 0, read.stderr
+    assert "[worker:1] hello from the host" in read.stdout.splitlines()
+    [task] = [t for t in master.tasks() if t["name"].endswith("/job:worker/task:1")]
+    assert task["container"]["volumes"] == [
+        {"host_path": str(tmp_path), "container_path": str(mount_point), "mode": "RO"}
+    ]
+    write = run_tfrun(*common, *on_worker_1(f"echo x > {mount_point}/new"), env=job_procs.env())
+    assert write.returncode != 0
+    assert "Read-only file system" in write.stdout + write.stderr
+    assert not (tmp_path / "new").exists()
+    assert list(mount_point.iterdir()) == []  # mounted in the task's namespace only
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_volume_whose_host_path_is_missing_fails_the_task_with_the_agent_s_message(
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing"
+    result = run_tfrun(
+        "-m",
+        master.url,
+        "-V",
+        f"{missing}:/mnt/tfmesos-test-vol",
+        *TWO_WORKERS_TRUE,
+        env=job_procs.env(),
+    )
+    assert result.returncode != 0
+    if os.geteuid() == 0:
+        message = f"Path '{missing}' in HOST_PATH volume does not exist"
+    else:
+        message = "Volumes in ContainerInfo is not supported"
+    assert (
+        f"task worker:1 on 127.0.0.1 ended in state TASK_FAILED: Failed to launch container: {message}"
+        in result.stderr
+    )
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
