@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import pwd
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TWO_WORKERS_TRUE, JobProcesses, marked_master, run_tfrun
+from tests.conftest import TWO_WORKERS_TRUE, JobProcesses, marked_master, run_tfrun, start_tfrun
 from tfmesos.testing.master import ThreadedTestMaster
 
 NO_USER = "no-such-user-xyz"
@@ -103,12 +104,12 @@ MOUNT_POINT = Path("/mnt/tfmesos-test-vol")
 
 @pytest.fixture
 def mount_point() -> Iterator[Path]:
-    """The absolute container path: the agent needs it to exist on the host."""
-    created = not MOUNT_POINT.exists()
-    MOUNT_POINT.mkdir(parents=True, exist_ok=True)
-    yield MOUNT_POINT
-    if created:
-        MOUNT_POINT.rmdir()
+    """The absolute container path: the agent needs it to exist on the host (one of
+    this test's own, so that concurrent runs do not share it)."""
+    path = MOUNT_POINT.with_name(f"{MOUNT_POINT.name}-{uuid.uuid4().hex[:8]}")
+    path.mkdir(parents=True)
+    yield path
+    path.rmdir()
 
 
 def on_worker_1(command: str) -> tuple[str, ...]:
@@ -161,3 +162,75 @@ def test_a_volume_whose_host_path_is_missing_fails_the_task_with_the_agent_s_mes
         in result.stderr
     )
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def worker_1_tasks(master: ThreadedTestMaster) -> list[dict]:  # type: ignore[type-arg]
+    tasks = [t for t in master.tasks() if t["name"].endswith("/job:worker/task:1")]
+    return sorted(tasks, key=lambda t: float(t["launched_at"]))
+
+
+def unreachable_agent(master: ThreadedTestMaster) -> str:
+    [agent] = [a["id"] for a in master.agents() if a["state"] == "unreachable"]
+    return str(agent)
+
+
+def test_a_task_back_from_a_partition_before_the_cluster_is_up_is_killed(
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Worker 1's agent loses contact as it starts the task (whose processes are
+    cut off too): TASK_UNREACHABLE, so the job relaunches it on the other agent.
+    When the agent comes back with the old task running (TASK_RUNNING,
+    REASON_AGENT_REREGISTERED), the client KILLs it."""
+    flag = tmp_path / "done"
+    master.partition_next_launch(r"/job:worker/task:1$", freeze=True)
+    proc, said = start_tfrun(
+        "-m", master.url, "-w", "2", "-s", "0", "--",
+        "sh", "-c", f"while [ ! -e {flag} ]; do sleep 0.1; done",
+        env=job_procs.env(),
+    )  # fmt: skip
+    try:
+        old, new = worker_1_tasks(master)
+        assert old["agent_id"] == unreachable_agent(master) != new["agent_id"]
+        assert "ended in state TASK_UNREACHABLE" in "".join(said)
+        assert master.reregister_agent(old["agent_id"])
+        killed = master.wait_task_state(old["task_id"], "TASK_KILLED")
+        assert any(
+            c["body"]["kill"]["task_id"]["value"] == old["task_id"] for c in master.calls("KILL")
+        )
+        assert killed["statuses"][-1]["source"] == "SOURCE_EXECUTOR"
+        assert master.task(new["task_id"])["state"] == "TASK_RUNNING"
+        flag.touch()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        flag.touch()
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert "reported gone, is running again" in "".join(said) + err
+    assert master.task(old["task_id"])["state"] == "TASK_KILLED"
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_partition_after_the_cluster_is_up_fails_the_job_and_the_task_dies_on_return(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    proc, _ = start_tfrun(
+        "-m", master.url, "-w", "2", "-s", "0", "--", "sleep", "600", env=job_procs.env()
+    )
+    try:
+        [task] = worker_1_tasks(master)
+        master.partition_agent(task["agent_id"], freeze=True)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode != 0
+    assert "task worker:1 on 127.0.0.1 ended in state TASK_UNREACHABLE" in err
+    # The job tore its framework down: the master wrote the task off as killed,
+    # but its processes run on where the master cannot reach them...
+    assert master.task(task["task_id"])["state"] == "TASK_KILLED"
+    assert job_procs.alive()
+    # ...until the agent comes back and is told to shut the framework down.
+    assert master.reregister_agent(task["agent_id"])
+    assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
+    assert master.task(task["task_id"])["state"] == "TASK_KILLED"

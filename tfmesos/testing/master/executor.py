@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfmesos import procfs
@@ -366,6 +366,10 @@ class TaskRunner:
         self.live_groups: set[int] = set()
         """Process groups of tasks that may still have processes."""
         self.reaper: Reaper | None = None
+        self.frozen: set[int] = set()
+        """Process groups stopped (SIGSTOP) by a partition that cuts their tasks off."""
+        self.started_hooks: list[Callable[[Task], None]] = []
+        """Called once a task's process has started (fault injection)."""
 
     def _task_environment(self, task: Task, command: JSON) -> dict[str, str]:
         agent = self.state.agents_by_id[task.agent_id]
@@ -565,6 +569,8 @@ class TaskRunner:
             self.signal_group(process.pid, signal.SIGKILL)
             await process.wait()
             return
+        for hook in list(self.started_hooks):
+            hook(task)
         self.updates.agent_update(task, "TASK_RUNNING")
         if task.kill_requested:
             self._signal_kill(task)
@@ -607,12 +613,28 @@ class TaskRunner:
         """Signal a task's process group, only while it may still have processes."""
         if pgid is not None and pgid in self.live_groups:
             killpg(pgid, sig)
+            if pgid in self.frozen:
+                # Stopped processes see the signal once they run again: destroying
+                # a container reaches its processes whatever they are doing.
+                self.thaw(pgid)
+
+    def freeze(self, pgid: int | None) -> None:
+        """Stop a task's processes (SIGSTOP) until :meth:`thaw` or a signal to kill them."""
+        if pgid is not None and pgid in self.live_groups and pgid not in self.frozen:
+            self.frozen.add(pgid)
+            killpg(pgid, signal.SIGSTOP)
+
+    def thaw(self, pgid: int | None) -> None:
+        if pgid is not None and pgid in self.frozen:
+            self.frozen.discard(pgid)
+            killpg(pgid, signal.SIGCONT)
 
     def sweep(self, pgid: int) -> None:
         """Kill whatever is left in a task's process group (Mesos destroys the container)."""
         if pgid in self.live_groups:
             killpg(pgid, signal.SIGKILL)
             self.live_groups.discard(pgid)
+            self.frozen.discard(pgid)
             if self.reaper is not None:
                 self.reaper.untrack(pgid)
 

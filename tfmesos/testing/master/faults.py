@@ -21,7 +21,7 @@ from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.executor import TaskRunner
 from tfmesos.testing.master.resources import Resources
 from tfmesos.testing.master.schema import JSON, ProtocolError
-from tfmesos.testing.master.state import MasterState, mesos_id, now
+from tfmesos.testing.master.state import Agent, MasterState, Task, mesos_id, now
 from tfmesos.testing.master.updates import StatusUpdates
 
 
@@ -56,6 +56,8 @@ class Faults:
         self.runner = runner
         self._launch_failures: list[_LaunchFailure] = []
         self._call_failures: list[_CallFailure] = []
+        self._partition_on_start: list[tuple[re.Pattern[str], bool]] = []
+        runner.started_hooks.append(self._task_started)
 
     def fail_next_launch(
         self, pattern: str, *, count: int = 1, message: str = "injected failure"
@@ -118,10 +120,155 @@ class Faults:
         TASK_GONE_BY_OPERATOR with REASON_AGENT_REMOVED_BY_OPERATOR for
         PARTITION_AWARE frameworks, else TASK_LOST with REASON_AGENT_REMOVED.
         Its offers are rescinded and every subscribed framework gets a FAILURE
-        event with the ``agent_id``.
+        event with the ``agent_id``. An agent lost as unreachable may come back
+        (:meth:`reregister_agent`), as a restarted agent that has no task left.
         """
         if mode not in ("unreachable", "gone"):
             raise ValueError("mode must be 'unreachable' or 'gone'")
+        agent = self._active_agent(agent_id)
+        self._remove_agent(agent, mode, kill=True)
+        return agent.id
+
+    def partition_agent(self, agent_id: str | None = None, *, freeze: bool = False) -> str:
+        """The agent loses contact with the master and fails its health checks
+        (``Master::markUnreachable``, ``__removeSlave``); returns its ID.
+
+        Unlike :meth:`kill_agent`, its tasks keep running: the frameworks get
+        TASK_UNREACHABLE (PARTITION_AWARE) or TASK_LOST, REASON_AGENT_REMOVED,
+        "health check timed out", with ``unreachable_time``, and a FAILURE event;
+        what the agent reports meanwhile (a task that ends, say) waits in its
+        status update manager until it reregisters (:meth:`reregister_agent`).
+        ``freeze=True`` also stops its tasks' processes (SIGSTOP), as a partition
+        that cuts them off from everyone, the framework's own endpoints
+        included; a signal that kills one (KILL, shutdown) wakes it first.
+        """
+        agent = self._active_agent(agent_id)
+        self._remove_agent(agent, "unreachable", kill=False)
+        if freeze:
+            for task in self._tasks_on(agent.id):
+                if not task.finalized:
+                    self.runner.freeze(task.pid)
+        return agent.id
+
+    def partition_next_launch(self, pattern: str, *, freeze: bool = False) -> None:
+        """The agent of the next task whose name matches ``pattern`` (``re.search``)
+        loses contact, as :meth:`partition_agent`, right after it has started the
+        task's process (before its TASK_RUNNING can reach the framework)."""
+        self._partition_on_start.append((re.compile(pattern), freeze))
+
+    def _task_started(self, task: Task) -> None:
+        for rule in self._partition_on_start:
+            if rule[0].search(task.name):
+                self._partition_on_start.remove(rule)
+                agent = self.state.agents_by_id.get(task.agent_id)
+                if agent is not None and agent.state == "active":
+                    self.partition_agent(agent.id, freeze=rule[1])
+                return
+
+    def mark_agent_gone(self, agent_id: str) -> None:
+        """The operator marks the agent gone (``Master::markGone``).
+
+        An active agent is shut down with its tasks, as ``kill_agent(mode="gone")``.
+        For an unreachable one, its unreachable tasks become TASK_GONE_BY_OPERATOR
+        (PARTITION_AWARE; REASON_AGENT_REMOVED_BY_OPERATOR) or TASK_LOST
+        (REASON_AGENT_REMOVED), "Agent has been marked gone"; its processes run on
+        until it tries to reregister, which is refused (:meth:`reregister_agent`).
+        """
+        agent = self.state.agents_by_id[agent_id]
+        if agent.state == "active":
+            self._remove_agent(agent, "gone", kill=True)
+            return
+        if agent.state == "gone":
+            raise ValueError(f"agent {agent_id} is already gone")
+        agent.state = "gone"
+        for framework in list(self.state.frameworks_by_id.values()):
+            aware = framework.partition_aware
+            for task in [t for t in framework.unreachable_tasks.values() if t.agent_id == agent_id]:
+                state = "TASK_GONE_BY_OPERATOR" if aware else "TASK_LOST"
+                reason = "REASON_AGENT_REMOVED_BY_OPERATOR" if aware else "REASON_AGENT_REMOVED"
+                status = self.updates.master_update(
+                    framework,
+                    task.task_id,
+                    agent_id,
+                    state,
+                    "Agent has been marked gone",
+                    reason,
+                    extra={"executor_id": mesos_id(task.executor_id)},
+                )
+                task.status_update_state = state
+                task.statuses.append(status)
+                framework.completed_tasks[task.task_id] = framework.unreachable_tasks.pop(
+                    task.task_id
+                )
+
+    def reregister_agent(self, agent_id: str) -> bool:
+        """An agent that lost contact reregisters with the tasks it still has.
+
+        ``Master::reregisterSlave`` and ``__reregisterSlave``: an agent marked gone
+        is refused and told to shut down ("Agent has been marked gone"), which
+        kills its tasks (nothing more reaches the frameworks); returns False.
+        Otherwise it is admitted again (returns True), and for each task it still
+        has, of a framework not removed, whether PARTITION_AWARE or not, the
+        master sends the task's latest state as the agent knows it
+        (TASK_RUNNING for a task that kept running), SOURCE_MASTER, without
+        ``uuid``, REASON_AGENT_REREGISTERED, "Unreachable agent re-reregistered";
+        then the agent resends the updates it holds (status update manager).
+        Unreachable tasks it no longer has (killed with :meth:`kill_agent`: a
+        restarted agent) are forgotten: reconciling them answers TASK_GONE. The
+        tasks of frameworks removed meanwhile are shut down
+        (``ShutdownFrameworkMessage``). Frozen tasks stay frozen until killed.
+        """
+        agent = self.state.agents_by_id[agent_id]
+        if agent.state == "active":
+            raise ValueError(f"agent {agent_id} is registered")
+        if agent.state == "gone":
+            for task in self._tasks_on(agent_id):
+                if not task.finalized:
+                    self.runner.shutdown_task(task, self.state.config.shutdown_grace_period)
+            return False
+        agent.state = "active"
+        agent.unreachable_time = None
+        resumed: list[Task] = []
+        for framework in self.state.all_frameworks():
+            removed = framework.id not in self.state.frameworks_by_id
+            for task in self.state.framework_tasks(framework):
+                if task.agent_id != agent_id:
+                    continue
+                if removed:
+                    if not task.finalized:
+                        self.runner.shutdown_task(task, self.state.config.shutdown_grace_period)
+                    continue
+                if task.task_id not in framework.unreachable_tasks:
+                    continue
+                del framework.unreachable_tasks[task.task_id]
+                if task.finalized:
+                    continue  # the agent no longer has it: the master forgets it
+                framework.tasks[task.task_id] = task
+                extra: JSON = {"executor_id": mesos_id(task.executor_id)}
+                for previous in reversed(task.statuses):
+                    if "container_status" in previous:
+                        extra["container_status"] = previous["container_status"]
+                        break
+                status = self.updates.master_update(
+                    framework,
+                    task.task_id,
+                    agent_id,
+                    task.state,
+                    "Unreachable agent re-reregistered",
+                    "REASON_AGENT_REREGISTERED",
+                    extra=extra,
+                )
+                task.status_update_state = task.state
+                task.statuses.append(status)
+                resumed.append(task)
+        for task in resumed:
+            if task.pending:
+                task.retry_interval = self.state.config.update_retry_interval
+                self.updates.forward_head(task)
+        self.allocator.request_allocation()
+        return True
+
+    def _active_agent(self, agent_id: str | None) -> Agent:
         if agent_id is None:
             agent_id = next(
                 (a.id for a in self.state.agents_by_id.values() if a.state == "active"), None
@@ -131,18 +278,33 @@ class Faults:
         agent = self.state.agents_by_id[agent_id]
         if agent.state != "active":
             raise ValueError(f"agent {agent_id} is already {agent.state}")
+        return agent
+
+    def _tasks_on(self, agent_id: str) -> list[Task]:
+        return [
+            task
+            for framework in self.state.all_frameworks()
+            for task in self.state.framework_tasks(framework)
+            if task.agent_id == agent_id
+        ]
+
+    def _remove_agent(self, agent: Agent, mode: str, *, kill: bool) -> None:
+        """``Master::__removeSlave``: each task's master update, offers, FAILURE."""
+        agent_id = agent.id
         agent.state = mode
         agent.unreachable_time = now()
         for offer in [o for o in self.state.offers_by_id.values() if o.agent_id == agent_id]:
             self.allocator.rescind(offer)
-        for key in [k for k in self.state.executors if k[1] == agent_id]:
-            del self.state.executors[key]
+        if kill:
+            for key in [k for k in self.state.executors if k[1] == agent_id]:
+                del self.state.executors[key]
         for framework in list(self.state.frameworks_by_id.values()):
             aware = framework.partition_aware
             for task in [t for t in framework.tasks.values() if t.agent_id == agent_id]:
                 was_terminal = task.terminal
-                self.runner.finalize(task)
-                if task.pid is not None:
+                if kill or was_terminal:
+                    self.runner.finalize(task)
+                if kill and task.pid is not None:
                     self.runner.signal_group(task.pid, signal.SIGKILL)
                 if was_terminal:
                     framework.completed_tasks[task.task_id] = framework.tasks.pop(task.task_id)
@@ -151,27 +313,29 @@ class Faults:
                 if mode == "unreachable":
                     state = "TASK_UNREACHABLE" if aware else "TASK_LOST"
                     reason = "REASON_AGENT_REMOVED"
-                    message = f"Agent {agent.hostname} is unreachable: health check timed out"
+                    message = "health check timed out"
                     extra["unreachable_time"] = {"nanoseconds": int(agent.unreachable_time * 1e9)}
                 else:
                     state = "TASK_GONE_BY_OPERATOR" if aware else "TASK_LOST"
                     reason = "REASON_AGENT_REMOVED_BY_OPERATOR" if aware else "REASON_AGENT_REMOVED"
-                    message = f"Agent {agent.hostname} has been marked gone"
+                    message = "Agent has been marked gone"
                 status = self.updates.master_update(
                     framework, task.task_id, agent_id, state, message, reason, extra=extra
                 )
-                task.state = state
                 task.status_update_state = state
                 task.statuses.append(status)
-                task.ended_at = now()
-                task.released = True
+                if kill:
+                    # The agent is dead: the master's word is the last on the task.
+                    task.state = state
+                    task.ended_at = now()
+                    task.released = True
                 if mode == "unreachable":
                     framework.unreachable_tasks[task.task_id] = framework.tasks.pop(task.task_id)
                 else:
                     framework.completed_tasks[task.task_id] = framework.tasks.pop(task.task_id)
             framework.send({"type": "FAILURE", "failure": {"agent_id": mesos_id(agent_id)}})
-        agent.used = Resources()
-        return agent_id
+        if kill:
+            agent.used = Resources()
 
     def drop_subscription(self, framework_id: str | None = None) -> list[str]:
         """Break the subscription connection(s) as a network failure would (all if None).

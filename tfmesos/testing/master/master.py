@@ -275,6 +275,22 @@ class TestMaster:
         """See :meth:`Faults.kill_agent`."""
         return self.faults.kill_agent(agent_id, mode=mode)
 
+    def partition_agent(self, agent_id: str | None = None, *, freeze: bool = False) -> str:
+        """See :meth:`Faults.partition_agent`."""
+        return self.faults.partition_agent(agent_id, freeze=freeze)
+
+    def partition_next_launch(self, pattern: str, *, freeze: bool = False) -> None:
+        """See :meth:`Faults.partition_next_launch`."""
+        self.faults.partition_next_launch(pattern, freeze=freeze)
+
+    def mark_agent_gone(self, agent_id: str) -> None:
+        """See :meth:`Faults.mark_agent_gone`."""
+        self.faults.mark_agent_gone(agent_id)
+
+    def reregister_agent(self, agent_id: str) -> bool:
+        """See :meth:`Faults.reregister_agent`."""
+        return self.faults.reregister_agent(agent_id)
+
     def drop_subscription(self, framework_id: str | None = None) -> list[str]:
         """See :meth:`Faults.drop_subscription`."""
         return self.faults.drop_subscription(framework_id)

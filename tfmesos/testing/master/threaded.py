@@ -148,6 +148,18 @@ class ThreadedTestMaster:
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
         return self.call(lambda m: m.kill_agent(agent_id, mode=mode))
 
+    def partition_agent(self, agent_id: str | None = None, *, freeze: bool = False) -> str:
+        return self.call(lambda m: m.partition_agent(agent_id, freeze=freeze))
+
+    def partition_next_launch(self, pattern: str, *, freeze: bool = False) -> None:
+        self.call(lambda m: m.partition_next_launch(pattern, freeze=freeze))
+
+    def mark_agent_gone(self, agent_id: str) -> None:
+        self.call(lambda m: m.mark_agent_gone(agent_id))
+
+    def reregister_agent(self, agent_id: str) -> bool:
+        return self.call(lambda m: m.reregister_agent(agent_id))
+
     def add_agent(self, **kwargs: Any) -> str:
         return self.call(lambda m: m.add_agent(**kwargs))
 

@@ -94,6 +94,12 @@ class StatusUpdates:
         loop = self.state.loop
         if not task.pending or task.finalized or loop is None:
             return
+        agent = self.state.agents_by_id.get(task.agent_id)
+        if agent is not None and agent.state != "active":
+            # The agent has lost contact with the master: its status update
+            # manager holds the updates and resends them once it has
+            # reregistered (StatusUpdateManager pause/resume).
+            return
         head = task.pending[0]
         task.status_update_state = head["state"]
         framework = self.state.frameworks_by_id.get(task.framework_id)
