@@ -712,7 +712,8 @@ class _GarbledHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         else:
             self.send_response(307)
-            self.send_header("Location", f"//{server.leader}/api/v1/scheduler")
+            # As Master::Http::redirect words it (src/master/http.cpp).
+            self.send_header("Location", f"//{server.leader}/master/api/v1/scheduler")
             self.send_header("Content-Length", "0")
             self.end_headers()
 

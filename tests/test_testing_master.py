@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.conftest import JobProcesses, marked_master, run_tfrun
 from tfmesos.testing.master import TestMaster, ThreadedTestMaster
 
 JSON = dict[str, Any]
@@ -657,7 +658,15 @@ async def test_non_leader_redirects_with_a_protocol_relative_location(
     call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": framework_info()}}
     async with session.post(sched.url, json=call, allow_redirects=False) as response:
         assert response.status == 307
-        assert response.headers["Location"] == "//leader.example:5050/api/v1/scheduler"
+        # Master::Http::redirect: "//" + hostname + ":" + port + stringify(request.url),
+        # the path as libprocess handed it to the "master" process.
+        assert response.headers["Location"] == "//leader.example:5050/master/api/v1/scheduler"
+    master_path = master.url + "/master/api/v1/scheduler?x=1"
+    async with session.post(master_path, json=call, allow_redirects=False) as response:
+        assert response.status == 307
+        assert response.headers["Location"] == "//leader.example:5050/master/api/v1/scheduler?x=1"
+    async with session.get(master.url + "/redirect/x", allow_redirects=False) as response:
+        assert response.status == 404
     async with session.get(master.url + "/redirect", allow_redirects=False) as response:
         assert response.status == 307
         assert response.headers["Location"] == "//leader.example:5050"
@@ -974,3 +983,148 @@ async def test_an_injected_refusal_answers_the_call_and_does_nothing(
     assert await sched.call("REVIVE") == (202, "")
     with pytest.raises(ValueError, match="HTTP error status"):
         master.fail_next_call("REVIVE", status=202)
+
+
+@with_master(agents=1)
+async def test_a_delayed_call_is_overtaken_by_a_later_one(
+    master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
+) -> None:
+    """A delay holds the request before the master takes it; the master applies
+    calls in arrival order, so a DECLINE held on the way lands after a SUPPRESS
+    sent later."""
+    await sched.subscribe()
+    [offer] = await sched.offers()
+    async with session.post(
+        master.url + "/__test__/delay_calls", json={"type": "DECLINE", "seconds": 1, "count": 1}
+    ) as response:
+        assert response.status == 200
+    master.clear_calls()
+    decline = asyncio.ensure_future(
+        sched.call(
+            "DECLINE", decline={"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 30}}
+        )
+    )
+    await wait_until(lambda: master.http.held == 1)
+    assert await sched.call("SUPPRESS") == (202, "")
+    assert master.http.held == 1, "the DECLINE was not held until the SUPPRESS was taken"
+    assert await decline == (202, "")
+    calls = master.calls()
+    assert [(c["type"], c["status"]) for c in calls] == [("SUPPRESS", 202), ("DECLINE", 202)]
+    assert [c["delay"] for c in calls] == [0.0, 1.0]
+    assert calls[0]["seq"] < calls[1]["seq"]
+    # Both were applied: the role is suppressed and the agent filtered.
+    (framework,) = master.frameworks()
+    assert framework["suppressed_roles"] == ["*"]
+    assert [f["agent_id"] for f in framework["filters"]] == [offer["agent_id"]["value"]]
+    # The rule was for one DECLINE only.
+    assert master.faults.call_delay("DECLINE") == 0.0
+    with pytest.raises(ValueError, match="negative"):
+        master.delay_calls("DECLINE", -1)
+
+
+def test_random_call_delays_are_bounded_and_repeatable_with_a_seed() -> None:
+    from tfmesos.testing.master.cli import _build_parser
+
+    def delays(seed: int) -> list[float]:
+        master = TestMaster(call_delay=(0.1, 0.3), call_delay_seed=seed)
+        return [master.faults.call_delay("DECLINE") for _ in range(20)]
+
+    first = delays(7)
+    assert first == delays(7)
+    assert first != delays(8)
+    assert all(0.1 <= d <= 0.3 for d in first)
+    master = TestMaster(call_delay=(0.1, 0.3))
+    master.delay_calls("*", 2.0, count=1)
+    assert master.faults.call_delay("SUPPRESS") == 2.0
+    assert 0.1 <= master.faults.call_delay("SUPPRESS") <= 0.3
+    with pytest.raises(ValueError, match="call_delay"):
+        TestMaster(call_delay=(0.3, 0.1))
+    args = _build_parser().parse_args(["--call-delay", "0-0.3", "--call-delay-seed", "3"])
+    assert (args.call_delay, args.call_delay_seed) == ((0.0, 0.3), 3)
+    assert _build_parser().parse_args(["--no-root-submissions"]).no_root_submissions
+
+
+@with_master(agents=1, root_submissions=False)
+async def test_root_is_refused_without_root_submissions(
+    master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
+) -> None:
+    """``Master::validateFramework``: the HTTP handler has already answered 200
+    with the stream when ``Master::subscribe`` refuses, so the refusal is one
+    ERROR event (no SUBSCRIBED) and the end of the stream."""
+    call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": framework_info(user="root")}}
+    async with session.post(sched.url, json=call) as response:
+        assert response.status == 200
+        stream = Stream(response)
+        await asyncio.wait_for(stream.ended.wait(), 5)
+    assert stream.seen == [
+        {
+            "type": "ERROR",
+            "error": {
+                "message": "User 'root' is not allowed to run frameworks"
+                " without --root_submissions set"
+            },
+        }
+    ]
+    assert master.frameworks() == []
+    await sched.subscribe(framework_info(user="nobody"))
+    # UPDATE_FRAMEWORK validates as SUBSCRIBE does (Master::updateFramework).
+    update = {
+        "framework_info": {**framework_info(user="root"), "id": {"value": sched.framework_id}}
+    }
+    status, text = await sched.call("UPDATE_FRAMEWORK", update_framework=update)
+    assert status == 400
+    assert "without --root_submissions set" in text
+
+
+@with_master(agents=1)
+async def test_framework_roles_are_validated_as_roles_cpp_does(
+    master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
+) -> None:
+    """``roles::validate`` (src/common/roles.cpp) through framework validation:
+    its own messages, behind validation.cpp's prefix; ``a*b`` and a backslash
+    are valid roles there."""
+    capabilities = [{"type": "MULTI_ROLE"}]
+    refused = {
+        "a//b": "Role 'a//b' cannot contain two adjacent slashes",
+        "-a": "Role component '-a' is invalid because it starts with a dash",
+        "a/*": "Role 'a/*' cannot include '*' as a component",
+        "a b": "Role component 'a b' is invalid because it contains backspace or whitespace",
+    }
+    for role, message in refused.items():
+        info = framework_info(roles=[role], capabilities=capabilities)
+        call = {"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}
+        async with session.post(sched.url, json=call) as response:
+            stream = Stream(response)
+            await asyncio.wait_for(stream.ended.wait(), 5)
+        expected = f"'FrameworkInfo.roles' contains invalid role: {message}"
+        assert stream.seen == [{"type": "ERROR", "error": {"message": expected}}]
+    await sched.subscribe(framework_info(roles=["a*b", "x\\y"], capabilities=capabilities))
+    (framework,) = master.frameworks()
+    assert framework["roles"] == ["a*b", "x\\y"]
+
+
+def test_tfrun_as_root_against_a_master_without_root_submissions_says_why(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with marked_master(job_procs, monkeypatch, agents=1, root_submissions=False) as master:
+        result = run_tfrun(
+            "-m",
+            master.url,
+            "--user",
+            "root",
+            "-w",
+            "1",
+            "-s",
+            "0",
+            "--",
+            "true",
+            env=job_procs.env(),
+        )
+        assert master.frameworks() == []
+    assert result.returncode != 0
+    message = "User 'root' is not allowed to run frameworks without --root_submissions set"
+    said = [line for line in result.stderr.splitlines() if message in line]
+    assert said == [
+        f"tfrun: error: the mesos backend failed: the Mesos master sent an ERROR: {message}"
+    ]
+    assert job_procs.wait_gone(10) == []

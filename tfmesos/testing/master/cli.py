@@ -26,6 +26,18 @@ def _parse_attribute_flag(text: str) -> dict[str, str | float]:
     return out
 
 
+def _parse_delay_flag(text: str) -> tuple[float, float]:
+    """``--call-delay``: ``LOW-HIGH`` seconds (``0-0.3``), or one number for a fixed delay."""
+    low, sep, high = text.partition("-")
+    try:
+        bounds = (float(low), float(high)) if sep else (float(low), float(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not LOW-HIGH seconds") from None
+    if not 0 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= LOW <= HIGH")
+    return bounds
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tfmesos.testing.master",
@@ -73,6 +85,22 @@ def _build_parser() -> argparse.ArgumentParser:
         "--leader-address", default=None, help="host:port of the leader (with --not-leader)"
     )
     parser.add_argument("--redirect-location", default=None, help="exact Location for the 307")
+    parser.add_argument(
+        "--call-delay",
+        type=_parse_delay_flag,
+        default=None,
+        metavar="LOW-HIGH",
+        help="hold each scheduler call a random LOW-HIGH seconds (e.g. 0-0.3) before "
+        "taking it, as a loaded network would",
+    )
+    parser.add_argument(
+        "--call-delay-seed", type=int, default=None, help="seed of --call-delay's randomness"
+    )
+    parser.add_argument(
+        "--no-root-submissions",
+        action="store_true",
+        help="refuse frameworks whose user is root (the master's --root_submissions=false)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -125,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         leader=not args.not_leader,
         leader_address=args.leader_address,
         redirect_location=args.redirect_location,
+        call_delay=args.call_delay,
+        call_delay_seed=args.call_delay_seed,
+        root_submissions=not args.no_root_submissions,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(config))

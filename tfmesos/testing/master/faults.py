@@ -7,13 +7,16 @@ a call refused while a newly elected master recovers (``Master::Http::scheduler`
 marked unreachable or gone (``Master::markUnreachable``, ``Master::__removeSlave``;
 ``docs/high-availability-framework-guide.md``); a subscription connection broken
 as by a network failure (``docs/scheduler-http-api.md`` "Disconnections"); a
-rescinded offer (API "RESCIND"); and a master that is not (or no longer) the
-leader (``Master::Http::redirect``).
+rescinded offer (API "RESCIND"); a master that is not (or no longer) the
+leader (``Master::Http::redirect``); and calls held on their way to the master,
+as by a loaded network, so that concurrent calls arrive, and are applied
+(``Master::Http::scheduler`` takes each request as it comes), in any order.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import signal
 
@@ -40,6 +43,13 @@ class _CallFailure:
     message: str
 
 
+@dataclasses.dataclass
+class _CallDelay:
+    call_type: str
+    seconds: float
+    remaining: int | None
+
+
 class Faults:
     """The faults a test can inject; each one is also a method of the TestMaster."""
 
@@ -56,8 +66,13 @@ class Faults:
         self.runner = runner
         self._launch_failures: list[_LaunchFailure] = []
         self._call_failures: list[_CallFailure] = []
+        self._call_delays: list[_CallDelay] = []
         self._partition_on_start: list[tuple[re.Pattern[str], bool]] = []
         runner.started_hooks.append(self._task_started)
+        delay = state.config.call_delay
+        if delay is not None and not 0 <= delay[0] <= delay[1]:
+            raise ValueError("call_delay must be (low, high) with 0 <= low <= high")
+        self._random = random.Random(state.config.call_delay_seed)
 
     def fail_next_launch(
         self, pattern: str, *, count: int = 1, message: str = "injected failure"
@@ -109,6 +124,32 @@ class Faults:
                 rule.remaining -= 1
                 self._call_failures = [r for r in self._call_failures if r.remaining > 0]
                 raise ProtocolError(rule.status, rule.message)
+
+    def delay_calls(self, call_type: str, seconds: float, *, count: int | None = None) -> None:
+        """Hold the next ``count`` requests of ``call_type`` (every one if None; ``"*"``:
+        any type) ``seconds`` before the master takes them, as a slow network path
+        would. A matching rule replaces the random ``MasterConfig.call_delay`` for
+        that request; the oldest matching rule counts first."""
+        if seconds < 0:
+            raise ValueError("seconds must not be negative")
+        if count is not None and count < 1:
+            raise ValueError("count must be at least 1 (or None: every call)")
+        self._call_delays.append(_CallDelay(call_type, seconds, count))
+
+    def call_delay(self, call_type: str | None) -> float:
+        """How long to hold a request of ``call_type`` (None: not a readable call)
+        before the master takes it: an injected delay, else the random one."""
+        for rule in self._call_delays:
+            if rule.call_type in ("*", call_type):
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining == 0:
+                        self._call_delays.remove(rule)
+                return rule.seconds
+        bounds = self.state.config.call_delay
+        if bounds is None:
+            return 0.0
+        return self._random.uniform(*bounds)
 
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
         """Lose an agent (the first active one if ``agent_id`` is None); returns its ID.

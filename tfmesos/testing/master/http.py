@@ -4,12 +4,17 @@ Models ``Master::Http::scheduler`` (``src/master/http.cpp``: the order of the
 checks and their 307/400/403/405/406/415/501 answers), the subscription stream
 (``docs/scheduler-http-api.md`` "SUBSCRIBE": chunked RecordIO,
 ``docs/recordio.md``, with a ``Mesos-Stream-Id``), ``Master::Http::redirect``
-(API "Master detection": a protocol-relative ``Location``), a small part of
-``/state`` and ``/health``, and this double's own ``/__test__/`` control API.
+(a protocol-relative ``Location``: ``//HOSTNAME:PORT`` and the request's path
+as libprocess hands it to the master, ``/master/api/v1/scheduler``), a small
+part of ``/state`` and ``/health``, and this double's own ``/__test__/``
+control API. Requests may be held before the master takes them
+(:meth:`Faults.call_delay <tfmesos.testing.master.faults.Faults.call_delay>`),
+as a loaded network holds them; the master takes them in arrival order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -41,6 +46,9 @@ from tfmesos.testing.master.state import (
 )
 from tfmesos.testing.master.subscriptions import Subscriptions
 from tfmesos.testing.master.updates import StatusUpdates
+
+MASTER_PREFIX = "/master"
+"""The master's libprocess process ID, the first component of its routes' paths."""
 
 
 def accepts_json(header: str | None) -> bool:
@@ -84,10 +92,16 @@ class HttpApi:
         self.operations = operations
         self.faults = faults
         self.inspector = inspector
+        self.held = 0
+        """Requests to the scheduler endpoint being held by a call delay right now."""
 
     def application(self) -> web.Application:
         app = web.Application()
+        # libprocess serves the master's routes under its process ID, "/master",
+        # and hands it requests for paths no process owns ("/api/v1/scheduler")
+        # with "/master" put in front (ProcessManager::handle, process.cpp).
         app.router.add_route("*", SCHEDULER_PATH, self._scheduler_endpoint)
+        app.router.add_route("*", MASTER_PREFIX + SCHEDULER_PATH, self._scheduler_endpoint)
         for path in ("/redirect", "/master/redirect"):
             app.router.add_get(path, self._redirect_endpoint)
         for path in ("/state", "/master/state", "/state.json", "/master/state.json"):
@@ -99,6 +113,18 @@ class HttpApi:
 
     async def _scheduler_endpoint(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        loaded: Any = None
+        with contextlib.suppress(UnicodeDecodeError, ValueError):
+            loaded = json.loads(body.decode("utf-8"))
+        kind = loaded.get("type") if isinstance(loaded, dict) else None
+        delay = self.faults.call_delay(kind if isinstance(kind, str) else None)
+        if delay > 0:
+            # On its way to the master: it arrives, and is taken, after this.
+            self.held += 1
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self.held -= 1
         record: JSON = {
             "seq": len(self.state.received_calls),
             "time": now(),
@@ -109,9 +135,10 @@ class HttpApi:
             "framework_id": None,
             "body": None,
             "status": None,
+            "delay": delay,
         }
-        with contextlib.suppress(UnicodeDecodeError, ValueError):
-            record["body"] = json.loads(body.decode("utf-8"))
+        if loaded is not None:
+            record["body"] = loaded
         self.state.received_calls.append(record)
         try:
             response = await self._scheduler(request, body, record)
@@ -210,7 +237,15 @@ class HttpApi:
         # allocator modules, no operations with feedback, no maintenance).
 
     def _redirect(self, request: web.Request) -> web.Response:
-        """``Master::Http::redirect``: a protocol-relative ``Location`` to the leader."""
+        """``Master::Http::redirect``: a protocol-relative ``Location`` to the leader.
+
+        ``//`` + the leader's ``MasterInfo`` hostname + ``:`` + port, then
+        ``stringify(request.url)``: the path as the master's process got it,
+        which libprocess prefixes with ``/master`` when the request named no
+        process (``/api/v1/scheduler`` becomes ``/master/api/v1/scheduler``),
+        and the query. ``/redirect`` and ``/master/redirect`` go to the bare
+        ``//host:port``; paths under them are 404 (no redirect loops).
+        """
         config = self.state.config
         if config.redirect_location is not None and not config.leader:
             location = config.redirect_location
@@ -223,12 +258,15 @@ class HttpApi:
                 return web.Response(status=503, text="No leader elected")
             base = "//" + leader
             path = request.path
-            if path in ("/redirect", "/master/redirect"):
+            if not path.startswith(MASTER_PREFIX + "/") and path != MASTER_PREFIX:
+                path = MASTER_PREFIX + path
+            if path == MASTER_PREFIX + "/redirect":
                 location = base
-            elif path.startswith(("/redirect/", "/master/redirect/")):
+            elif path.startswith(MASTER_PREFIX + "/redirect/"):
                 return web.Response(status=404)
             else:
-                location = base + request.path_qs
+                query = "?" + request.query_string if request.query_string else ""
+                location = base + path + query
         return web.Response(status=307, headers={"Location": location})
 
     async def _redirect_endpoint(self, request: web.Request) -> web.Response:
@@ -296,6 +334,7 @@ class HttpApi:
         ``POST /__test__/calls/clear``
         ``POST /__test__/fail_next_launch`` ``{"pattern": "...", "count": 1, "message": "..."}``
         ``POST /__test__/fail_next_call``   ``{"type": "ACCEPT", "count": 1, "status": 503, "message": "..."}``
+        ``POST /__test__/delay_calls``      ``{"type": "DECLINE", "seconds": 0.5, "count": null}``
         ``POST /__test__/kill_agent``       ``{"agent_id": "...", "mode": "unreachable"|"gone"}``
         ``POST /__test__/add_agent``        ``{"cpus":..,"mem":..,"disk":..,"gpus":..,"ports":"a-b"}``
         ``POST /__test__/drop_subscription`` ``{"framework_id": "..."}``
@@ -365,6 +404,15 @@ class HttpApi:
                     count=int(b.get("count", 1)),
                     status=int(b.get("status", 503)),
                     message=str(b.get("message", "Master has not finished recovery")),
+                ),
+            ),
+            (
+                "POST",
+                "/__test__/delay_calls",
+                lambda r, b: self.faults.delay_calls(
+                    str(b["type"]),
+                    float(b["seconds"]),
+                    count=None if b.get("count") is None else int(b["count"]),
                 ),
             ),
             (

@@ -271,6 +271,10 @@ class TestMaster:
         """See :meth:`Faults.fail_next_call`."""
         self.faults.fail_next_call(call_type, count=count, status=status, message=message)
 
+    def delay_calls(self, call_type: str, seconds: float, *, count: int | None = None) -> None:
+        """See :meth:`Faults.delay_calls`."""
+        self.faults.delay_calls(call_type, seconds, count=count)
+
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
         """See :meth:`Faults.kill_agent`."""
         return self.faults.kill_agent(agent_id, mode=mode)

@@ -5,8 +5,9 @@ field names, enums as strings, ``bytes`` as base64, unknown fields dropped),
 the messages of ``include/mesos/v1/scheduler/scheduler.proto`` and
 ``include/mesos/v1/mesos.proto`` a scheduler sends,
 ``validation::scheduler::call::validate`` and ``common::validation::validateID``
-(``src/master/validation.cpp``), ``roles::validate`` (``src/common/roles.cpp``)
-and RecordIO (``docs/recordio.md``).
+(``src/master/validation.cpp``) and RecordIO (``docs/recordio.md``).
+``roles::validate`` (``src/common/roles.cpp``) is :func:`validate_role` of
+:mod:`tfmesos.mesos.roles`, which the client follows too; it is re-exported here.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from tfmesos.mesos.roles import validate_role as validate_role
 
 JSON = dict[str, Any]
 
@@ -547,22 +550,4 @@ def validate_id(value: str) -> str | None:
         return f"'{value}' is disallowed"
     if any(ord(c) < 32 or ord(c) == 127 or c in "/\\" for c in value):
         return f"'{value}' contains invalid characters"
-    return None
-
-
-def validate_role(role: str) -> str | None:
-    """``roles::validate``: a role is "*" or a path of non-special components."""
-    if role == "*":
-        return None
-    if not role:
-        return "Empty role name is invalid"
-    if role.startswith("/") or role.endswith("/"):
-        return f"Role '{role}' cannot start or end with a slash"
-    for part in role.split("/"):
-        if part in (".", "..", ""):
-            return f"Role '{role}' cannot contain '.', '..' or empty path components"
-        if part.startswith("-"):
-            return f"Role '{role}' cannot start with '-'"
-        if any(c.isspace() or ord(c) < 32 or c in "\\*" for c in part):
-            return f"Role '{role}' cannot contain whitespace, '\\' or '*'"
     return None

@@ -144,6 +144,15 @@ class MasterConfig:
     namespace of its own and needs root; otherwise ``filesystem/posix`` refuses
     ContainerInfo volumes. None: ``filesystem/linux`` when running as root, else
     ``posix/cpu,posix/mem`` (the agent's default)."""
+    call_delay: tuple[float, float] | None = None
+    """Hold every request to the scheduler endpoint for a random ``uniform(low, high)``
+    seconds before the master takes it, as a loaded network would: concurrent calls
+    then reach the master, which applies calls in arrival order, in any order."""
+    call_delay_seed: int | None = None
+    """Seed the random ``call_delay`` for a repeatable run (None: a fresh seed)."""
+    root_submissions: bool = True
+    """As the master's ``--root_submissions``: when False, a SUBSCRIBE whose
+    ``FrameworkInfo.user`` is ``root`` is refused (``Master::validateFramework``)."""
 
 
 @dataclasses.dataclass

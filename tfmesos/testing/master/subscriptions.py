@@ -17,17 +17,23 @@ import logging
 import math
 from collections.abc import Collection
 
+from tfmesos.mesos.roles import validate_role
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.executor import TaskRunner
-from tfmesos.testing.master.schema import JSON, ProtocolError, validate_id, validate_role
+from tfmesos.testing.master.schema import JSON, ProtocolError, validate_id
 from tfmesos.testing.master.state import Framework, MasterState, Subscription, mesos_id, now
 from tfmesos.testing.master.updates import StatusUpdates
 
 logger = logging.getLogger(__name__)
 
 
-def validate_framework_info(info: JSON, removed: Collection[str]) -> str | None:
-    """``validation::framework::validate`` and ``Master::validateFramework``."""
+def validate_framework_info(
+    info: JSON, removed: Collection[str], *, root_submissions: bool = True
+) -> str | None:
+    """``validation::framework::validate`` and ``Master::validateFramework``
+    (``src/master/master.cpp``), in their order: roles (``roles::validate``,
+    ``src/common/roles.cpp``), the framework ID, the failover timeout, then
+    ``root`` without ``--root_submissions``, then a removed framework."""
     capabilities = {c.get("type") for c in info.get("capabilities", [])}
     multi_role = "MULTI_ROLE" in capabilities
     if multi_role and "role" in info:
@@ -55,6 +61,8 @@ def validate_framework_info(info: JSON, removed: Collection[str]) -> str | None:
     timeout = info.get("failover_timeout", 0.0)
     if not math.isfinite(timeout) or abs(timeout) * 1e9 >= 2**63:
         return f"The framework failover_timeout ({timeout}) is invalid"
+    if info.get("user") == "root" and not root_submissions:
+        return "User 'root' is not allowed to run frameworks without --root_submissions set"
     if framework_id and framework_id in removed:
         return "Framework has been removed"
     return None
@@ -77,7 +85,11 @@ class Subscriptions:
 
     def admit(self, subscription: Subscription, subscribe: JSON) -> str | None:
         info: JSON = dict(subscribe["framework_info"])
-        error = validate_framework_info(info, self.state.completed_frameworks)
+        error = validate_framework_info(
+            info,
+            self.state.completed_frameworks,
+            root_submissions=self.state.config.root_submissions,
+        )
         if error is not None:
             return error
         multi_role = "MULTI_ROLE" in {c.get("type") for c in info.get("capabilities", [])}
@@ -207,7 +219,11 @@ class Subscriptions:
 
     def update_framework(self, framework: Framework, update: JSON) -> None:
         info: JSON = dict(update["framework_info"])
-        error = validate_framework_info(info, self.state.completed_frameworks)
+        error = validate_framework_info(
+            info,
+            self.state.completed_frameworks,
+            root_submissions=self.state.config.root_submissions,
+        )
         if error is None:
             for key in ("principal", "user", "checkpoint"):
                 if info.get(key) != framework.info.get(key):

@@ -145,6 +145,9 @@ class ThreadedTestMaster:
             lambda m: m.fail_next_call(call_type, count=count, status=status, message=message)
         )
 
+    def delay_calls(self, call_type: str, seconds: float, *, count: int | None = None) -> None:
+        self.call(lambda m: m.delay_calls(call_type, seconds, count=count))
+
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
         return self.call(lambda m: m.kill_agent(agent_id, mode=mode))
 
