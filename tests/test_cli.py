@@ -215,3 +215,61 @@ def test_version_names_the_release_and_the_protocol() -> None:
     assert re.fullmatch(
         rf"tfrun \S+, rendezvous protocol {wire.PROTOCOL_VERSION}\n", result.stdout
     ), result.stdout
+
+
+def _run_tfrun_capped(*args: str, env: dict[str, str] | None = None, nproc: int | None = None):  # type: ignore[no-untyped-def]
+    """tfrun with at most 1 GiB of address space (a check that builds a list
+    per task must fail here, not take the machine's memory), and optionally a
+    soft process limit."""
+    import resource
+    import subprocess
+
+    from tests.conftest import ROOT, tfrun_argv
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        if nproc is not None:
+            hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, hard))
+
+    return subprocess.run(
+        tfrun_argv(*args),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=ROOT,
+        preexec_fn=limits,
+    )
+
+
+def _one_line_error(result, pattern: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tfrun: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [
+        ("-w", "99999999999999999999", "-s", "0"),
+        ("-w", "100000000", "-s", "0"),
+        ("-w", "1", "-s", "100000000"),
+        ("-w", "6000", "-s", "6000", "-m", "127.0.0.1:1", "--reconnect-timeout", "2"),
+    ],
+    ids=["huge", "100M-workers", "100M-ps", "mesos-cap"],
+)
+def test_task_counts_past_the_limit_are_one_line_and_exit_2(job_procs, counts) -> None:  # type: ignore[no-untyped-def]
+    result = _run_tfrun_capped(*counts, "--", "true", env=job_procs.env())
+    _one_line_error(result, r"at most 10000 tasks")
+    assert job_procs.alive() == []
+
+
+def test_a_local_job_must_fit_the_process_limit(job_procs) -> None:  # type: ignore[no-untyped-def]
+    # Each task is an agent and its command: 60 tasks need 120 processes.
+    result = _run_tfrun_capped("-w", "60", "-s", "0", "--", "true", env=job_procs.env(), nproc=100)
+    _one_line_error(result, r"60 tasks.*RLIMIT_NPROC.*100")
+    assert job_procs.alive() == []
+

@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from tfmesos import wire
 from tfmesos.errors import SpecError, TFMesosError
-from tfmesos.spec import ClusterSpec, Job, parse_volume
+from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -332,6 +332,21 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         parser.error("no command given: put it after --")
     if args.nworker < 1:
         parser.error("-w must be at least 1: replica mode needs at least one worker (the chief)")
+    # Before anything is built per task: -w 10**20 must cost nothing.
+    if args.nworker + args.nserver > MAX_TASKS:
+        parser.error(
+            f"a job can have at most {MAX_TASKS} tasks in all, not {args.nworker + args.nserver} "
+            f"(-w {args.nworker} -s {args.nserver})"
+        )
+    args.backend = args.backend or (
+        "mesos" if args.master or os.environ.get("MESOS_MASTER") else "local"
+    )
+    if args.backend == "local":
+        from tfmesos.resources import local_task_limit
+
+        problem = local_task_limit(args.nworker + args.nserver)
+        if problem is not None:
+            parser.error(problem)
     try:
         cmd = _command(command)
         initializer, finalizer, env = _extra_config(args.extra_config)
@@ -359,9 +374,6 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         )
     except SpecError as exc:
         parser.error(str(exc))
-    args.backend = args.backend or (
-        "mesos" if args.master or os.environ.get("MESOS_MASTER") else "local"
-    )
     return args, spec
 
 

@@ -7,7 +7,18 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-__all__ = ["GpuAllocator", "MachineResources", "machine_resources"]
+__all__ = [
+    "MAX_LOCAL_TASKS",
+    "GpuAllocator",
+    "MachineResources",
+    "local_task_limit",
+    "machine_resources",
+]
+
+MAX_LOCAL_TASKS = 4096
+"""The most tasks the local backend runs in one job, whatever the machine's
+limits: each is an agent and a command, a port of the launcher's range, and
+two of its descriptors."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +97,37 @@ def _nvidia_smi_gpus() -> tuple[str, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     return tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
+
+
+def local_task_limit(tasks: int) -> str | None:
+    """Why this machine cannot run ``tasks`` tasks at once, or None: the
+    fixed cap, then this user's process limit (each task is an agent and its
+    command, beside tfrun and the fork server) and the descriptor limit the
+    launcher can raise itself to (two per task, and some to spare)."""
+    if tasks > MAX_LOCAL_TASKS:
+        return (
+            f"the local backend runs at most {MAX_LOCAL_TASKS} tasks in one job, not {tasks}: "
+            "use a Mesos cluster (-m) for more"
+        )
+    try:
+        import resource
+    except ImportError:  # not on a POSIX system
+        return None
+    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    processes = 2 * tasks + 2
+    if nproc != resource.RLIM_INFINITY and processes > nproc:
+        return (
+            f"{tasks} tasks need at least {processes} processes (an agent and a command "
+            f"each), more than this user's process limit (RLIMIT_NPROC, ulimit -u) of {nproc}"
+        )
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    descriptors = 2 * tasks + 64
+    if nofile != resource.RLIM_INFINITY and descriptors > nofile:
+        return (
+            f"{tasks} tasks need about {descriptors} open files in tfrun, more than this "
+            f"machine allows it (RLIMIT_NOFILE, ulimit -Hn) of {nofile}"
+        )
+    return None
 
 
 def machine_resources(*, gpus: bool = True) -> MachineResources:

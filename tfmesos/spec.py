@@ -21,6 +21,19 @@ __all__ = ["ClusterSpec", "Job", "TaskSpec", "Volume", "coerce_jobs", "parse_vol
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 REPLICA_JOBS = ("ps", "worker")
 
+MAX_TASKS = 10_000
+"""The most tasks one job may have, on any backend (the local backend has
+lower limits of its own: :func:`tfmesos.resources.local_task_limit`)."""
+MAX_COMMAND_LINE = 131071
+"""Linux takes at most 128 KiB, its terminating NUL included, in one argument
+(``MAX_ARG_STRLEN``): a shell command line is one, ``sh -c LINE``."""
+_EXEC_PREFIX = len("exec ")
+"""What the agent may put in front of a simple command (``exec_if_simple``)."""
+ADDRESS_ALLOWANCE = 64
+"""Bytes of the cluster message allowed for each task's address."""
+MESSAGE_ALLOWANCE = 1024
+"""Bytes of the cluster message allowed for its fixed fields and its proof."""
+
 
 def _number(value: object, what: str, *, minimum: float, allow_equal: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -187,6 +200,9 @@ class ClusterSpec:
             raise SpecError(f"job {duplicate!r} is defined twice")
         if not any(job.num > job.start for job in jobs):
             raise SpecError("the cluster has no task to run")
+        total = sum(job.num - job.start for job in jobs)
+        if total > MAX_TASKS:
+            raise SpecError(f"a job can have at most {MAX_TASKS} tasks in all, not {total}")
         if self.replica:
             for job in jobs:
                 if job.name not in REPLICA_JOBS:

@@ -30,7 +30,7 @@ from tfmesos.backends.forking import (
 )
 from tfmesos.errors import ResourceError
 from tfmesos.ports import PortAllocator
-from tfmesos.resources import GpuAllocator, machine_resources
+from tfmesos.resources import GpuAllocator, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["LocalBackend"]
@@ -80,6 +80,10 @@ class LocalBackend(Backend):
         return self.host
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:
+        if not self.chief_only:
+            problem = local_task_limit(len(tasks))
+            if problem is not None:
+                raise ResourceError(problem)
         wanted = sum(t.gpus for t in tasks)
         have = machine_resources(gpus=wanted > 0)
         self._gpus = GpuAllocator(have.gpus)
