@@ -273,3 +273,39 @@ def test_a_local_job_must_fit_the_process_limit(job_procs) -> None:  # type: ign
     _one_line_error(result, r"60 tasks.*RLIMIT_NPROC.*100")
     assert job_procs.alive() == []
 
+
+def test_a_log_dir_that_cannot_be_used_is_one_line_and_exit_2(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for log_dir in (a_file, a_file / "below", Path("/proc/tfmesos-cannot-be-made")):
+        result = run_tfrun(
+            "-w", "1", "-s", "0", "--log-dir", str(log_dir), "--", "true", env=job_procs.env()
+        )
+        _one_line_error(result, rf"--log-dir: cannot use {re.escape(str(log_dir))}: ")
+    assert job_procs.alive() == []
+
+
+def test_a_command_too_long_for_a_task_is_refused_before_start(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Linux takes at most 128 KiB in one argument: the shell's command line.
+    words = ["echo", "x" * 100_000, "y" * 100_000]
+    result = run_tfrun("-w", "1", "-s", "0", "--timeout", "60", "--", *words, env=job_procs.env())
+    _one_line_error(result, r"the command is 200\d\d\d bytes; .* at most 131066 bytes")
+    # The message each task receives (command, environment, initializer and
+    # finalizer, the cluster's addresses) must fit in one 1 MiB frame.
+    config = tmp_path / "extra.json"
+    config.write_text(json.dumps({"env": {f"BIG{i}": "x" * 100_000 for i in range(11)}}))
+    result = run_tfrun(
+        "-w",
+        "1",
+        "-s",
+        "0",
+        "--timeout",
+        "60",
+        "-e",
+        str(config),
+        "--",
+        "true",
+        env=job_procs.env(),
+    )
+    _one_line_error(result, r"1 MiB \(1048576 bytes\)")
+    assert job_procs.alive() == []

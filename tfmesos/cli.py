@@ -315,6 +315,22 @@ def _readable(path: str | None, flag: str) -> str | None:
     return os.path.abspath(path) if path else None
 
 
+def _log_dir(path: str | None) -> str | None:
+    """The log directory, made now if need be, so that one that cannot be
+    used is a usage error before anything starts."""
+    if path is None:
+        return None
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise SpecError(f"--log-dir: cannot use {path}: it is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"--log-dir: cannot use {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise SpecError(f"--log-dir: cannot use {path}: it is not writable")
+    return path
+
+
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     """Parse ``tfrun``'s arguments into the options and the job's spec.
 
@@ -372,6 +388,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             tls_cert=_readable(args.tls_cert, "--tls-cert"),
             tls_key=_readable(args.tls_key, "--tls-key"),
         )
+        args.log_dir = _log_dir(args.log_dir)
     except SpecError as exc:
         parser.error(str(exc))
     return args, spec

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from tfmesos import agent
+from tfmesos import agent, wire
 from tfmesos.backends.base import (
     Backend,
     BackendEvent,
@@ -302,6 +302,7 @@ class Launcher:
         for task in self._current.values():
             by_job.setdefault(task.spec.job_name, []).append((task.spec.index, task.addr))
         self.cluster_def = {job: [a for _, a in sorted(pairs)] for job, pairs in by_job.items()}
+        checked = False
         for task in self._current.values():
             assert task.connection is not None
             message: dict[str, object] = {
@@ -322,7 +323,19 @@ class Launcher:
                     "gpus": task.spec.gpus,
                 },
             }
-            task.connection.send(task.connection.seal(message))
+            sealed = task.connection.seal(message)
+            if not checked:
+                # The spec's check allowed for the addresses; this is the
+                # real message (the same size for every task, give or take).
+                size = len(wire.encode_json(sealed)) - 5
+                if size > wire.MAX_FRAME:
+                    raise ClusterStartError(
+                        f"the message each task receives would be {size} bytes, more than "
+                        f"the rendezvous's 1 MiB ({wire.MAX_FRAME} bytes): shorten the command "
+                        "or its environment"
+                    )
+                checked = True
+            task.connection.send(sealed)
             task.state = TaskState.RUNNING
         self._phase = Phase.RUNNING
         for target, url in sorted(self.targets.items()):

@@ -6,17 +6,27 @@ is built, so that bad input costs the user nothing but a clear message.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tfmesos import taskenv
+from tfmesos import taskenv, wire
 from tfmesos.errors import SpecError
 from tfmesos.mesos.roles import validate_role
 
-__all__ = ["ClusterSpec", "Job", "TaskSpec", "Volume", "coerce_jobs", "parse_volume"]
+__all__ = [
+    "MAX_COMMAND_LINE",
+    "MAX_TASKS",
+    "ClusterSpec",
+    "Job",
+    "TaskSpec",
+    "Volume",
+    "coerce_jobs",
+    "parse_volume",
+]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 REPLICA_JOBS = ("ps", "worker")
@@ -235,6 +245,40 @@ class ClusterSpec:
             raise SpecError(
                 "the Docker containerizer runs Docker images only: give --image "
                 "(or image=...), or drop -C DOCKER / containerizer_type='DOCKER'"
+            )
+
+        self._check_sizes()
+
+    def _check_sizes(self) -> None:
+        """What each task receives must fit the wire's frame and Linux's
+        limit on one argument; said before anything starts."""
+        commands = [("the command", job.cmd, _EXEC_PREFIX) for job in self.jobs if job.cmd]
+        commands += [
+            (f"the {name}", line, 0)
+            for name, line in (("initializer", self.initializer), ("finalizer", self.finalizer))
+            if line
+        ]
+        for what, line, prefix in commands:
+            size = len(line.encode("utf-8", "surrogateescape"))
+            if size + prefix > MAX_COMMAND_LINE:
+                raise SpecError(
+                    f"{what} is {size} bytes; a shell command line can be at most "
+                    f"{MAX_COMMAND_LINE - prefix} bytes (Linux's limit on one argument, "
+                    "MAX_ARG_STRLEN): pass large data in a file"
+                )
+        content = {
+            "cmd": max((job.cmd or "" for job in self.jobs), key=len),
+            "cwd": self.cwd,
+            "env": dict(self.env),
+            "extra_config": {"initializer": self.initializer, "finalizer": self.finalizer},
+        }
+        size = len(json.dumps(content, separators=(",", ":")))
+        tasks = sum(job.num - job.start for job in self.jobs)
+        if size + tasks * ADDRESS_ALLOWANCE + MESSAGE_ALLOWANCE > wire.MAX_FRAME:
+            raise SpecError(
+                f"the command, environment, initializer and finalizer take {size} bytes of the "
+                f"message each task receives, which with the addresses of the job's {tasks} "
+                f"tasks must fit in 1 MiB ({wire.MAX_FRAME} bytes): pass large data in a file"
             )
 
     def tasks(self) -> list[TaskSpec]:

@@ -28,7 +28,7 @@ from tfmesos.backends.forking import (
     ForkServerGone,
     exit_status,
 )
-from tfmesos.errors import ResourceError
+from tfmesos.errors import ResourceError, SpecError
 from tfmesos.ports import PortAllocator
 from tfmesos.resources import GpuAllocator, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
@@ -122,7 +122,12 @@ class LocalBackend(Backend):
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecError(
+                f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
+            ) from None
         _raise_open_file_limit()
         if self._use_fork_server:
             server = ForkServer()
