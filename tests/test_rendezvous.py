@@ -261,3 +261,44 @@ def test_a_flood_of_silent_connections_is_capped_and_real_tasks_still_get_in() -
         assert [type(e) for e in events][:2] == [Registered, Exited]
 
     asyncio.run(scenario())
+
+
+def test_a_flood_of_bad_proofs_is_said_once_with_a_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    from tfmesos import rendezvous
+
+    # Said at most every REFUSAL_LOG_INTERVAL; short here, so that the count
+    # comes soon.
+    monkeypatch.setattr(rendezvous, "REFUSAL_LOG_INTERVAL", 0.3, raising=False)
+    caplog.set_level("WARNING", logger="tfmesos.rendezvous")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "bad proof" in r.getMessage()]
+
+    def refusals_said() -> int:
+        counts = (re.search(r"refused (\d+) more", m) for m in said())
+        return sum(int(c.group(1)) if c else 1 for c in counts)
+
+    async def scenario() -> None:
+        server, events = await serve(set())
+
+        def flood() -> None:
+            for _ in range(200):
+                c = Client(server.port)
+                c.register("t1", secret=b"guess" * 8)
+                assert c.receive()["type"] == "reject"
+                c.sock.close()
+
+        await in_thread(flood)
+        deadline = time.monotonic() + 30
+        while refusals_said() < 200 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await server.close()
+        assert events == []
+
+    asyncio.run(scenario())
+    assert refusals_said() == 200, said()
+    assert len(said()) <= 10, said()

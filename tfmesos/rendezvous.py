@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,10 @@ RECEIVE_BUFFER = 1 << 18
 MAX_UNPROVEN = 1024
 """Connections allowed in their handshake at once: room for every task of a
 large job dialling in together, far below the launcher's descriptor limit."""
+REFUSAL_LOG_INTERVAL = 5.0
+"""Refusals of one kind are said at most once in this many seconds: the first
+at once, the rest as one count. Anyone who reaches the port can cause them,
+and must not be able to flood the user's terminal."""
 
 
 class Connection:
@@ -138,6 +143,11 @@ class RendezvousServer:
         self._handshake_timeout = handshake_timeout
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._said_at: dict[str, float] = {}
+        """When each kind of refusal was last said."""
+        self._unsaid: dict[str, tuple[int, str]] = {}
+        """Refusals of each kind not said yet: how many, and the latest peer."""
+        self._summaries: dict[str, asyncio.TimerHandle] = {}
         self.port = 0
 
     async def start(self, host: str, port: int = 0, tls: ssl.SSLContext | None = None) -> int:
@@ -156,6 +166,9 @@ class RendezvousServer:
         them."""
         if self._server is not None:
             self._server.close()
+        for kind in list(self._summaries):
+            self._summaries.pop(kind).cancel()
+            self._say_unsaid(kind)
         if linger > 0 and self._handlers:
             await asyncio.wait(list(self._handlers), timeout=linger)
         for handler in list(self._handlers):
@@ -228,12 +241,12 @@ class RendezvousServer:
         ):
             raise wire.FrameError("registration lacks task_id, nonce or addr")
         if register.get("version") != wire.PROTOCOL_VERSION:
-            logger.warning(
-                "rendezvous: refused a client at %s: it speaks protocol version %r, this "
-                "launcher %d (the task's tfmesos differs from tfrun's)",
+            self._refused(
+                "speaking another protocol version (the task's tfmesos differs from tfrun's)",
+                f"rendezvous: refused a client at {peer_name(writer)}: it speaks protocol "
+                f"version {register.get('version')!r}, this launcher {wire.PROTOCOL_VERSION} "
+                "(the task's tfmesos differs from tfrun's)",
                 peer_name(writer),
-                register.get("version"),
-                wire.PROTOCOL_VERSION,
             )
             reason = f"protocol version {wire.PROTOCOL_VERSION} expected: use tfrun's tfmesos"
             writer.write(wire.encode_json({"type": "reject", "reason": reason}))
@@ -243,16 +256,19 @@ class RendezvousServer:
         if register.get("type") != "register" or not wire.proof_matches(
             expected, register.get("proof")
         ):
-            logger.warning(
-                "rendezvous: refused a client at %s: bad proof of the job secret", peer_name(writer)
+            self._refused(
+                "with a bad proof of the job secret",
+                f"rendezvous: refused a client at {peer_name(writer)}: bad proof of the job secret",
+                peer_name(writer),
             )
             writer.write(wire.encode_json({"type": "reject", "reason": "authentication failed"}))
             await writer.drain()
             return None
         if not self._admit(task_id):
-            logger.warning(
-                "rendezvous: refused task id %r from %s: not expected now",
-                task_id,
+            self._refused(
+                "for a task not expected now",
+                f"rendezvous: refused task id {task_id!r} from {peer_name(writer)}: "
+                "not expected now",
                 peer_name(writer),
             )
             writer.write(wire.encode_json({"type": "reject", "reason": "task not expected"}))
@@ -276,6 +292,40 @@ class RendezvousServer:
                 self._dispatch(task_id, kind, payload)
             if self._flow is not None:
                 await self._flow(task_id)
+
+    def _refused(self, kind: str, message: str, peer: str) -> None:
+        """Say a refusal: at once if none of its kind was said lately, else
+        counted, and the count said once ``REFUSAL_LOG_INTERVAL`` is up."""
+        now = time.monotonic()
+        said_at = self._said_at.get(kind)
+        if kind not in self._unsaid and (said_at is None or now - said_at >= REFUSAL_LOG_INTERVAL):
+            logger.warning("%s", message)
+            self._said_at[kind] = now
+            return
+        count, _ = self._unsaid.get(kind, (0, peer))
+        self._unsaid[kind] = (count + 1, peer)
+        if kind not in self._summaries:
+            delay = max(0.0, (said_at or now) + REFUSAL_LOG_INTERVAL - now)
+            self._summaries[kind] = asyncio.get_running_loop().call_later(
+                delay, self._summary_due, kind
+            )
+
+    def _summary_due(self, kind: str) -> None:
+        self._summaries.pop(kind, None)
+        self._say_unsaid(kind)
+
+    def _say_unsaid(self, kind: str) -> None:
+        count, peer = self._unsaid.pop(kind, (0, ""))
+        if count:
+            logger.warning(
+                "rendezvous: refused %d more %s %s in the last %gs (the latest from %s)",
+                count,
+                "client" if count == 1 else "clients",
+                kind,
+                REFUSAL_LOG_INTERVAL,
+                peer,
+            )
+            self._said_at[kind] = time.monotonic()
 
     async def _first_message(
         self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder
