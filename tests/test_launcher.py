@@ -147,3 +147,17 @@ def test_a_backend_failure_while_stopping_does_not_replace_the_verdict() -> None
         launcher._handle(BackendFailed("master lost"))
     launcher._phase = Phase.STOPPING
     launcher._handle(BackendFailed("master lost"))  # logged; teardown goes on
+
+
+def test_the_relaunch_warning_is_not_glued_to_the_tasks_output(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    job = spec()
+    backend = FlakyBackend(job, "worker:1", failures=1)
+    caplog.set_level("WARNING", logger="tfmesos")
+    asyncio.run(run_job(Launcher(job, backend, output=io.BytesIO())))
+    warnings = [r.getMessage() for r in caplog.records if "relaunching" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    first, *tail = warnings[0].splitlines()
+    assert "before the cluster was up; relaunching it (attempt 2 of 3)" in first, warnings[0]
+    assert tail and all(line.startswith("  | ") for line in tail), warnings[0]

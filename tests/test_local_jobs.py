@@ -408,7 +408,9 @@ def _start_long_job(job_procs: JobProcesses) -> subprocess.Popen[str]:
     return proc
 
 
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
+)
 def test_a_signal_stops_every_task(job_procs: JobProcesses, signum: int, status: int) -> None:
     proc = _start_long_job(job_procs)
     assert len(job_procs.alive(exclude=proc.pid)) == 7  # 3 agents, 3 commands, the fork server
@@ -655,3 +657,56 @@ def test_the_fork_server_killed_outright_takes_its_agents_with_it(
     assert proc.returncode != 0
     assert "the agents' fork server exited" in err, err
     assert job_procs.wait_gone(5) == []
+
+
+def _wait_for(condition, what: str, timeout: float = 30):  # type: ignore[no-untyped-def]
+    """Poll ``condition`` until it returns something true; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.05)
+
+
+def _agents_with_tree(job_procs: JobProcesses, exclude: int, below: int) -> list[psutil.Process]:
+    """The job's agents, once one has ``below`` live processes under it."""
+    agents = [p for p in job_procs.alive(exclude=exclude) if is_agent(p)]
+    try:
+        if agents and len(agents[0].children(recursive=True)) >= below:
+            return agents
+    except psutil.Error:
+        pass
+    return []
+
+
+
+def test_a_task_killed_by_a_signal_says_so(job_procs: JobProcesses) -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    result = run_tfrun("-w", "1", "-s", "0", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 139, result.stderr
+    assert "task worker:0 on 127.0.0.1 killed by SIGSEGV" in result.stderr, result.stderr
+    assert "status 139" not in result.stderr
+
+
+def test_an_agent_stopped_by_sigterm_says_so(job_procs: JobProcesses) -> None:
+    proc, _ = start_tfrun(
+        "-w", "1", "-s", "0", "--", *py("import time; time.sleep(1000)"), env=job_procs.env()
+    )
+    agents = _wait_for(lambda: _agents_with_tree(job_procs, proc.pid, 1), "the command up")
+    agents[0].terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "task worker:0 on 127.0.0.1 killed by SIGTERM" in err, err
+    assert "status 143" not in err, err
+    assert job_procs.wait_gone(10) == []
+
+
+def test_sighup_stops_every_task_like_sigterm(job_procs: JobProcesses) -> None:
+    proc = _start_long_job(job_procs)
+    proc.send_signal(signal.SIGHUP)  # the terminal closed
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 129, err
+    assert "SIGHUP received: stopping every task" in err, err
+    assert job_procs.wait_gone(10) == []

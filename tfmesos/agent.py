@@ -209,6 +209,8 @@ class Agent:
         """The launcher said stop, or went away."""
         """Messages that came in the same read as the cluster definition."""
         self.signal_received: int | None = None
+        self.last_signal: int | None = None
+        """The signal that killed the last command run, if one did."""
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_w, False)
         self.channel: Channel | None = None
@@ -453,6 +455,7 @@ class Agent:
         # process group can take its number, so finish() can signal what is
         # left in the group without hitting a stranger.
         self._children.append(proc)
+        self.last_signal = -returncode if returncode < 0 else None
         return 128 - returncode if returncode < 0 else returncode
 
     def finish(self) -> None:
@@ -495,8 +498,16 @@ class Agent:
             except OSError:
                 self.channel.closed = True
 
-    def report_exit(self, code: int) -> None:
-        self._send_json({"type": "exit", "code": code})
+    def report_exit(self, code: int, killed_by: int | None = None) -> None:
+        """Tell the launcher how the task ended: its status, the signal that
+        killed its command if one did, and the signal this agent was sent if
+        it was (someone stopped the task on its host)."""
+        message: dict[str, Any] = {"type": "exit", "code": code}
+        if killed_by is not None:
+            message["signal"] = killed_by
+        if self.signal_received is not None:
+            message["agent_signal"] = self.signal_received
+        self._send_json(message)
         if self.channel is not None and not self.channel.closed:
             with contextlib.suppress(OSError):
                 self.channel.sock.shutdown(socket.SHUT_WR)
@@ -732,15 +743,18 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
         cwd = None
     extra = message.get("extra_config") or {}
     code = 0
+    killed_by: int | None = None
     try:
         initializer = extra.get("initializer")
         if initializer:
             code = agent.run_child(str(initializer), env, cwd)
+            killed_by = agent.last_signal
             if code != 0:
                 agent.note(f"initializer exited with status {code}; the command was not run")
         if code == 0:
             server_mode = message.get("cmd") is None
             code = agent.run_child(argv, env, cwd, ready_port=config.port if server_mode else None)
+            killed_by = agent.last_signal
         finalizer = extra.get("finalizer")
         if finalizer:
             final_code = agent.run_child(str(finalizer), env, cwd)
@@ -748,7 +762,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
                 agent.note(f"finalizer exited with status {final_code}")
     finally:
         agent.finish()
-    agent.report_exit(code)
+    agent.report_exit(code, killed_by)
     return code
 
 

@@ -34,7 +34,8 @@ placeholders in the command, filled in for each task:
   and TFMESOS_DISTRIBUTED=1.
 
 exit status: 0 when every worker exited 0; the failing task's status (or 1)
-when a task failed; 2 for bad usage; 130 on Ctrl-C, 143 on SIGTERM.
+when a task failed; 2 for bad usage; 130 on Ctrl-C, 143 on SIGTERM, 129 on
+SIGHUP (the terminal closed).
 
 example:
   tfrun -w 2 -s 1 -- python examples/mnist/mnist_replica.py \\

@@ -44,9 +44,11 @@ class TaskFailure:
     output_tail: tuple[str, ...] = field(default=())
     """The last lines the task printed, oldest first."""
 
-    def describe(self) -> str:
+    def describe(self, context: str = "") -> str:
+        """What happened, then ``context`` (what the launcher does about it),
+        then the task's last output on lines of their own."""
         where = f" on {self.host}" if self.host else ""
-        text = f"task {self.task}{where} {self.reason}"
+        text = f"task {self.task}{where} {self.reason}{context}"
         if self.output_tail:
             lines = "\n".join(f"  | {line}" for line in self.output_tail)
             text += f"; its last output:\n{lines}"

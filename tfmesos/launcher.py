@@ -17,6 +17,7 @@ import asyncio
 import enum
 import logging
 import os
+import signal
 import ssl
 import sys
 import time
@@ -405,7 +406,7 @@ class Launcher:
         elif isinstance(event, Ready):
             task.ready = True
         elif isinstance(event, Exited):
-            self._over(task, event.code, f"exited with status {event.code}")
+            self._over(task, event.code, _describe_exit(event))
         elif isinstance(event, Disconnected):
             task.disconnected = True
             task.disconnected_at = time.monotonic()
@@ -514,10 +515,11 @@ class Launcher:
                     failure,
                 )
             logger.warning(
-                "%s before the cluster was up; relaunching it (attempt %d of %d)",
-                failure.describe(),
-                task.attempt + 1,
-                MAX_ATTEMPTS,
+                "%s",
+                failure.describe(
+                    f" before the cluster was up; relaunching it "
+                    f"(attempt {task.attempt + 1} of {MAX_ATTEMPTS})"
+                ),
             )
             self._relaunch.append((task.spec, task.attempt + 1))
             return
@@ -580,6 +582,25 @@ class Launcher:
 
 
 KILL_WAIT = agent.STOP_GRACE + 3.0
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _describe_exit(exited: Exited) -> str:
+    """How a task ended, as its agent reported it: a command killed by a
+    signal says which, not the shell's 128+N."""
+    if exited.signal is not None:
+        reason = f"killed by {_signal_name(exited.signal)}"
+    else:
+        reason = f"exited with status {exited.code}"
+    if exited.agent_signal is not None:
+        reason += f" (its agent was sent {_signal_name(exited.agent_signal)})"
+    return reason
 
 
 def _describe_end(ended: TaskEnded) -> str:

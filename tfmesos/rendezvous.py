@@ -94,6 +94,10 @@ class Output:
 class Exited:
     task_id: str
     code: int
+    signal: int | None = None
+    """The signal that killed the task's command, if one did."""
+    agent_signal: int | None = None
+    """The signal the task's agent was sent, if it was."""
 
 
 @dataclass(frozen=True)
@@ -348,7 +352,15 @@ class RendezvousServer:
             return
         message = wire.parse_json(payload)
         if message["type"] == "exit" and isinstance(message.get("code"), int):
-            self._sink(Exited(task_id, message["code"]))
+            killed_by, agent_signal = message.get("signal"), message.get("agent_signal")
+            self._sink(
+                Exited(
+                    task_id,
+                    message["code"],
+                    killed_by if isinstance(killed_by, int) else None,
+                    agent_signal if isinstance(agent_signal, int) else None,
+                )
+            )
         elif message["type"] == "ready":
             self._sink(Ready(task_id))
         else:

@@ -75,7 +75,8 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
                 logger.warning("%s received: stopping every task", name)
                 main.cancel()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    # SIGHUP: the terminal closed; the tasks must not outlive it either.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(signum, on_signal, signum)
     status = 0
     verdict = ""
