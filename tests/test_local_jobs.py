@@ -710,3 +710,22 @@ def test_sighup_stops_every_task_like_sigterm(job_procs: JobProcesses) -> None:
     assert proc.returncode == 129, err
     assert "SIGHUP received: stopping every task" in err, err
     assert job_procs.wait_gone(10) == []
+
+
+def test_what_leaves_the_tasks_group_ends_with_the_task(job_procs: JobProcesses) -> None:
+    # Helpers that leave the command's process group (setsid, setpgid, a
+    # daemonising shell), one of them ignoring SIGTERM, each up before the
+    # command exits.
+    helper = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    code = (
+        "import subprocess, sys\n"
+        f"helper = {helper!r}\n"
+        "for leave in ('os.setsid()', 'os.setpgid(0, 0)'):\n"
+        "    p = subprocess.Popen([sys.executable, '-c', helper + leave + "
+        "\"; print('up', flush=True); time.sleep(1000)\"], stdout=subprocess.PIPE)\n"
+        "    assert p.stdout.readline() == b'up\\n'\n"
+        "subprocess.run(['sh', '-c', 'setsid sleep 1000 >/dev/null 2>&1 &'])\n"
+    )
+    result = run_tfrun("-w", "1", "-s", "0", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    assert job_procs.wait_gone(10) == [], "a helper that left the task's group outlived it"

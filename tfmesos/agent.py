@@ -53,8 +53,8 @@ HANDSHAKE_TIMEOUT = 30.0
 STOP_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL for the child's process group."""
 LEFTOVER_GRACE = 2.0
-"""When the agent is done, how long what its commands left in their process
-groups gets between SIGTERM and SIGKILL."""
+"""When the agent is done, how long what its commands left running below it
+gets between SIGTERM and SIGKILL."""
 READ_SIZE = 1 << 16
 SEND_BUFFER = 1 << 18
 # A line longer than this is sent in pieces rather than held back.
@@ -459,10 +459,13 @@ class Agent:
         return 128 - returncode if returncode < 0 else returncode
 
     def finish(self) -> None:
-        """End what the commands left running in their process groups (a
-        background helper, say), and reap the commands. An initializer's
-        helpers thus live until the command and the finalizer are done."""
-        _end_groups([proc.pid for proc in self._children])
+        """End whatever the commands left running below this agent (a
+        background helper, say, even one that left their process group or
+        session with ``setsid``: the agent is their subreaper), and reap the
+        commands. An initializer's helpers thus live until the command and
+        the finalizer are done."""
+        if not _end_descendants():
+            _end_groups([proc.pid for proc in self._children])
         for proc in self._children:
             proc.wait()
         self._children.clear()
@@ -544,6 +547,41 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def _live_descendants() -> list[int]:
+    """The processes below this agent that have not exited (zombies, such as
+    the commands it has not reaped yet, do not count)."""
+    return [p.pid for p in procfs.descendants(os.getpid()) if p.state not in ("Z", "X")]
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _end_descendants() -> bool:
+    """End every process below this agent, whatever group or session it is
+    in: SIGTERM (and SIGCONT, so that a stopped one sees it), one shared
+    moment to exit, then SIGKILL until none is left. Say whether it could:
+    where the kernel does not list children, nothing was done."""
+    try:
+        live = _live_descendants()
+    except OSError:
+        return False
+    for pid in live:
+        _signal_pid(pid, signal.SIGTERM)
+        _signal_pid(pid, signal.SIGCONT)
+    deadline = time.monotonic() + LEFTOVER_GRACE
+    while live and time.monotonic() < deadline:
+        time.sleep(0.02)
+        live = _live_descendants()
+    while live:  # what ignored SIGTERM, and anything forked meanwhile
+        for pid in live:
+            _signal_pid(pid, signal.SIGKILL)
+        time.sleep(0.01)
+        live = _live_descendants()
     return True
 
 
