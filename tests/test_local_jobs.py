@@ -681,6 +681,57 @@ def _agents_with_tree(job_procs: JobProcesses, exclude: int, below: int) -> list
     return []
 
 
+# A shell line (not exec'ed: the shell stays) whose sleeper is the shell's
+# child; and an exec'ed command that forks ordinary children and one that
+# leaves its session.
+BEHIND_A_SHELL = f"{PY} -c 'import time; time.sleep(1000)'; echo after"
+FORKS_CHILDREN = (
+    "import subprocess, sys, time\n"
+    "subprocess.Popen(['sleep', '1000'])\n"
+    "subprocess.Popen([sys.executable, '-c', 'import os, time; os.setsid(); time.sleep(1000)'])\n"
+    "time.sleep(1000)\n"
+)
+
+
+@pytest.mark.parametrize("fork_server", [True, False], ids=["forked-agents", "agent-interpreters"])
+@pytest.mark.parametrize(
+    ("command", "below"),
+    [([BEHIND_A_SHELL], 2), (py(FORKS_CHILDREN), 3)],
+    ids=["behind-a-shell", "forks-children"],
+)
+def test_an_agent_killed_outright_leaves_nothing_its_command_started(
+    job_procs: JobProcesses, fork_server: bool, command: list[str], below: int
+) -> None:
+    env = job_procs.env() if fork_server else job_procs.env(TFMESOS_NO_FORK_SERVER="1")
+    proc, _ = start_tfrun("-w", "1", "-s", "0", "--", *command, env=env)
+    agents = _wait_for(
+        lambda: _agents_with_tree(job_procs, proc.pid, below), "the command's processes up"
+    )
+    agents[0].kill()  # as the OOM killer would
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 137, err
+    assert "task worker:0 on 127.0.0.1 killed by SIGKILL" in err, err
+    assert job_procs.wait_gone(10) == [], "processes of a task outlived its agent"
+
+
+def test_what_leaves_the_tasks_group_ends_with_the_task(job_procs: JobProcesses) -> None:
+    # Helpers that leave the command's process group (setsid, setpgid, a
+    # daemonising shell), one of them ignoring SIGTERM, each up before the
+    # command exits.
+    helper = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    code = (
+        "import subprocess, sys\n"
+        f"helper = {helper!r}\n"
+        "for leave in ('os.setsid()', 'os.setpgid(0, 0)'):\n"
+        "    p = subprocess.Popen([sys.executable, '-c', helper + leave + "
+        "\"; print('up', flush=True); time.sleep(1000)\"], stdout=subprocess.PIPE)\n"
+        "    assert p.stdout.readline() == b'up\\n'\n"
+        "subprocess.run(['sh', '-c', 'setsid sleep 1000 >/dev/null 2>&1 &'])\n"
+    )
+    result = run_tfrun("-w", "1", "-s", "0", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    assert job_procs.wait_gone(10) == [], "a helper that left the task's group outlived it"
+
 
 def test_a_task_killed_by_a_signal_says_so(job_procs: JobProcesses) -> None:
     code = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
@@ -710,22 +761,3 @@ def test_sighup_stops_every_task_like_sigterm(job_procs: JobProcesses) -> None:
     assert proc.returncode == 129, err
     assert "SIGHUP received: stopping every task" in err, err
     assert job_procs.wait_gone(10) == []
-
-
-def test_what_leaves_the_tasks_group_ends_with_the_task(job_procs: JobProcesses) -> None:
-    # Helpers that leave the command's process group (setsid, setpgid, a
-    # daemonising shell), one of them ignoring SIGTERM, each up before the
-    # command exits.
-    helper = "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-    code = (
-        "import subprocess, sys\n"
-        f"helper = {helper!r}\n"
-        "for leave in ('os.setsid()', 'os.setpgid(0, 0)'):\n"
-        "    p = subprocess.Popen([sys.executable, '-c', helper + leave + "
-        "\"; print('up', flush=True); time.sleep(1000)\"], stdout=subprocess.PIPE)\n"
-        "    assert p.stdout.readline() == b'up\\n'\n"
-        "subprocess.run(['sh', '-c', 'setsid sleep 1000 >/dev/null 2>&1 &'])\n"
-    )
-    result = run_tfrun("-w", "1", "-s", "0", "--", *py(code), env=job_procs.env())
-    assert result.returncode == 0, result.stderr
-    assert job_procs.wait_gone(10) == [], "a helper that left the task's group outlived it"

@@ -22,6 +22,10 @@ its own, stdin from /dev/null, stdout and stderr to the task's log, the
 task's environment, and signalled when its parent dies (the server, which is
 itself signalled when the launcher dies). The server ends when its stdin
 closes.
+
+The server is the subreaper of its agents' trees: an agent killed outright
+(the OOM killer, ``kill -9``) leaves what its commands started to the server,
+which kills all of it at once, whatever process group or session it is in.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import sys
 import traceback
 from typing import Any
 
-from tfmesos import agent
+from tfmesos import agent, procfs
 
 __all__ = ["main"]
 
@@ -48,6 +52,7 @@ def main(launcher_pid: int) -> int:
     except agent.AgentError:
         return 1
     _name_process(b"tfmesos-forks")
+    agent._become_subreaper()
     wakeup_r, wakeup_w = os.pipe()
     os.set_blocking(wakeup_r, False)
     os.set_blocking(wakeup_w, False)
@@ -58,11 +63,13 @@ def main(launcher_pid: int) -> int:
     selector.register(wakeup_r, selectors.EVENT_READ, "children")
     _reply({"ready": os.getpid()})
     pending = b""
+    agents: set[int] = set()
     while True:
         for key, _ in selector.select():
             if key.data == "children":
                 _drain(wakeup_r)
-                _reap()
+                _reap(agents)
+                _end_orphans(agents)
                 continue
             data = os.read(0, 1 << 16)
             if not data:  # the launcher closed us: what is left gets SIGTERM
@@ -71,10 +78,12 @@ def main(launcher_pid: int) -> int:
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 if line.strip():
-                    _start(json.loads(line), (wakeup_r, wakeup_w))
+                    pid = _start(json.loads(line), (wakeup_r, wakeup_w))
+                    if pid is not None:
+                        agents.add(pid)
 
 
-def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> None:
+def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> int | None:
     task_id = str(request["task_id"])
     env = {str(k): str(v) for k, v in request["env"].items()}
     env[agent.ENV_PARENT_PID] = str(os.getpid())  # the child's parent is this server
@@ -82,7 +91,7 @@ def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> None:
         pid = os.fork()
     except OSError as exc:
         _reply({"failed": task_id, "error": str(exc)})
-        return
+        return None
     if pid == 0:
         _become_agent(request, env)  # never returns
     # Also here, as shells do, so that the group exists before the launcher
@@ -90,6 +99,7 @@ def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> None:
     with contextlib.suppress(OSError):  # it has exec'ed or exited meanwhile
         os.setpgid(pid, pid)
     _reply({"started": task_id, "pid": pid})
+    return pid
 
 
 def _become_agent(request: dict[str, Any], env: dict[str, str]) -> None:
@@ -143,7 +153,7 @@ def _close_inherited() -> None:
                 os.close(fd)
 
 
-def _reap() -> None:
+def _reap(agents: set[int]) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -151,7 +161,28 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-        _reply({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+        if pid in agents:  # not an orphan of a dead agent's
+            agents.discard(pid)
+            _reply({"exited": pid, "status": os.waitstatus_to_exitcode(status)})
+
+
+def _end_orphans(agents: set[int]) -> None:
+    """Kill every child of this server that is not one of its agents, with
+    all below it: what the commands of an agent that died outright started
+    (the agent's death handed them here, before it woke us). Anything one of
+    them forks meanwhile comes here in turn when its parent dies."""
+    try:
+        orphans = [pid for pid in procfs.children(os.getpid()) if pid not in agents]
+    except OSError:  # no /proc: the launcher looks for them by their task id
+        return
+    for orphan in orphans:
+        try:
+            below = [p.pid for p in procfs.descendants(orphan)]
+        except OSError:
+            below = []
+        for pid in [orphan, *below]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _reply(message: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-__all__ = ["ProcessStat", "descendants", "processes", "stat_of"]
+__all__ = ["ProcessStat", "children", "descendants", "processes", "stat_of", "with_environment"]
 
 
 class ProcessStat(NamedTuple):
@@ -35,6 +35,40 @@ def stat_of(pid: int) -> ProcessStat | None:
         return ProcessStat(pid, fields[0].decode(), int(fields[2]), int(fields[3]))
     except (OSError, IndexError, ValueError):
         return None
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children, from ``/proc/PID/task/TID/children``.
+    Raises OSError where the kernel does not list children."""
+    found: list[int] = []
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as listed:
+                found.extend(map(int, listed.read().split()))
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{thread}"):
+                continue  # the thread ended meanwhile
+            raise
+    return found
+
+
+def with_environment(name: str, value: str) -> list[int]:
+    """The pids of the processes whose environment, as they started with it,
+    holds ``name=value``: those this process may read (its user's). Raises
+    OSError where there is no /proc."""
+    needle = b"\0" + f"{name}={value}".encode() + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                data = environ.read()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if needle in b"\0" + data + b"\0":
+            found.append(int(entry))
+    return found
 
 
 def descendants(pid: int) -> Iterator[ProcessStat]:

@@ -3,6 +3,11 @@
 Each agent runs in a process group of its own, so a signal to that group reaches
 only that task; the agent puts the user's command in a group of its own, and
 both are bound to their parent's life (see :mod:`tfmesos.agent`).
+
+An agent killed outright cannot end what its commands started: its death
+hands those processes to the fork server (a subreaper), which kills them, and
+the backend kills what is left in the agent's group and every process that
+carries the task's id in its environment.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos import agent
+from tfmesos import agent, procfs
 from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
 from tfmesos.backends.forking import (
     OWN_PROCESS_GROUP,
@@ -43,6 +48,9 @@ KILL_GRACE = agent.STOP_GRACE + 2.0
 """Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
 its child, plus a margin for it to report."""
 GPU_RELEASE_WAIT = KILL_GRACE + 5.0
+END_ROUNDS = 500
+"""At most this many sweeps for the processes of an agent killed outright
+(each kills what it finds; a process stuck in the kernel may take a few)."""
 """How long a relaunch waits for an earlier attempt of its task to give back its GPUs."""
 
 
@@ -216,6 +224,12 @@ class LocalBackend(Backend):
 
     async def _wait(self, task_id: str, running: AgentProcess, port: int, gpus: list[str]) -> None:
         code = await asyncio.shield(running.exited)
+        # A command forked but not yet in a group of its own is still in
+        # the agent's.
+        _signal_group(running.pid, signal.SIGKILL)
+        if code < 0:
+            # Killed outright: it could not end what its commands started.
+            await asyncio.to_thread(_end_task_processes, task_id)
         self._ports.release(port)
         if self._gpus is not None:
             self._gpus.release(gpus)
@@ -291,6 +305,26 @@ def _raise_open_file_limit() -> None:
     if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _end_task_processes(task_id: str) -> None:
+    """Kill every process that carries ``task_id`` in its environment (the
+    agent hands it to its commands, and they to theirs), until none is left:
+    what the commands of an agent that died outright started, in whatever
+    process group or session. One that cleared its environment escapes this;
+    the fork server, their subreaper, still gets it."""
+    for _ in range(END_ROUNDS):
+        try:
+            found = procfs.with_environment(agent.ENV_TASK_ID, task_id)
+        except OSError:  # no /proc
+            return
+        found = [pid for pid in found if pid != os.getpid()]
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)  # a killed process leaves /proc's list once it is a zombie
 
 
 def _signal_group(pgid: int, sig: int) -> None:
