@@ -529,3 +529,25 @@ def test_a_refused_subscribe_is_a_scheduler_error() -> None:
             await within(client.run())
 
     run(scenario())
+
+
+def test_an_error_event_ends_the_client_without_resubscribing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # src/master/master.cpp: a framework the master refuses (root without
+    # --root_submissions, a removed framework) gets one ERROR and the stream
+    # ends; the scheduler library tells the framework, which must not retry.
+    async def scenario() -> None:
+        refused = stream()
+        transport = FakeTransport([refused, stream("stream-2")])
+        client = make_client(transport)
+        runner = asyncio.create_task(client.run())
+        refused.send({"type": "ERROR", "error": {"message": "User 'root' is not allowed"}})
+        refused.end()
+        await within(runner)
+        assert len(transport.subscribes) == 1
+        await client.close(teardown=True)
+
+    with caplog.at_level(logging.INFO, logger="tfmesos"):
+        run(scenario())
+    assert not [r for r in caplog.records if "re-subscribing" in r.getMessage()]

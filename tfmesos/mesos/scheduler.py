@@ -147,6 +147,8 @@ class SchedulerClient:
         self._stopped: str | None = None
         """Why :meth:`run` ended other than by :meth:`close`, once it has."""
         self._closing = False
+        self._removed = False
+        """The master sent ERROR: the framework is gone for good."""
         self._tearing_down = False
         self.last_error = ""
         """Why the last attempt to subscribe or stay subscribed failed."""
@@ -242,8 +244,10 @@ class SchedulerClient:
                 except _MalformedStream as exc:
                     reason = str(exc)
                     malformed = True
-                if self._closing or self._tearing_down:
-                    return  # the master ends the stream on TEARDOWN, as asked
+                if self._closing or self._tearing_down or self._removed:
+                    # The master ends the stream on TEARDOWN, as asked, and
+                    # after an ERROR, which the backend has been told of.
+                    return
                 now = asyncio.get_running_loop().time()
                 # A stream that turned unreadable right after SUBSCRIBED was no
                 # working subscription: the budget keeps running, so that a
@@ -379,6 +383,11 @@ class SchedulerClient:
             self._ever_subscribed = True
             self._unsubscribed.clear()
             self.subscribed.set()
+        elif kind == "ERROR":
+            # The master has removed the framework (or refused it: root
+            # without --root_submissions, src/master/master.cpp); it ends the
+            # stream after this event, and re-subscribing cannot help.
+            self._removed = True
         self._on_event(event)
 
     # -- calls -----------------------------------------------------------
