@@ -40,6 +40,11 @@ __all__ = ["AgentConfig", "main"]
 ENV_LAUNCHER = "TFMESOS_LAUNCHER"
 ENV_TASK_ID = "TFMESOS_TASK_ID"
 ENV_SECRET = "TFMESOS_SECRET"
+ENV_SECRET_FD = "TFMESOS_SECRET_FD"
+"""A descriptor the agent inherits, open on a pipe that holds the secret in
+hex: the local backend's way to hand it over outside the environment, which
+any process of the same user can read in /proc/PID/environ. The agent reads it
+and closes it before it runs any command."""
 ENV_HOST = "TFMESOS_HOST"
 ENV_PORT = "TFMESOS_PORT"
 ENV_PARENT_PID = "TFMESOS_PARENT_PID"
@@ -102,7 +107,7 @@ class AgentConfig:
         try:
             launcher = environ[ENV_LAUNCHER]
             task_id = environ[ENV_TASK_ID]
-            secret = environ.pop(ENV_SECRET)
+            secret = _read_secret(environ)
             port = int(environ[ENV_PORT])
         except KeyError as exc:
             raise AgentError(f"{exc.args[0]} is not set: start the agent through tfmesos") from None
@@ -129,6 +134,35 @@ class AgentConfig:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def _read_secret(environ: dict[str, str]) -> str:
+    """The job's secret, from the descriptor ``ENV_SECRET_FD`` names (read to
+    its end and closed) or else from ``ENV_SECRET``; removed from ``environ``
+    either way, so that the user's command never inherits it."""
+    secret = environ.pop(ENV_SECRET, None)
+    fd_text = environ.pop(ENV_SECRET_FD, None)
+    if fd_text is not None:
+        try:
+            fd = int(fd_text)
+        except ValueError:
+            raise AgentError(f"{ENV_SECRET_FD} must be a descriptor number") from None
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except OSError as exc:
+            raise AgentError(f"cannot read the job's secret from descriptor {fd}: {exc}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        secret = b"".join(chunks).decode("ascii", "replace").strip()
+    if secret is None:
+        raise KeyError(ENV_SECRET)
+    return secret
 
 
 def _become_subreaper() -> None:
@@ -763,7 +797,15 @@ def exec_if_simple(command: str) -> str:
 
 # The agent's own settings are no business of the command; the task id stays,
 # so that a process can always be traced back to its task.
-_AGENT_ONLY = (ENV_LAUNCHER, ENV_SECRET, ENV_HOST, ENV_PORT, ENV_PARENT_PID, ENV_TLS_CERT)
+_AGENT_ONLY = (
+    ENV_LAUNCHER,
+    ENV_SECRET,
+    ENV_SECRET_FD,
+    ENV_HOST,
+    ENV_PORT,
+    ENV_PARENT_PID,
+    ENV_TLS_CERT,
+)
 
 
 def run(config: AgentConfig, environ: dict[str, str]) -> int:

@@ -204,21 +204,42 @@ class LocalBackend(Backend):
                 )
             except ForkServerGone as exc:
                 logger.warning("%s; agents now start as new interpreters", exc)
-        with open(self.task_log(task_id), "ab") as log:
-            proc = subprocess.Popen(
-                self.agent_command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.spec.cwd,
-                # A process group of its own, so that a signal for the task
-                # reaches only it and Ctrl-C at the terminal reaches only the
-                # launcher; not a session of its own: on kernels that group
-                # scheduling by session (autogroup), that would change how the
-                # CPU is shared between tasks from a hand launch's.
-                **OWN_PROCESS_GROUP,
-            )
+        # The secret goes down a pipe the agent inherits, reads and closes
+        # before it runs anything: in its environment, its commands could
+        # read it in /proc/PID/environ (the environment a process started
+        # with, whatever it removes since). A forked agent gets it through
+        # the fork server's pipe, and its initial environment is the server's.
+        env = dict(env)
+        secret = env.pop(agent.ENV_SECRET, None)
+        pass_fds: tuple[int, ...] = ()
+        if secret is not None:
+            read_end, write_end = os.pipe()
+            try:
+                os.write(write_end, secret.encode())  # 64 bytes: far below a pipe's buffer
+            finally:
+                os.close(write_end)
+            env[agent.ENV_SECRET_FD] = str(read_end)
+            pass_fds = (read_end,)
+        try:
+            with open(self.task_log(task_id), "ab") as log:
+                proc = subprocess.Popen(
+                    self.agent_command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=self.spec.cwd,
+                    pass_fds=pass_fds,
+                    # A process group of its own, so that a signal for the task
+                    # reaches only it and Ctrl-C at the terminal reaches only the
+                    # launcher; not a session of its own: on kernels that group
+                    # scheduling by session (autogroup), that would change how the
+                    # CPU is shared between tasks from a hand launch's.
+                    **OWN_PROCESS_GROUP,
+                )
+        finally:
+            for fd in pass_fds:
+                os.close(fd)
         exited = asyncio.ensure_future(exit_status(proc))
         return AgentProcess(proc.pid, exited)
 
