@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from tfmesos.testing.master.allocator import Allocator
-from tfmesos.testing.master.executor import Reaper, TaskRunner, check_isolation
+from tfmesos.testing.master.containerizer import check_isolation
+from tfmesos.testing.master.executor import Reaper, TaskRunner
 from tfmesos.testing.master.faults import Faults
 from tfmesos.testing.master.http import HttpApi
 from tfmesos.testing.master.inspection import Inspector
