@@ -51,7 +51,8 @@ def test_help_documents_every_flag() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-s", "1", "--", "true"], "the following arguments are required: -w"),
+        (["-s", "1", "--", "true"], "-w is required"),
+        (["--", "true"], "-w and -s are required"),
         (["-w", "x", "-s", "1", "--", "true"], "argument -w/--nworker: invalid"),
         (["-w", "1", "-s", "-1", "--", "true"], "must not be negative"),
         (["-w", "1", "-s", "0", "-Cw", "0", "--", "true"], "must be more than 0"),
@@ -66,7 +67,25 @@ def test_help_documents_every_flag() -> None:
         (["-w", "1", "-s", "0", "-V", "nope", "--", "true"], "must be /host/path:/container/path"),
         (["-w", "1", "-s", "0", "-e", "/does/not/exist", "--", "true"], "cannot read"),
         (["-w", "1", "-s", "0", "--backend", "k8s", "--", "true"], "invalid choice"),
-        (["-w", "1", "-s", "0", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+        (["-w", "1", "-s", "0", "--bogus", "--", "true"], "unknown flag --bogus"),
+        # The nearest flag is suggested; an unknown flag is named before a
+        # missing one; an abbreviation is refused, never taken for a flag.
+        (
+            ["-w", "1", "-s", "0", "--wroker-logs", "0", "--", "true"],
+            r"unknown flag --wroker-logs \(did you mean --worker-logs\?\)",
+        ),
+        (
+            ["--nworkers", "2", "-s", "0", "--", "true"],
+            r"unknown flag --nworkers \(did you mean --nworker\?\)",
+        ),
+        (
+            ["--nwork", "1", "-s", "0", "--", "true"],
+            r"unknown flag --nwork \(did you mean --nworker\?\)",
+        ),
+        (
+            ["-w", "1", "-s", "0", "--mast=x", "--", "true"],
+            r"unknown flag --mast \(did you mean --master\?\)",
+        ),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None:
@@ -309,3 +328,10 @@ def test_a_command_too_long_for_a_task_is_refused_before_start(job_procs, tmp_pa
     )
     _one_line_error(result, r"1 MiB \(1048576 bytes\)")
     assert job_procs.alive() == []
+
+
+def test_verbose_is_tfmesos_own_detail_only() -> None:
+    result = run_tfrun("-v", "-w", "1", "-s", "0", "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "Using selector" not in result.stderr  # asyncio's debug line
+    assert "task worker:0 finished" in result.stderr

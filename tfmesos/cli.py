@@ -7,6 +7,7 @@ and hands it to :func:`tfmesos.run.run_replica_job`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -47,7 +48,27 @@ example:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage dump: the message is what matters.
+        unknown = message.removeprefix(_UNRECOGNIZED)
+        if unknown != message:
+            message = self._unknown_flag(unknown.split()[0]) or message
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _unknown_flag(self, word: str) -> str | None:
+        """``unknown flag --wroker-logs (did you mean --worker-logs?)``."""
+        if not word.startswith("-"):
+            return None
+        flag = word.split("=", 1)[0]
+        known = [
+            o for o in self._option_string_actions if o.startswith("--") == flag.startswith("--")
+        ]
+        text = f"unknown flag {flag}"
+        nearest = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        if nearest:
+            text += f" (did you mean {nearest[0]}?)"
+        return text
+
+
+_UNRECOGNIZED = "unrecognized arguments: "
 
 
 def _positive_int(text: str) -> int:
@@ -95,13 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(the local backend) or on an Apache Mesos cluster (-m).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
+        allow_abbrev=False,
     )
     job = parser.add_argument_group("the job")
     job.add_argument(
         "-w",
         "--nworker",
         type=_positive_int,
-        required=True,
         metavar="N",
         help="number of workers (worker 0 is the chief)",
     )
@@ -109,7 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
         "-s",
         "--nserver",
         type=_positive_int,
-        required=True,
         metavar="N",
         help="number of parameter servers (ps)",
     )
@@ -344,6 +365,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1 :]
     args = parser.parse_args(argv)
+    # Checked here rather than by argparse, which would name the missing -w
+    # before an unknown flag (--nworkers) that is the real mistake.
+    missing = [
+        flag for flag, value in (("-w", args.nworker), ("-s", args.nserver)) if value is None
+    ]
+    if missing:
+        parser.error(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required")
     command = command or [a for a in args.command if a != "--"]
     if not command:
         parser.error("no command given: put it after --")
@@ -397,11 +425,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, spec = parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(
-        format="[tfrun] %(message)s",
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        stream=sys.stderr,
-    )
+    logging.basicConfig(format="[tfrun] %(message)s", level=logging.INFO, stream=sys.stderr)
+    # -v is tfmesos's own detail, not every library's (asyncio's "Using selector").
+    logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     # kazoo narrates every ZooKeeper connection step at INFO.
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     from tfmesos.run import run_replica_job
