@@ -1,0 +1,111 @@
+"""Every command the README shows runs as written, on a fresh copy of the project.
+
+The README's shell and Python snippets are run in order, in one shell, as a
+new user would type them: the first creates a virtual environment and
+installs the project, the ones after use it. A snippet that cannot run here
+(it needs a Mesos cluster, or a registry to push to) says why in an HTML
+comment on the line before it, and the cheap test below holds every other
+snippet to being run.
+
+The run itself is heavy (it installs TensorFlow into a new virtual
+environment and trains twice): it is marked ``heavy``, and CI runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, JobProcesses
+
+_SNIPPET = re.compile(
+    r"(?:<!-- (?P<note>[^\n]*?) -->\n)?```(?P<lang>sh|python)\n(?P<body>.*?)```", re.S
+)
+NOT_RUN = "not run by tests/test_readme.py: "
+
+
+def readme_snippets() -> list[tuple[str, str, str | None]]:
+    """(language, body, why it is not run or None) of each snippet, in order."""
+    readme = (ROOT / "README.md").read_text()
+    found = []
+    for match in _SNIPPET.finditer(readme):
+        note = match.group("note")
+        why = note.removeprefix(NOT_RUN) if note and note.startswith(NOT_RUN) else None
+        found.append((match.group("lang"), match.group("body"), why))
+    return found
+
+
+def test_every_readme_snippet_is_run_or_says_why_not() -> None:
+    snippets = readme_snippets()
+    run = [body for _, body, why in snippets if why is None]
+    # The first job, the fine-grained example and the test master's job at least.
+    assert len(run) >= 3, snippets
+    assert "tfrun -w 2 -s 1" in run[0]
+    for _, body, why in snippets:
+        assert why is None or why.strip(), body
+
+
+def fresh_copy(destination: Path) -> None:
+    """The project's files as a clone of this tree would have them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        source = ROOT / os.fsdecode(name)
+        if source.is_file():
+            target = destination / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def script(snippets: list[tuple[str, str, str | None]], directory: Path) -> str:
+    """One shell script: each shell snippet as it is, each Python one as a file run
+    by the environment's ``python``."""
+    lines = ["set -e"]
+    for number, (lang, body, why) in enumerate(snippets):
+        if why is not None:
+            continue
+        lines.append(f"echo '=== README snippet {number}' >&2")
+        if lang == "sh":
+            lines.append(body)
+        else:
+            path = directory / f"readme_snippet_{number}.py"
+            path.write_text(body)
+            lines.append(f"python {path}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.heavy
+def test_the_readme_runs_as_written(tmp_path: Path, job_procs: JobProcesses) -> None:
+    project = tmp_path / "tfmesos"
+    fresh_copy(project)
+    snippets = readme_snippets()
+    env = job_procs.env()
+    # A new user's shell: not inside this test run's virtual environment.
+    env.pop("VIRTUAL_ENV", None)
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
+    result = subprocess.run(
+        ["bash", "-c", script(snippets, tmp_path)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    # Both MNIST jobs trained (here and through the test master), and the
+    # fine-grained example and plus.py added 10 and 32.
+    assert len(re.findall(r"validation cross entropy = [\d.]+", output)) >= 2, output[-6000:]
+    assert re.findall(r"^42$", result.stdout, re.M) == ["42", "42"], result.stdout[-3000:]
+    assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
