@@ -6,13 +6,16 @@ processes, real sockets, real signals. TensorFlow jobs are in test_examples.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shlex
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from pathlib import Path
@@ -222,31 +225,119 @@ def test_a_stalled_terminal_holds_back_only_the_tasks_it_shows(job_procs: JobPro
     watch.join()
 
 
-def test_a_signal_while_output_waits_for_a_stalled_reader_ends_tfrun(
+def test_at_the_jobs_end_output_waits_for_the_reader_until_a_signal(
     job_procs: JobProcesses,
 ) -> None:
-    # The job is over (worker 1 failed) but tfrun's stdout is not read, so it
-    # waits to write worker 0's output. SIGTERM then drops that output and
-    # tfrun exits with the job's own status.
-    proc = popen_two_workers(FLOOD_THEN_FAIL, job_procs)
+    # The job ended well (every worker exited 0) but tfrun's stdout is not
+    # read: it waits to write worker 0's output, as `cat` would. SIGTERM then
+    # drops that output, says where the full output is, and tfrun exits with
+    # the job's own status. (Each worker's output fits in what the pipes
+    # and tfrun's buffer hold, so that the workers can end.)
+    code = (
+        "import sys\n"
+        "w = sys.stdout.write\n"
+        "for i in range(5_000): w(f'line {{i}} ' + 'x' * 60 + '\\n')\n"
+    )
+    proc = popen_two_workers(code, job_procs)
     assert proc.stderr is not None
     try:
         for line in proc.stderr:
-            if b"all tasks stopped" in line or b"exited with status 3" in line:
+            if b"all workers finished" in line:
                 break
         # Every task is gone once teardown is done; tfrun itself is left
         # writing to a pipe nobody reads.
         assert job_procs.wait_gone(20, exclude=proc.pid) == []
-        time.sleep(0.5)
         assert proc.poll() is None, "tfrun ended without writing what it had"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 3
+        assert proc.wait(timeout=20) == 0
         said = proc.stderr.read().decode()
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "SIGTERM received while stopping: dropping output not yet written" in said
-    assert "job failed: task worker:1" in said
+    assert re.search(
+        r"SIGTERM received while stopping: dropped [0-9.]+ [KM]?i?B of the tasks' output not "
+        r"yet written; the full output of each task is in \S+",
+        said,
+    ), said
+
+
+# Ignores SIGTERM and prints without end: only its agent's SIGKILL, at the
+# end of its grace, stops it.
+STUBBORN_FLOOD = (
+    "import signal, sys\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "while True: sys.stdout.write('{job_name} ' + 'x' * 100 + '\\n')\n"
+)
+
+
+def _wait_until_backed_up(pipe: int, proc: subprocess.Popen[bytes], watch: StderrWatch) -> None:
+    """Return once half the pipe waits to be read: with nobody reading, its
+    writer is stalled or soon will be. (Writes that do not fill a page leave
+    room no later write takes: a stalled pipe may hold less than its size.)"""
+    size = fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ)  # type: ignore[attr-defined]
+    while struct.unpack("i", fcntl.ioctl(pipe, termios.FIONREAD, b"\0" * 4))[0] < size // 2:
+        assert proc.poll() is None, watch.text()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "failure"])
+def test_stopping_never_waits_for_a_stalled_reader(
+    job_procs: JobProcesses, tmp_path: Path, how: str
+) -> None:
+    # Nobody reads tfrun's stdout (tfrun ... > fifo), worker 0 floods it and
+    # ignores SIGTERM. A signal, or worker 1 failing, must stop the job all
+    # the same: the agents still hear "stop" (their output is taken in, and
+    # dropped), kill what ignores SIGTERM at the end of their own grace, and
+    # tfrun exits with what was not written dropped and one line saying where
+    # the full output is.
+    go, logs, script = tmp_path / "fail now", tmp_path / "logs", tmp_path / "task.py"
+    # A script file, not -c: a simple command line is exec'ed, so the agent
+    # is its parent and it gets the agent's signals, with no shell between.
+    script.write_text(
+        STUBBORN_FLOOD.replace("{job_name}", "worker")
+        if how == "sigterm"
+        # Worker 1 fails once the test says so: when the reader is stalled.
+        else "import os, sys, time\n"
+        "if sys.argv[1] == '1':\n"
+        f"    while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        "    sys.exit(3)\n" + STUBBORN_FLOOD.replace("{job_name}", "worker")
+    )
+    workers = "1" if how == "sigterm" else "2"
+    proc = subprocess.Popen(
+        tfrun_argv(
+            "--log-dir", str(logs), "-w", workers, "-s", "0", "--", PY, str(script), "{task_index}"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    watch = StderrWatch(proc, b"never said")
+    try:
+        _wait_until_backed_up(proc.stdout.fileno(), proc, watch)
+        if how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            go.touch()
+        # A hang guard, not a bound: before, tfrun waited for the reader.
+        status = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    watch.join()
+    said = watch.text()
+    assert status == (143 if how == "sigterm" else 3), said
+    assert re.search(
+        r"dropped [0-9.]+ [KM]?i?B of the tasks' output not yet written; "
+        rf"the full output of each task is in {re.escape(str(logs))}",
+        said,
+    ), said
+    # Worker 0's agent killed it at the end of its grace, not tfrun later.
+    log = next(logs.glob("worker.0.*.log")).read_bytes()
+    assert b"did not stop within 5s of SIGTERM: killed" in log
+    assert job_procs.wait_gone(5) == []
 
 
 def test_the_verdict_comes_after_the_tasks_last_output(job_procs: JobProcesses) -> None:

@@ -440,6 +440,8 @@ class Agent:
             if kill_at is not None and now >= kill_at:
                 _signal_group(proc.pid, signal.SIGKILL)
                 kill_at = float("inf")
+                if exited_at is None:
+                    self.note(f"the command did not stop within {STOP_GRACE:g}s of SIGTERM: killed")
             if exited_at is None and _exit_status(proc.pid) is not None:
                 exited_at = now
             # Done once the child has exited and its output is all read. A

@@ -52,6 +52,11 @@ class ConsoleWriter:
         self._closing = False
         self._broken = False
         self._abandoned = False
+        self._released = False
+        """Readers no longer wait for room (the job is stopping)."""
+        self.written = 0
+        """Bytes the stream has taken so far: how a caller tells a stalled
+        stream from a slow one."""
         self._idle = False
         """The thread waits for chunks (so a write must wake it)."""
         self._lock = threading.Lock()
@@ -78,27 +83,57 @@ class ConsoleWriter:
                 self._start()
             self._chunks.append(data)
             self._buffered += len(data)
-            if self._buffered > self._high_water:
+            if self._buffered > self._high_water and not self._released:
                 self._room.clear()
             if self._idle:
                 self._wakeup.notify()
 
+    @property
+    def full(self) -> bool:
+        """Whether the buffer is above its high-water mark."""
+        return self._buffered > self._high_water
+
     async def writable(self) -> None:
-        """Return once the buffer is below its high-water mark."""
+        """Return once the buffer is below its high-water mark (at once,
+        after :meth:`release`)."""
         await self._room.wait()
 
-    async def aclose(self) -> None:
-        """Write everything accepted so far, without blocking the loop."""
+    def release(self) -> None:
+        """Let every reader waiting in :meth:`writable` go, now and from now
+        on: the job is stopping, and its tasks must hear it whatever the
+        terminal does. What is written meanwhile is the caller's to bound."""
+        self._released = True
+        self._room.set()
+
+    async def aclose(self, stall: float | None = None) -> bool:
+        """Write everything accepted so far, without blocking the loop.
+
+        With ``stall``, give up once the stream has taken nothing for that
+        many seconds, and say False: the caller then calls :meth:`abandon` for the
+        rest or waits on."""
         with self._lock:
             self._closing = True
             if self._idle:
                 self._wakeup.notify()
-        if self._done is not None:
-            await self._done
+        if self._done is None:
+            return True
+        while stall is not None:
+            before = self.written
+            try:
+                await asyncio.wait_for(asyncio.shield(self._done), stall)
+            except asyncio.TimeoutError:
+                if self.written == before:
+                    return False
+            else:
+                return True
+        await self._done
+        return True
 
-    def abandon(self) -> None:
-        """Drop what is not written yet and let :meth:`aclose` return now."""
+    def abandon(self) -> int:
+        """Drop what is not written yet and let :meth:`aclose` return now;
+        return how many bytes were dropped."""
         with self._lock:
+            dropped = 0 if self._abandoned else self._buffered
             self._abandoned = True
             self._chunks.clear()
             self._buffered = 0
@@ -106,6 +141,7 @@ class ConsoleWriter:
         self._room.set()
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
+        return dropped
 
     def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -147,6 +183,9 @@ class ConsoleWriter:
             self._signal_loop(self._open_room)
         return ok and not self._abandoned
 
+    def _took(self, count: int) -> None:
+        self.written += count  # one writer thread; readers only compare
+
     def _signal_loop(self, callback: Callable[[], None]) -> None:
         if self._loop is not None:
             # RuntimeError: the loop closed meanwhile, so nobody waits.
@@ -156,7 +195,7 @@ class ConsoleWriter:
     def _open_room(self) -> None:
         # On the loop: writes accepted since the thread looked may have
         # filled the buffer again.
-        if self._broken or self._buffered <= self._high_water:
+        if self._broken or self._released or self._buffered <= self._high_water:
             self._room.set()
 
     def _finish(self) -> None:
@@ -173,8 +212,9 @@ class ConsoleWriter:
             if fd is None:
                 self._stream.write(batch)
                 self._stream.flush()
+                self._took(len(batch))
             else:
-                _write_all(fd, batch, lambda: self._abandoned)
+                _write_all(fd, batch, lambda: self._abandoned, self._took)
         except Exception as exc:  # a closed pipe, a closed file, a full disk
             logger.warning("cannot write the tasks' output any more (%s); dropping the rest", exc)
             if isinstance(exc, BrokenPipeError):
@@ -183,7 +223,9 @@ class ConsoleWriter:
         return True
 
 
-def _write_all(fd: int, data: bytes, abandoned: Callable[[], bool]) -> None:
+def _write_all(
+    fd: int, data: bytes, abandoned: Callable[[], bool], took: Callable[[int], None]
+) -> None:
     view = memoryview(data)
     while view and not abandoned():
         try:
@@ -191,6 +233,7 @@ def _write_all(fd: int, data: bytes, abandoned: Callable[[], bool]) -> None:
         except BlockingIOError:  # someone made the terminal non-blocking
             select.select([], [fd], [], 1.0)
             continue
+        took(written)
         view = view[written:]
 
 

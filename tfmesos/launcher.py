@@ -64,6 +64,9 @@ OUTPUT_LINGER = 2.0
 """At teardown, how long the tasks' connections get to deliver their last output."""
 DISCONNECT_GRACE = 2.0
 """After a backend says a task ended, how long to wait for its last output."""
+OUTPUT_STALL = 2.0
+"""After a failure or a signal, how long a terminal may take no output at all
+before what is not written yet is dropped."""
 
 
 class TaskState(enum.Enum):
@@ -106,6 +109,9 @@ class _Task:
     ended_at: float = 0.0
     exit_code: int | None = None
     tail: bytearray = field(default_factory=bytearray)
+    cut: bool = False
+    """Its output is no longer shown: the job is stopping and the terminal
+    did not keep up (what is shown stays a prefix of what it printed)."""
 
     def tail_lines(self) -> tuple[str, ...]:
         text = self.tail.decode("utf-8", "replace")
@@ -149,6 +155,9 @@ class Launcher:
         self._started_backend = False
         self._stopped = False
         self._relaunch: list[tuple[TaskSpec, int]] = []
+        self._dropped = 0
+        """Bytes of shown output dropped while stopping, the terminal being full."""
+        self._output_abandoned = False
         self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
         self.cluster_def: dict[str, list[str]] = {}
@@ -225,12 +234,20 @@ class Launcher:
         """Fine-grained mode: run until cancelled; raise when a task fails."""
         await self._pump(lambda: False, None, None)
 
-    async def stop(self) -> None:
-        """Stop every task and release the backend. Safe to call more than once."""
+    async def stop(self, *, drop_stalled_output: bool = False) -> None:
+        """Stop every task and release the backend. Safe to call more than once.
+
+        Stopping never waits for the terminal: the tasks' output is taken in
+        whether or not it can be shown, so that every agent hears "stop" and
+        stops its command within its grace. With ``drop_stalled_output`` (a
+        failure, a signal), output the terminal has not taken is dropped
+        once it takes nothing for ``OUTPUT_STALL`` seconds; otherwise (the
+        job's normal end, every task gone) it is all written first."""
         if self._stopped:
             return
         self._stopped = True
         self._phase = Phase.STOPPING
+        self._console.release()
         live = [t for t in self._current.values() if not t.state.over]
         for task in live:
             if task.connection is not None:
@@ -253,15 +270,30 @@ class Launcher:
                 await self._rendezvous.close(linger=OUTPUT_LINGER)
                 # Every task is gone: what they printed goes out before the
                 # launcher says how the job ended.
-                await self._console.aclose()
+                stall = OUTPUT_STALL if drop_stalled_output else None
+                if not await self._console.aclose(stall=stall):
+                    self.abandon_output(f"the terminal took no output for {OUTPUT_STALL:g}s")
         for task in self._current.values():
             if not task.state.over:
                 task.state = TaskState.STOPPED
 
-    def abandon_output(self) -> None:
+    def abandon_output(self, reason: str) -> None:
         """Drop task output not yet written, so that :meth:`stop` need not
-        wait for a terminal that does not read (a second Ctrl-C)."""
-        self._console.abandon()
+        wait for a terminal that does not read, and say so once, with where
+        the full output is."""
+        dropped = self._console.abandon() + self._dropped
+        self._dropped = 0
+        if self._output_abandoned:
+            return
+        self._output_abandoned = True
+        where = "; ".join(dict.fromkeys(b.logs_location() for b in self._backends()))
+        logger.warning(
+            "%s: dropped %s of the tasks' output not yet written; the full output of each "
+            "task is in %s",
+            reason,
+            _size(dropped),
+            where,
+        )
 
     # -- launching ----------------------------------------------------------
 
@@ -482,6 +514,12 @@ class Launcher:
             del task.tail[: len(task.tail) - TAIL_BYTES]
         if not task.forward:
             return
+        if self._phase is Phase.STOPPING and (task.cut or self._console.full):
+            # Stopping: taken in so that the task hears "stop", not shown
+            # once the terminal is behind.
+            task.cut = True
+            self._dropped += len(data)
+            return
         body = data[:-1] if data.endswith(b"\n") else data
         self._console.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
 
@@ -582,6 +620,14 @@ class Launcher:
 
 
 KILL_WAIT = agent.STOP_GRACE + 3.0
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    if count < 1 << 20:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count / (1 << 20):.1f} MiB"
 
 
 def _signal_name(signum: int) -> str:

@@ -67,8 +67,7 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
         if stopping:
             # Teardown itself is never cut short (on Mesos it releases the
             # cluster); what can be given up is output nobody is reading.
-            logger.warning("%s received while stopping: dropping output not yet written", name)
-            launcher.abandon_output()
+            launcher.abandon_output(f"{name} received while stopping")
         if not received:
             received.append(signum)
             if not stopping:
@@ -100,7 +99,9 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
         stopping = True
         interrupted = list(received)  # a signal after this point changes no verdict
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(launcher.stop())
+            # After a failure or a signal, output a stalled terminal does
+            # not take is dropped; at the job's normal end it is all written.
+            await asyncio.shield(launcher.stop(drop_stalled_output=bool(status or interrupted)))
     # Said after the tasks' last output is out, so that it is the last word.
     if verdict:
         logger.error("%s", verdict)

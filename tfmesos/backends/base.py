@@ -101,3 +101,7 @@ class Backend(abc.ABC):
     def progress(self) -> str:
         """A line on what the backend is waiting for, for the user."""
         return ""
+
+    def logs_location(self) -> str:
+        """Where the full output of this backend's tasks is kept, for the user."""
+        return "each task's sandbox on its host (stdout and stderr, in the Mesos web UI)"

@@ -125,6 +125,9 @@ class LocalBackend(Backend):
                     f"task {task.name} asks for {task.gpus} GPUs; this machine has {found}{here}"
                 )
 
+    def logs_location(self) -> str:
+        return str(self.log_dir)
+
     def task_log(self, task_id: str) -> Path:
         return self.log_dir / f"{task_id}.log"
 
