@@ -470,14 +470,29 @@ def test_an_initializers_helpers_live_until_the_task_is_done(
 
 
 def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobProcesses) -> None:
+    # Bad usage (exit 2), in plain units and grammar, saying what to do.
     result = run_tfrun("-w", "1", "-s", "0", "-Cw", "100000", "--", "true", env=job_procs.env())
-    assert result.returncode == 1
-    assert "task worker:0 asks for 100000 CPUs; this machine has" in result.stderr
+    assert result.returncode == 2
+    assert re.search(
+        r"task worker:0 asks for 100000 CPUs, and this machine has \d+: ask for less with -Cw, "
+        r"or run the job on a Mesos cluster \(-m\)",
+        result.stderr,
+    ), result.stderr
+    result = run_tfrun("-w", "1", "-s", "0", "-Mw", "99999999", "--", "true", env=job_procs.env())
+    assert result.returncode == 2
+    assert re.search(
+        r"task worker:0 asks for 95\.4 TiB of memory, and this machine has [\d.]+ GiB: "
+        r"ask for less with -Mw \(MiB\)",
+        result.stderr,
+    ), result.stderr
     result = run_tfrun(
         "-w", "1", "-s", "0", "-Gw", "1", "--", "true", env=job_procs.env(CUDA_VISIBLE_DEVICES="")
     )
-    assert result.returncode == 1
-    assert "asks for 1 GPUs; this machine has no GPU" in result.stderr
+    assert result.returncode == 2
+    assert (
+        "task worker:0 asks for 1 GPU, and this machine has none: give -Gw 0, "
+        "or run the job on a Mesos cluster with GPUs (-m)" in result.stderr
+    )
     assert job_procs.alive() == []
 
 
@@ -709,15 +724,17 @@ def test_the_chief_beside_a_mesos_job_is_checked_against_this_machine(
     no_gpu = job_procs.env(CUDA_VISIBLE_DEVICES="")
     mesos = ("-m", "127.0.0.1:1", "--timeout", "2", "-w", "2", "-s", "0")
     result = run_tfrun(*mesos, "-Gw", "1", "--", "true", env=no_gpu)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert (
-        "task worker:0 asks for 1 GPUs; this machine has no GPU "
-        "(the chief runs on this machine, beside tfrun)" in result.stderr
+        "task worker:0 asks for 1 GPU, and this machine has none "
+        "(the chief runs on this machine, beside tfrun): run tfrun on a machine with a GPU, "
+        "or give -Gw 0" in result.stderr
     )
     # CPUs and memory are Mesos's to reserve; here they only earn a warning.
     result = run_tfrun(*mesos, "-Cw", "100000", "--", "true", env=no_gpu)
-    assert "task worker:0 asks for 100000 CPUs; this machine has" in result.stderr
-    assert "(the chief runs on this machine, beside tfrun); running it anyway" in result.stderr
+    assert "task worker:0 asks for 100000 CPUs, and this machine has" in result.stderr
+    assert "(the chief runs on this machine, beside tfrun): ask for less with -Cw" in result.stderr
+    assert "running it anyway" in result.stderr
     assert "the cluster was not up after 2s" in result.stderr
     assert job_procs.wait_gone(5) == []
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfmesos import wire
-from tfmesos.errors import SpecError, TFMesosError
+from tfmesos.errors import ResourceError, SpecError, TFMesosError
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
 
 __all__ = ["build_parser", "main", "parse_args"]
@@ -442,6 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             checkpoint=args.checkpoint,
             user=args.user,
         )
+    except ResourceError as exc:
+        # Bad usage, found when the backend looked: said as usage is.
+        print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
         return 1

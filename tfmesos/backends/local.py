@@ -54,6 +54,19 @@ END_ROUNDS = 500
 """How long a relaunch waits for an earlier attempt of its task to give back its GPUs."""
 
 
+def _count(amount: float, unit: str) -> str:
+    """``1 GPU``, ``2 GPUs``, ``0.5 CPUs``."""
+    return f"{amount:g} {unit}" + ("" if amount == 1 else "s")
+
+
+def _mebibytes(mib: float) -> str:
+    """Memory in the largest unit that keeps it readable: ``512 MiB``, ``23.5 GiB``."""
+    for unit, size in (("TiB", 1024.0**2), ("GiB", 1024.0)):
+        if mib >= size:
+            return f"{mib / size:.3g} {unit}" if mib / size < 1000 else f"{mib / size:,.0f} {unit}"
+    return f"{mib:g} MiB"
+
+
 class LocalBackend(Backend):
     name = "local"
     rendezvous_bind = "127.0.0.1"
@@ -100,30 +113,45 @@ class LocalBackend(Backend):
         here = " (the chief runs on this machine, beside tfrun)" if self.chief_only else ""
         if wanted > len(have.gpus) and all(t.gpus <= len(have.gpus) for t in tasks):
             raise ResourceError(
-                f"the tasks ask for {wanted} GPUs in all; this machine has {len(have.gpus)}, "
-                "and a GPU is never shared between tasks"
+                f"the tasks ask for {_count(wanted, 'GPU')} in all, and this machine has "
+                f"{len(have.gpus)} (a GPU is never shared between tasks): ask for fewer, "
+                "or run the job on a Mesos cluster (-m)"
             )
         for task in tasks:
             short = []
             if task.cpus > have.cpus:
                 short.append(
-                    f"task {task.name} asks for {task.cpus:g} CPUs; this machine has {have.cpus}"
+                    f"task {task.name} asks for {_count(task.cpus, 'CPU')}, and this machine has "
+                    f"{have.cpus}{here}: {self._fewer(task, 'cpus')}"
                 )
             if task.mem > have.mem_mib:
                 short.append(
-                    f"task {task.name} asks for {task.mem:g} MiB of memory; "
-                    f"this machine has {have.mem_mib:.0f} MiB"
+                    f"task {task.name} asks for {_mebibytes(task.mem)} of memory, and this machine "
+                    f"has {_mebibytes(have.mem_mib)}{here}: {self._fewer(task, 'mem')}"
                 )
             for shortfall in short:
                 if not self.chief_only:
                     raise ResourceError(shortfall)
                 # Nothing reserves CPUs or memory here: the chief still runs.
-                logger.warning("%s%s; running it anyway", shortfall, here)
+                logger.warning("%s; running it anyway", shortfall)
             if task.gpus > len(have.gpus):
-                found = f"{len(have.gpus)} GPUs" if have.gpus else "no GPU"
+                found = str(len(have.gpus)) if have.gpus else "none"
                 raise ResourceError(
-                    f"task {task.name} asks for {task.gpus} GPUs; this machine has {found}{here}"
+                    f"task {task.name} asks for {_count(task.gpus, 'GPU')}, and this machine has "
+                    f"{found}{here}: {self._fewer(task, 'gpus')}"
                 )
+
+    def _fewer(self, task: TaskSpec, resource: str) -> str:
+        """What to do about a task that asks for more than this machine has."""
+        if self.spec.replica and task.job_name in ("ps", "worker"):
+            flag = {"cpus": "-C", "mem": "-M", "gpus": "-G"}[resource] + task.job_name[0]
+            if resource == "gpus" and self.chief_only:
+                return f"run tfrun on a machine with a GPU, or give {flag} 0"
+            if resource == "gpus":
+                return f"give {flag} 0, or run the job on a Mesos cluster with GPUs (-m)"
+            unit = " (MiB)" if resource == "mem" else ""
+            return f"ask for less with {flag}{unit}, or run the job on a Mesos cluster (-m)"
+        return f"ask for less ({resource}= of job {task.job_name!r}), or give a Mesos master"
 
     def logs_location(self) -> str:
         return str(self.log_dir)
