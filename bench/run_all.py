@@ -24,6 +24,7 @@ BENCHMARKS = (
     "launcher_memory",
     "bringup_scale",
     "mesos_scale",
+    "handshake_flood",
 )
 
 

@@ -263,6 +263,81 @@ def test_a_flood_of_silent_connections_is_capped_and_real_tasks_still_get_in() -
     asyncio.run(scenario())
 
 
+def test_past_the_cap_the_oldest_silent_connection_makes_room_for_a_real_task() -> None:
+    # A flood holds every handshake place with connections that never say a
+    # word: a real task must still get in at once (not after the flood's
+    # handshakes time out), and the one closed for it is the oldest.
+    async def scenario() -> None:
+        events: list[RendezvousEvent] = []
+        server = RendezvousServer(
+            SECRET, lambda task_id: True, events.append, handshake_timeout=30, max_unproven=8
+        )
+        await server.start("127.0.0.1")
+
+        def flood() -> list[socket.socket]:
+            socks = []
+            for _ in range(8):
+                sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+                assert sock.recv(4096)  # its hello: the server holds it
+                socks.append(sock)
+            return socks
+
+        silent = await in_thread(flood)
+
+        def real_task() -> None:
+            c = Client(server.port)
+            c.register("t1")
+            c.sock.sendall(wire.encode_json({"type": "exit", "code": 0}))
+            assert silent[0].recv(4096) == b""  # the oldest, closed to make room
+            for sock in silent[1:]:  # the others are still held
+                sock.setblocking(False)
+                with pytest.raises(BlockingIOError):
+                    sock.recv(4096)
+            c.sock.close()
+
+        await in_thread(real_task)
+        while len(events) < 2:
+            await asyncio.sleep(0.01)
+        assert [type(e) for e in events][:2] == [Registered, Exited]
+        assert server.evicted == 1
+        for sock in silent:
+            sock.close()
+        await server.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_connection_that_sends_nothing_is_dropped_at_the_first_byte_deadline() -> None:
+    # Well before the whole handshake's deadline; one that has begun to speak
+    # is not.
+    async def scenario() -> None:
+        server = RendezvousServer(
+            SECRET,
+            lambda task_id: True,
+            lambda e: None,
+            handshake_timeout=30,
+            first_byte_timeout=0.2,
+        )
+        await server.start("127.0.0.1")
+
+        def clients() -> None:
+            mute = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            talker = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+            talker.sendall(b"\0")  # the start of a frame
+            assert mute.recv(4096) and talker.recv(4096)  # their hellos
+            assert mute.recv(4096) == b""  # closed at the first-byte deadline
+            talker.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                talker.recv(4096)
+            mute.close()
+            talker.close()
+
+        await in_thread(clients)
+        await server.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_flood_of_bad_proofs_is_said_once_with_a_count(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

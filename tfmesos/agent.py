@@ -55,6 +55,10 @@ this exact certificate is the only one trusted."""
 
 CONNECT_TIMEOUT = 30.0
 HANDSHAKE_TIMEOUT = 30.0
+HELLO_TIMEOUT = 5.0
+"""The launcher says hello as soon as it accepts: a connection that gets no
+hello this long (lost in a flooded accept queue), or that is closed before it
+(to make room in a flood), is dialled again, until ``CONNECT_TIMEOUT``."""
 STOP_GRACE = 5.0
 """Seconds between SIGTERM and SIGKILL for the child's process group."""
 LEFTOVER_GRACE = 2.0
@@ -71,6 +75,10 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 class AgentError(Exception):
     """The agent cannot go on; the message says why."""
+
+
+class _NoHello(AgentError):
+    """The connection closed, or stayed silent, before the launcher's hello."""
 
 
 class AgentConfig:
@@ -269,20 +277,31 @@ class Agent:
         deadline = time.monotonic() + CONNECT_TIMEOUT
         while True:
             try:
-                sock = socket.create_connection((host, port), timeout=HANDSHAKE_TIMEOUT)
-                break
+                sock = socket.create_connection((host, port), timeout=HELLO_TIMEOUT)
             except OSError as exc:
                 if time.monotonic() > deadline:
                     raise AgentError(f"cannot reach the launcher at {host}:{port}: {exc}") from None
                 time.sleep(0.5)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Caps what a task can have in flight when the launcher reads slowly
-        # (Linux would otherwise grow the buffer to several MiB).
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-        if self.config.tls_cert is not None:
-            sock = self._wrap_tls(sock)
-        channel = Channel(sock)
-        hello = self._next_message(channel, "hello")
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Caps what a task can have in flight when the launcher reads slowly
+            # (Linux would otherwise grow the buffer to several MiB).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            if self.config.tls_cert is not None:
+                sock = self._wrap_tls(sock)
+            channel = Channel(sock)
+            try:
+                hello = self._next_message(channel, "hello")
+            except _NoHello:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise AgentError(
+                        f"the launcher at {host}:{port} accepted the connection but never "
+                        "answered (is the port flooded?)"
+                    ) from None
+                continue
+            break
+        sock.settimeout(HANDSHAKE_TIMEOUT)
         if hello.get("version") != wire.PROTOCOL_VERSION:
             raise AgentError(
                 f"the launcher speaks protocol version {hello.get('version')!r}, this agent "
@@ -314,6 +333,13 @@ class Agent:
         self.selector.register(sock, selectors.EVENT_READ, "launcher")
         return channel
 
+    def disconnect(self) -> None:
+        """Drop the rendezvous connection (to dial again)."""
+        if self.channel is not None:
+            self.selector.unregister(self.channel.sock)
+            self.channel.sock.close()
+            self.channel = None
+
     def _wrap_tls(self, sock: socket.socket) -> socket.socket:
         import ssl
 
@@ -333,6 +359,8 @@ class Agent:
         while True:
             messages = channel.receive_available()
             if channel.closed:
+                if expected == "hello":
+                    raise _NoHello("the launcher closed the connection before its hello")
                 raise AgentError("the launcher closed the connection during the handshake")
             if messages:
                 message = messages[0]
@@ -347,6 +375,7 @@ class Agent:
     def wait_for_cluster(self) -> dict[str, Any]:
         """Block until the launcher sends the cluster definition (or goes away)."""
         assert self.channel is not None
+        heard = False
         while True:
             for key, _ in self.selector.select():
                 if key.data == "signal":
@@ -355,6 +384,7 @@ class Agent:
                         f"stopped by signal {self.signal_received} before the cluster was up"
                     )
                 messages = self.channel.receive_available()
+                heard = heard or bool(messages)
                 for position, message in enumerate(messages):
                     if message["type"] == "cluster":
                         expected = wire.proof(
@@ -373,6 +403,11 @@ class Agent:
                             f"the launcher stopped this task: {message.get('reason', '')}"
                         )
                 if self.channel.closed:
+                    if not heard:
+                        # Closed with not a word since the registration: a
+                        # flood's eviction (or the launcher's end, which a
+                        # new connection finds out).
+                        raise _NoHello("the launcher went away before the cluster was up")
                     raise AgentError("the launcher went away before the cluster was up")
 
     def _drain_wakeup(self) -> None:
@@ -816,8 +851,18 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
     if not port_is_free(config.port):
         # Fail before registering, so that the launcher retries us elsewhere.
         raise AgentError(f"port {config.port} on {config.host} is already in use")
-    agent.connect()
-    message = agent.wait_for_cluster()
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while True:
+        agent.connect()
+        try:
+            message = agent.wait_for_cluster()
+            break
+        except _NoHello:
+            # Dropped before a word came back (a flood makes room by closing
+            # the oldest handshakes): dial again, as for a lost hello.
+            if time.monotonic() > deadline:
+                raise
+            agent.disconnect()
     argv, env = _task_command(message, environ)
     cwd = message.get("cwd")
     if cwd is not None and not os.path.isdir(cwd):

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import socket
 import ssl
+import sys
+import termios
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,11 +42,22 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 10.0
+FIRST_BYTE_TIMEOUT = 5.0
+"""A task answers the hello at once: a connection that has sent nothing this
+long after it is dropped, long before the whole handshake's deadline."""
 READ_SIZE = 1 << 16
 RECEIVE_BUFFER = 1 << 18
 MAX_UNPROVEN = 1024
 """Connections allowed in their handshake at once: room for every task of a
-large job dialling in together, far below the launcher's descriptor limit."""
+large job dialling in together, far below the launcher's descriptor limit.
+Past it, the oldest connection that has sent nothing is closed to make room
+for the new one (a real task answers the hello within milliseconds; a flood
+of silent connections only ever evicts itself)."""
+LISTEN_BACKLOG = 4096
+"""Connections the kernel holds for the launcher to accept (capped by
+``net.core.somaxconn``). asyncio's default of 100 is full all the time under a
+flood that reconnects as fast as it is closed: a task's connection then waits
+in the kernel's SYN-ACK retries for half a minute."""
 REFUSAL_LOG_INTERVAL = 5.0
 """Refusals of one kind are said at most once in this many seconds: the first
 at once, the rest as one count. Anyone who reaches the port can cause them,
@@ -135,16 +149,23 @@ class RendezvousServer:
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         flow: Callable[[str], Awaitable[None]] | None = None,
         max_unproven: int = MAX_UNPROVEN,
+        first_byte_timeout: float = FIRST_BYTE_TIMEOUT,
     ) -> None:
         self._secret = secret
         self._admit = admit
         self._sink = sink
         self._flow = flow
         self._max_unproven = max_unproven
-        self._unproven: set[asyncio.Task[Any]] = set()
-        """Handlers of connections not yet past the proof of the secret."""
-        self._refusing = False
+        self._silent: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, int, str]] = {}
+        """Handlers of connections that have sent nothing yet, oldest first,
+        with their readers, descriptors and peers."""
+        self._speaking: dict[asyncio.Task[Any], str] = {}
+        """Handlers of connections that have sent something but not yet
+        proven the secret, oldest first, with their peers."""
+        self.evicted = 0
+        """Connections closed to make room for newer ones, in all."""
         self._handshake_timeout = handshake_timeout
+        self._first_byte_timeout = min(first_byte_timeout, handshake_timeout)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._said_at: dict[str, float] = {}
@@ -159,7 +180,7 @@ class RendezvousServer:
         if tls is not None:
             extra = {"ssl": tls, "ssl_handshake_timeout": self._handshake_timeout}
         self._server = await asyncio.start_server(
-            self._handle, host, port, limit=READ_SIZE, **extra
+            self._handle, host, port, limit=READ_SIZE, backlog=LISTEN_BACKLOG, **extra
         )
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
@@ -190,21 +211,13 @@ class RendezvousServer:
         self._handlers.add(task)
         peer = writer.get_extra_info("peername")
         task_id: str | None = None
-        if len(self._unproven) >= self._max_unproven:
+        if len(self._silent) + len(self._speaking) >= self._max_unproven:
             # A flood of connections that never prove anything must not eat
-            # the launcher's descriptors: past the cap, new ones are closed.
-            if not self._refusing:
-                logger.warning(
-                    "rendezvous: %d connections are still in their handshake; refusing more "
-                    "until they finish or time out",
-                    len(self._unproven),
-                )
-            self._refusing = True
-            self._handlers.discard(task)
-            writer.close()
-            return
-        self._refusing = False
-        self._unproven.add(task)
+            # the launcher's descriptors, nor keep real tasks out: past the
+            # cap, the oldest silent one (else the oldest) makes room.
+            self._evict_oldest()
+        sock = writer.get_extra_info("socket")
+        self._silent[task] = (reader, sock.fileno() if sock is not None else -1, peer_name(writer))
         try:
             task_id = await self._serve(reader, writer)
         except asyncio.CancelledError:
@@ -220,7 +233,8 @@ class RendezvousServer:
         except Exception:  # a bug must cost one connection, never the launcher
             logger.exception("rendezvous: unexpected error with %s", peer)
         finally:
-            self._unproven.discard(task)
+            self._silent.pop(task, None)
+            self._speaking.pop(task, None)
             self._handlers.discard(task)
             writer.close()
             if task_id is not None:
@@ -234,8 +248,11 @@ class RendezvousServer:
             wire.encode_json({"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce})
         )
         decoder = wire.FrameDecoder(wire.MAX_HANDSHAKE_FRAME)
+        # The handler, named here: wait_for may run the coroutine as a task
+        # of its own.
+        handler = asyncio.current_task()
         register, early = await asyncio.wait_for(
-            self._first_message(reader, decoder), self._handshake_timeout
+            self._first_message(reader, decoder, handler), self._handshake_timeout
         )
         task_id = register.get("task_id")
         client_nonce = register.get("nonce")
@@ -284,7 +301,10 @@ class RendezvousServer:
             # With the agent's send buffer, bounds a task's output in flight.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         connection = Connection(writer, self._secret, client_nonce, nonce)
-        self._unproven.discard(asyncio.current_task())  # proven: no longer counted
+        handler = asyncio.current_task()
+        if handler is not None:  # proven: no longer counted
+            self._silent.pop(handler, None)
+            self._speaking.pop(handler, None)
         self._sink(Registered(task_id, addr, connection))
         for kind, payload in early + decoder.feed(b""):
             self._dispatch(task_id, kind, payload)
@@ -296,6 +316,37 @@ class RendezvousServer:
                 self._dispatch(task_id, kind, payload)
             if self._flow is not None:
                 await self._flow(task_id)
+
+    def _evict_oldest(self) -> None:
+        victim = None
+        while self._silent:
+            oldest, (reader, fd, peer) = next(iter(self._silent.items()))
+            del self._silent[oldest]
+            if _has_data(reader, fd):
+                # It has spoken; its handler has not run since. Under a
+                # flood the loop accepts faster than handlers run: a real
+                # task's registration waiting here must not cost it its place.
+                self._speaking[oldest] = peer
+                continue
+            victim = oldest
+            break
+        if victim is None:
+            victim = next(iter(self._speaking))
+            peer = self._speaking.pop(victim)
+        victim.cancel()  # its handler closes the connection
+        self.evicted += 1
+        self._refused(
+            "that sent nothing in their handshake, closed to make room for new ones",
+            f"rendezvous: {self._max_unproven} connections are in their handshake; closing the "
+            f"oldest that have sent nothing to make room for new ones (first {peer})",
+            peer,
+        )
+
+    def _spoke(self, task: asyncio.Task[Any] | None) -> None:
+        """The connection ``task`` handles has sent its first bytes."""
+        if task is not None and task in self._silent:
+            *_, peer = self._silent.pop(task)
+            self._speaking[task] = peer
 
     def _refused(self, kind: str, message: str, peer: str) -> None:
         """Say a refusal: at once if none of its kind was said lately, else
@@ -332,11 +383,17 @@ class RendezvousServer:
             self._said_at[kind] = time.monotonic()
 
     async def _first_message(
-        self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder
+        self,
+        reader: asyncio.StreamReader,
+        decoder: wire.FrameDecoder,
+        handler: asyncio.Task[Any] | None,
     ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
         """The registration, and any frames that came right behind it."""
+        data = await asyncio.wait_for(
+            reader.read(wire.MAX_HANDSHAKE_FRAME), self._first_byte_timeout
+        )
+        self._spoke(handler)
         while True:
-            data = await reader.read(wire.MAX_HANDSHAKE_FRAME)
             if not data:
                 raise ConnectionError("closed during the handshake")
             frames = decoder.feed(data)
@@ -345,6 +402,7 @@ class RendezvousServer:
                 if kind != wire.JSON:
                     raise wire.FrameError("the first frame must be a registration")
                 return wire.parse_json(payload), frames[1:]
+            data = await reader.read(wire.MAX_HANDSHAKE_FRAME)
 
     def _dispatch(self, task_id: str, kind: bytes, payload: bytes) -> None:
         if kind == wire.OUTPUT:
@@ -365,6 +423,21 @@ class RendezvousServer:
             self._sink(Ready(task_id))
         else:
             logger.debug("rendezvous: ignored %r from %s", message["type"], task_id)
+
+
+def _has_data(reader: asyncio.StreamReader, fd: int) -> bool:
+    """Whether bytes have arrived that the reader's owner has not read yet:
+    in the reader's buffer, or still in the kernel's (the loop, busy
+    accepting, has not read the socket yet)."""
+    if getattr(reader, "_buffer", b"") or reader.at_eof():
+        return True
+    if fd < 0:
+        return False
+    try:
+        pending = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return False
+    return int.from_bytes(pending, sys.byteorder) > 0
 
 
 def peer_name(writer: asyncio.StreamWriter) -> str:

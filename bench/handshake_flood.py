@@ -1,0 +1,116 @@
+"""Benchmark 8: bring-up of a 20-task job while a flood of silent connections holds the rendezvous.
+
+- no flood: ``TFMESOS_NO_FORK_SERVER=1 tfrun -w 20 -s 0 -- python -c pass``
+- flood:    the same, while a second process (``flood_rendezvous.py``) holds
+  1,500 connections to tfrun's rendezvous open without a word, and opens a
+  new one each time one is closed, from the moment the port listens to the
+  end of the job.
+
+Bring-up is the time from tfrun's start to its ``cluster up`` line; each job's
+relaunches (a task refused and started again) are counted. Without the fork
+server every agent is a new interpreter, so the tasks dial in over a second
+or so, with the flood in place. Target: bring-up with the flood within 2x of
+bring-up without.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from benchlib import (
+    BENCH,
+    PYTHON,
+    ROOT,
+    JobFailed,
+    Result,
+    alternate,
+    bench_env,
+    command_line,
+    parse_args,
+    scratch,
+    tfrun,
+)
+
+TASKS = 20
+FLOOD = 1500
+
+
+def bring_up(logs: str, flood: bool, relaunches: list[int]) -> float:
+    """Seconds from tfrun's start to ``cluster up``; the job must exit 0."""
+    argv = [*tfrun(), "-w", str(TASKS), "-s", "0", "--log-dir", logs, "--", PYTHON, "-c", "pass"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=bench_env(TFMESOS_NO_FORK_SERVER="1"),
+        cwd=ROOT,
+    )
+    flooder = None
+    if flood:
+        flooder = subprocess.Popen(
+            [PYTHON, str(BENCH / "flood_rendezvous.py"), str(proc.pid), str(FLOOD)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=bench_env(),
+        )
+    assert proc.stderr is not None
+    up = None
+    said = []
+    try:
+        for raw in proc.stderr:
+            line = raw.decode("utf-8", "replace")
+            said.append(line)
+            if up is None and "cluster up" in line:
+                up = time.perf_counter() - started
+        code = proc.wait()
+    finally:
+        if flooder is not None:
+            flooder.kill()
+            flooder.wait()
+    if code != 0 or up is None:
+        raise JobFailed(f"tfrun exited with status {code}:\n" + "".join(said[-20:]))
+    relaunches.append(sum("relaunching it" in line for line in said))
+    return up
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], reps=7)
+    result = Result(
+        "handshake_flood",
+        command_line("handshake_flood.py", args),
+        args.quick,
+        {"reps": args.reps, "tasks": TASKS, "flood": FLOOD, "fork_server": False},
+    )
+    relaunched: dict[str, list[int]] = {"no flood": [], "flood": []}
+    with scratch("flood") as logs:
+        walls = alternate(
+            args.reps,
+            {
+                "no flood": lambda: bring_up(str(logs), False, relaunched["no flood"]),
+                "flood": lambda: bring_up(str(logs), True, relaunched["flood"]),
+            },
+            warmup=args.warmup,
+        )
+    for name, samples in walls.items():
+        result.add(f"bring-up, {TASKS} tasks, {name}", "s", samples)
+    ratio = result.ratio(
+        "flood / no flood", f"bring-up, {TASKS} tasks, flood", f"bring-up, {TASKS} tasks, no flood"
+    )
+    result.target(
+        "8: bring-up under a handshake flood",
+        "\u2264 2\u00d7",
+        f"{ratio.value:.2f}\u00d7",
+        ratio.value <= 2.0,
+    )
+    for name, counts in relaunched.items():
+        # The warm-up's job counts too: it was refused or not like any other.
+        result.note(f"{name}: {sum(counts)} relaunches in {len(counts)} jobs")
+    result.write(args.results_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
