@@ -97,6 +97,21 @@ def marked_master(
         yield m
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Runs' logs go under XDG_STATE_HOME: never the real user's, in tests.
+    Set for this process, so that every tfrun a test starts inherits it
+    (``JobProcesses.env`` copies ``os.environ``)."""
+    state = tmp_path_factory.mktemp("xdg-state")
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(state)
+    yield state
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 @pytest.fixture
 def job_procs() -> Iterator[JobProcesses]:
     procs = JobProcesses()

@@ -894,3 +894,32 @@ def test_the_command_cannot_read_the_secret_from_its_agent(
     assert result.returncode == 0, result.stderr
     assert "secret seen in nothing" in result.stdout, result.stdout + result.stderr
     assert job_procs.wait_gone(5) == []
+
+
+def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # 2 MB from one task, past a cap of 256 KiB: at most the cap stays on
+    # disk (the log and one rotated file), ending with its last lines; the
+    # run's directory is under XDG_STATE_HOME, named at the start and in the
+    # last word.
+    code = (
+        "import sys\n"
+        "w = sys.stdout.write\n"
+        "for i in range(20_000): w(f'line {{i}} ' + 'x' * 90 + '\\n')\n"
+        "print('the last line', flush=True)\n"
+    )
+    env = job_procs.env(XDG_STATE_HOME=str(tmp_path), TFMESOS_TASK_LOG_MAX="256K")
+    result = run_tfrun("-w", "1", "-s", "0", "--", *py(code), env=env)
+    assert result.returncode == 0, result.stderr
+    root = tmp_path / "tfmesos" / "runs"
+    [run] = list(root.iterdir())
+    said = result.stderr.splitlines()
+    assert said[0] == f"[tfrun] the full output of each task goes to {run}", said
+    assert said[-1] == f"[tfrun] the full output of each task is in {run}", said
+    logs = sorted(p for p in run.iterdir() if p.name.startswith("worker.0."))
+    assert [p.name.removeprefix(logs[0].name) for p in logs] == ["", ".1"]
+    assert sum(p.stat().st_size for p in logs) <= 256 << 10
+    current = logs[0].read_text().splitlines()
+    assert current[-2:] == ["line 19999 " + "x" * 90, "the last line"]
+    assert job_procs.wait_gone(5) == []

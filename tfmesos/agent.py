@@ -49,6 +49,11 @@ ENV_HOST = "TFMESOS_HOST"
 ENV_PORT = "TFMESOS_PORT"
 ENV_PARENT_PID = "TFMESOS_PARENT_PID"
 ENV_SERVER_DEF = "TFMESOS_SERVER_DEF"
+ENV_LOG_FILE = "TFMESOS_LOG_FILE"
+"""The file the agent's stdout and stderr go to (local backend): with
+``ENV_LOG_MAX``, the agent rotates it so that it and its one rotated file
+(``FILE.1``) hold at most that many bytes together."""
+ENV_LOG_MAX = "TFMESOS_LOG_MAX"
 ENV_TLS_CERT = "TFMESOS_TLS_CERT"
 """The launcher's TLS certificate (PEM): when set, the rendezvous is TLS and
 this exact certificate is the only one trusted."""
@@ -256,7 +261,7 @@ class Agent:
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_w, False)
         self.channel: Channel | None = None
-        self.out = sys.stdout.buffer
+        self.log = TaskLog.from_environ(os.environ)
 
     # -- signals -----------------------------------------------------------
 
@@ -557,8 +562,7 @@ class Agent:
     def _emit(self, data: bytes) -> None:
         # The task's own stdout is its sandbox log: everything lands there even
         # when the launcher does not print it.
-        self.out.write(data)
-        self.out.flush()
+        self.log.write(data)
         if self.channel is not None and not self.channel.closed:
             try:
                 self.channel.send(wire.encode_frame(wire.OUTPUT, data))
@@ -588,6 +592,51 @@ class Agent:
 
     def note(self, text: str) -> None:
         self._emit(f"[tfmesos agent] {text}\n".encode())
+
+
+class TaskLog:
+    """The agent's stdout, where everything the task prints is kept (its
+    sandbox log on Mesos, its log file locally). Given a file and a cap, the
+    file is rotated once it holds half the cap: the file and ``FILE.1``
+    together never hold more than the cap, and the newest output is kept."""
+
+    def __init__(self, path: str | None = None, cap: int = 0) -> None:
+        self.path = path
+        self.half = cap // 2 if path and cap > 1 else 0
+        try:
+            self.size = os.fstat(1).st_size
+        except OSError:
+            self.size = 0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> TaskLog:
+        cap = environ.get(ENV_LOG_MAX, "")
+        return cls(environ.get(ENV_LOG_FILE) or None, int(cap) if cap.isdigit() else 0)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            chunk = view
+            if self.half:
+                if self.size >= self.half:
+                    self._rotate()
+                chunk = view[: max(self.half - self.size, 1)]
+            written = os.write(1, chunk)
+            self.size += written
+            view = view[written:]
+
+    def _rotate(self) -> None:
+        assert self.path is not None
+        try:
+            os.replace(self.path, self.path + ".1")
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        except OSError:
+            self.half = 0  # cannot rotate (the directory is gone?): write on
+            return
+        for target in (1, 2):
+            os.dup2(fd, target)
+        os.close(fd)
+        self.size = 0
 
 
 def _accepts(port: int) -> bool:
@@ -842,6 +891,8 @@ _AGENT_ONLY = (
     ENV_PORT,
     ENV_PARENT_PID,
     ENV_TLS_CERT,
+    ENV_LOG_FILE,
+    ENV_LOG_MAX,
 )
 
 

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfmesos import wire
+from tfmesos import runs, wire
 from tfmesos.errors import ResourceError, SpecError, TFMesosError
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
 
@@ -418,6 +418,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             tls_key=_readable(args.tls_key, "--tls-key"),
         )
         args.log_dir = _log_dir(args.log_dir)
+        runs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start
+        runs.task_log_max()
     except SpecError as exc:
         parser.error(str(exc))
     return args, spec

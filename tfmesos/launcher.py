@@ -277,6 +277,10 @@ class Launcher:
             if not task.state.over:
                 task.state = TaskState.STOPPED
 
+    def logs_location(self) -> str:
+        """Where the full output of every task is kept, for the user."""
+        return "; ".join(dict.fromkeys(b.logs_location() for b in self._backends()))
+
     def abandon_output(self, reason: str) -> None:
         """Drop task output not yet written, so that :meth:`stop` need not
         wait for a terminal that does not read, and say so once, with where
@@ -286,7 +290,7 @@ class Launcher:
         if self._output_abandoned:
             return
         self._output_abandoned = True
-        where = "; ".join(dict.fromkeys(b.logs_location() for b in self._backends()))
+        where = self.logs_location()
         logger.warning(
             "%s: dropped %s of the tasks' output not yet written; the full output of each "
             "task is in %s",

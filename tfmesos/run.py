@@ -102,7 +102,13 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
             # After a failure or a signal, output a stalled terminal does
             # not take is dropped; at the job's normal end it is all written.
             await asyncio.shield(launcher.stop(drop_stalled_output=bool(status or interrupted)))
-    # Said after the tasks' last output is out, so that it is the last word.
+    # Said after the tasks' last output is out, so that it is the last word,
+    # with where the full output of every task is.
     if verdict:
         logger.error("%s", verdict)
+    logger.log(
+        logging.ERROR if verdict else logging.INFO,
+        "the full output of each task is in %s",
+        launcher.logs_location(),
+    )
     return 128 + interrupted[0] if interrupted else status

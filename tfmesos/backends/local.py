@@ -19,12 +19,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos import agent, procfs
+from tfmesos import agent, procfs, runs
 from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
 from tfmesos.backends.forking import (
     OWN_PROCESS_GROUP,
@@ -85,7 +84,8 @@ class LocalBackend(Backend):
         self.chief_only = chief_only
         """Runs only a Mesos job's chief: resources are checked more leniently."""
         self.host = host
-        self.log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="tfmesos-"))
+        self.log_max = runs.task_log_max()
+        self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
         self._ports = ports or PortAllocator()
         self._gpus: GpuAllocator | None = None
         self._gpus_released = asyncio.Event()
@@ -218,6 +218,8 @@ class LocalBackend(Backend):
                 agent.ENV_HOST: self.host,
                 agent.ENV_PORT: str(port),
                 agent.ENV_PARENT_PID: str(os.getpid()),
+                agent.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
+                agent.ENV_LOG_MAX: str(self.log_max),
             }
         )
         running = await self._spawn(launch.task_id, env)
@@ -296,12 +298,17 @@ class LocalBackend(Backend):
         self._sink(TaskEnded(task_id, "exited", code, message, self.host, self._log_tail(task_id)))
 
     def _log_tail(self, task_id: str, size: int = 2048) -> tuple[str, ...]:
-        try:
-            with open(self.task_log(task_id), "rb") as log:
-                log.seek(max(0, log.seek(0, os.SEEK_END) - size))
-                return tuple(log.read().decode("utf-8", "replace").splitlines()[-10:])
-        except OSError:
-            return ()
+        data = b""
+        path = self.task_log(task_id)
+        # The log, after the end of its rotated part if it was just rotated.
+        for part in (path.with_name(path.name + ".1"), path):
+            try:
+                with open(part, "rb") as log:
+                    log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+                    data = (data + log.read())[-size:]
+            except OSError:
+                continue
+        return tuple(data.decode("utf-8", "replace").splitlines()[-10:])
 
     async def kill(self, task_id: str) -> None:
         running = self._procs.get(task_id)

@@ -1,0 +1,72 @@
+"""Where runs keep their logs, and how many are kept."""
+
+from __future__ import annotations
+
+import fcntl
+from pathlib import Path
+
+import pytest
+
+from tfmesos import runs
+from tfmesos.errors import SpecError
+
+
+def test_runs_live_in_the_users_state_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert runs.runs_root() == tmp_path / "state" / "tfmesos" / "runs"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/dir")  # ignored, as the spec says
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert runs.runs_root() == tmp_path / "home" / ".local" / "state" / "tfmesos" / "runs"
+
+
+def test_only_the_newest_runs_are_kept_and_a_running_one_never_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv(runs.ENV_KEEP_RUNS, "3")
+    root = runs.runs_root()
+    root.mkdir(parents=True)
+    old = [root / f"2020010{i}-000000-x" for i in range(1, 6)]
+    for path in old:
+        path.mkdir()
+        (path / "worker.0.1.abc.log").write_text("old\n")
+    # The second oldest is another tfrun's run, still going: it holds its lock.
+    with open(old[1] / runs.LOCK, "wb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        new = runs.new_run_dir()
+        assert new.parent == root
+        left = sorted(p.name for p in root.iterdir())
+    # The two newest before it, the running one, and the new one.
+    assert left == sorted([old[1].name, old[3].name, old[4].name, new.name])
+    assert (new / runs.LOCK).exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("", 50 << 20),
+        ("0", 0),
+        ("65536", 65536),
+        ("256K", 256 << 10),
+        ("50M", 50 << 20),
+        ("1GiB", 1 << 30),
+    ],
+)
+def test_the_task_log_cap_reads_sizes(
+    monkeypatch: pytest.MonkeyPatch, text: str, size: int
+) -> None:
+    monkeypatch.setenv(runs.ENV_TASK_LOG_MAX, text)
+    assert runs.task_log_max() == size
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [(runs.ENV_TASK_LOG_MAX, "lots"), (runs.ENV_KEEP_RUNS, "0")]
+)
+def test_bad_settings_are_spec_errors(
+    monkeypatch: pytest.MonkeyPatch, name: str, text: str
+) -> None:
+    monkeypatch.setenv(name, text)
+    with pytest.raises(SpecError, match=name):
+        runs.task_log_max() if name == runs.ENV_TASK_LOG_MAX else runs.keep_runs()

@@ -1,0 +1,120 @@
+"""Where the local backend keeps each run's task logs, and for how long.
+
+Each run gets a directory of its own under the user's state directory,
+``$XDG_STATE_HOME/tfmesos/runs`` (``~/.local/state/tfmesos/runs`` when the
+variable is unset), named by its start time; the newest ``TFMESOS_KEEP_RUNS``
+(20 by default) are kept and older ones are removed when a run starts. A run
+still going holds a lock on its directory, so that another tfrun's clean-up
+never removes it. Each task's log is capped (``TFMESOS_TASK_LOG_MAX``, 50 MiB
+by default): the agent keeps the log and one rotated file, each at most half
+the cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import IO
+
+from tfmesos.errors import SpecError
+
+__all__ = ["KEEP_RUNS", "TASK_LOG_MAX", "keep_runs", "new_run_dir", "runs_root", "task_log_max"]
+
+logger = logging.getLogger("tfmesos")
+
+ENV_KEEP_RUNS = "TFMESOS_KEEP_RUNS"
+ENV_TASK_LOG_MAX = "TFMESOS_TASK_LOG_MAX"
+KEEP_RUNS = 20
+TASK_LOG_MAX = 50 << 20
+LOCK = ".lock"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+_held: list[IO[bytes]] = []
+"""The locks of this process's runs, held for its life."""
+
+
+def runs_root() -> Path:
+    """``$XDG_STATE_HOME/tfmesos/runs``, or ``~/.local/state/tfmesos/runs``
+    (the XDG base directory spec ignores a relative XDG_STATE_HOME)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "tfmesos" / "runs"
+
+
+def keep_runs() -> int:
+    text = os.environ.get(ENV_KEEP_RUNS, "").strip()
+    if not text:
+        return KEEP_RUNS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SpecError(f"{ENV_KEEP_RUNS} must be a whole number of runs, at least 1, not {text!r}")
+    return value
+
+
+def task_log_max() -> int:
+    """The cap on each task's log, in bytes; 0 for none."""
+    text = os.environ.get(ENV_TASK_LOG_MAX, "").strip()
+    if not text:
+        return TASK_LOG_MAX
+    number, unit = text.rstrip("KkMmGgBiI"), text[len(text.rstrip("KkMmGgBiI")) :]
+    unit = unit.upper().removesuffix("B").removesuffix("I")
+    if not number.isdigit() or unit not in _UNITS:
+        raise SpecError(
+            f"{ENV_TASK_LOG_MAX} must be a size such as 50M, 1G or 65536 (0 for no cap), "
+            f"not {text!r}"
+        )
+    return int(number) * _UNITS[unit]
+
+
+def new_run_dir() -> Path:
+    """A new directory for this run's logs, locked for this process's life;
+    runs past the newest ``keep_runs()`` are removed. Falls back to a new
+    temporary directory where the state directory cannot be used."""
+    keep = keep_runs()
+    root = runs_root()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        run = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=root))
+        lock = open(run / LOCK, "wb")  # noqa: SIM115 - held for the process's life
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    except OSError as exc:
+        fallback = Path(tempfile.mkdtemp(prefix="tfmesos-"))
+        logger.warning(
+            "cannot keep the logs in %s (%s); they go to %s, which nothing cleans up",
+            root,
+            exc.strerror or exc,
+            fallback,
+        )
+        return fallback
+    _held.append(lock)
+    _prune(root, keep, run)
+    return run
+
+
+def _prune(root: Path, keep: int, current: Path) -> None:
+    """Remove the oldest runs beyond ``keep`` (this one counted), except any
+    still running (their lock is held)."""
+    try:
+        runs = sorted(p for p in root.iterdir() if p.is_dir() and p != current)
+    except OSError:
+        return
+    for old in runs[: max(0, len(runs) - (keep - 1))]:
+        try:
+            with open(old / LOCK, "ab") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(old, ignore_errors=True)
+        except BlockingIOError:
+            continue  # another tfrun's run, still going
+        except OSError:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(old, ignore_errors=True)
