@@ -601,8 +601,8 @@ def test_more_gpus_in_all_than_the_machine_has_is_refused(job_procs: JobProcesse
         "true",
         env=job_procs.env(CUDA_VISIBLE_DEVICES="0,1"),
     )
-    assert result.returncode == 1
-    assert "the tasks ask for 3 GPUs in all; this machine has 2" in result.stderr
+    assert result.returncode == 2
+    assert "the tasks ask for 3 GPUs in all, and this machine has 2" in result.stderr
     assert job_procs.alive() == []
 
 
