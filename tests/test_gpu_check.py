@@ -59,6 +59,6 @@ def test_gpu_check_fails_where_the_gpu_is_not_really_there(
     assert by_task["worker:0"]["cuda_visible_devices"] == "0"
     assert by_task["ps:0"]["cuda_visible_devices"] == ""
     assert by_task["worker:0"]["relative_error"] < 1e-2  # the matmul itself ran right
-    assert summary["over_ask"]["status"] == 1
+    assert summary["over_ask"]["status"] == 2  # bad usage, before anything starts
     assert "gpu-check: FAILED" in result.stdout
     assert job_procs.wait_gone(5) == []
