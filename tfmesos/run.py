@@ -9,7 +9,6 @@ import signal
 from typing import Any
 
 from tfmesos.backends import create_backend
-from tfmesos.backends.base import advertised_host
 from tfmesos.errors import ClusterStartError, JobFailedError
 from tfmesos.launcher import Launcher
 from tfmesos.spec import ClusterSpec
@@ -53,7 +52,7 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
 
         # Remote tasks must reach the chief: it listens on this host's name.
         chief = LocalBackend(
-            spec, host=advertised_host(), log_dir=options.get("log_dir"), chief_only=True
+            spec, host=backend.rendezvous_host, log_dir=options.get("log_dir"), chief_only=True
         )
     launcher = Launcher(spec, backend, chief_backend=chief)
     loop = asyncio.get_running_loop()

@@ -223,6 +223,11 @@ class MesosBackend(Backend):
 
     # -- Backend ---------------------------------------------------------
 
+    @property
+    def rendezvous_host(self) -> str:
+        # Looked up once: the launcher asks for it at every launch.
+        return self.host
+
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
         self._runner = asyncio.create_task(self._run())
