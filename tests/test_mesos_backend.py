@@ -363,3 +363,82 @@ def test_advertised_host_says_how_to_set_one(monkeypatch: pytest.MonkeyPatch) ->
     assert advertise.advertised_host() == "vm"
     monkeypatch.setenv(advertise.ADVERTISE_ENV, "127.0.0.1")
     assert advertise.advertised_host() == "127.0.0.1"  # the user's word is taken
+
+
+# -- gang placement ------------------------------------------------------------
+
+
+def three_task_spec() -> ClusterSpec:
+    """ps:0 and two workers of 2 CPUs each: 6 CPUs in all."""
+    return ClusterSpec((Job("ps", 1, cpus=2, cmd="x"), Job("worker", 2, cpus=2, cmd="x")))
+
+
+@in_loop
+async def test_offers_that_fit_part_of_the_job_are_held_until_the_whole_job_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(three_task_spec(), monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("a1", cpus=4))
+    await harness.settle()
+    # Two of the three fit: nothing is launched, nothing declined.
+    assert harness.client.types() == []
+    assert "fit 2 of the 3 tasks waiting" in harness.backend.progress()
+    harness.offers(offer("a2", cpus=2))
+    await harness.settle()
+    assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:0"]), ("a2", ["id-worker:1"])]
+    assert harness.client.types() == ["ACCEPT", "ACCEPT", "SUPPRESS"]
+
+
+@in_loop
+async def test_an_offer_that_fits_no_task_is_declined_not_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(three_task_spec(), monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("small", cpus=1))
+    await harness.settle()
+    assert harness.client.types() == ["DECLINE"]
+    assert harness.backend._held == {}
+
+
+@in_loop
+async def test_a_hold_that_does_not_fit_the_job_is_given_back_and_asked_for_again_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tfmesos.backends import mesos
+
+    monkeypatch.setattr(mesos, "GANG_HOLD_SECONDS", 0.01)
+    monkeypatch.setattr(mesos, "GANG_BACKOFF_SECONDS", 0.05)
+    harness = Harness(three_task_spec(), monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("a1", cpus=4))
+    while "REVIVE" not in harness.client.types():
+        await asyncio.sleep(0.01)
+    await harness.settle()
+    # Declined with a filter as long as the wait, the role suppressed so that
+    # the agent goes to another framework meanwhile, then offers asked for.
+    assert harness.client.types() == ["DECLINE", "SUPPRESS", "REVIVE"]
+    refuse = harness.client.sent[0]["decline"]["filters"]["refuse_seconds"]
+    assert 0.025 <= refuse <= 0.075
+    assert harness.accepted() == []
+    # An offer that comes while the job waits to ask again is not held.
+    harness.client.sent.clear()
+    harness.backend._backoff = asyncio.get_running_loop().call_later(60, lambda: None)
+    harness.offers(offer("a1", cpus=4))
+    await harness.settle()
+    assert harness.client.types() == ["DECLINE"]
+    harness.backend._backoff.cancel()
+
+
+@in_loop
+async def test_a_rescinded_offer_is_no_longer_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    harness = Harness(three_task_spec(), monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("a1", cpus=4))
+    harness.backend._on_event({"type": "RESCIND", "rescind": {"offer_id": {"value": "offer-a1"}}})
+    harness.offers(offer("a2", cpus=2))
+    await harness.settle()
+    # a1's room is gone: a2 alone fits one task, which is not launched alone.
+    assert harness.accepted() == []
+    assert "fit 1 of the 3 tasks waiting" in harness.backend.progress()

@@ -59,7 +59,7 @@ def run_job_needing_a_relaunch(
     result = run_tfrun("-m", master.url, "-n", name, *UP_WITHIN, *JOB, env=job_procs.env())
     left = job_procs.wait_gone(10)
     if result.returncode != 0:
-        return f"exit {result.returncode}: {result.stderr.strip().splitlines()[-1:]}"
+        return f"exit {result.returncode}: {result.stderr.strip().splitlines()[-8:]}"
     if left:
         return f"left running: {[p.cmdline() for p in left]}"
     if result.stderr.count("relaunching it") != 1:

@@ -12,6 +12,7 @@ import contextlib
 import getpass
 import logging
 import os
+import random
 import sys
 import time
 from collections.abc import Coroutine, Sequence
@@ -30,7 +31,13 @@ from tfmesos.backends.base import (
     advertised_host,
 )
 from tfmesos.errors import SpecError
-from tfmesos.mesos.placement import OfferCapacity, describe_need, place
+from tfmesos.mesos.placement import (
+    OfferCapacity,
+    describe_need,
+    describe_needs,
+    describe_total,
+    place,
+)
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.states import TaskState, describe_reason, exit_status
 from tfmesos.spec import ClusterSpec, TaskSpec
@@ -47,6 +54,15 @@ FAILOVER_TIMEOUT = 60.0
 """How long the master keeps our tasks if the launcher vanishes without TEARDOWN."""
 REVIVE_RETRY_MAX = 15.0
 """The longest wait between tries of a REVIVE the master refused."""
+GANG_HOLD_SECONDS = 5.0
+"""How long offers that fit part of the job are held, waiting for the rest
+(stretched at random by up to half again, so that two jobs holding halves of
+a cluster do not give them back in step)."""
+GANG_BACKOFF_SECONDS = 1.0
+GANG_BACKOFF_MAX = 30.0
+"""After giving held offers back, the job asks for offers again after this,
+doubling each time the job still does not fit, up to the max, at random
+between half and one and a half times that."""
 GPU_AGENT_GRACE = 10.0
 """How long a task that needs no GPU waits for an agent without GPUs before it
 takes room on one that has them (``docs/gpu-support.md``: GPU agents are to be
@@ -220,6 +236,16 @@ class MesosBackend(Backend):
         self._accept_failure: tuple[int, str] | None = None
         """How many tasks the last failed ACCEPT sent back to waiting, and why
         it failed; cleared when an ACCEPT succeeds."""
+        self._held: dict[str, dict[str, Any]] = {}
+        """Offers held for the gang, by offer ID: each fits some task that is
+        waiting, but all of them together do not yet fit every such task."""
+        self._hold_expiry: asyncio.TimerHandle | None = None
+        self._backoff: asyncio.TimerHandle | None = None
+        self._give_backs = 0
+        """Times in a row the held offers were given back without the job fitting."""
+        self._gang_shortfall = ""
+        """What the held offers lack, said by progress()."""
+        self._random = random.Random()
 
     # -- Backend ---------------------------------------------------------
 
@@ -246,9 +272,10 @@ class MesosBackend(Backend):
         return None
 
     async def launch(self, launch: Launch) -> None:
+        logger.debug("Mesos: %s waits for offers", launch.task.name)
         self._pending.append(launch)
         self._waiting_since[launch.task_id] = time.monotonic()
-        if self._suppressed:
+        if self._suppressed and self._backoff is None:
             self._revive()
 
     async def kill(self, task_id: str) -> None:
@@ -266,6 +293,10 @@ class MesosBackend(Backend):
     async def close(self) -> None:
         self._closing = True
         self._pending.clear()
+        self._cancel_hold()
+        if self._backoff is not None:
+            self._backoff.cancel()
+            self._backoff = None
         if self._reviving is not None:
             self._reviving.cancel()
         if self._calls:
@@ -292,6 +323,10 @@ class MesosBackend(Backend):
             text += f" ({count} sent back after their ACCEPT failed: {problem})"
         if not self._pending:
             return text
+        if self._gang_shortfall:
+            text += f"; {self._gang_shortfall}"
+        if self._backoff is not None:
+            text += "; the offers held were given back, for another job to use, and are asked for again soon"
         waiting = self._pending[0].task
         text += f"; {waiting.name} needs {describe_need(waiting)}"
         if self._largest_offer is None:
@@ -385,7 +420,9 @@ class MesosBackend(Backend):
             # Offers are used or declined as soon as they arrive; an offer
             # rescinded after an ACCEPT makes its tasks TASK_DROPPED/LOST,
             # which the relaunch path handles.
-            logger.debug("Mesos: offer %s rescinded", event.get("rescind", {}).get("offer_id"))
+            offer_id = event.get("rescind", {}).get("offer_id", {}).get("value")
+            logger.debug("Mesos: offer %s rescinded", offer_id)
+            self._held.pop(str(offer_id), None)
 
     def _on_subscribed(self, subscribed: dict[str, Any]) -> None:
         master = self.client.master
@@ -408,8 +445,31 @@ class MesosBackend(Backend):
             ]
             self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
         self._resubscribed = True
+        # Offers do not outlive a subscription (the master rescinds them when a
+        # framework fails over or re-subscribes: Master::_subscribe).
+        self._held.clear()
+        self._cancel_hold()
         if self._pending:
             self._revive()
+
+    # Gang placement: a job's tasks are launched together or not at all. A
+    # job that took each offer as it came could hold half a cluster while
+    # another job held the other half, both waiting for ever (the allocator
+    # hands agents out in turn, by dominant share: hierarchical.cpp). Offers
+    # that fit part of the job are held until the whole of what is waiting
+    # fits; a hold that lasts GANG_HOLD_SECONDS gives them all back and asks
+    # again later, at random, so that another job can run meanwhile.
+
+    def _decline(self, offer_id: dict[str, Any], refuse_seconds: float) -> None:
+        self._call(
+            {
+                "type": "DECLINE",
+                "decline": {
+                    "offer_ids": [offer_id],
+                    "filters": {"refuse_seconds": refuse_seconds},
+                },
+            }
+        )
 
     def _on_offers(self, offers: list[dict[str, Any]]) -> None:
         for offer in offers:
@@ -421,34 +481,70 @@ class MesosBackend(Backend):
             if self._unreachable_from(offer):
                 continue
             candidates = self._candidates_for(capacity)
-            placements = place([self._pending[i].task for i in candidates], capacity)
-            if not placements:
-                refuse = DECLINE_SECONDS if self._pending else DECLINE_IDLE_SECONDS
-                self._call(
-                    {
-                        "type": "DECLINE",
-                        "decline": {
-                            "offer_ids": [offer["id"]],
-                            "filters": {"refuse_seconds": refuse},
-                        },
-                    }
+            if self._backoff is None and place(
+                [self._pending[i].task for i in candidates], capacity
+            ):
+                self._held[offer["id"]["value"]] = offer
+            else:
+                self._decline(
+                    offer["id"], DECLINE_SECONDS if self._pending else DECLINE_IDLE_SECONDS
                 )
+        self._place_gang()
+        if not self._pending and not self._suppressed:
+            self._suppressed = True
+            self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+
+    def _place_gang(self) -> None:
+        """Launch every waiting task on the held offers if they all fit there."""
+        if not self._held:
+            return
+        if not self._pending:
+            self._give_back(DECLINE_IDLE_SECONDS)
+            return
+        placed: dict[int, tuple[dict[str, Any], list[dict[str, Any]], int]] = {}
+        capacities = [OfferCapacity.of(offer) for offer in self._held.values()]
+        for capacity in capacities:
+            candidates = [i for i in self._candidates_for(capacity) if i not in placed]
+            for candidate, resources, port in place(
+                [self._pending[i].task for i in candidates], capacity
+            ):
+                placed[candidates[candidate]] = (capacity.offer, resources, port)
+        if len(placed) < len(self._pending):
+            self._gang_shortfall = (
+                f"the {len(self._held)} offers held "
+                f"({describe_total([OfferCapacity.of(o) for o in self._held.values()])}) "
+                f"fit {len(placed)} of the {len(self._pending)} tasks waiting, which need "
+                f"{describe_needs([p.task for p in self._pending])} together"
+            )
+            if self._hold_expiry is None:
+                hold = GANG_HOLD_SECONDS * self._random.uniform(1.0, 1.5)
+                self._hold_expiry = asyncio.get_running_loop().call_later(hold, self._hold_expired)
+            return
+        self._cancel_hold()
+        self._gang_shortfall = ""
+        self._give_backs = 0
+        by_offer: dict[str, list[tuple[Launch, list[dict[str, Any]], int]]] = {}
+        for position, (offer, resources, port) in sorted(placed.items()):
+            by_offer.setdefault(offer["id"]["value"], []).append(
+                (self._pending[position], resources, port)
+            )
+        self._pending = []
+        held, self._held = self._held, {}
+        for offer_id, offer in held.items():
+            if offer_id not in by_offer:
+                self._decline(offer["id"], DECLINE_IDLE_SECONDS)
                 continue
             task_infos = []
-            placed_positions = set()
-            for candidate, resources, port in placements:
-                position = candidates[candidate]
-                launch = self._pending[position]
-                placed_positions.add(position)
+            launches = []
+            for launch, resources, port in by_offer[offer_id]:
                 task_infos.append(task_info(launch, self.spec, offer, resources, port, self.user))
                 self._placed[launch.task_id] = _Placed(
                     launch, offer["agent_id"]["value"], offer.get("hostname", "")
                 )
                 self._waiting_since.pop(launch.task_id, None)
+                launches.append(launch)
                 assert self._sink is not None
                 self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
-            launches = [self._pending[i] for i in sorted(placed_positions)]
-            self._pending = [p for i, p in enumerate(self._pending) if i not in placed_positions]
             accept = {
                 "type": "ACCEPT",
                 "accept": {
@@ -460,9 +556,39 @@ class MesosBackend(Backend):
             future = self._submit(accept)
             if future is not None:
                 self._track(self._accept(future, offer["id"], launches))
-        if not self._pending and not self._suppressed:
-            self._suppressed = True
-            self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+
+    def _cancel_hold(self) -> None:
+        if self._hold_expiry is not None:
+            self._hold_expiry.cancel()
+            self._hold_expiry = None
+
+    def _hold_expired(self) -> None:
+        self._hold_expiry = None
+        if self._closing or not self._held:
+            return
+        delay = min(GANG_BACKOFF_SECONDS * 2**self._give_backs, GANG_BACKOFF_MAX)
+        delay *= self._random.uniform(0.5, 1.5)
+        self._give_backs += 1
+        logger.info(
+            "Mesos: %s; giving them back, asking again in %.1fs", self._gang_shortfall, delay
+        )
+        self._give_back(delay)
+        # Suppressed meanwhile: the offers given back go to other frameworks
+        # rather than straight back to this one.
+        self._suppressed = True
+        self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+        self._backoff = asyncio.get_running_loop().call_later(delay, self._backoff_over)
+
+    def _backoff_over(self) -> None:
+        self._backoff = None
+        if not self._closing and self._pending:
+            self._revive()
+
+    def _give_back(self, refuse_seconds: float) -> None:
+        self._cancel_hold()
+        held, self._held = self._held, {}
+        for offer in held.values():
+            self._decline(offer["id"], refuse_seconds)
 
     def _candidates_for(self, capacity: OfferCapacity) -> list[int]:
         """Positions in ``_pending`` of the tasks that may use this offer, those

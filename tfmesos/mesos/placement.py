@@ -14,7 +14,7 @@ from typing import Any
 
 from tfmesos.spec import TaskSpec
 
-__all__ = ["OfferCapacity", "describe_need", "place"]
+__all__ = ["OfferCapacity", "describe_need", "describe_needs", "describe_total", "place"]
 
 Resource = dict[str, Any]
 _EPSILON = 1e-6
@@ -123,6 +123,22 @@ def _without_amount(template: Resource) -> Resource:
 def describe_need(task: TaskSpec) -> str:
     text = f"cpus {task.cpus:g}, mem {task.mem:g} MiB"
     return text + (f", gpus {task.gpus}" if task.gpus else "") + ", 1 port"
+
+
+def describe_needs(tasks: Sequence[TaskSpec]) -> str:
+    """What ``tasks`` need together."""
+    gpus = sum(t.gpus for t in tasks)
+    text = f"cpus {sum(t.cpus for t in tasks):g}, mem {sum(t.mem for t in tasks):g} MiB"
+    return text + (f", gpus {gpus}" if gpus else "") + f", {len(tasks)} ports"
+
+
+def describe_total(capacities: Sequence[OfferCapacity]) -> str:
+    """What ``capacities`` hold together."""
+    gpus = sum(c.total("gpus") for c in capacities)
+    text = f"cpus {sum(c.total('cpus') for c in capacities):g}"
+    text += f", mem {sum(c.total('mem') for c in capacities):g} MiB"
+    text += f", gpus {gpus:g}" if gpus else ""
+    return text + f", {sum(c.port_count() for c in capacities)} ports"
 
 
 def place(

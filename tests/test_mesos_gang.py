@@ -1,0 +1,135 @@
+"""Gang placement: a job's remote tasks are launched together or not at all.
+
+Mesos's allocator hands a cluster's agents out in turn, to the framework with
+the lowest dominant share first (``src/master/allocator/mesos/hierarchical.cpp``;
+the test master orders frameworks the same way), so two jobs started together
+on two agents get one agent each. A job that launched on each offer as it came
+would then hold half of what it needs while the other job held the rest, both
+waiting for ever: the deadlock Kubeflow needs Volcano's gang scheduling to
+avoid. tfrun holds offers until the whole job fits, and gives them back after
+a bounded hold, so one job runs and then the other.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import JobProcesses, marked_master, run_tfrun, tfrun_argv
+from tfmesos.testing.master import TestMaster, ThreadedTestMaster
+
+# Worker 0 runs beside tfrun; workers 1 and 2 need one CPU each, remotely.
+JOB = ("-w", "3", "-s", "0", "-Cw", "1", "-Mw", "256", "--timeout", "90", "--", "sleep", "2")
+
+
+@pytest.fixture
+def two_agents(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ThreadedTestMaster]:
+    """A cluster that fits exactly one such job: two agents with one CPU each."""
+    with marked_master(job_procs, monkeypatch, agents=2, cpus=1, mem=1024) as master:
+        yield master
+
+
+@pytest.fixture
+def agents_later(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ThreadedTestMaster]:
+    """A master with no agents yet: the test adds them once both jobs subscribed."""
+    with marked_master(job_procs, monkeypatch, agents=0, cpus=1, mem=1024) as master:
+        yield master
+
+
+def _read_until(job: subprocess.Popen[str], text: str) -> str:
+    """What ``job`` said on stderr up to a line with ``text`` (both jobs have
+    then every remote task waiting, before the cluster has any agent)."""
+    assert job.stderr is not None
+    said = ""
+    for line in job.stderr:
+        said += line
+        if text in line:
+            return said
+    job.wait()
+    raise AssertionError(f"the job ended before saying {text!r}:\n{said}")
+
+
+def _busy_interval(master: ThreadedTestMaster, framework_id: str) -> tuple[float, float]:
+    tasks = master.tasks(framework_id)
+    assert tasks, f"framework {framework_id} launched no task"
+    ends = [t["ended_at"] for t in tasks]
+    assert None not in ends, f"a task of {framework_id} never ended: {tasks}"
+    return min(t["launched_at"] for t in tasks), max(ends)
+
+
+def test_two_jobs_started_together_on_a_cluster_that_fits_one_both_finish_one_after_the_other(
+    agents_later: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    master = agents_later
+    env = job_procs.env()
+    jobs = [
+        subprocess.Popen(
+            tfrun_argv("-v", "-m", master.url, "-n", name, *JOB),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name in ("gang-a", "gang-b")
+    ]
+    said = [_read_until(job, "worker:2 waits for offers") for job in jobs]
+
+    def add_both(m: TestMaster) -> None:
+        # In one turn of the master's loop: the next allocation round offers
+        # the two agents together, one to each job (the lower share first).
+        m.add_agent(cpus=1, mem=1024, ports="31000-31099")
+        m.add_agent(cpus=1, mem=1024, ports="31100-31199")
+
+    master.call(add_both)
+    results = [(job.wait(timeout=300), *job.communicate()) for job in jobs]
+    for (returncode, _, stderr), before in zip(results, said, strict=True):
+        assert returncode == 0, before + stderr
+    assert not job_procs.wait_gone(10)
+
+    frameworks = master.frameworks(include_completed=True)
+    assert len(frameworks) == 2
+    intervals = sorted(_busy_interval(master, f["id"]) for f in frameworks)
+    # Neither ever had tasks on the cluster while the other did: each ran
+    # whole, one after the other.
+    (_, first_end), (second_start, _) = intervals
+    assert first_end <= second_start, f"the jobs' tasks overlapped: {intervals}"
+    for framework in frameworks:
+        assert len(master.tasks(framework["id"])) == 2
+
+
+def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
+    two_agents: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    # Three remote tasks of one CPU each: every one fits an agent, the job
+    # does not fit the cluster.
+    result = run_tfrun(
+        "-m",
+        two_agents.url,
+        "-n",
+        "too-big",
+        "-w",
+        "4",
+        "-s",
+        "0",
+        "-Mw",
+        "256",
+        "--timeout",
+        "12",
+        "--",
+        "true",
+        env=job_procs.env(),
+    )
+    assert result.returncode != 0
+    assert not two_agents.tasks(), "a part of a job that could never run was launched"
+    last = result.stderr.strip().splitlines()[-2:]
+    diagnosis = "\n".join(last)
+    assert "not up after 12s" in result.stderr, result.stderr
+    assert "fit 2 of the 3 tasks waiting" in result.stderr, result.stderr
+    assert "cpus 3, mem 768 MiB, 3 ports together" in result.stderr, diagnosis
+    assert not job_procs.wait_gone(10)
