@@ -135,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of parameter servers (ps)",
     )
     job.add_argument(
+        "--max-restarts",
+        type=_positive_int,
+        default=0,
+        metavar="N",
+        help="start the whole job again, up to N times, when a task fails or is lost "
+        "after the cluster is up (default 0); TFMESOS_RESTART tells the tasks which run it is",
+    )
+    job.add_argument(
         "-Cw",
         "--worker-cpus",
         type=_positive_float,
@@ -416,6 +424,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             force_pull_image=args.force_pull_image,
             tls_cert=_readable(args.tls_cert, "--tls-cert"),
             tls_key=_readable(args.tls_key, "--tls-key"),
+            max_restarts=args.max_restarts,
         )
         args.log_dir = _log_dir(args.log_dir)
         runs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from tfmesos import agent, wire
+from tfmesos import agent, taskenv, wire
 from tfmesos.backends.base import (
     Backend,
     BackendEvent,
@@ -137,9 +137,12 @@ class Launcher:
         output: BinaryIO | None = None,
         secret: bytes | None = None,
         chief_backend: Backend | None = None,
+        restart: int = 0,
     ) -> None:
         self.spec = spec
         self.backend = backend
+        self.restart = restart
+        """Which run of the job this is (``--max-restarts``): 0 for the first."""
         # Replica mode runs the chief (worker 0) beside the launcher, on this
         # machine, whatever runs the rest: its exit decides the job's.
         self.chief_backend = chief_backend
@@ -302,7 +305,8 @@ class Launcher:
     # -- launching ----------------------------------------------------------
 
     async def _launch(self, spec: TaskSpec, attempt: int) -> None:
-        task_id = f"{spec.job_name}.{spec.index}.{attempt}.{uuid.uuid4().hex[:8]}"
+        run = f"r{self.restart}." if self.restart else ""
+        task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{uuid.uuid4().hex[:8]}"
         task = _Task(
             spec=spec,
             task_id=task_id,
@@ -318,6 +322,7 @@ class Launcher:
                 agent.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
                 agent.ENV_TASK_ID: task_id,
                 agent.ENV_SECRET: self._secret.hex(),
+                taskenv.ENV_RESTART: str(self.restart),
             }
         )
         if self._tls_pem is not None:

@@ -8,6 +8,7 @@ import logging
 import signal
 from typing import Any
 
+from tfmesos import runs
 from tfmesos.backends import create_backend
 from tfmesos.errors import ClusterStartError, JobFailedError
 from tfmesos.launcher import Launcher
@@ -45,25 +46,16 @@ def run_replica_job(spec: ClusterSpec, backend: str, **options: Any) -> int:
 
 
 async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) -> int:
-    backend = create_backend(backend_name, spec, **options)
-    chief = None
-    if backend_name != "local":
-        from tfmesos.backends.local import LocalBackend
-
-        # Remote tasks must reach the chief: it listens on this host's name.
-        chief = LocalBackend(
-            spec, host=backend.rendezvous_host, log_dir=options.get("log_dir"), chief_only=True
-        )
-    launcher = Launcher(spec, backend, chief_backend=chief)
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
     received: list[int] = []
     stopping = False
+    launcher: Launcher | None = None
 
     def on_signal(signum: int) -> None:
         name = signal.Signals(signum).name
-        if stopping:
+        if stopping and launcher is not None:
             # Teardown itself is never cut short (on Mesos it releases the
             # cluster); what can be given up is output nobody is reading.
             launcher.abandon_output(f"{name} received while stopping")
@@ -76,31 +68,68 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
     # SIGHUP: the terminal closed; the tasks must not outlive it either.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(signum, on_signal, signum)
-    status = 0
-    verdict = ""
-    try:
-        await launcher.start()
-        await launcher.wait_for_workers()
-    except JobFailedError as exc:
-        status, verdict = exc.exit_code, f"job failed: {exc}"
-        # Said at once, in one line; the full verdict, with the task's last
-        # output, comes after every task's output is out.
-        where = f" on {exc.failure.host}" if exc.failure.host else ""
-        logger.warning(
-            "task %s%s %s: stopping every task", exc.failure.task, where, exc.failure.reason
-        )
-    except ClusterStartError as exc:
-        status, verdict = 1, f"the cluster did not come up: {exc}"
-    except asyncio.CancelledError:
-        if not received:
-            raise
-    finally:
-        stopping = True
-        interrupted = list(received)  # a signal after this point changes no verdict
-        with contextlib.suppress(asyncio.CancelledError):
-            # After a failure or a signal, output a stalled terminal does
-            # not take is dropped; at the job's normal end it is all written.
-            await asyncio.shield(launcher.stop(drop_stalled_output=bool(status or interrupted)))
+    if spec.max_restarts and backend_name == "local" and not options.get("log_dir"):
+        # Every run of the job keeps its logs in the same directory.
+        options = {**options, "log_dir": str(runs.new_run_dir())}
+    causes: list[str] = []
+    """Why each run of the job that was restarted ended (--max-restarts)."""
+    for restart in range(spec.max_restarts + 1):
+        backend = create_backend(backend_name, spec, **options)
+        chief = None
+        if backend_name != "local":
+            from tfmesos.backends.local import LocalBackend
+
+            # Remote tasks must reach the chief: it listens on this host's name.
+            chief = LocalBackend(
+                spec, host=backend.rendezvous_host, log_dir=options.get("log_dir"), chief_only=True
+            )
+            if spec.max_restarts and not options.get("log_dir"):
+                options = {**options, "log_dir": str(chief.log_dir)}
+        launcher = Launcher(spec, backend, chief_backend=chief, restart=restart)
+        status = 0
+        verdict = ""
+        again = False
+        try:
+            await launcher.start()
+            await launcher.wait_for_workers()
+        except JobFailedError as exc:
+            status, verdict = exc.exit_code, f"job failed: {exc}"
+            where = f" on {exc.failure.host}" if exc.failure.host else ""
+            summary = f"task {exc.failure.task}{where} {exc.failure.reason}"
+            again = restart < spec.max_restarts
+            # Said at once, in one line; the full verdict, with the task's last
+            # output, comes after every task's output is out.
+            logger.warning(
+                "%s: stopping every task%s",
+                summary,
+                f" to start the job again (restart {restart + 1} of {spec.max_restarts})"
+                if again
+                else "",
+            )
+            if again:
+                causes.append(summary)
+        except ClusterStartError as exc:
+            status, verdict = 1, f"the cluster did not come up: {exc}"
+        except asyncio.CancelledError:
+            if not received:
+                raise
+        finally:
+            stopping = True
+            interrupted = list(received)  # a signal after this point changes no verdict
+            with contextlib.suppress(asyncio.CancelledError):
+                # After a failure or a signal, output a stalled terminal does
+                # not take is dropped; at the job's normal end it is all written.
+                await asyncio.shield(launcher.stop(drop_stalled_output=bool(status or interrupted)))
+        if again and not interrupted:
+            stopping = False
+            continue
+        break
+    assert launcher is not None
+    if verdict and causes:
+        # Each earlier run's cause; the last run's, with its output, is above.
+        restarts = f"{len(causes)} restart{'s' if len(causes) > 1 else ''}"
+        earlier = "\n".join(f"  run {number}: {cause}" for number, cause in enumerate(causes, 1))
+        verdict += f"\nthis was run {len(causes) + 1}, after {restarts}; before it:\n{earlier}"
     # Said after the tasks' last output is out, so that it is the last word,
     # with where the full output of every task is.
     if verdict:

@@ -19,6 +19,7 @@ from tfmesos.mesos.roles import validate_role
 
 __all__ = [
     "MAX_COMMAND_LINE",
+    "MAX_RESTARTS",
     "MAX_TASKS",
     "ClusterSpec",
     "Job",
@@ -34,6 +35,8 @@ REPLICA_JOBS = ("ps", "worker")
 MAX_TASKS = 10_000
 """The most tasks one job may have, on any backend (the local backend has
 lower limits of its own: :func:`tfmesos.resources.local_task_limit`)."""
+MAX_RESTARTS = 1000
+"""More restarts than this is a job that fails for good, restarted for ever."""
 MAX_COMMAND_LINE = 131071
 """Linux takes at most 128 KiB, its terminating NUL included, in one argument
 (``MAX_ARG_STRLEN``): a shell command line is one, ``sh -c LINE``."""
@@ -198,6 +201,9 @@ class ClusterSpec:
     tls_cert: str | None = None
     """PEM certificate the rendezvous serves TLS with (tasks pin it)."""
     tls_key: str | None = None
+    max_restarts: int = 0
+    """Replica mode: times the whole job is started again after a task fails
+    or is lost once the cluster is up."""
 
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)
@@ -225,6 +231,17 @@ class ClusterSpec:
                 raise SpecError("replica mode needs at least one worker (-w 1)")
         if self.start_timeout is not None:
             _number(self.start_timeout, "the start timeout", minimum=0, allow_equal=False)
+        if (
+            isinstance(self.max_restarts, bool)
+            or not isinstance(self.max_restarts, int)
+            or not 0 <= self.max_restarts <= MAX_RESTARTS
+        ):
+            raise SpecError(
+                f"--max-restarts must be a whole number from 0 to {MAX_RESTARTS}, "
+                f"not {self.max_restarts!r}"
+            )
+        if self.max_restarts and not self.replica:
+            raise SpecError("restarts are for replica mode (tfrun) only")
         for key, value in self.env.items():
             if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
                 raise SpecError(f"environment variable {key!r} must be a name with a string value")

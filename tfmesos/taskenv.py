@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 __all__ = [
+    "ENV_RESTART",
     "PLACEHOLDERS",
     "ClusterDef",
     "fill_placeholders",
@@ -24,6 +25,10 @@ ClusterDef = Mapping[str, Sequence[str]]
 """Job name to the ``host:port`` of each of its tasks, in task order."""
 
 PLACEHOLDERS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
+
+ENV_RESTART = "TFMESOS_RESTART"
+"""Which run of the job a task belongs to: 0, then 1 after the first restart
+(``tfrun --max-restarts``)."""
 
 # `{name}` is a placeholder and `{{name}}` a literal `{name}`. Every other brace
 # (a dict in `python -c "..."`, a shell `${x}`, a lone `}}`) is left alone, which

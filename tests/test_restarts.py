@@ -1,0 +1,207 @@
+"""`tfrun --max-restarts N`: a job whose task fails or is lost after the cluster
+is up is stopped and started again, whole, up to N times.
+
+Each run is a new job: a new rendezvous, new placements (on Mesos, a new
+framework), ``TFMESOS_RESTART`` in every task's environment. The training
+examples resume from their last checkpoint, so a crash costs the steps since
+then, not the run.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, JobProcesses, marked_master, run_tfrun, start_tfrun
+from tfmesos.testing.master import ThreadedTestMaster
+
+PY = sys.executable
+
+
+@pytest.fixture
+def master(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ThreadedTestMaster]:
+    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
+        yield m
+
+
+def on(backend: ThreadedTestMaster | None) -> tuple[str, ...]:
+    return ("-m", backend.url) if backend is not None else ()
+
+
+# -- the rule, with shell commands ---------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["local", "mesos"])
+def test_a_task_failing_once_is_restarted_with_the_whole_job(
+    backend: str, request: pytest.FixtureRequest, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    cluster = request.getfixturevalue("master") if backend == "mesos" else None
+    marker = tmp_path / "crashed"
+    # worker:1 fails the first time only; every task says which run it is in.
+    command = (
+        f'echo "run $TFMESOS_RESTART"; '
+        f"if [ {{task_index}} = 1 ] && [ ! -e {marker} ]; then touch {marker}; exit 3; fi"
+    )
+    result = run_tfrun(
+        *on(cluster),
+        "-w",
+        "2",
+        "-s",
+        "1",
+        "--max-restarts",
+        "1",
+        "--",
+        command,
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "stopping every task to start the job again (restart 1 of 1)" in result.stderr
+    assert re.search(r"task worker:1 on \S+ exited with status 3", result.stderr)
+    # The chief's output: one line per run.
+    assert result.stdout.splitlines() == ["[worker:0] run 0", "[worker:0] run 1"]
+    assert not job_procs.wait_gone(10)
+    if cluster is not None:
+        # A new framework per run; every one torn down.
+        frameworks = cluster.frameworks(include_completed=True)
+        assert len(frameworks) == 2
+        assert cluster.frameworks() == []
+
+
+def test_when_restarts_run_out_the_verdict_names_every_runs_cause(
+    job_procs: JobProcesses,
+) -> None:
+    result = run_tfrun(
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "--max-restarts",
+        "2",
+        "--",
+        "if [ {task_index} = 1 ]; then exit $((TFMESOS_RESTART + 3)); fi; sleep 100",
+        env=job_procs.env(),
+    )
+    # The last run's failure decides, as without restarts.
+    assert result.returncode == 5, result.stderr
+    verdict = result.stderr[result.stderr.index("job failed:") :]
+    assert "task worker:1 on 127.0.0.1 exited with status 5" in verdict
+    assert "this was run 3, after 2 restarts; before it:" in verdict
+    assert "  run 1: task worker:1 on 127.0.0.1 exited with status 3" in verdict
+    assert "  run 2: task worker:1 on 127.0.0.1 exited with status 4" in verdict
+    assert not job_procs.wait_gone(10)
+
+
+def test_a_cluster_that_never_comes_up_is_not_restarted(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    # The start has its own rules (three attempts per task, --timeout); a
+    # restart would only repeat them.
+    result = run_tfrun(
+        "-m", master.url, "-w", "2", "-s", "0", "-Cw", "64", "--timeout", "3",
+        "--max-restarts", "3", "--", "true",
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "start the job again" not in result.stderr
+    assert "the cluster was not up after 3s" in result.stderr
+    assert len(master.frameworks(include_completed=True)) == 1
+
+
+def test_a_lost_agent_restarts_the_job_on_mesos(
+    master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    # The first run's tasks wait for ever; the second's end at once.
+    proc, _ = start_tfrun(
+        "-m",
+        master.url,
+        "-w",
+        "1",
+        "-s",
+        "1",
+        "--max-restarts",
+        "1",
+        "--",
+        'if [ "$TFMESOS_RESTART" = 0 ]; then sleep 120; fi',
+        env=job_procs.env(),
+    )
+    master.kill_agent(master.tasks()[0]["agent_id"])
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert re.search(
+        r"task ps:0 on 127\.0\.0\.1 ended in state (TASK_UNREACHABLE|AGENT_LOST)[^\n]*"
+        r"to start the job again \(restart 1 of 1\)",
+        err,
+    ), err
+    assert not job_procs.wait_gone(10)
+
+
+def test_restarts_are_checked_before_anything_starts() -> None:
+    result = run_tfrun("-w", "1", "-s", "0", "--max-restarts", "-1", "--", "true")
+    assert result.returncode == 2
+    assert "--max-restarts" in result.stderr
+    result = run_tfrun("-w", "1", "-s", "0", "--max-restarts", "100000", "--", "true")
+    assert result.returncode == 2
+    assert "--max-restarts must be a whole number from 0 to 1000" in result.stderr
+
+
+# -- training resumes from its checkpoint --------------------------------------
+
+
+def mnist(checkpoint_dir: Path) -> tuple[str, ...]:
+    return (
+        PY, "examples/mnist/mnist_replica.py",
+        "--ps_hosts", "{ps_hosts}", "--worker_hosts", "{worker_hosts}",
+        "--job_name", "{job_name}", "--task_index", "{task_index}",
+        "--train_steps", "300", "--save_checkpoint_steps", "50",
+        "--checkpoint_dir", str(checkpoint_dir),
+    )  # fmt: skip
+
+
+def final_step(stdout: str) -> int:
+    found = re.findall(
+        r"\[worker:0\] worker 0: done after \d+ local steps \(global step (\d+)\)", stdout
+    )
+    assert len(found) == 1, stdout
+    return int(found[0])
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("backend", ["local", "mesos"])
+def test_a_worker_crashing_mid_training_resumes_from_its_checkpoint(
+    backend: str, request: pytest.FixtureRequest, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    cluster = request.getfixturevalue("master") if backend == "mesos" else None
+    job = (*on(cluster), "-w", "1", "-s", "1", "--max-restarts", "1", "--")
+    whole = run_tfrun(*job, *mnist(tmp_path / "uninterrupted"), env=job_procs.env())
+    assert whole.returncode == 0, whole.stderr
+    assert "[worker:0] worker 0: training from global step 0" in whole.stdout
+
+    # The chief is killed once a checkpoint past step 0 is on disk.
+    crash = (PY, str(ROOT / "tests" / "crash_after_checkpoint.py"), str(tmp_path / "crashed"))
+    crashed = run_tfrun(
+        *job,
+        *crash,
+        str(tmp_path / "checkpoints"),
+        "--",
+        *mnist(tmp_path / "checkpoints"),
+        env=job_procs.env(),
+    )
+    assert crashed.returncode == 0, crashed.stderr
+    assert (
+        "task worker:0 exited with status 1: stopping every task to start the job again"
+        in (crashed.stderr)
+        or "to start the job again (restart 1 of 1)" in crashed.stderr
+    ), crashed.stderr
+    starts = [int(s) for s in re.findall(r"training from global step (\d+)", crashed.stdout)]
+    # Run 1 began at 0; run 2 at the checkpoint the crash came after, not at 0.
+    assert starts[0] == 0 and len(starts) == 2, crashed.stdout
+    killed_after = int(re.findall(r"\d+", (tmp_path / "crashed").read_text())[0])
+    assert starts[1] >= killed_after > 0, crashed.stdout
+    assert final_step(crashed.stdout) == final_step(whole.stdout) == 300
+    assert not job_procs.wait_gone(10)
