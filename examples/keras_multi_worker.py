@@ -48,6 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch_size", type=int, default=64, help="examples per worker per step")
     parser.add_argument("--learning_rate", type=float, default=0.01)
+    parser.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="where the model is saved after every epoch and a run resumes from: "
+        "a directory every task sees (a shared volume, -V), for tfrun --max-restarts",
+    )
     return parser.parse_args(argv)
 
 
@@ -151,8 +157,21 @@ def main(argv: list[str] | None = None) -> int:
 
     iterator = iter(dist_dataset)
     losses: list[float] = []
+    done = tf.Variable(0, dtype=tf.int64, trainable=False, name="epochs_done")
+    manager = None
+    if args.checkpoint_dir:
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epochs_done=done)
+        # Every worker takes part in saving (the variables are mirrored by
+        # collectives), but only the chief's copy is kept: the others write
+        # to a directory of their own, as TensorFlow's multi-worker guide does.
+        own = os.path.join(args.checkpoint_dir, "" if is_chief else f"worker-{task_index}")
+        manager = tf.train.CheckpointManager(checkpoint, own, max_to_keep=1)
+        latest = tf.train.latest_checkpoint(args.checkpoint_dir)
+        if latest:
+            checkpoint.restore(latest)
+            print(f"{task_type} {task_index}: resumed after epoch {int(done.numpy())}", flush=True)
     start = time.monotonic()
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(int(done.numpy()) + 1, args.epochs + 1):
         epoch_start = time.monotonic()
         total = 0.0
         for _ in range(steps_per_epoch):
@@ -163,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{time.monotonic() - epoch_start:.1f}s",
             flush=True,
         )
+        if manager is not None:
+            done.assign(epoch)
+            manager.save(checkpoint_number=epoch)
     print(f"{task_type} {task_index}: trained in {time.monotonic() - start:.1f}s", flush=True)
-    if is_chief:
+    if is_chief and losses:
         print(f"first loss = {losses[0]}", flush=True)
         print(f"final loss = {losses[-1]}", flush=True)
     return 0

@@ -178,6 +178,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch_size", type=int, default=100)
     parser.add_argument("--hidden_units", type=int, default=100)
     parser.add_argument("--learning_rate", type=float, default=0.01)
+    parser.add_argument(
+        "--checkpoint_dir",
+        default=None,
+        help="where the chief saves checkpoints and every run resumes from the latest: "
+        "a directory every task sees (a shared volume, -V), for tfrun --max-restarts",
+    )
+    parser.add_argument(
+        "--save_checkpoint_steps", type=int, default=100, help="global steps between checkpoints"
+    )
     return parser.parse_args(argv)
 
 
@@ -310,9 +319,20 @@ def run_worker(
         is_chief=is_chief,
         hooks=hooks,
         config=config,
-        checkpoint_dir=None,
+        # The chief restores the latest checkpoint here, if there is one, and
+        # saves one every save_checkpoint_steps and at the end.
+        checkpoint_dir=args.checkpoint_dir,
+        save_checkpoint_steps=args.save_checkpoint_steps if args.checkpoint_dir else None,
+        save_checkpoint_secs=None,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
         log_step_count_steps=0,
     ) as sess:
+        if reports:
+            begins_at = sess.run_step_fn(
+                lambda step_context: int(step_context.session.run(model.global_step))
+            )
+            print(f"worker {task_index}: training from global step {begins_at}", flush=True)
         if reports:
             initial = sess.run_step_fn(validation_loss)
             print(f"initial validation cross entropy = {initial}", flush=True)
