@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -151,21 +152,26 @@ def master(
 def containers_of(master: ThreadedTestMaster) -> list[str]:
     """The containers this master started that still exist."""
     work_dir = master.call(lambda m: str(m.master_state.work_dir_path))
+    return podman_names(work_dir)
+
+
+def podman_names(label_value: str) -> list[str]:
+    """ "NAME STATE" of each container labelled as the test master's at that work dir."""
     result = subprocess.run(
         [
             "podman",
             "ps",
             "--all",
             "--format",
-            "{{.Names}}",
+            "{{.Names}} {{.State}}",
             "--filter",
-            f"label=tfmesos.test-master={work_dir}",
+            f"label=tfmesos.test-master={label_value}",
         ],
         capture_output=True,
         text=True,
         check=True,
     )
-    return result.stdout.split()
+    return result.stdout.splitlines()
 
 
 def task_key(task: dict) -> str:  # type: ignore[type-arg]
@@ -346,3 +352,207 @@ def test_an_image_needs_the_linux_filesystem_isolator(
         assert "Failed to launch container: Container root filesystems not supported" in (
             result.stderr
         )
+
+
+# ------------------------------------------------ the agent's containers, raw
+
+
+@needs_podman
+def test_a_mesos_container_with_an_image_as_the_agent_makes_it(
+    task_image: str, tmp_path: Path
+) -> None:
+    """The image's root filesystem, environment and working directory, the
+    task's user (not the image's USER), the sandbox at /mnt/mesos/sandbox,
+    host-path volumes at an absolute path (RO) and under the sandbox (RW), and
+    the command's environment over the image's."""
+    from tests.test_testing_master import Scheduler, framework_info, task_info, with_master
+
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "greeting").write_text("hello\n")
+    (tmp_path / "rw").mkdir(mode=0o777)
+    (tmp_path / "rw").chmod(0o777)
+    script = (
+        "id -u; pwd; echo $MESOS_SANDBOX; echo $HOME; echo $PATH; echo $GREETING; "
+        "echo ${MESOS_FRAMEWORK_ID:+agent-env}; cat /abs/greeting; "
+        "test -e /run/.containerenv && echo containerenv; "
+        "touch /abs/x 2>/dev/null || echo read-only; echo written > $MESOS_SANDBOX/rel/out; ls /mnt/mesos/sandbox"
+    )
+
+    @with_master(agents=1)
+    async def scenario(master: Any, session: Any, sched: Scheduler) -> None:
+        await sched.subscribe(framework_info())
+        [offer] = await sched.offers()
+        info = task_info("t1", offer, script)
+        info["command"]["environment"] = {
+            "variables": [{"name": "GREETING", "value": "from the command"}]
+        }
+        info["container"] = {
+            "type": "MESOS",
+            "mesos": {"image": {"type": "DOCKER", "docker": {"name": task_image}}},
+            "volumes": [
+                {"host_path": str(tmp_path / "ro"), "container_path": "/abs", "mode": "RO"},
+                {"host_path": str(tmp_path / "rw"), "container_path": "rel", "mode": "RW"},
+            ],
+        }
+        await sched.launch(offer, info)
+        status = await sched.until("t1", "TASK_FINISHED", timeout=60)
+        assert status["message"] == "Command exited with status 0"
+        task = master.task("t1")
+        lines = (Path(task["sandbox"]) / "stdout").read_text().splitlines()
+        assert lines[:10] == [
+            str(os.geteuid()),  # the framework's user, not the image's 65534
+            "/workspace",  # the image's WORKDIR
+            "/mnt/mesos/sandbox",
+            "/workspace",  # the image's HOME over the agent's
+            "/opt/tfmesos/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "from the command",
+            "agent-env",  # the executor's MESOS_* variables
+            "hello",
+            "containerenv",
+            "read-only",
+        ]
+        assert {"stdout", "stderr", "rel"} <= set(lines[10:])
+        assert (tmp_path / "rw" / "out").read_text() == "written\n"
+        assert (Path(task["sandbox"]) / "rel").is_dir()  # the mount point, made in the sandbox
+        label = str(master.master_state.work_dir_path)
+        await wait_until_async(lambda: podman_names(label) == [], 15)
+
+    scenario()
+
+
+async def wait_until_async(check: Any, timeout: float) -> None:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.2)
+
+
+@needs_podman
+def test_a_docker_container_as_the_docker_executor_runs_it(task_image: str, tmp_path: Path) -> None:
+    """`docker run`: the command's environment and MESOS_SANDBOX,
+    MESOS_CONTAINER_NAME, MESOS_ALLOCATION_ROLE only; the image's user and
+    working directory; "Container exited with status N"; both paths of a volume
+    relative is an error of the run options."""
+    from tests.test_testing_master import Scheduler, framework_info, task_info, with_master
+
+    script = (
+        "id -u; pwd; echo $MESOS_SANDBOX; echo $MESOS_CONTAINER_NAME; "
+        "echo ${MESOS_FRAMEWORK_ID:-no-agent-env}; echo $MESOS_ALLOCATION_ROLE; "
+        "ls /made-by-docker; exit 3"
+    )
+
+    @with_master(agents=1)
+    async def scenario(master: Any, session: Any, sched: Scheduler) -> None:
+        await sched.subscribe(framework_info())
+        [offer] = await sched.offers()
+        docker = {"image": task_image, "network": "HOST"}
+        missing = tmp_path / "missing"
+        first = task_info("t1", offer, script)
+        first["container"] = {
+            "type": "DOCKER",
+            "docker": docker,
+            "volumes": [{"host_path": str(missing), "container_path": "/made-by-docker"}],
+        }
+        await sched.launch(offer, first)
+        status = await sched.until("t1", "TASK_FAILED", timeout=60)
+        assert status["message"] == "Container exited with status 3"
+        task = master.task("t1")
+        lines = (Path(task["sandbox"]) / "stdout").read_text().splitlines()
+        assert lines == [
+            "65534",
+            "/workspace",
+            "/mnt/mesos/sandbox",
+            f"mesos-{task['container_id']}",
+            "no-agent-env",
+            "*",
+        ]
+        assert missing.is_dir()  # the Docker daemon makes a missing host path
+        [offer] = await sched.offers()
+        second = task_info("t2", offer, "true")
+        second["container"] = {
+            "type": "DOCKER",
+            "docker": docker,
+            "volumes": [{"host_path": "a", "container_path": "b", "mode": "RW"}],
+        }
+        await sched.launch(offer, second)
+        status = await sched.until("t2", "TASK_FAILED", timeout=60)
+        assert status["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
+        assert status["message"] == (
+            "Failed to launch container: "
+            "Both host_path 'a' and container_path 'b' of a volume are relative"
+        )
+
+    scenario()
+
+
+@needs_podman
+def test_killing_an_image_task_ends_its_container(task_image: str) -> None:
+    from tests.test_testing_master import Scheduler, framework_info, task_info, with_master
+
+    @with_master(agents=1)
+    async def scenario(master: Any, session: Any, sched: Scheduler) -> None:
+        await sched.subscribe(framework_info())
+        [offer] = await sched.offers()
+        info = task_info("t1", offer, "echo up; exec sleep 1000")
+        info["container"] = {
+            "type": "MESOS",
+            "mesos": {"image": {"type": "DOCKER", "docker": {"name": task_image}}},
+        }
+        await sched.launch(offer, info)
+        await sched.until("t1", "TASK_RUNNING", timeout=60)
+        label = str(master.master_state.work_dir_path)
+        stdout = Path(master.task("t1")["sandbox"]) / "stdout"
+        await wait_until_async(lambda: stdout.read_text() == "up\n", 30)
+        assert [line.split()[1] for line in podman_names(label)] == ["Up"]
+        await sched.call("KILL", kill={"task_id": {"value": "t1"}})
+        status = await sched.until("t1", "TASK_KILLED", timeout=30)
+        assert status["message"] == "Command terminated with signal Terminated"
+        await wait_until_async(lambda: podman_names(label) == [], 15)
+
+    scenario()
+
+
+@needs_podman
+def test_a_missing_image_fails_the_launch(tmp_path: Path) -> None:
+    from tests.test_testing_master import Scheduler, framework_info, task_info, with_master
+
+    @with_master(agents=1)
+    async def scenario(master: Any, session: Any, sched: Scheduler) -> None:
+        await sched.subscribe(framework_info())
+        [offer] = await sched.offers()
+        info = task_info("t1", offer, f"touch {tmp_path}/ran")
+        info["container"] = {
+            "type": "MESOS",
+            "mesos": {"image": {"type": "DOCKER", "docker": {"name": "localhost/no-such:image"}}},
+        }
+        await sched.launch(offer, info)
+        status = await sched.until("t1", "TASK_FAILED", timeout=30)
+        assert status["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
+        assert status["message"].startswith(
+            "Failed to launch container: Failed to provision image 'localhost/no-such:image': "
+            "not in the local image store"
+        )
+        assert not (tmp_path / "ran").exists()
+
+    scenario()
+
+
+def test_the_reaper_removes_the_containers_it_was_told_of(tmp_path: Path) -> None:
+    """If the master's process dies, its reaper removes every container still
+    listed (here a stand-in command that leaves a file)."""
+    import asyncio
+
+    from tfmesos.testing.master.executor import Reaper
+
+    async def scenario() -> None:
+        reaper = Reaper()
+        reaper.remove_container("mesos-a", ["touch", str(tmp_path / "a")])
+        reaper.remove_container("mesos-b", ["touch", str(tmp_path / "b")])
+        reaper.forget_container("mesos-b")
+        await reaper.close()
+
+    asyncio.run(scenario())
+    assert (tmp_path / "a").exists()
+    assert not (tmp_path / "b").exists()
