@@ -556,3 +556,38 @@ def test_the_reaper_removes_the_containers_it_was_told_of(tmp_path: Path) -> Non
     asyncio.run(scenario())
     assert (tmp_path / "a").exists()
     assert not (tmp_path / "b").exists()
+
+
+@needs_podman
+def test_a_frozen_partition_pauses_the_container_and_stopping_removes_it(
+    task_image: str,
+) -> None:
+    """partition_agent(freeze=True) stops the task's processes: its container
+    is paused (`podman pause`, the cgroup freezer); the master's stop kills and
+    removes it all the same."""
+    from tests.test_testing_master import Scheduler, framework_info, task_info, with_master
+
+    labels: list[str] = []
+
+    @with_master(agents=1)
+    async def scenario(master: Any, session: Any, sched: Scheduler) -> None:
+        await sched.subscribe(framework_info())
+        [offer] = await sched.offers()
+        info = task_info("t1", offer, "exec sleep 1000")
+        info["container"] = {
+            "type": "MESOS",
+            "mesos": {"image": {"type": "DOCKER", "docker": {"name": task_image}}},
+        }
+        await sched.launch(offer, info)
+        await sched.until("t1", "TASK_RUNNING", timeout=60)
+        labels.append(str(master.master_state.work_dir_path))
+        await wait_until_async(
+            lambda: [n.split()[1] for n in podman_names(labels[0])] == ["Up"], 30
+        )
+        master.partition_agent(master.task("t1")["agent_id"], freeze=True)
+        await wait_until_async(
+            lambda: [n.split()[1] for n in podman_names(labels[0])] == ["Paused"], 15
+        )
+
+    scenario()
+    assert podman_names(labels[0]) == []
