@@ -149,7 +149,7 @@ def volume_mounts(info: JSON, sandbox: Path, isolator: str) -> list[tuple[str, s
     """
     container: JSON = info.get("container") or {}
     if container.get("type", "MESOS") != "MESOS" or "image" in container.get("mesos", {}):
-        return []  # Images are not provisioned here: recorded and otherwise ignored.
+        return []  # A container with an image: images.py.
     volumes: list[JSON] = list(container.get("volumes", []))
     if not volumes:
         return []

@@ -31,11 +31,13 @@ from tfmesos import procfs
 from tfmesos.testing.master.containerizer import (
     LAUNCH_SOURCE,
     ContainerLaunchError,
+    Credentials,
     create_sandbox,
     filesystem_isolator,
     task_user,
     volume_mounts,
 )
+from tfmesos.testing.master.images import ContainerPlan, Podman, plan_container, task_image
 from tfmesos.testing.master.schema import JSON, duration_seconds
 from tfmesos.testing.master.state import Framework, MasterState, Task, resolve
 from tfmesos.testing.master.updates import StatusUpdates
@@ -44,9 +46,10 @@ logger = logging.getLogger(__name__)
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _REAPER_SOURCE = """
-import os, shutil, signal, sys
+import json, os, shutil, signal, subprocess, sys
 groups = set()
 directories = []
+containers = {}
 for line in sys.stdin:
     line = line.rstrip("\\n")
     if line[:1] == "+":
@@ -55,10 +58,20 @@ for line in sys.stdin:
         groups.discard(int(line[1:]))
     elif line[:1] == "d":
         directories.append(line[1:])
+    elif line[:1] == "c":
+        name, argv = json.loads(line[1:])
+        containers[name] = argv
+    elif line[:1] == "x":
+        containers.pop(line[1:], None)
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
+        pass
+for argv in containers.values():
+    try:
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.SubprocessError):
         pass
 for directory in directories:
     shutil.rmtree(directory, ignore_errors=True)
@@ -66,9 +79,10 @@ for directory in directories:
 
 
 class Reaper:
-    """A helper process told every live task process group. When its stdin reaches
-    EOF (the master stopped, or its process died however it died) it SIGKILLs the
-    groups still listed, so no task outlives a crashed test run."""
+    """A helper process told every live task process group and container. When its
+    stdin reaches EOF (the master stopped, or its process died however it died) it
+    SIGKILLs the groups still listed and removes the containers, so no task
+    outlives a crashed test run."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -104,6 +118,13 @@ class Reaper:
     def remove_on_exit(self, directory: Path) -> None:
         if "\n" not in str(directory):
             self._send(f"d{directory}")
+
+    def remove_container(self, name: str, argv: list[str]) -> None:
+        """Run ``argv`` (``podman rm -f NAME``) on exit unless :meth:`forget_container`."""
+        self._send("c" + json.dumps([name, argv]))
+
+    def forget_container(self, name: str) -> None:
+        self._send(f"x{name}")
 
     async def close(self) -> None:
         process, self._process = self._process, None
@@ -147,6 +168,27 @@ def _session_members(sid: int) -> list[int]:
         return [p.pid for p in procfs.processes() if p.session == sid]
     except OSError:
         return []
+
+
+_REMOVE = ("rm", "--force", "--time", "0", "--ignore")
+"""``podman rm`` of a container that is to go now, running or not."""
+
+
+def _is_signal(number: int) -> bool:
+    try:
+        signal.Signals(number)
+    except ValueError:
+        return False
+    return True
+
+
+def _command_environment(command: JSON) -> dict[str, str]:
+    """``CommandInfo.environment``'s VALUE variables."""
+    env = {}
+    for variable in command.get("environment", {}).get("variables", []):
+        if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
+            env[variable["name"]] = variable["value"]
+    return env
 
 
 def _describe_exit(returncode: int) -> str:
@@ -212,8 +254,22 @@ class TaskRunner:
         """Process groups stopped (SIGSTOP) by a partition that cuts their tasks off."""
         self.started_hooks: list[Callable[[Task], None]] = []
         """Called once a task's process has started (fault injection)."""
+        self.containers: dict[int, str] = {}
+        """The container of each image task's process group (``podman run``'s)."""
+        self._podman: Podman | bool | None = False
+        """Found on the first image task (False: not looked for yet)."""
+        self._container_calls: dict[str, asyncio.Task[None]] = {}
+        """The latest podman command sent to each container (they run in order)."""
 
     def _task_environment(self, task: Task, command: JSON) -> dict[str, str]:
+        env = self._executor_environment(task)
+        env.update(_command_environment(command))
+        env["MESOS_ALLOCATION_ROLE"] = task.role
+        return env
+
+    def _executor_environment(self, task: Task) -> dict[str, str]:
+        """The agent's environment for the executor: its own (``inherit_env``) and
+        the ``MESOS_*`` variables."""
         agent = self.state.agents_by_id[task.agent_id]
         env = dict(os.environ) if self.state.config.inherit_env else {"PATH": _DEFAULT_PATH}
         env.setdefault("PATH", _DEFAULT_PATH)
@@ -230,11 +286,52 @@ class TaskRunner:
                 "MESOS_CHECKPOINT": "0",
             }
         )
-        for variable in command.get("environment", {}).get("variables", []):
-            if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
-                env[variable["name"]] = variable["value"]
-        env["MESOS_ALLOCATION_ROLE"] = task.role
         return env
+
+    def podman(self) -> Podman | None:
+        """The container runtime for image tasks, or None where podman is missing."""
+        if self._podman is False:
+            self._podman = Podman.find()
+        return self._podman if isinstance(self._podman, Podman) else None
+
+    async def _plan_container(
+        self,
+        task: Task,
+        containerizer: str,
+        image: str,
+        command: JSON,
+        credentials: Credentials | None,
+    ) -> ContainerPlan:
+        """The ``podman run`` of an image task. Raises ContainerLaunchError."""
+        if containerizer == "MESOS" and (
+            filesystem_isolator(self.state.config) != "filesystem/linux"
+        ):
+            # PosixFilesystemIsolatorProcess::prepare
+            raise ContainerLaunchError("Container root filesystems not supported")
+        podman = self.podman()
+        if podman is None:
+            raise ContainerLaunchError(
+                f"cannot provision image '{image}': the tfmesos test master runs image "
+                "tasks in containers with podman (and runc), and podman is not installed "
+                "here (Debian: apt-get install podman runc); it never runs them on the host"
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None,
+            lambda: plan_container(
+                podman,
+                containerizer=containerizer,
+                image=image,
+                info=task.info,
+                sandbox=task.sandbox,
+                container_id=task.container_id,
+                executor_env=self._executor_environment(task),
+                command_env=_command_environment(command),
+                role=task.role,
+                credentials=credentials,
+                label=str(self.state.work_dir_path),
+            ),
+        )
 
     async def run_task(self, task: Task) -> None:
         """The agent and the command executor: start, watch, report, clean up."""
@@ -305,8 +402,15 @@ class TaskRunner:
                 container=False,
             )
             return
+        plan: ContainerPlan | None = None
+        mounts: list[tuple[str, str, bool]] = []
         try:
-            mounts = volume_mounts(task.info, task.sandbox, filesystem_isolator(self.state.config))
+            image = task_image(task.info)
+            if image is None:
+                isolator = filesystem_isolator(self.state.config)
+                mounts = volume_mounts(task.info, task.sandbox, isolator)
+            else:
+                plan = await self._plan_container(task, *image, command, credentials)
         except ContainerLaunchError as exc:
             self.updates.agent_update(
                 task,
@@ -358,7 +462,10 @@ class TaskRunner:
             argv = list(command.get("arguments", [])) or [value]
         env = self._task_environment(task, command)
         switch: dict[str, object] = {}
-        if mounts:
+        if plan is not None:
+            # The container runtime switches the user and sets the environment.
+            program, argv, env = plan.argv[0], plan.argv, plan.env
+        elif mounts:
             # A mount namespace of its own: the launch helper mounts, switches
             # user and execs the command (same process, same session).
             spec = {
@@ -384,6 +491,7 @@ class TaskRunner:
             ):
                 if credentials is not None:
                     for stream in (out, err):
+                        # (The executor writes these: a container's output is piped.)
                         os.fchown(stream.fileno(), credentials.uid, credentials.gid)
                 process = await asyncio.create_subprocess_exec(
                     argv[0],
@@ -407,6 +515,11 @@ class TaskRunner:
         self.live_groups.add(process.pid)
         if self.reaper is not None:
             self.reaper.track(process.pid)
+        if plan is not None:
+            self.containers[process.pid] = plan.name
+            podman = self.podman()
+            if self.reaper is not None and podman is not None:
+                self.reaper.remove_container(plan.name, podman.command(*_REMOVE, plan.name))
         if task.finalized:
             self.signal_group(process.pid, signal.SIGKILL)
             await process.wait()
@@ -424,7 +537,14 @@ class TaskRunner:
         self.sweep(process.pid)
         if task.finalized:
             return
-        message = f"Command {_describe_exit(returncode)}"
+        if plan is not None and plan.containerizer == "DOCKER":
+            # The Docker executor: `docker wait`'s status, "Container exited with status N".
+            message = f"Container {_describe_exit(returncode)}"
+        else:
+            if plan is not None and returncode > 128 and _is_signal(returncode - 128):
+                # podman reports a command killed by signal N as 128 + N.
+                returncode = task.returncode = -(returncode - 128)
+            message = f"Command {_describe_exit(returncode)}"
         if task.kill_requested:
             state = "TASK_KILLED"
         elif returncode == 0:
@@ -454,7 +574,7 @@ class TaskRunner:
     def signal_group(self, pgid: int | None, sig: int) -> None:
         """Signal a task's process group, only while it may still have processes."""
         if pgid is not None and pgid in self.live_groups:
-            killpg(pgid, sig)
+            self._signal(pgid, sig)
             if pgid in self.frozen:
                 # Stopped processes see the signal once they run again: destroying
                 # a container reaches its processes whatever they are doing.
@@ -464,12 +584,67 @@ class TaskRunner:
         """Stop a task's processes (SIGSTOP) until :meth:`thaw` or a signal to kill them."""
         if pgid is not None and pgid in self.live_groups and pgid not in self.frozen:
             self.frozen.add(pgid)
-            killpg(pgid, signal.SIGSTOP)
+            self._signal(pgid, signal.SIGSTOP)
 
     def thaw(self, pgid: int | None) -> None:
         if pgid is not None and pgid in self.frozen:
             self.frozen.discard(pgid)
-            killpg(pgid, signal.SIGCONT)
+            self._signal(pgid, signal.SIGCONT)
+
+    def _signal(self, pgid: int, sig: int) -> None:
+        """A process group's signal; a container's goes to the container (its
+        ``podman run`` would pass on only some, and outlive none)."""
+        name = self.containers.get(pgid)
+        if name is None:
+            killpg(pgid, sig)
+        elif sig == signal.SIGSTOP:
+            self._container_call(name, pgid, "pause")
+        elif sig == signal.SIGCONT:
+            self._container_call(name, pgid, "unpause")
+        else:
+            self._container_call(name, pgid, "kill", "--signal", str(int(sig)))
+
+    def _container_call(self, name: str, pgid: int | None, *args: str) -> None:
+        """Run ``podman ARGS NAME`` after the container's previous call. While its
+        ``podman run`` lives (``pgid``) a refused call is tried again: the
+        container may not exist yet."""
+        podman = self.podman()
+        if podman is None or self.state.loop is None:
+            return
+        previous = self._container_calls.get(name)
+
+        async def call() -> None:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            deadline = time.monotonic() + 15.0
+            while True:
+                process = await asyncio.create_subprocess_exec(
+                    *podman.command(*args, name),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                )
+                if await process.wait() == 0 or pgid not in self.live_groups:
+                    return
+                if time.monotonic() > deadline:
+                    logger.warning("podman %s %s kept failing", " ".join(args), name)
+                    return
+                await asyncio.sleep(0.2)
+
+        job = self.state.loop.create_task(call())
+        self._container_calls[name] = job
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if self._container_calls.get(name) is finished:
+                del self._container_calls[name]
+
+        job.add_done_callback(done)
+
+    async def drain_containers(self) -> None:
+        """Wait for the podman commands still running (the master stops)."""
+        while self._container_calls:
+            await asyncio.gather(*list(self._container_calls.values()), return_exceptions=True)
 
     def sweep(self, pgid: int) -> None:
         """Kill whatever is left in a task's process group (Mesos destroys the container)."""
@@ -479,6 +654,14 @@ class TaskRunner:
             self.frozen.discard(pgid)
             if self.reaper is not None:
                 self.reaper.untrack(pgid)
+        name = self.containers.pop(pgid, None)
+        if name is not None:
+            # Its `podman run` is gone: remove the container, whatever is left of it.
+            self._container_call(name, None, *_REMOVE)
+            job = self._container_calls.get(name)
+            if self.reaper is not None and job is not None:
+                reaper = self.reaper
+                job.add_done_callback(lambda _: reaper.forget_container(name))
 
     def finalize(self, task: Task) -> None:
         """Stop reporting on a task: no more updates, no retries."""

@@ -165,6 +165,7 @@ class TestMaster:
                 await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 10)
         for pgid in list(runner.live_groups):
             runner.sweep(pgid)
+        await runner.drain_containers()
         for task in tasks:
             if task.kill_timer is not None:
                 task.kill_timer.cancel()
