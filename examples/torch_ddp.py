@@ -13,8 +13,9 @@ On CPUs the processes talk through gloo; given GPUs (``tfrun -Gw 1``, or a GPU
 machine under torchrun) each process trains on ``cuda:LOCAL_RANK`` with NCCL.
 Without a launcher it trains alone.
 
-The data is scikit-learn's bundled 8x8 digits, so nothing is downloaded; each
-process trains on its own shard of every epoch (``DistributedSampler``).
+The data is scikit-learn's bundled 8x8 digits, so nothing is downloaded (without
+scikit-learn, ten synthetic clusters of the same shape); each process trains
+on its own shard of every epoch (``DistributedSampler``).
 Before training every process all-reduces a known tensor and prints the sum
 (``all_reduce = [...]``, which must be ``WORLD_SIZE * (WORLD_SIZE + 1) / 2``
 times ``[1, 2, 3, 4]``); after training each prints a digest of its weights
@@ -54,8 +55,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def load_data() -> TensorDataset:
-    from sklearn.datasets import load_digits
-
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:  # a GPU image with torch alone: still no download
+        print("no scikit-learn: training on ten synthetic clusters instead of the digits")
+        generator = torch.Generator().manual_seed(SEED)
+        labels = torch.arange(1797) % 10
+        centres = torch.rand(10, 64, generator=generator)
+        images = centres[labels] + 0.3 * torch.randn(len(labels), 64, generator=generator)
+        return TensorDataset(images, labels)
     digits = load_digits()
     # Pixel values in this data set range over 0..16.
     images = torch.from_numpy((digits.data / 16.0).astype(np.float32))
