@@ -7,8 +7,9 @@ installs the project, the ones after use it. A snippet that cannot run here
 comment on the line before it, and the cheap test below holds every other
 snippet to being run.
 
-The run itself is heavy (it installs TensorFlow into a new virtual
-environment and trains twice): it is marked ``heavy``, and CI runs it.
+The run itself is heavy (it installs TensorFlow, torch and JAX into a new
+virtual environment and trains four times): it is marked ``heavy``, and CI
+runs it.
 """
 
 from __future__ import annotations
@@ -108,4 +109,7 @@ def test_the_readme_runs_as_written(tmp_path: Path, job_procs: JobProcesses) -> 
     # fine-grained example and plus.py added 10 and 32.
     assert len(re.findall(r"validation cross entropy = [\d.]+", output)) >= 2, output[-6000:]
     assert re.findall(r"^42$", result.stdout, re.M) == ["42", "42"], result.stdout[-3000:]
+    # The DDP example trained under torchrun and under tfrun; JAX's psum was exact.
+    assert len(re.findall(r"final loss = [\d.]+", output)) >= 2, output[-6000:]
+    assert "[worker:0] psum = [3, 6, 9, 12]" in result.stdout, result.stdout[-3000:]
     assert [p.cmdline() for p in job_procs.wait_gone(30)] == []

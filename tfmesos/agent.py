@@ -768,7 +768,14 @@ def _task_command(
     for name in _AGENT_ONLY:
         env.pop(name, None)
     env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
-    env.update(taskenv.task_environment(cluster, job_name, task_index))
+    env.update(
+        taskenv.task_environment(
+            cluster, job_name, task_index, run_id=str(message.get("run_id") or "")
+        )
+    )
+    server = message.get("server") or {}
+    for name, value in taskenv.default_environment(float(server.get("cpus") or 1)).items():
+        env.setdefault(name, value)
     command = message.get("cmd")
     if command is None:
         env[ENV_SERVER_DEF] = json.dumps(message.get("server") or {})

@@ -164,6 +164,8 @@ class Launcher:
         self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
         self.cluster_def: dict[str, list[str]] = {}
+        self.run_id = uuid.uuid4().hex
+        """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
 
     # -- public ---------------------------------------------------------------
 
@@ -351,6 +353,7 @@ class Launcher:
                 "type": "cluster",
                 "job_name": task.spec.job_name,
                 "task_index": task.spec.index,
+                "run_id": self.run_id,
                 "cluster_def": self.cluster_def,
                 "cmd": task.spec.cmd,
                 "cwd": self.spec.cwd,

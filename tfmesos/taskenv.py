@@ -15,9 +15,12 @@ __all__ = [
     "ENV_RESTART",
     "PLACEHOLDERS",
     "ClusterDef",
+    "default_environment",
     "fill_placeholders",
     "placeholder_values",
     "placeholders_in",
+    "rank_environment",
+    "ranks",
     "task_environment",
 ]
 
@@ -65,15 +68,19 @@ def placeholder_values(cluster: ClusterDef, job_name: str, task_index: int) -> d
     }
 
 
-def task_environment(cluster: ClusterDef, job_name: str, task_index: int) -> dict[str, str]:
-    """The variables every task gets: the original's ``TFMESOS_*`` and TF2's ``TF_CONFIG``."""
+def task_environment(
+    cluster: ClusterDef, job_name: str, task_index: int, *, run_id: str = ""
+) -> dict[str, str]:
+    """The variables every task gets: the original's ``TFMESOS_*``, TF2's
+    ``TF_CONFIG``, and what torchrun gives and ``jax.distributed.initialize()``
+    needs (:func:`rank_environment`)."""
     values = placeholder_values(cluster, job_name, task_index)
     # TF2 strategies reject a job with no tasks, so empty jobs are left out.
     tf_config = {
         "cluster": {name: list(addrs) for name, addrs in cluster.items() if addrs},
         "task": {"type": job_name, "index": task_index},
     }
-    return {
+    env = {
         "TFMESOS_PS_HOSTS": values["ps_hosts"],
         "TFMESOS_WORKER_HOSTS": values["worker_hosts"],
         "TFMESOS_JOB_NAME": job_name,
@@ -83,4 +90,87 @@ def task_environment(cluster: ClusterDef, job_name: str, task_index: int) -> dic
         # Output goes through a pipe; without this Python would hold it back in
         # 8 KiB blocks and a crash would lose the last lines.
         "PYTHONUNBUFFERED": "1",
+    }
+    env.update(rank_environment(cluster, job_name, task_index, run_id=run_id))
+    return env
+
+
+def ranks(cluster: ClusterDef) -> list[tuple[str, int]]:
+    """Every task of the cluster as ``(job, index)``, in rank order: the
+    workers first, so that worker 0 (the chief) is rank 0, then every other
+    job (the ps tasks, in a tfrun job) in the cluster definition's order."""
+    jobs = ["worker", *(name for name in cluster if name != "worker")]
+    return [(job, index) for job in jobs for index in range(len(cluster.get(job, ())))]
+
+
+def _host(address: str) -> str:
+    return address.rpartition(":")[0].strip("[]")
+
+
+def rank_environment(
+    cluster: ClusterDef, job_name: str, task_index: int, *, run_id: str = ""
+) -> dict[str, str]:
+    """What torchrun gives each process it starts, and what a multi-process
+    JAX program passes to ``jax.distributed.initialize()``.
+
+    Every task is a rank (:func:`ranks`), and every task is what torchrun
+    calls a node that runs one process: ``LOCAL_RANK`` is 0 and
+    ``GROUP_RANK`` is the rank, so ``RANK = GROUP_RANK * LOCAL_WORLD_SIZE +
+    LOCAL_RANK`` holds as under torchrun, wherever the backend placed each
+    task. A task sees only the GPUs it was given (``CUDA_VISIBLE_DEVICES``),
+    so ``torch.cuda.set_device(LOCAL_RANK)`` picks its own: torchrun's
+    ``--virtual-local-rank``.
+
+    Rank 0 hosts torch's TCP store at ``MASTER_ADDR:MASTER_PORT`` and JAX's
+    coordinator at ``JAX_COORDINATOR_ADDRESS``: both are rank 0's own
+    address, the port its backend gave it (from the offer, on Mesos), which
+    nothing else in such a job binds.
+    """
+    order = ranks(cluster)
+    if not order:
+        return {}
+    rank = order.index((job_name, task_index))
+    first_job, first_index = order[0]
+    master = cluster[first_job][first_index]
+    size = str(len(order))
+    return {
+        # torch.distributed's env:// initialisation reads these four.
+        "RANK": str(rank),
+        "WORLD_SIZE": size,
+        "MASTER_ADDR": _host(master),
+        "MASTER_PORT": master.rpartition(":")[2],
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(rank),
+        "GROUP_WORLD_SIZE": size,
+        "ROLE_NAME": job_name,
+        "ROLE_RANK": str(task_index),
+        "ROLE_WORLD_SIZE": str(len(cluster[job_name])),
+        # No agent hosts a store: rank 0 starts its own (torch's
+        # _create_c10d_store), as it does outside torchrun.
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        # torch.distributed.is_torchelastic_launched() looks for this one.
+        "TORCHELASTIC_RUN_ID": run_id or "none",
+        # JAX reads the coordinator's address itself; the count and the id
+        # it reads only from the cluster managers it knows (Slurm, Open MPI),
+        # so a program passes these two.
+        "JAX_COORDINATOR_ADDRESS": master,
+        "JAX_NUM_PROCESSES": size,
+        "JAX_PROCESS_ID": str(rank),
+    }
+
+
+def default_environment(cpus: float) -> dict[str, str]:
+    """Variables a task gets unless its environment already sets them.
+
+    ``OMP_NUM_THREADS``: the task's CPUs, whole and at least 1. torchrun sets
+    1 for several processes on a machine; a task asked for its CPUs, and a
+    thread pool as large as the host would fight the other tasks for them
+    (or Mesos's CPU limit)."""
+    return {
+        "OMP_NUM_THREADS": str(max(1, int(cpus))),
+        # As torchrun: a failed NCCL collective ends the process, not hangs it.
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
     }

@@ -1,0 +1,156 @@
+"""Benchmark 9: the same PyTorch DDP job under torchrun and under tfrun.
+
+- torchrun: ``torchrun --nproc_per_node 4 examples/torch_ddp.py``
+- tfrun:    ``tfrun -w 4 -s 0 -- python examples/torch_ddp.py``
+
+Four processes train ``examples/torch_ddp.py`` (gloo, scikit-learn's digits)
+on this machine; each launcher runs the script unchanged, the first with the
+environment torchrun makes, the second with the one tfrun makes. Measured,
+alternating: the wall time of the whole job, start to exit, and the training
+speed, steps per second as rank 0 times them (its ``steps per second = ...``
+line, from its first step to its last). Targets: tfrun's wall time at most
+torchrun's, and its steps per second within 2 % of torchrun's.
+
+Both give each process one OpenMP thread: torchrun sets ``OMP_NUM_THREADS=1``
+when it starts several processes, tfrun sets it to the task's CPUs (``-Cw``,
+1 by default). Without an importable torch the benchmark is skipped and the
+reason recorded.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchlib import (
+    PYTHON,
+    ROOT,
+    JobFailed,
+    Result,
+    alternate,
+    bench_env,
+    command_line,
+    parse_args,
+    scratch,
+    tfrun,
+)
+
+EXAMPLE = "examples/torch_ddp.py"
+PROCESSES = 4
+RATE = re.compile(rb"steps per second = ([0-9.]+)")
+FINAL = re.compile(rb"final loss = ([0-9.eE+-]+)")
+
+
+@dataclass
+class Run:
+    wall: float
+    rate: float
+    final_loss: float
+
+
+def torch_reason() -> str | None:
+    """Why the job cannot run here, or None when it can."""
+    probe = subprocess.run(
+        [PYTHON, "-c", "import torch.distributed.run, sklearn"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"torch or scikit-learn is not importable by {PYTHON} ({last})"
+    return None
+
+
+def torchrun() -> list[str]:
+    """``torchrun`` as a user runs it: the console script next to this Python."""
+    script = Path(PYTHON).with_name("torchrun")
+    return [str(script)] if script.exists() else [PYTHON, "-m", "torch.distributed.run"]
+
+
+def run_job(argv: list[str]) -> Run:
+    started = time.perf_counter()
+    proc = subprocess.run(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=bench_env(),
+        cwd=ROOT,
+        timeout=900,
+        check=False,
+    )
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise JobFailed(
+            f"{' '.join(argv)[:200]} exited with status {proc.returncode}:\n"
+            + proc.stdout[-3000:].decode(errors="replace")
+        )
+    rate, final = RATE.search(proc.stdout), FINAL.search(proc.stdout)
+    if rate is None or final is None:
+        raise JobFailed(f"no 'steps per second' or 'final loss' line from {argv[0]}")
+    return Run(wall, float(rate.group(1)), float(final.group(1)))
+
+
+def main() -> None:
+    args = parse_args(
+        __doc__.splitlines()[0],
+        reps=5,
+        add=lambda p: p.add_argument("--epochs", type=int, default=None),
+    )
+    epochs = args.epochs or (1 if args.quick else 30)
+    result = Result(
+        "torch_ddp",
+        command_line("torch_ddp.py", args),
+        args.quick,
+        {"reps": args.reps, "processes": PROCESSES, "epochs": epochs, "example": EXAMPLE},
+    )
+    reason = torch_reason()
+    if reason is not None:
+        result.note(f"skipped: {reason}")
+        for name in ("wall time", "steps/s"):
+            result.target(f"9: {name}", "", f"skipped: {reason}", None)
+        result.write(args.results_dir)
+        return
+    script = [EXAMPLE, "--epochs", str(epochs)]
+    with scratch("torch-ddp") as logs:
+        contenders = {
+            "torchrun": lambda: run_job([*torchrun(), "--nproc_per_node", str(PROCESSES), *script]),
+            "tfrun": lambda: run_job(
+                [
+                    *tfrun(),
+                    *("-w", str(PROCESSES), "-s", "0", "--log-dir", str(logs), "--"),
+                    *(PYTHON, *script),
+                ]
+            ),
+        }
+        runs = alternate(args.reps, contenders, warmup=args.warmup)
+    for name in contenders:
+        result.add(f"wall time, {name}", "s", [r.wall for r in runs[name]])
+    for name in contenders:
+        result.add(f"steps/s, {name}", "steps/s", [r.rate for r in runs[name]])
+    for name in contenders:
+        result.add(f"final loss, {name}", "", [r.final_loss for r in runs[name]])
+    wall = result.ratio("wall time tfrun / torchrun", "wall time, tfrun", "wall time, torchrun")
+    rate = result.ratio("steps/s tfrun / torchrun", "steps/s, tfrun", "steps/s, torchrun")
+    result.target(
+        "9: wall time", "≤ 1\u00d7 torchrun's", f"{wall.value:.3f}\u00d7", wall.value <= 1
+    )
+    result.target(
+        "9: steps/s",
+        "within 2 % of torchrun's",
+        f"{rate.value:.3f}\u00d7",
+        abs(rate.value - 1) <= 0.02,
+    )
+    result.note(
+        f"{PROCESSES} processes, {epochs} epochs of examples/torch_ddp.py (gloo on CPU); "
+        "steps/s as rank 0 timed them"
+    )
+    result.write(args.results_dir)
+
+
+if __name__ == "__main__":
+    main()
