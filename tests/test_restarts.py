@@ -45,7 +45,7 @@ def test_a_task_failing_once_is_restarted_with_the_whole_job(
     marker = tmp_path / "crashed"
     # worker:1 fails the first time only; every task says which run it is in.
     command = (
-        f'echo "run $TFMESOS_RESTART"; '
+        f'echo "run $TFMESOS_RESTART $TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS"; '
         f"if [ {{task_index}} = 1 ] && [ ! -e {marker} ]; then touch {marker}; exit 3; fi"
     )
     result = run_tfrun(
@@ -63,8 +63,8 @@ def test_a_task_failing_once_is_restarted_with_the_whole_job(
     assert result.returncode == 0, result.stderr
     assert "stopping every task to start the job again (restart 1 of 1)" in result.stderr
     assert re.search(r"task worker:1 on \S+ exited with status 3", result.stderr)
-    # The chief's output: one line per run.
-    assert result.stdout.splitlines() == ["[worker:0] run 0", "[worker:0] run 1"]
+    # The chief's output: one line per run (torchrun's two numbers alike).
+    assert result.stdout.splitlines() == ["[worker:0] run 0 0/1", "[worker:0] run 1 1/1"]
     assert not job_procs.wait_gone(10)
     if cluster is not None:
         # A new framework per run; every one torn down.

@@ -770,7 +770,12 @@ def _task_command(
     env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
     env.update(
         taskenv.task_environment(
-            cluster, job_name, task_index, run_id=str(message.get("run_id") or "")
+            cluster,
+            job_name,
+            task_index,
+            run_id=str(message.get("run_id") or ""),
+            restart=int(message.get("restart") or 0),
+            max_restarts=int(message.get("max_restarts") or 0),
         )
     )
     server = message.get("server") or {}

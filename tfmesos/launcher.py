@@ -354,6 +354,8 @@ class Launcher:
                 "job_name": task.spec.job_name,
                 "task_index": task.spec.index,
                 "run_id": self.run_id,
+                "restart": self.restart,
+                "max_restarts": self.spec.max_restarts,
                 "cluster_def": self.cluster_def,
                 "cmd": task.spec.cmd,
                 "cwd": self.spec.cwd,

@@ -69,7 +69,13 @@ def placeholder_values(cluster: ClusterDef, job_name: str, task_index: int) -> d
 
 
 def task_environment(
-    cluster: ClusterDef, job_name: str, task_index: int, *, run_id: str = ""
+    cluster: ClusterDef,
+    job_name: str,
+    task_index: int,
+    *,
+    run_id: str = "",
+    restart: int = 0,
+    max_restarts: int = 0,
 ) -> dict[str, str]:
     """The variables every task gets: the original's ``TFMESOS_*``, TF2's
     ``TF_CONFIG``, and what torchrun gives and ``jax.distributed.initialize()``
@@ -91,7 +97,11 @@ def task_environment(
         # 8 KiB blocks and a crash would lose the last lines.
         "PYTHONUNBUFFERED": "1",
     }
-    env.update(rank_environment(cluster, job_name, task_index, run_id=run_id))
+    env.update(
+        rank_environment(
+            cluster, job_name, task_index, run_id=run_id, restart=restart, max_restarts=max_restarts
+        )
+    )
     return env
 
 
@@ -108,7 +118,13 @@ def _host(address: str) -> str:
 
 
 def rank_environment(
-    cluster: ClusterDef, job_name: str, task_index: int, *, run_id: str = ""
+    cluster: ClusterDef,
+    job_name: str,
+    task_index: int,
+    *,
+    run_id: str = "",
+    restart: int = 0,
+    max_restarts: int = 0,
 ) -> dict[str, str]:
     """What torchrun gives each process it starts, and what a multi-process
     JAX program passes to ``jax.distributed.initialize()``.
@@ -149,8 +165,10 @@ def rank_environment(
         # No agent hosts a store: rank 0 starts its own (torch's
         # _create_c10d_store), as it does outside torchrun.
         "TORCHELASTIC_USE_AGENT_STORE": "False",
-        "TORCHELASTIC_RESTART_COUNT": "0",
-        "TORCHELASTIC_MAX_RESTARTS": "0",
+        # tfrun --max-restarts restarts the whole job, as torchrun restarts
+        # its worker group: the same two numbers.
+        "TORCHELASTIC_RESTART_COUNT": str(restart),
+        "TORCHELASTIC_MAX_RESTARTS": str(max_restarts),
         # torch.distributed.is_torchelastic_launched() looks for this one.
         "TORCHELASTIC_RUN_ID": run_id or "none",
         # JAX reads the coordinator's address itself; the count and the id
