@@ -290,14 +290,23 @@ class Agent:
 
     # -- rendezvous ----------------------------------------------------------
 
-    def connect(self) -> Channel:
+    def connect(self, redial: bool = False) -> Channel:
+        """Dial the launcher and register. ``redial``: a registered connection
+        was dropped; a refusal now means the launcher is gone (it listens
+        from before the first task starts to the end of the job)."""
         host, port = self.config.launcher
         deadline = time.monotonic() + CONNECT_TIMEOUT
         while True:
+            if self.signal_received is not None:
+                raise AgentError(
+                    f"stopped by signal {self.signal_received} before the cluster was up"
+                )
             try:
                 sock = socket.create_connection((host, port), timeout=HELLO_TIMEOUT)
             except OSError as exc:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or (
+                    redial and isinstance(exc, ConnectionRefusedError)
+                ):
                     raise AgentError(f"cannot reach the launcher at {host}:{port}: {exc}") from None
                 time.sleep(0.5)
                 continue
@@ -965,8 +974,9 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
         # Fail before registering, so that the launcher retries us elsewhere.
         raise AgentError(f"port {config.port} on {config.host} is already in use")
     deadline = time.monotonic() + CONNECT_TIMEOUT
+    redial = False
     while True:
-        agent.connect()
+        agent.connect(redial)
         try:
             message = agent.wait_for_cluster()
             break
@@ -976,6 +986,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
             if time.monotonic() > deadline:
                 raise
             agent.disconnect()
+            redial = True
     argv, env = _task_command(message, environ)
     if reserved is not None:
         # Let go of the port right before the commands that bind it run.

@@ -61,6 +61,7 @@ ENDS = {
 }
 
 REASONS = {
+    "None": "the scheduler has not considered it yet",
     "Resources": "the resources it asks for are in use",
     "Priority": "jobs of higher priority are waiting ahead of it",
     "Dependency": "it waits for another job (a dependency in --sbatch-args)",
