@@ -160,7 +160,10 @@ def test_a_slurm_flag_chooses_the_slurm_backend(monkeypatch: pytest.MonkeyPatch)
     ("argv", "message"),
     [
         (["-m", "m:5050", "--partition", "gpu"], "--partition is a Slurm flag and -m a Mesos one"),
-        (["--backend", "local", "--time", "10"], "--time is a Slurm flag: it needs --backend slurm"),
+        (
+            ["--backend", "local", "--time", "10"],
+            "--time is a Slurm flag: it needs --backend slurm",
+        ),
     ],
 )
 def test_slurm_flags_with_another_backend_are_usage_errors(

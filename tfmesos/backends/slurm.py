@@ -256,9 +256,13 @@ class SlurmBackend(Backend):
             return
         self._closed = True
         if self._poller is not None:
+            # Told, not only cancelled: on Python 3.11 a cancellation that
+            # comes as an awaited command ends can be lost in asyncio.wait_for,
+            # and the poller would go on (and this wait with it) for ever.
+            self._poll_now.set()
             self._poller.cancel()
             with contextlib.suppress(BaseException):
-                await self._poller
+                await asyncio.wait_for(asyncio.shield(self._poller), COMMAND_TIMEOUT)
         live = [job for job in self._jobs.values() if not job.over]
         # The launcher closes the backend once its tasks are over: their
         # steps end, each job's script reports them and ends its job. That is
@@ -336,14 +340,16 @@ class SlurmBackend(Backend):
     # -- watching the jobs ----------------------------------------------------
 
     async def _poll(self) -> None:
-        while True:
+        while not self._closed:
             live = [job for job in self._jobs.values() if not job.over]
-            if live:
+            if live and not self._closed:
                 try:
                     await self._look(live)
                 except TFMesosError as exc:
                     logger.warning("Slurm: %s", exc)
             settled = all(j.script_seen and j.status and not j.status.pending for j in live)
+            if self._closed:
+                return
             self._poll_now.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(
@@ -526,7 +532,8 @@ async def _run(argv: Sequence[str], stdin: str | None = None) -> tuple[int, str,
         )
     except asyncio.TimeoutError:
         proc.kill()
-        await proc.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), 5.0)
         raise TFMesosError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT:g}s") from None
     assert proc.returncode is not None
     return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
