@@ -220,14 +220,14 @@ def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
         time.sleep(0.2)
     started = time.monotonic()
     result = run_tfrun(
-        "--backend", "slurm", "--timeout", "4", "-w", "3", "-s", "0", "-Mw", "2048", "--",
+        "--backend", "slurm", "--timeout", "6", "-w", "3", "-s", "0", "-Mw", "2048", "--",
         "true", env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 60
     (job,) = submitted(result.stderr)
     assert re.search(
-        r"the cluster was not up after 4s: still waiting for worker:1, worker:2 \(Slurm job "
+        r"the cluster was not up after 6s: still waiting for worker:1, worker:2 \(Slurm job "
         rf"{job} is pending \(Resources: the resources it asks for are in use\)\)",
         result.stderr,
     ), result.stderr

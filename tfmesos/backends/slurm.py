@@ -115,7 +115,7 @@ class SlurmBackend(Backend):
             if v is not None
         }
         self.options = slurm_options.validate(given)
-        missing = [c for c in ("sbatch", "squeue", "scancel", "srun") if shutil.which(c) is None]
+        missing = [c for c in ("sbatch", "squeue", "scancel") if shutil.which(c) is None]
         if missing:
             raise SpecError(
                 f"the slurm backend needs Slurm's commands on PATH ({', '.join(missing)} not "
