@@ -4,7 +4,7 @@
 # one allocation, three free ports picked on the batch node, each task a job
 # step, the ps killed once both workers are done.
 #
-#   sbatch --wait --output=FILE bench/hand_sbatch_mnist.sh [mnist_replica.py flags]
+#   sbatch --output=FILE bench/hand_sbatch_mnist.sh [mnist_replica.py flags]
 #
 # PYTHON picks the interpreter (default python3). Like most such scripts it
 # assumes its steps run on the batch node (a one-node allocation): on several

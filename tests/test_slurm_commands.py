@@ -173,3 +173,19 @@ def test_slurm_flags_with_another_backend_are_usage_errors(
         parse_args([*argv, "-w", "1", "-s", "0", "--", "true"])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_sbatch_s_refusal_is_said_once() -> None:
+    from tfmesos.backends.slurm import _sbatch_error
+
+    assert (
+        _sbatch_error(
+            "sbatch: error: Memory specification can not be satisfied\n"
+            "sbatch: error: Batch job submission failed: Memory specification can not be "
+            "satisfied\n"
+        )
+        == "Memory specification can not be satisfied"
+    )
+    assert _sbatch_error("sbatch: error: invalid partition specified: nope\n") == (
+        "invalid partition specified: nope"
+    )

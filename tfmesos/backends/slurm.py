@@ -207,7 +207,7 @@ class SlurmBackend(Backend):
             cwd=self.spec.cwd,
             options=self.options,
         )
-        job_id = await self._submit(argv, _script(plan), tasks_named=[t.name for t in tasks])
+        job_id = await self._submit(argv, _script(plan), _names(launches))
         job = _Job(job_id, peer_id, list(launches))
         self._jobs[job_id] = job
         self._by_peer[peer_id] = job
@@ -223,20 +223,19 @@ class SlurmBackend(Backend):
             job_id,
             "heterogeneous, " if het else "",
             shapes,
-            ", ".join(t.name for t in tasks),
+            _names(launches),
         )
         self._poll_now.set()
 
-    async def _submit(self, argv: list[str], script: str, tasks_named: list[str]) -> str:
+    async def _submit(self, argv: list[str], script: str, names: str) -> str:
         logger.debug("Slurm: %s", " ".join(argv))
         code, out, err = await _run(argv, stdin=script)
         if code != 0:
-            problem = " ".join(err.split()) or f"sbatch exited with status {code}"
-            problem = problem.removeprefix("sbatch: error: ")
+            problem = _sbatch_error(err) or f"sbatch exited with status {code}"
             if "Unable to contact slurm controller" in problem or "Socket timed out" in problem:
-                raise TFMesosError(f"Slurm refused the job for {', '.join(tasks_named)}: {problem}")
+                raise TFMesosError(f"Slurm refused the job for {names}: {problem}")
             # The request itself: a partition, account or size Slurm will never grant.
-            raise ResourceError(f"Slurm refused the job for {', '.join(tasks_named)}: {problem}")
+            raise ResourceError(f"Slurm refused the job for {names}: {problem}")
         job_id = out.strip().split(";", 1)[0]
         if not job_id.isdigit():
             raise TFMesosError(f"sbatch said {out.strip()!r}, not a job id")
@@ -459,6 +458,24 @@ class SlurmBackend(Backend):
                 ", ".join(j.job_id for j in waiting),
                 wait,
             )
+
+
+def _sbatch_error(stderr: str) -> str:
+    """What sbatch said went wrong, each thing once: it says the cause, then
+    ``Batch job submission failed:`` and the cause again."""
+    said: dict[str, None] = {}
+    for line in stderr.splitlines():
+        text = line.strip().removeprefix("sbatch: error: ").strip()
+        text = text.removeprefix("Batch job submission failed: ").strip()
+        if text:
+            said[text] = None
+    return "; ".join(said)
+
+
+def _names(launches: Sequence[Launch]) -> str:
+    """``ps:0, worker:1``, the first ten of many."""
+    names = [launch.task.name for launch in launches]
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def _describe(shape: Shape) -> str:
