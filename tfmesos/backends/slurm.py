@@ -310,7 +310,9 @@ class SlurmBackend(Backend):
             job.ended_tasks.add(task_id)
             self._changed.set()
             status = code if isinstance(code, int) else None
-            self._ended(launch, "exited", status, f"its Slurm step ended with status {status}", job)
+            self._ended(
+                launch, "exited", status, f"ended: its Slurm step exited with status {status}", job
+            )
         elif isinstance(event, Disconnected):
             # The job script's end: the job is ending. squeue says why.
             job.script_connected = False
