@@ -5,6 +5,7 @@ worker 1, and the session is opened on worker 0, which routes it all::
 
     python examples/plus.py                    # TF servers on this machine
     python examples/plus.py zk://mesos:2181/mesos   # or --master ..., on Mesos
+    python examples/plus.py --backend slurm         # as one Slurm job
 
 It prints ``42``.
 """
@@ -27,10 +28,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("master", nargs="?", help="Mesos master (default: this machine)")
     parser.add_argument("--master", dest="master_opt", metavar="MASTER")
+    parser.add_argument(
+        "--backend", choices=["local", "mesos", "slurm"], help="where the servers run"
+    )
     args = parser.parse_args()
 
     tf.compat.v1.disable_eager_execution()
-    with cluster(JOBS, master=args.master_opt or args.master, quiet=True) as c:
+    master = args.master_opt or args.master
+    with cluster(JOBS, master=master, backend=args.backend, quiet=True) as c:
         with tf.device("/job:ps/task:0"):
             a = tf.constant(10)
         with tf.device("/job:ps/task:1"):

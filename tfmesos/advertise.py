@@ -16,7 +16,7 @@ import socket
 
 from tfmesos.errors import SpecError
 
-__all__ = ["ADVERTISE_ENV", "advertised_host", "choose_host", "is_loopback_name"]
+__all__ = ["ADVERTISE_ENV", "advertised_host", "choose_host", "is_loopback_name", "own_name"]
 
 ADVERTISE_ENV = "TFMESOS_ADVERTISE_HOST"
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
@@ -53,6 +53,11 @@ def _route_address() -> str | None:
             return address
     except OSError:
         return None
+
+
+def own_name() -> str | None:
+    """This machine's first name that is not a loopback one, or None."""
+    return choose_host(socket.getfqdn(), socket.gethostname(), _route_address())
 
 
 def advertised_host() -> str:

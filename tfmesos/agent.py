@@ -47,6 +47,8 @@ any process of the same user can read in /proc/PID/environ. The agent reads it
 and closes it before it runs any command."""
 ENV_HOST = "TFMESOS_HOST"
 ENV_PORT = "TFMESOS_PORT"
+"""The port the task's server listens on; ``0``: the agent chooses one
+(Slurm, which hands out no ports) and holds it until the task's command runs."""
 ENV_PARENT_PID = "TFMESOS_PARENT_PID"
 ENV_SERVER_DEF = "TFMESOS_SERVER_DEF"
 ENV_LOG_FILE = "TFMESOS_LOG_FILE"
@@ -138,7 +140,7 @@ class AgentConfig:
             launcher=(host.strip("[]"), int(launcher_port)),
             task_id=task_id,
             secret=secret_bytes,
-            host=environ.get(ENV_HOST) or socket.getfqdn(),
+            host=environ.get(ENV_HOST) or _own_host(),
             port=port,
             parent_pid=int(parent) if parent and parent.isdigit() else None,
             tls_cert=environ.get(ENV_TLS_CERT) or None,
@@ -147,6 +149,17 @@ class AgentConfig:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def _own_host() -> str:
+    """The name other tasks dial to reach this one, where the backend did not
+    say (Slurm): this host's first name that is not a loopback one (as the
+    launcher chooses its own: :mod:`tfmesos.advertise`), else its address on
+    the default route. Not ``TFMESOS_ADVERTISE_HOST``: that is the launcher's,
+    and a Slurm task inherits the launcher's environment."""
+    from tfmesos.advertise import own_name
+
+    return own_name() or socket.getfqdn()
 
 
 def _read_secret(environ: dict[str, str]) -> str:
@@ -277,14 +290,23 @@ class Agent:
 
     # -- rendezvous ----------------------------------------------------------
 
-    def connect(self) -> Channel:
+    def connect(self, redial: bool = False) -> Channel:
+        """Dial the launcher and register. ``redial``: a registered connection
+        was dropped; a refusal now means the launcher is gone (it listens
+        from before the first task starts to the end of the job)."""
         host, port = self.config.launcher
         deadline = time.monotonic() + CONNECT_TIMEOUT
         while True:
+            if self.signal_received is not None:
+                raise AgentError(
+                    f"stopped by signal {self.signal_received} before the cluster was up"
+                )
             try:
                 sock = socket.create_connection((host, port), timeout=HELLO_TIMEOUT)
             except OSError as exc:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or (
+                    redial and isinstance(exc, ConnectionRefusedError)
+                ):
                     raise AgentError(f"cannot reach the launcher at {host}:{port}: {exc}") from None
                 time.sleep(0.5)
                 continue
@@ -647,6 +669,51 @@ def _accepts(port: int) -> bool:
     return True
 
 
+PORT_SPAN = 8000
+"""How many ports below the kernel's ephemeral range tasks' ports come from."""
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ``bind(0)`` and outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            low, high = ports.read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default; macOS uses 49152-65535
+
+
+def task_port_range() -> tuple[int, int]:
+    """Where tasks' ports come from: just below the ephemeral range, where no
+    ``bind(0)`` and no outgoing connection ever takes one."""
+    high = ephemeral_range()[0] - 1
+    return max(1024, high - PORT_SPAN), high
+
+
+def reserve_port() -> tuple[int, socket.socket]:
+    """Choose a free port for this task and hold it: a socket bound to it
+    without ``SO_REUSEADDR``, so that no other task's agent on this host can
+    take it (their check binds with it, and fails) until this one lets it go,
+    right before its command starts and binds it. Tried from a random place
+    in :func:`task_port_range`, so that agents starting together on one host
+    rarely try the same port."""
+    low, high = task_port_range()
+    span = high - low + 1
+    start = int.from_bytes(os.urandom(4), "big") % span
+    for step in range(span):
+        port = low + (start + step) % span
+        if not port_is_free(port):
+            continue
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            sock.close()
+            continue
+        return port, sock
+    raise AgentError(f"no free port in {low}-{high} on this host")
+
+
 def port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # TensorFlow's gRPC server binds with SO_REUSEADDR, so a port in
@@ -911,12 +978,17 @@ _AGENT_ONLY = (
 def run(config: AgentConfig, environ: dict[str, str]) -> int:
     agent = Agent(config)
     agent.install_signal_handlers()
-    if not port_is_free(config.port):
+    reserved: socket.socket | None = None
+    if config.port == 0:
+        # No port was handed out (Slurm): take one here and say which.
+        config.port, reserved = reserve_port()
+    elif not port_is_free(config.port):
         # Fail before registering, so that the launcher retries us elsewhere.
         raise AgentError(f"port {config.port} on {config.host} is already in use")
     deadline = time.monotonic() + CONNECT_TIMEOUT
+    redial = False
     while True:
-        agent.connect()
+        agent.connect(redial)
         try:
             message = agent.wait_for_cluster()
             break
@@ -926,7 +998,11 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
             if time.monotonic() > deadline:
                 raise
             agent.disconnect()
+            redial = True
     argv, env = _task_command(message, environ)
+    if reserved is not None:
+        # Let go of the port right before the commands that bind it run.
+        reserved.close()
     cwd = message.get("cwd")
     if cwd is not None and not os.path.isdir(cwd):
         agent.note(f"working directory {cwd} does not exist here; running in {os.getcwd()}")

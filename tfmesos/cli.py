@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from tfmesos import runs, wire
 from tfmesos.errors import ResourceError, SpecError, TFMesosError
+from tfmesos.slurm import options as slurm_options
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
 
 __all__ = ["build_parser", "main", "parse_args"]
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="%(prog)s -w N -s N [options] -- command [args...]",
         description="Run a distributed TensorFlow job in replica (between-graph) mode: the command "
         "runs once per task, with the cluster's addresses filled in. Tasks run on this machine "
-        "(the local backend) or on an Apache Mesos cluster (-m).",
+        "(the local backend), on an Apache Mesos cluster (-m) or on a Slurm cluster (--backend slurm).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
@@ -212,8 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     where = parser.add_argument_group("where tasks run")
     where.add_argument(
         "--backend",
-        choices=["local", "mesos"],
-        help="local: this machine; mesos: a Mesos cluster (default: mesos when -m or MESOS_MASTER is given, else local)",
+        choices=["local", "mesos", "slurm"],
+        help="local: this machine; mesos: a Mesos cluster; slurm: a Slurm cluster (default: mesos when -m or MESOS_MASTER is given, slurm when a Slurm flag is, else local)",
     )
     where.add_argument(
         "-m",
@@ -262,10 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Mesos: ask agents to checkpoint the tasks, so that they survive an agent restart",
     )
+    slurm_options.add_arguments(where)
     where.add_argument(
         "--log-dir",
         metavar="DIR",
-        help="local backend: where each task's full output is kept (default: a new temporary directory)",
+        help="local and Slurm backends: where each task's full output is kept (default: a new directory under $XDG_STATE_HOME/tfmesos/runs)",
     )
 
     security = parser.add_argument_group("security")
@@ -391,9 +393,18 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             f"a job can have at most {MAX_TASKS} tasks in all, not {args.nworker + args.nserver} "
             f"(-w {args.nworker} -s {args.nserver})"
         )
-    args.backend = args.backend or (
-        "mesos" if args.master or os.environ.get("MESOS_MASTER") else "local"
-    )
+    slurm_flags = slurm_options.given(args)
+    if args.backend is None and args.master and slurm_flags:
+        parser.error(f"{slurm_flags[0]} is a Slurm flag and -m a Mesos one: give --backend")
+    if args.backend not in (None, "slurm") and slurm_flags:
+        parser.error(f"{slurm_flags[0]} is a Slurm flag: it needs --backend slurm")
+    if args.backend is None:
+        if args.master:
+            args.backend = "mesos"
+        elif slurm_flags:
+            args.backend = "slurm"
+        else:
+            args.backend = "mesos" if os.environ.get("MESOS_MASTER") else "local"
     if args.backend == "local":
         from tfmesos.resources import local_task_limit
 
@@ -427,6 +438,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             max_restarts=args.max_restarts,
         )
         args.log_dir = _log_dir(args.log_dir)
+        args.slurm = slurm_options.from_args(args)
         runs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start
         runs.task_log_max()
     except SpecError as exc:
@@ -452,6 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reconnect_timeout=args.reconnect_timeout,
             checkpoint=args.checkpoint,
             user=args.user,
+            slurm=args.slurm,
         )
     except ResourceError as exc:
         # Bad usage, found when the backend looked: said as usage is.

@@ -140,16 +140,22 @@ def cluster(
     image: str | None = None,
     checkpoint: bool = False,
     user: str | None = None,
+    slurm: Mapping[str, Any] | None = None,
 ) -> Iterator[Cluster]:
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
-    ``master=None`` (and no ``MESOS_MASTER``) runs the servers on this machine.
+    ``master=None`` (and no ``MESOS_MASTER``) runs the servers on this machine;
+    ``backend="slurm"`` (or ``slurm={...}``, the Slurm backend's options:
+    ``partition``, ``account``, ``qos``, ``time``, ``sbatch_args``) runs them
+    as one Slurm job.
     Leaving the block, normally, by an exception or by Ctrl-C, stops every
     task. If a task failed while the block ran, leaving it normally raises
     that failure.
     """
     master = master or os.environ.get("MESOS_MASTER")
-    backend = backend or ("mesos" if master else "local")
+    backend = backend or ("mesos" if master else "slurm" if slurm is not None else "local")
+    if slurm is not None and backend != "slurm":
+        raise SpecError(f"slurm= options are for the slurm backend, not {backend!r}")
     extra = dict(extra_config or {})
     unknown = sorted(set(extra) - {"initializer", "finalizer"})
     if unknown:
@@ -177,7 +183,12 @@ def cluster(
             )
     _quiet_logging(quiet)
     options = backend_options(
-        backend, master=master, log_dir=log_dir, checkpoint=checkpoint, user=user
+        backend,
+        master=master,
+        log_dir=log_dir,
+        checkpoint=checkpoint,
+        user=user,
+        slurm=dict(slurm or {}),
     )
     running = Cluster(spec, backend, options)
     running.start()

@@ -207,8 +207,7 @@ class Launcher:
         self._started_backend = True
         for backend in self._backends():
             await backend.start(self._on_backend)
-        for task in tasks:
-            await self._launch(task, attempt=1)
+        await self._launch_all([(task, 1) for task in tasks])
         deadline = (
             None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
         )
@@ -306,7 +305,17 @@ class Launcher:
 
     # -- launching ----------------------------------------------------------
 
-    async def _launch(self, spec: TaskSpec, attempt: int) -> None:
+    async def _launch_all(self, specs: list[tuple[TaskSpec, int]]) -> None:
+        """Launch tasks (each with its attempt number) that start together:
+        each backend is handed its share at once (``Backend.launch_many``)."""
+        shares: dict[int, tuple[Backend, list[Launch]]] = {}
+        for spec, attempt in specs:
+            backend = self._backend_for(spec)
+            shares.setdefault(id(backend), (backend, []))[1].append(self._prepare(spec, attempt))
+        for backend, launches in shares.values():
+            await backend.launch_many(launches)
+
+    def _prepare(self, spec: TaskSpec, attempt: int) -> Launch:
         run = f"r{self.restart}." if self.restart else ""
         task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{uuid.uuid4().hex[:8]}"
         task = _Task(
@@ -330,10 +339,13 @@ class Launcher:
         if self._tls_pem is not None:
             env[agent.ENV_TLS_CERT] = self._tls_pem
         task.state = TaskState.LAUNCHED
-        await self._backend_for(spec).launch(Launch(task_id, spec, env))
+        return Launch(task_id, spec, env)
 
     def _admit(self, task_id: str) -> bool:
         task = self._tasks.get(task_id)
+        if task is None:
+            # Not a task: maybe the backend's own helper (Slurm's job script).
+            return self._phase is not Phase.STOPPING and self.backend.admit(task_id)
         return (
             task is not None
             and task.state is TaskState.LAUNCHED
@@ -416,9 +428,9 @@ class Launcher:
                     next_progress = time.monotonic() + PROGRESS_INTERVAL
                 continue
             self._handle(event)
-            while self._relaunch:
-                spec, attempt = self._relaunch.pop(0)
-                await self._launch(spec, attempt)
+            if self._relaunch:
+                relaunch, self._relaunch = self._relaunch, []
+                await self._launch_all(relaunch)
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, _Tick):
@@ -438,6 +450,8 @@ class Launcher:
         if isinstance(event, Registered):
             task.connection = event.connection
             task.addr = event.addr
+            # Where a task turned out to run, when its backend could not say.
+            task.host = task.host or event.addr.rpartition(":")[0]
             task.state = TaskState.REGISTERED
             registered = sum(t.state is TaskState.REGISTERED for t in self._current.values())
             logger.info(
@@ -508,6 +522,9 @@ class Launcher:
             task = self._tasks.get(event.task_id)
             if task is not None:
                 self._print_output(task, event.data)
+            return
+        if event.task_id not in self._tasks:
+            self.backend.on_peer(event)  # the backend's own helper
             return
         self._events.put_nowait(event)
 

@@ -11,21 +11,12 @@ Mesos backend takes them from offers in the same spirit.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
-from tfmesos.agent import port_is_free
+from tfmesos.agent import PORT_SPAN, ephemeral_range, port_is_free
 
 __all__ = ["PortAllocator", "ephemeral_range"]
 
-_DEFAULT_SPAN = 8000
-
-
-def ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default; macOS uses 49152-65535
+_DEFAULT_SPAN = PORT_SPAN
 
 
 class PortAllocator:

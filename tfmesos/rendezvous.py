@@ -32,6 +32,7 @@ __all__ = [
     "Connection",
     "Disconnected",
     "Exited",
+    "Message",
     "Output",
     "Ready",
     "Registered",
@@ -126,7 +127,16 @@ class Disconnected:
     task_id: str
 
 
-RendezvousEvent = Registered | Output | Exited | Ready | Disconnected
+@dataclass(frozen=True)
+class Message:
+    """Any other message a registered peer sent: what a backend's own helper
+    (Slurm's job script) tells its backend."""
+
+    task_id: str
+    message: dict[str, Any]
+
+
+RendezvousEvent = Registered | Output | Exited | Ready | Disconnected | Message
 
 
 class RendezvousServer:
@@ -422,7 +432,7 @@ class RendezvousServer:
         elif message["type"] == "ready":
             self._sink(Ready(task_id))
         else:
-            logger.debug("rendezvous: ignored %r from %s", message["type"], task_id)
+            self._sink(Message(task_id, message))
 
 
 def _has_data(reader: asyncio.StreamReader, fd: int) -> bool:

@@ -27,10 +27,14 @@ def backend_options(
     reconnect_timeout: float = 120.0,
     checkpoint: bool = False,
     user: str | None = None,
+    slurm: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The options each backend takes, from the ones the user may give."""
     if backend == "local":
         return {"log_dir": log_dir}
+    if backend == "slurm":
+        # The Slurm backend's own options (tfmesos.slurm.options) pass as given.
+        return {"log_dir": log_dir, **(slurm or {})}
     return {
         "master": master,
         "log_dir": log_dir,
@@ -80,8 +84,10 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
             from tfmesos.backends.local import LocalBackend
 
             # Remote tasks must reach the chief: it listens on this host's name.
+            # Its log beside the other tasks' where the backend keeps them here.
+            log_dir = getattr(backend, "log_dir", None) or options.get("log_dir")
             chief = LocalBackend(
-                spec, host=backend.rendezvous_host, log_dir=options.get("log_dir"), chief_only=True
+                spec, host=backend.rendezvous_host, log_dir=log_dir, chief_only=True
             )
             if spec.max_restarts and not options.get("log_dir"):
                 options = {**options, "log_dir": str(chief.log_dir)}

@@ -13,6 +13,7 @@ __all__ = ["BACKENDS", "Backend", "create_backend"]
 BACKENDS = {
     "local": "tfmesos.backends.local:LocalBackend",
     "mesos": "tfmesos.backends.mesos:MesosBackend",
+    "slurm": "tfmesos.backends.slurm:SlurmBackend",
 }
 
 

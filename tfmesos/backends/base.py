@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tfmesos.advertise import advertised_host
+from tfmesos.rendezvous import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = [
@@ -89,6 +90,23 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def launch(self, launch: Launch) -> None:
         """Start one task, now or once resources allow."""
+
+    async def launch_many(self, launches: Sequence[Launch]) -> None:
+        """Start tasks that the launcher starts together (every task at the
+        start, the relaunches of one round): one by one unless the backend
+        has a way to start them as one (Slurm: one allocation)."""
+        for launch in launches:
+            await self.launch(launch)
+
+    def admit(self, peer_id: str) -> bool:
+        """Whether a rendezvous peer that is no task of the job, and proved
+        the job's secret, is one of this backend's own helpers (Slurm's job
+        script) and may register now."""
+        return False
+
+    def on_peer(self, event: RendezvousEvent) -> None:  # noqa: B027 - optional hook
+        """What one of the backend's own helpers (see :meth:`admit`) did on
+        its rendezvous connection: registered, sent a message, went away."""
 
     @abc.abstractmethod
     async def kill(self, task_id: str) -> None:

@@ -1,0 +1,338 @@
+"""Whole jobs on the Slurm backend, against real Slurm daemons.
+
+``scripts/start-slurm`` sets up a one-node Slurm (``.ci/run`` runs it before
+the tests); where no Slurm answers, these tests are skipped and say why, except
+under CI, where a missing Slurm is a failure. Each test's tasks run as real
+job steps: the tests look at the jobs with ``squeue`` and at every process of
+the job through the mark in its environment (Slurm gives the tasks tfrun's).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun
+
+PY = sys.executable
+RELEASE_BOUND = 15.0
+"""docs and README: a job's allocation is gone within 15 s of tfrun's death."""
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", code]
+
+
+def _slurm_problem() -> str | None:
+    """Why no Slurm can run the tests here, or None."""
+    for command in ("sbatch", "squeue", "scancel", "srun", "scontrol", "sinfo"):
+        if shutil.which(command) is None:
+            return f"{command} is not installed (run scripts/start-slurm as root)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+        nodes = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"Slurm does not answer: {exc}"
+    if "is UP" not in ping.stdout:
+        return f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): run scripts/start-slurm"
+    if not re.search(r"^(idle|mixed|allocated)", nodes.stdout, re.M):
+        return f"no Slurm node is up ({nodes.stdout.strip() or 'none'}): run scripts/start-slurm"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    problem = _slurm_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs scripts/start-slurm, yet {problem}")
+    print(f"\nskipping the Slurm tests: {problem}", file=sys.stderr)
+    pytest.skip(problem)
+
+
+pytestmark = pytest.mark.usefixtures("slurm")
+
+
+def submitted(stderr: str) -> list[str]:
+    """The Slurm jobs tfrun said it submitted."""
+    return re.findall(r"Slurm: submitted job (\d+)", stderr)
+
+
+def states(job_ids: list[str]) -> dict[str, str]:
+    """Each job's state as squeue shows it (finished jobs included)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i %T"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        job, state = line.split()
+        found.setdefault(job.split("+")[0], state)
+    return found
+
+
+ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"}
+
+
+def wait_released(job_ids: list[str], timeout: float) -> dict[str, str]:
+    """Wait until none of the jobs holds or waits for an allocation; their states."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = states(job_ids)
+        if not any(state in ACTIVE for state in now.values()) or time.monotonic() > deadline:
+            return now
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def blocker() -> Iterator[list[str]]:
+    """Jobs a test submits to hold resources; cancelled at its end."""
+    jobs: list[str] = []
+    yield jobs
+    if jobs:
+        subprocess.run(["scancel", *jobs], check=False, timeout=30)
+        wait_released(jobs, 30)
+
+
+def node_memory() -> int:
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%m"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return int(out.split()[0])
+
+
+def test_a_replica_job_runs_its_remote_tasks_as_one_slurm_job(job_procs: JobProcesses) -> None:
+    code = (
+        "import os; print('{job_name}:{task_index} ps={ps_hosts} workers={worker_hosts} "
+        "job=' + os.environ.get('SLURM_JOB_ID', '-') + ' step=' + os.environ.get('SLURM_STEP_ID', '-') "
+        "+ ' secret=' + str('TFMESOS_SECRET' in os.environ))"
+    )
+    result = run_tfrun(
+        "--backend", "slurm", "-w", "3", "-s", "1", "--worker-logs", "*", "--", *py(code),
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (job,) = submitted(result.stderr)
+    assert f"Slurm: submitted job {job} (3 x 1 CPU, 1024 MiB) for ps:0, worker:1, worker:2" in (
+        result.stderr
+    )
+    lines = sorted(result.stdout.splitlines())
+    assert [line.split(" ")[1] for line in lines] == ["worker:0", "worker:1", "worker:2"]
+    # The chief ran beside tfrun; the other workers in the Slurm job, each a step.
+    assert "job=- step=-" in lines[0]
+    assert f"job={job}" in lines[1] and f"job={job}" in lines[2]
+    assert "secret=False" in lines[1] and "secret=False" in lines[2]
+    hosts = re.search(r"ps=(\S+) workers=(\S+)", lines[0])
+    assert hosts is not None
+    addresses = [hosts.group(1), *hosts.group(2).split(",")]
+    assert len(set(addresses)) == 4, addresses  # each task took a port of its own
+    assert not any(a.startswith(("localhost:", "127.")) for a in addresses), addresses
+    # A job that went well ends by itself: COMPLETED, not CANCELLED.
+    assert wait_released([job], 30) == {job: "COMPLETED"}
+    assert job_procs.wait_gone(10) == []
+
+
+def test_mnist_replica_trains_on_slurm(job_procs: JobProcesses) -> None:
+    result = run_tfrun(
+        "--backend", "slurm", "-w", "2", "-s", "1", "--worker-logs", "*", "--",
+        PY, "examples/mnist/mnist_replica.py", "--ps_hosts", "{ps_hosts}",
+        "--worker_hosts", "{worker_hosts}", "--job_name", "{job_name}",
+        "--task_index", "{task_index}",
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    initial = re.search(r"\[worker:0\] initial validation cross entropy = ([\d.]+)", result.stdout)
+    final = re.search(r"\[worker:0\] validation cross entropy = ([\d.]+)", result.stdout)
+    assert initial and final, result.stdout[-3000:]
+    assert float(final.group(1)) < float(initial.group(1)) / 4
+    assert "[worker:1]" in result.stdout  # worker 1, in the Slurm job, trained too
+    assert "task worker:1 finished" in result.stderr
+    assert wait_released(submitted(result.stderr), 30) == {submitted(result.stderr)[0]: "COMPLETED"}
+    assert job_procs.wait_gone(10) == []
+
+
+def test_plus_runs_on_slurm_in_fine_grained_mode(job_procs: JobProcesses, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [PY, "examples/plus.py", "--backend", "slurm"],
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["42"]
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
+    job_procs: JobProcesses,
+) -> None:
+    code = (
+        "import sys, time\n"
+        "if '{job_name}:{task_index}' == 'worker:1':\n"
+        "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(3)\n"
+        "time.sleep(300)\n"
+    )
+    started = time.monotonic()
+    result = run_tfrun(
+        "--backend", "slurm", "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    assert time.monotonic() - started < 60
+    last = result.stderr.strip().splitlines()
+    verdict = next(line for line in last if "job failed:" in line)
+    assert re.search(r"job failed: task worker:1 on \S+ exited with status 3", verdict), verdict
+    assert "  | worker 1 gives up" in result.stderr
+    (job,) = submitted(result.stderr)
+    # tfrun waited for the allocation to be released before it exited.
+    assert states([job])[job] not in ACTIVE
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
+    job_procs: JobProcesses, blocker: list[str]
+) -> None:
+    memory = node_memory()
+    held = subprocess.run(
+        ["sbatch", "--parsable", f"--mem={memory - 1024}", "--output=/dev/null", "--wrap", "sleep 600"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    blocker.append(held)
+    deadline = time.monotonic() + 30
+    while states([held]).get(held) != "RUNNING":
+        assert time.monotonic() < deadline, "the blocking job never ran"
+        time.sleep(0.2)
+    started = time.monotonic()
+    result = run_tfrun(
+        "--backend", "slurm", "--timeout", "6", "-w", "3", "-s", "0", "-Mw", "2048", "--",
+        "true", env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 60
+    (job,) = submitted(result.stderr)
+    assert re.search(
+        r"the cluster was not up after 6s: still waiting for worker:1, worker:2 \(Slurm job "
+        rf"{job} is pending \(Resources: the resources it asks for are in use\)\)",
+        result.stderr,
+    ), result.stderr
+    # Cancelled at the timeout, not left in the queue.
+    assert states([job])[job] == "CANCELLED"
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_job_slurm_can_never_run_is_refused_in_slurms_words(job_procs: JobProcesses) -> None:
+    result = run_tfrun(
+        "--backend", "slurm", "-w", "2", "-s", "0", "-Mw", str(node_memory() * 4), "--", "true",
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert re.search(
+        r"^tfrun: error: Slurm refused the job for worker:1: Memory specification can not be "
+        r"satisfied$",
+        result.stderr,
+        re.M,
+    ), result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def _watchdog(job_procs: JobProcesses) -> list[psutil.Process]:
+    return [p for p in job_procs.alive() if "tfmesos.slurm.watchdog" in " ".join(p.cmdline())]
+
+
+@pytest.mark.parametrize("also_the_watchdog", [False, True], ids=["tfrun", "tfrun-and-watchdog"])
+def test_killing_tfrun_outright_releases_its_allocation_within_the_bound(
+    job_procs: JobProcesses, also_the_watchdog: bool
+) -> None:
+    # The command ignores SIGTERM: its agent kills it 5 s after asking.
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    proc, said = start_tfrun(
+        "--backend", "slurm", "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
+    )  # fmt: skip
+    (job,) = submitted("".join(said))
+    assert states([job])[job] == "RUNNING"
+    watchdogs = _watchdog(job_procs)
+    assert len(watchdogs) == 1
+    if also_the_watchdog:
+        # Without it, the job's own script sees tfrun's connection close.
+        watchdogs[0].kill()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed = time.monotonic()
+    final = wait_released([job], RELEASE_BOUND)
+    took = time.monotonic() - killed
+    assert final[job] not in ACTIVE, f"job {job} still {final[job]} {took:.1f}s after"
+    assert job_procs.wait_gone(5) == []
+
+
+def test_tfrun_killed_while_its_job_waits_in_the_queue_leaves_no_job(
+    job_procs: JobProcesses, blocker: list[str]
+) -> None:
+    memory = node_memory()
+    held = subprocess.run(
+        ["sbatch", "--parsable", f"--mem={memory - 1024}", "--output=/dev/null", "--wrap", "sleep 600"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.strip()  # fmt: skip
+    blocker.append(held)
+    proc = subprocess.Popen(
+        [PY, "-m", "tfmesos.cli", "--backend", "slurm", "-w", "2", "-s", "0", "-Mw", "2048",
+         "--", "true"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=job_procs.env(), cwd=ROOT,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    said = ""
+    for line in proc.stderr:
+        said += line
+        if submitted(said):
+            break
+    (job,) = submitted(said)
+    assert states([job])[job] == "PENDING"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # Nothing in the job could run yet: tfrun's watchdog removes it.
+    assert wait_released([job], RELEASE_BOUND)[job] == "CANCELLED"
+    assert job_procs.wait_gone(5) == []
+
+
+def test_sigterm_stops_the_job_and_cancels_the_allocation(job_procs: JobProcesses) -> None:
+    proc, said = start_tfrun(
+        "--backend", "slurm", "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
+        env=job_procs.env(),
+    )  # fmt: skip
+    (job,) = submitted("".join(said))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert states([job])[job] not in ACTIVE
+    assert job_procs.wait_gone(10) == []
+
+
+def test_no_output_line_is_lost_from_slurm_tasks(job_procs: JobProcesses) -> None:
+    lines = 333_334  # a million lines from three tasks, two of them Slurm job steps
+    code = (
+        "import sys\n"
+        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
+    )
+    result = run_tfrun(
+        "--backend", "slurm", "-w", "3", "-s", "0", "--worker-logs", "*", "--", *py(code),
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for index in range(3):
+        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
+        assert got == [f"[worker:{index}] {index} line {i}" for i in range(lines)]
+    assert job_procs.wait_gone(10) == []

@@ -1,0 +1,558 @@
+"""The Slurm backend: the job's remote tasks as one Slurm allocation.
+
+Each round of launches (every task at the start; the relaunches of one round
+after) becomes one ``sbatch`` job asking for all of them at once, so that they
+start together: a plain job when every task asks for the same CPUs, memory
+and GPUs, a heterogeneous one with a part per shape otherwise. The job's
+script (:mod:`tfmesos.slurm.jobscript`) dials the rendezvous like a task,
+starts each task's agent as a job step (``srun``), reports each step's end,
+and ends the job when its connection to tfrun closes. ``squeue`` tells what
+the job waits for (Slurm's reason) and how it ended; ``scancel`` ends it. A
+watchdog process (:mod:`tfmesos.slurm.watchdog`) cancels the jobs if tfrun is
+killed outright. Commands and parsing are in :mod:`tfmesos.slurm.commands`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfmesos import agent, runs
+from tfmesos.backends.base import (
+    Backend,
+    EventSink,
+    Launch,
+    TaskEnded,
+    TaskPlaced,
+    advertised_host,
+)
+from tfmesos.backends.local import default_agent_command
+from tfmesos.errors import ResourceError, SpecError, TFMesosError
+from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
+from tfmesos.slurm import options as slurm_options
+from tfmesos.slurm.commands import (
+    ENDS,
+    SQUEUE_FORMAT,
+    JobStatus,
+    Shape,
+    explain_reason,
+    job_groups,
+    parse_squeue,
+    sbatch_argv,
+    srun_prefix,
+)
+from tfmesos.spec import ClusterSpec
+
+__all__ = ["SlurmBackend"]
+
+logger = logging.getLogger("tfmesos")
+
+POLL_PENDING = 2.0
+"""Seconds between squeue calls while a job waits in the queue or its script
+has not dialled in."""
+POLL_RUNNING = 10.0
+"""...and once it runs: its script's connection says most of what happens."""
+COMMAND_TIMEOUT = 60.0
+"""The longest an sbatch, squeue or scancel may take (a busy controller)."""
+CANCEL_WAIT = 20.0
+"""At the end, how long to wait for a cancelled job to have released its
+allocation (its tasks stop within the agents' 5 s grace)."""
+FINISH_WAIT = 3.0
+"""At the end, how long a job whose every task has ended gets to end by
+itself before it is cancelled."""
+PLAN_END = "TFMESOS_PLAN"
+
+
+@dataclass
+class _Job:
+    job_id: str
+    peer_id: str
+    launches: list[Launch]
+    status: JobStatus | None = None
+    script_seen: bool = False
+    """Its script has dialled in (once: it is admitted only once)."""
+    script_connected: bool = False
+    ended_tasks: set[str] = field(default_factory=set)
+    over: bool = False
+    """Slurm says it has ended (or no longer knows it)."""
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        *,
+        partition: str | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        time: str | None = None,
+        sbatch_args: Sequence[str] | str | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        super().__init__(spec)
+        given: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("partition", partition),
+                ("account", account),
+                ("qos", qos),
+                ("time", time),
+                ("sbatch_args", sbatch_args),
+            )
+            if v is not None
+        }
+        self.options = slurm_options.validate(given)
+        missing = [c for c in ("sbatch", "squeue", "scancel") if shutil.which(c) is None]
+        if missing:
+            raise SpecError(
+                f"the slurm backend needs Slurm's commands on PATH ({', '.join(missing)} not "
+                "found): run tfrun on a machine that can submit jobs (a login node)"
+            )
+        if spec.image:
+            raise SpecError("the slurm backend runs no Docker image (--image is for Mesos)")
+        self.host = advertised_host()
+        self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        self.log_max = runs.task_log_max()
+        self._sink: EventSink | None = None
+        self._jobs: dict[str, _Job] = {}
+        self._by_peer: dict[str, _Job] = {}
+        self._by_task: dict[str, _Job] = {}
+        self._killed: set[str] = set()
+        self._poller: asyncio.Task[None] | None = None
+        self._poll_now = asyncio.Event()
+        self._changed = asyncio.Event()
+        """Set when a job script reports a step's end or goes away."""
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._closed = False
+
+    # -- Backend ---------------------------------------------------------
+
+    @property
+    def rendezvous_host(self) -> str:
+        return self.host
+
+    def logs_location(self) -> str:
+        return str(self.log_dir)
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecError(
+                f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
+            ) from None
+        self._watchdog = _start_watchdog()
+        self._poller = asyncio.create_task(self._poll())
+        if not self.spec.replica:  # in replica mode the chief, beside tfrun, says it
+            logger.info("the full output of each task goes to %s", self.log_dir)
+
+    async def launch(self, launch: Launch) -> None:
+        await self.launch_many([launch])
+
+    async def launch_many(self, launches: Sequence[Launch]) -> None:
+        if not launches:
+            return
+        tasks = [launch.task for launch in launches]
+        groups = job_groups(tasks)
+        het = len(groups) > 1
+        peer_id = f"slurm-job-script.{uuid.uuid4().hex}"
+        steps = []
+        for group, (_, positions) in enumerate(groups):
+            for position in positions:
+                launch = launches[position]
+                steps.append([launch.task_id, launch.task.name, group])
+        env = dict(launches[0].env)
+        secret = env.pop(agent.ENV_SECRET)
+        env.pop(agent.ENV_TASK_ID, None)
+        tls_cert = env.get(agent.ENV_TLS_CERT)
+        env.update(
+            {
+                agent.ENV_PORT: "0",  # each agent takes a port of its own on its node
+                agent.ENV_SECRET_FD: "0",  # the secret comes on its stdin
+                agent.ENV_LOG_MAX: str(self.log_max),
+            }
+        )
+        plan = {
+            "launcher": env[agent.ENV_LAUNCHER],
+            "peer_id": peer_id,
+            "secret": secret,
+            "tls_cert": tls_cert,
+            "log_dir": str(self.log_dir),
+            "env": env,
+            "srun": [
+                srun_prefix(shape, group if het else None)
+                for group, (shape, _) in enumerate(groups)
+            ],
+            "agent": default_agent_command(),
+            "steps": steps,
+        }
+        argv = sbatch_argv(
+            [(shape, len(positions)) for shape, positions in groups],
+            name=_job_name(self.spec.name),
+            output=str(self.log_dir / "slurm-%j.out"),
+            cwd=self.spec.cwd,
+            options=self.options,
+        )
+        job_id = await self._submit(argv, _script(plan), _names(launches))
+        job = _Job(job_id, peer_id, list(launches))
+        self._jobs[job_id] = job
+        self._by_peer[peer_id] = job
+        for launch in launches:
+            self._by_task[launch.task_id] = job
+        if self._watchdog is not None and self._watchdog.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.write(f"+{job_id}\n".encode())
+                self._watchdog.stdin.flush()
+        shapes = "; ".join(f"{len(positions)} x {_describe(shape)}" for shape, positions in groups)
+        logger.info(
+            "Slurm: submitted job %s (%s%s) for %s",
+            job_id,
+            "heterogeneous, " if het else "",
+            shapes,
+            _names(launches),
+        )
+        self._poll_now.set()
+
+    async def _submit(self, argv: list[str], script: str, names: str) -> str:
+        logger.debug("Slurm: %s", " ".join(argv))
+        code, out, err = await _run(argv, stdin=script)
+        if code != 0:
+            problem = _sbatch_error(err) or f"sbatch exited with status {code}"
+            if "Unable to contact slurm controller" in problem or "Socket timed out" in problem:
+                raise TFMesosError(f"Slurm refused the job for {names}: {problem}")
+            # The request itself: a partition, account or size Slurm will never grant.
+            raise ResourceError(f"Slurm refused the job for {names}: {problem}")
+        job_id = out.strip().split(";", 1)[0]
+        if not job_id.isdigit():
+            raise TFMesosError(f"sbatch said {out.strip()!r}, not a job id")
+        return job_id
+
+    async def kill(self, task_id: str) -> None:
+        self._killed.add(task_id)
+        job = self._by_task.get(task_id)
+        if job is None or job.over:
+            return
+        # A job none of whose tasks is wanted any more goes at once.
+        if all(t.task_id in self._killed or t.task_id in job.ended_tasks for t in job.launches):
+            await self._cancel([job])
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._poller is not None:
+            # Told, not only cancelled: on Python 3.11 a cancellation that
+            # comes as an awaited command ends can be lost in asyncio.wait_for,
+            # and the poller would go on (and this wait with it) for ever.
+            self._poll_now.set()
+            self._poller.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(self._poller), COMMAND_TIMEOUT)
+        live = [job for job in self._jobs.values() if not job.over]
+        # The launcher closes the backend once its tasks are over: their
+        # steps end, each job's script reports them and ends its job. That is
+        # given a moment, so that a job that went well ends COMPLETED, not
+        # CANCELLED; what is left then is cancelled.
+        finishing = [j for j in live if j.script_connected]
+        if finishing:
+            deadline = time.monotonic() + FINISH_WAIT
+            while time.monotonic() < deadline and any(
+                j.script_connected and len(j.ended_tasks) < len(j.launches) for j in finishing
+            ):
+                self._changed.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+            await self._wait_released(finishing, FINISH_WAIT, warn=False)
+        live = [job for job in live if not job.over]
+        if live:
+            await self._cancel(live)
+            await self._wait_released(live, CANCEL_WAIT)
+        if self._watchdog is not None:
+            with contextlib.suppress(OSError, ValueError):
+                assert self._watchdog.stdin is not None
+                self._watchdog.stdin.write(b"done\n")
+                self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(self._watchdog.wait, 5)
+
+    def admit(self, peer_id: str) -> bool:
+        job = self._by_peer.get(peer_id)
+        return job is not None and not job.script_seen and not job.over
+
+    def on_peer(self, event: RendezvousEvent) -> None:
+        job = self._by_peer.get(event.task_id)
+        if job is None:
+            return
+        if isinstance(event, Registered):
+            job.script_connected = job.script_seen = True
+            logger.debug("Slurm: job %s's script dialled in", job.job_id)
+            self._placed(job, job.status)
+        elif isinstance(event, Message) and event.message.get("type") == "step_ended":
+            task_id = str(event.message.get("task_id"))
+            code = event.message.get("code")
+            launch = next((t for t in job.launches if t.task_id == task_id), None)
+            if launch is None or task_id in job.ended_tasks:
+                return
+            job.ended_tasks.add(task_id)
+            self._changed.set()
+            status = code if isinstance(code, int) else None
+            self._ended(
+                launch, "exited", status, f"ended: its Slurm step exited with status {status}", job
+            )
+        elif isinstance(event, Disconnected):
+            # The job script's end: the job is ending. squeue says why.
+            job.script_connected = False
+            self._changed.set()
+            self._poll_now.set()
+
+    def progress(self) -> str:
+        parts = []
+        for job in self._jobs.values():
+            if job.over:
+                continue
+            status = job.status
+            if status is None:
+                parts.append(f"Slurm job {job.job_id} submitted")
+            elif status.pending:
+                parts.append(f"Slurm job {job.job_id} is pending ({explain_reason(status.reason)})")
+            elif not job.script_seen:
+                parts.append(
+                    f"Slurm job {job.job_id} is {status.state.lower()} on {status.nodes}; "
+                    "its script has not dialled in yet"
+                )
+            else:
+                parts.append(f"Slurm job {job.job_id} is {status.state.lower()} on {status.nodes}")
+        return "; ".join(parts)
+
+    # -- watching the jobs ----------------------------------------------------
+
+    async def _poll(self) -> None:
+        while not self._closed:
+            live = [job for job in self._jobs.values() if not job.over]
+            if live and not self._closed:
+                try:
+                    await self._look(live)
+                except TFMesosError as exc:
+                    logger.warning("Slurm: %s", exc)
+            settled = all(j.script_seen and j.status and not j.status.pending for j in live)
+            if self._closed:
+                return
+            self._poll_now.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    self._poll_now.wait(), POLL_RUNNING if settled else POLL_PENDING
+                )
+
+    async def _squeue(self, jobs: Sequence[_Job]) -> dict[str, JobStatus]:
+        ids = ",".join(job.job_id for job in jobs)
+        code, out, err = await _run(["squeue", "-h", "-t", "all", "-j", ids, "-o", SQUEUE_FORMAT])
+        if code != 0 and "Invalid job id" not in err:
+            raise TFMesosError(f"squeue failed: {' '.join(err.split()) or f'status {code}'}")
+        return parse_squeue(out)
+
+    async def _look(self, jobs: Sequence[_Job]) -> None:
+        seen = await self._squeue(jobs)
+        for job in jobs:
+            status = seen.get(job.job_id)
+            before = job.status
+            if status is None:
+                # Gone from squeue: ended longer ago than MinJobAge.
+                status = JobStatus("ENDED", "", before.nodes if before else "")
+            job.status = status
+            if status.active:
+                if before is not None and before.pending and not status.pending:
+                    logger.info("Slurm: job %s runs on %s", job.job_id, status.nodes)
+                    self._placed(job, status)
+                elif before is None and not status.pending:
+                    self._placed(job, status)
+                if status.pending and (before is None or before.reason != status.reason):
+                    logger.debug(
+                        "Slurm: job %s is pending: %s", job.job_id, explain_reason(status.reason)
+                    )
+                continue
+            job.over = True
+            what = ENDS.get(status.state, f"its Slurm job ended ({status.state})")
+            if not job.script_seen and status.state in ("FAILED", "COMPLETED"):
+                what += " before its script reached tfrun"
+            detail = f"{what}: job {job.job_id}" + (
+                f", reason {status.reason}" if status.reason not in ("", "None") else ""
+            )
+            for launch in job.launches:
+                if launch.task_id in job.ended_tasks:
+                    continue
+                job.ended_tasks.add(launch.task_id)
+                self._ended(launch, status.state, None, detail, job)
+
+    def _placed(self, job: _Job, status: JobStatus | None) -> None:
+        if status is None or not status.nodes or status.pending:
+            return
+        single = "," not in status.nodes and "[" not in status.nodes
+        if not single:
+            return  # each task's node is the one its agent registers from
+        assert self._sink is not None
+        for launch in job.launches:
+            self._sink(TaskPlaced(launch.task_id, status.nodes))
+
+    def _ended(self, launch: Launch, state: str, code: int | None, message: str, job: _Job) -> None:
+        assert self._sink is not None
+        host = job.status.nodes if job.status and "," not in job.status.nodes else ""
+        self._sink(
+            TaskEnded(
+                launch.task_id, state, code, message, host, self._log_tail(launch.task_id, job)
+            )
+        )
+
+    def _log_tail(self, task_id: str, job: _Job, size: int = 2048) -> tuple[str, ...]:
+        """The task's last lines, where this machine can read its log (a
+        shared filesystem, or a one-node cluster); else the job's output."""
+        for path in (self.log_dir / f"{task_id}.log", self.log_dir / f"slurm-{job.job_id}.out"):
+            try:
+                with open(path, "rb") as log:
+                    log.seek(max(0, log.seek(0, os.SEEK_END) - size))
+                    data = log.read()
+            except OSError:
+                continue
+            lines = data.decode("utf-8", "replace").splitlines()[-10:]
+            if lines:
+                return tuple(lines)
+        return ()
+
+    async def _cancel(self, jobs: Sequence[_Job]) -> None:
+        ids = [job.job_id for job in jobs]
+        code, _, err = await _run(["scancel", *ids])
+        if code != 0:
+            logger.warning(
+                "Slurm: scancel %s failed: %s", " ".join(ids), " ".join(err.split()) or code
+            )
+
+    async def _wait_released(self, jobs: Sequence[_Job], wait: float, warn: bool = True) -> None:
+        """Wait until Slurm has the jobs' allocations back (their tasks have
+        stopped), so that tfrun's end means the resources are free."""
+        deadline = time.monotonic() + wait
+        waiting = list(jobs)
+        while waiting and time.monotonic() < deadline:
+            try:
+                seen = await self._squeue(waiting)
+            except TFMesosError:
+                return
+            waiting = [j for j in waiting if j.job_id in seen and seen[j.job_id].active]
+            if waiting:
+                await asyncio.sleep(0.25)
+        for job in jobs:
+            job.over = job not in waiting
+        if waiting and warn:
+            logger.warning(
+                "Slurm: job %s still holds its allocation %gs after scancel",
+                ", ".join(j.job_id for j in waiting),
+                wait,
+            )
+
+
+def _sbatch_error(stderr: str) -> str:
+    """What sbatch said went wrong, each thing once: it says the cause, then
+    ``Batch job submission failed:`` and the cause again."""
+    said: dict[str, None] = {}
+    for line in stderr.splitlines():
+        text = line.strip().removeprefix("sbatch: error: ").strip()
+        text = text.removeprefix("Batch job submission failed: ").strip()
+        if text:
+            said[text] = None
+    return "; ".join(said)
+
+
+def _names(launches: Sequence[Launch]) -> str:
+    """``ps:0, worker:1``, the first ten of many."""
+    names = [launch.task.name for launch in launches]
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def _describe(shape: Shape) -> str:
+    text = f"{shape.cpus} CPU{'s' if shape.cpus != 1 else ''}, {shape.mem_per_cpu * shape.cpus} MiB"
+    if shape.gpus:
+        text += f", {shape.gpus} GPU{'s' if shape.gpus != 1 else ''}"
+    return text
+
+
+def _job_name(name: str) -> str:
+    """The Slurm job's name: the job's, on one line, not too long for squeue."""
+    return " ".join(name.split())[:100] or "tfrun"
+
+
+def _script(plan: dict[str, Any]) -> str:
+    """The batch script: the job script module, the plan on its stdin."""
+    import json
+    import shlex
+
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    bootstrap = (
+        f"import sys; sys.path.insert(0, {package_root!r}); "
+        "from tfmesos.slurm.jobscript import main; sys.exit(main())"
+    )
+    body = json.dumps(plan, separators=(",", ":"))
+    assert "\n" not in body
+    return (
+        "#!/bin/sh\n"
+        "# tfrun's job script (tfmesos): it starts the job's tasks as job steps,\n"
+        "# and ends the job when tfrun goes away.\n"
+        f"exec {shlex.quote(sys.executable)} -S -c {shlex.quote(bootstrap)} <<'{PLAN_END}'\n"
+        f"{body}\n"
+        f"{PLAN_END}\n"
+    )
+
+
+def _start_watchdog() -> subprocess.Popen[bytes] | None:
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    bootstrap = (
+        f"import sys; sys.path.insert(0, {package_root!r}); "
+        "from tfmesos.slurm.watchdog import main; sys.exit(main())"
+    )
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-S", "-c", bootstrap],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # Its own session: Ctrl-C, or a signal to tfrun's group, is not for it.
+            start_new_session=True,
+        )
+    except OSError as exc:
+        logger.warning("Slurm: no watchdog (%s): a job outlives a tfrun killed outright", exc)
+        return None
+
+
+async def _run(argv: Sequence[str], stdin: str | None = None) -> tuple[int, str, str]:
+    """Run a Slurm command; its status, stdout and stderr."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise TFMesosError(f"cannot run {argv[0]}: {exc}") from None
+    try:
+        out, err = await asyncio.wait_for(
+            proc.communicate(stdin.encode() if stdin is not None else None), COMMAND_TIMEOUT
+        )
+    except asyncio.TimeoutError:
+        proc.kill()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), 5.0)
+        raise TFMesosError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT:g}s") from None
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")

@@ -1,0 +1,139 @@
+"""The Slurm job's own script: it runs in the allocation, as the batch step.
+
+Standard library only. tfrun submits a shell script that runs this module
+with the job's plan on its stdin (a here-document: the plan holds the job's
+secret, so it travels inside the script, which Slurm shows only to its owner
+and administrators, never on a command line). It
+
+1. dials tfrun's rendezvous and registers as the job's own helper, proving
+   the job's secret; if tfrun is gone (it was killed while the job waited in
+   the queue) it ends the job at once, having started nothing;
+2. starts each task's agent as a job step (``srun``, one task on one node),
+   handing it the secret on its stdin, never in its environment;
+3. tells tfrun when each step ends, with its exit status: how tfrun learns of
+   a task whose agent could not even start; and
+4. ends the job (by exiting) as soon as its connection to tfrun closes:
+   tfrun stopped the job, or died. TCP keepalive notices a launcher whose
+   machine vanished without closing it, within ``KEEPALIVE_IDLE`` +
+   ``KEEPALIVE_INTERVAL`` x ``KEEPALIVE_COUNT`` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from tfmesos import agent
+
+__all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE", "KEEPALIVE_INTERVAL", "main"]
+
+KEEPALIVE_IDLE = 10
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
+
+
+def _keepalive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def say(text: str) -> None:
+    """A line in the job's output file (``slurm-JOBID.out`` in tfrun's log directory)."""
+    print(f"[tfmesos job script {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def main() -> int:
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    plan = json.loads(sys.stdin.read())
+    os.close(0)
+    host, _, port = str(plan["launcher"]).rpartition(":")
+    config = agent.AgentConfig(
+        launcher=(host.strip("[]"), int(port)),
+        task_id=str(plan["peer_id"]),
+        secret=bytes.fromhex(plan["secret"]),
+        host=socket.gethostname(),
+        port=0,
+        parent_pid=None,
+        tls_cert=plan.get("tls_cert"),
+    )
+    helper = agent.Agent(config)
+    try:
+        channel = helper.connect()
+    except (agent.AgentError, OSError) as exc:
+        say(f"cannot reach tfrun ({exc}): it is gone; ending the job, having started nothing")
+        return 1
+    _keepalive(channel.sock)
+    log_dir = str(plan["log_dir"])
+    try:
+        os.makedirs(log_dir, exist_ok=True)
+    except OSError as exc:
+        say(f"cannot make {log_dir} for the tasks' logs: {exc}")
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in plan["env"].items()})
+    steps: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
+    secret = plan["secret"].encode()
+    for task_id, name, group in plan["steps"]:
+        log = os.path.join(log_dir, f"{task_id}.log")
+        argv = [
+            *plan["srun"][group],
+            f"--job-name={name}",
+            f"--output={log}",
+            f"--error={log}",
+            *plan["agent"],
+        ]
+        step_env = dict(env)
+        step_env[agent.ENV_TASK_ID] = task_id
+        step_env[agent.ENV_LOG_FILE] = log
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=step_env)
+        except OSError as exc:
+            say(f"cannot start task {name}'s step: {exc}")
+            channel.send_json({"type": "step_ended", "task_id": task_id, "code": 127})
+            continue
+        assert proc.stdin is not None
+        # The secret on the step's stdin: srun hands it to the agent, which
+        # reads it to its end and closes it (TFMESOS_SECRET_FD=0).
+        try:
+            proc.stdin.write(secret)
+            proc.stdin.close()
+        except OSError:
+            pass
+        steps[proc.pid] = (task_id, proc)
+    say(f"started {len(steps)} task(s) as job steps")
+    selector = selectors.DefaultSelector()
+    selector.register(channel.sock, selectors.EVENT_READ)
+    while steps:
+        for _ in selector.select(timeout=0.2):
+            channel.receive_available()
+            if channel.closed:
+                say("tfrun's connection closed (the job is over, or tfrun is gone): ending the job")
+                return 0
+        for pid, (task_id, proc) in list(steps.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del steps[pid]
+            try:
+                channel.send_json({"type": "step_ended", "task_id": task_id, "code": code})
+            except OSError:
+                say("tfrun's connection is gone: ending the job")
+                return 0
+    say("every task's step has ended")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

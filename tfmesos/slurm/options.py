@@ -1,0 +1,140 @@
+"""The Slurm backend's flags, declared here, next to it, not in ``cli.py``.
+
+Light on purpose (no asyncio, no subprocess): ``tfrun --help`` reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from tfmesos.errors import SpecError
+
+__all__ = ["OPTIONS", "add_arguments", "from_args", "given", "validate"]
+
+_TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$|^(UNLIMITED|INFINITE)$", re.I)
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    name: str
+    """The backend's keyword argument (and the argparse destination, ``slurm_NAME``)."""
+    metavar: str
+    help: str
+
+
+OPTIONS = (
+    Option("--partition", "partition", "NAME", "Slurm: the partition to run the tasks in"),
+    Option("--account", "account", "NAME", "Slurm: the account to charge"),
+    Option("--qos", "qos", "NAME", "Slurm: the quality of service"),
+    Option(
+        "--time",
+        "time",
+        "LIMIT",
+        "Slurm: the job's time limit, as sbatch takes it (MINUTES, HH:MM:SS, DAYS-HH:MM:SS)",
+    ),
+    Option(
+        "--sbatch-args",
+        "sbatch_args",
+        "ARGS",
+        "Slurm: more sbatch options, split as a shell would, for each part of the job "
+        "(--sbatch-args='--constraint=a100 --mail-type=END')",
+    ),
+)
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    for option in OPTIONS:
+        group.add_argument(
+            option.flag, dest=f"slurm_{option.name}", metavar=option.metavar, help=option.help
+        )
+
+
+def given(args: argparse.Namespace) -> list[str]:
+    """The Slurm flags given on the command line."""
+    return [o.flag for o in OPTIONS if getattr(args, f"slurm_{o.name}", None) is not None]
+
+
+def from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The backend's keyword arguments from the parsed flags (those given)."""
+    options: dict[str, Any] = {}
+    for option in OPTIONS:
+        value = getattr(args, f"slurm_{option.name}", None)
+        if value is not None:
+            options[option.name] = value
+    return validate(options)
+
+
+def validate(options: dict[str, Any]) -> dict[str, Any]:
+    """Check the options a user gave, before anything starts: raise
+    :class:`SpecError` for a bad one, saying which flag."""
+    checked = dict(options)
+    for name in ("partition", "account", "qos"):
+        value = checked.get(name)
+        if value is not None and (
+            not isinstance(value, str) or not re.fullmatch(r"[\w.,@+-]+", value)
+        ):
+            raise SpecError(f"--{name}: {value!r} is not a Slurm {name} name")
+    limit = checked.get("time")
+    if limit is not None and (not isinstance(limit, str) or not _TIME.match(limit.strip())):
+        raise SpecError(
+            f"--time: {limit!r} is not a time limit sbatch takes "
+            "(MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]])"
+        )
+    extra = checked.get("sbatch_args")
+    if isinstance(extra, str):
+        try:
+            extra = shlex.split(extra)
+        except ValueError as exc:
+            raise SpecError(f"--sbatch-args: {exc}") from None
+    if extra is not None:
+        if not all(isinstance(a, str) for a in extra):
+            raise SpecError("--sbatch-args must be sbatch options (strings)")
+        for arg in extra:
+            if not arg.startswith("-"):
+                raise SpecError(
+                    f"--sbatch-args: {arg!r} is not an sbatch option (write them as "
+                    "--sbatch-args='--constraint=a100 --exclusive')"
+                )
+            if arg.split("=", 1)[0] in _OWNED:
+                raise SpecError(
+                    f"--sbatch-args: tfrun sets {arg.split('=', 1)[0]} itself "
+                    "(the tasks' CPUs, memory and GPUs come from -C, -M and -G)"
+                )
+        checked["sbatch_args"] = tuple(extra)
+    return checked
+
+
+_OWNED = frozenset(
+    {
+        "--ntasks",
+        "-n",
+        "--cpus-per-task",
+        "-c",
+        "--mem",
+        "--mem-per-cpu",
+        "--mem-per-gpu",
+        "--gpus-per-task",
+        "--gres",
+        "--gpus",
+        "-G",
+        "--output",
+        "-o",
+        "--error",
+        "-e",
+        "--parsable",
+        "--wrap",
+        "--export",
+        "--chdir",
+        "-D",
+        "--job-name",
+        "-J",
+        "--requeue",
+        "--no-requeue",
+        "--hetjob",
+    }
+)
