@@ -683,10 +683,17 @@ def ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default; macOS uses 49152-65535
 
 
+MESOS_AGENT_PORTS = (31000, 32000)
+"""The ``ports`` a Mesos agent offers unless told otherwise
+(``src/slave/constants.hpp``, ``DEFAULT_PORTS``)."""
+
+
 def task_port_range() -> tuple[int, int]:
-    """Where tasks' ports come from: just below the ephemeral range, where no
-    ``bind(0)`` and no outgoing connection ever takes one."""
-    high = ephemeral_range()[0] - 1
+    """Where tasks' ports come from: below the ephemeral range, where no
+    ``bind(0)`` and no outgoing connection ever takes one, and below the
+    ports a Mesos agent on this machine would offer to other tasks (tfrun's
+    chief may run on one)."""
+    high = min(ephemeral_range()[0], MESOS_AGENT_PORTS[0]) - 1
     return max(1024, high - PORT_SPAN), high
 
 

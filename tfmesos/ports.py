@@ -3,28 +3,25 @@
 The launcher, not the task, picks each task's port, from a range below the
 kernel's ephemeral range: ``bind(0)`` and outgoing connections never take a
 port from there, so a port that was free when it was handed out stays free
-until the task binds it (barring another program that binds fixed ports). Mesos
-agents offer ports from such a range too (31000-32000 by default), and the
-Mesos backend takes them from offers in the same spirit.
+until the task binds it (barring another program that binds fixed ports). The
+range also ends below 31000, where a Mesos agent's ports begin: a chief that
+runs beside tfrun on an agent's machine must not take a port the agent offers
+to another task (:func:`tfmesos.agent.task_port_range`).
 """
 
 from __future__ import annotations
 
 import random
 
-from tfmesos.agent import PORT_SPAN, ephemeral_range, port_is_free
+from tfmesos.agent import ephemeral_range, port_is_free, task_port_range
 
 __all__ = ["PortAllocator", "ephemeral_range"]
-
-_DEFAULT_SPAN = PORT_SPAN
 
 
 class PortAllocator:
     def __init__(self, low: int | None = None, high: int | None = None) -> None:
         if low is None or high is None:
-            ephemeral_low = ephemeral_range()[0]
-            high = ephemeral_low - 1
-            low = max(1024, high - _DEFAULT_SPAN)
+            low, high = task_port_range()
         if not 0 < low <= high < 65536:
             raise ValueError(f"bad port range {low}-{high}")
         self.low, self.high = low, high
