@@ -25,6 +25,7 @@ BENCHMARKS = (
     "bringup_scale",
     "mesos_scale",
     "handshake_flood",
+    "first_step",
 )
 
 
