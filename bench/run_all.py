@@ -26,6 +26,7 @@ BENCHMARKS = (
     "mesos_scale",
     "handshake_flood",
     "torch_ddp",
+    "first_step",
 )
 
 

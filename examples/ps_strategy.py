@@ -9,7 +9,8 @@ own copy of the dataset::
     python examples/ps_strategy.py                    # servers on this machine
     python examples/ps_strategy.py --master zk://mesos:2181/mesos
 
-The data is scikit-learn's bundled 8x8 digits, so nothing is downloaded. It
+The data is the 8x8 digits in examples/data (the ones scikit-learn bundles),
+so nothing is downloaded. It
 prints the mean loss of every epoch, then ``first loss = ...`` and
 ``final loss = ...``.
 """
@@ -19,16 +20,23 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
 
 from tfmesos import cluster
 
 SEED = 0
+DIGITS = Path(__file__).resolve().parent / "data" / "digits.csv.gz"
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """The 8x8 digits: pixels scaled to [0, 1], and labels."""
+    table = np.loadtxt(DIGITS, delimiter=",")
+    return (table[:, :-1] / 16.0).astype(np.float32), table[:, -1].astype(np.int64)
 
 
 class Classifier(tf.Module):
@@ -50,9 +58,7 @@ def train(
     resolver: tf.distribute.cluster_resolver.ClusterResolver, args: argparse.Namespace
 ) -> list[float]:
     """Train with this process as coordinator; returns the mean loss per epoch."""
-    digits = load_digits()
-    images = (digits.data / 16.0).astype(np.float32)
-    labels = digits.target.astype(np.int64)
+    images, labels = load_digits()
     # Connects this process to the cluster as its "chief" (the coordinator).
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)

@@ -112,6 +112,16 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ["XDG_STATE_HOME"] = before
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _colour_as_on_a_plain_machine() -> Iterator[None]:
+    """Whether tfrun colours its output is decided by the terminal and by
+    NO_COLOR and FORCE_COLOR: tests that look at the output set them
+    themselves, never inherit them."""
+    before = {name: os.environ.pop(name, None) for name in ("NO_COLOR", "FORCE_COLOR")}
+    yield
+    os.environ.update({name: value for name, value in before.items() if value is not None})
+
+
 @pytest.fixture
 def job_procs() -> Iterator[JobProcesses]:
     procs = JobProcesses()

@@ -40,7 +40,7 @@ def test_run_all_quick_writes_every_result(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=540,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     for name in BENCHMARKS:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tfmesos.console import ConsoleWriter, binary_stream
+from tfmesos.console import ConsoleWriter, binary_stream, use_colour
 
 
 class GatedStream(io.BytesIO):
@@ -164,3 +164,76 @@ def test_a_text_stream_without_a_binary_layer_still_gets_the_output() -> None:
 
     asyncio.run(main())
     assert notebook.text == "[ps:0] naïve\n"
+
+
+def test_a_callback_runs_once_the_output_before_it_is_written() -> None:
+    # How "task worker:0 finished" (stderr, said by logging) comes after the
+    # task's last line (stdout, written from the console's thread).
+    out = GatedStream()
+    said: list[tuple[str, int]] = []
+
+    async def main() -> None:
+        console = ConsoleWriter(out)
+        console.after_written(lambda: said.append(("before any output", out.writes)))
+        console.write(b"last line\n")
+        console.after_written(lambda: said.append(("finished", out.writes)))
+        console.after_written(lambda: said.append(("all finished", out.writes)))
+        await asyncio.sleep(0.1)
+        assert said == [("before any output", 0)]  # the rest waits for the stalled stream
+        out.gate.set()
+        await console.aclose()  # callbacks run before it returns
+
+    asyncio.run(main())
+    assert said == [("before any output", 0), ("finished", 1), ("all finished", 1)]
+
+
+@pytest.mark.parametrize("how", ["abandon", "reader-gone"])
+def test_a_callback_runs_when_the_output_before_it_is_dropped(
+    how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    said: list[str] = []
+    read_end, write_end = os.pipe()
+    stream = GatedStream() if how == "abandon" else os.fdopen(write_end, "wb")
+    if how == "reader-gone":
+        os.close(read_end)
+
+    async def main() -> None:
+        console = ConsoleWriter(stream)  # type: ignore[arg-type]
+        console.write(b"never shown\n")
+        console.after_written(lambda: said.append("finished"))
+        if how == "abandon":
+            await asyncio.sleep(0.05)
+            console.abandon()
+        await asyncio.wait_for(console.aclose(), 5)
+
+    with caplog.at_level(logging.ERROR, logger="tfmesos"):
+        asyncio.run(main())
+    assert said == ["finished"]
+    if how == "abandon":
+        stream.gate.set()  # type: ignore[union-attr]
+        os.close(read_end)
+        os.close(write_end)
+    else:
+        stream.close()
+
+
+@pytest.mark.parametrize(
+    ("environ", "tty", "coloured"),
+    [
+        ({}, True, True),
+        ({}, False, False),
+        ({"NO_COLOR": "1"}, True, False),
+        ({"NO_COLOR": ""}, True, True),  # set but empty: not set (no-color.org)
+        ({"FORCE_COLOR": "1"}, False, True),
+        ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, False, False),
+        ({"TERM": "dumb"}, True, False),
+    ],
+)
+def test_colour_only_on_a_terminal_unless_no_color_or_force_color_say_otherwise(
+    environ: dict[str, str], tty: bool, coloured: bool
+) -> None:
+    class Stream(io.BytesIO):
+        def isatty(self) -> bool:
+            return tty
+
+    assert use_colour(Stream(), environ) is coloured

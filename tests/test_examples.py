@@ -3,10 +3,13 @@ TensorFlow processes talking gRPC to each other."""
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 
-from tests.conftest import JobProcesses, run_tfrun
+import numpy as np
+
+from tests.conftest import ROOT, JobProcesses, run_tfrun
 
 
 def _number(pattern: str, text: str) -> float:
@@ -62,3 +65,25 @@ def test_keras_multi_worker_trains_from_tf_config(job_procs: JobProcesses) -> No
     final = _number(r"\[worker:0\] final loss", result.stdout)
     assert final < first / 2, (first, final)
     assert job_procs.wait_gone(5) == []
+
+
+def test_the_examples_data_is_the_8x8_digits_and_needs_no_scikit_learn() -> None:
+    # With scikit-learn installed, every `import tensorflow` imports it (Keras
+    # does, for its wrappers): the examples ship the digits instead, and no
+    # extra pulls scikit-learn in (docs/benchmarks.md, "The first run").
+    table = np.loadtxt(ROOT / "examples" / "data" / "digits.csv.gz", delimiter=",")
+    assert table.shape == (1797, 65)
+    assert table[:, :-1].min() == 0 and table[:, :-1].max() == 16
+    assert sorted(set(table[:, -1].astype(int))) == list(range(10))
+    for path in (ROOT / "examples").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            assert not any(n.split(".")[0] == "sklearn" for n in names), path
+    lines = (ROOT / "pyproject.toml").read_text().splitlines()
+    assert "scikit-learn" not in "\n".join(line.split("#", 1)[0] for line in lines)

@@ -409,7 +409,7 @@ def test_no_master_in_zookeeper_ends_with_a_clear_error(zk: Any, job_procs: JobP
         env=job_procs.env(),
         timeout=120,
     )
-    assert result.returncode == 1
+    assert result.returncode == 124
     assert (
         "not subscribed to a Mesos master yet: no leading master known "
         f"(no master has registered under {group} in ZooKeeper at {ZK_HOSTS})" in result.stderr
@@ -431,7 +431,7 @@ def test_a_group_path_that_does_not_exist_is_named_and_watched_for(
         env=job_procs.env(),
         timeout=120,
     )
-    assert result.returncode == 1
+    assert result.returncode == 124
     assert f"ZooKeeper at {ZK_HOSTS} has no {group}: is that the path" in result.stderr
     # The masters may come up after tfrun: once the path and a master appear,
     # the job goes on (worker 1 runs on Mesos; worker 0, the chief, here).
@@ -477,7 +477,7 @@ def test_an_unreachable_zookeeper_is_retried_and_named_at_the_timeout(
         timeout=120,
     )
     elapsed = time.monotonic() - started
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 124, result.stderr
     assert "the cluster was not up after 8s" in result.stderr
     assert re.search(
         r"not subscribed to a Mesos master yet: no ZooKeeper server at 127\.0\.0\.1:\d+ "
@@ -505,7 +505,7 @@ def test_an_unreachable_zookeeper_ends_the_job_within_the_reconnect_budget(
         timeout=120,
     )
     elapsed = time.monotonic() - started
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 125, result.stderr
     assert re.search(
         r"could not reach the Mesos master at zk://127\.0\.0\.1:\d+/mesos \(no ZooKeeper server "
         r"at 127\.0\.0\.1:\d+ answered within [\d.]+s\) within 2s",

@@ -13,17 +13,17 @@ import logging
 import os
 import shlex
 import sys
+import time
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
 from tfmesos import runs, wire
-from tfmesos.errors import ResourceError, SpecError, TFMesosError
+from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.slurm import options as slurm_options
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
 
 __all__ = ["build_parser", "main", "parse_args"]
-
-EXIT_USAGE = 2
 
 EPILOG = """\
 placeholders in the command, filled in for each task:
@@ -35,9 +35,16 @@ placeholders in the command, filled in for each task:
   TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS, TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX
   and TFMESOS_DISTRIBUTED=1.
 
-exit status: 0 when every worker exited 0; the failing task's status (or 1)
-when a task failed; 2 for bad usage; 130 on Ctrl-C, 143 on SIGTERM, 129 on
-SIGHUP (the terminal closed).
+exit status:
+  0        every worker exited 0
+  2        bad usage; nothing was started
+  124      the cluster never came up (--timeout, or tasks that kept dying
+           before they checked in)
+  125      tfrun itself failed (it lost the Mesos master for good, the
+           master refused the framework, an error in tfrun)
+  130/143/129  tfrun was stopped by Ctrl-C / SIGTERM / SIGHUP
+  other    a task failed: its own status (126/127: its command could not
+           run / was not found), or 1 when it had none or one listed above
 
 example:
   tfrun -w 2 -s 1 -- python examples/mnist/mnist_replica.py \\
@@ -447,6 +454,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
     args, spec = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(format="[tfrun] %(message)s", level=logging.INFO, stream=sys.stderr)
     # -v is tfmesos's own detail, not every library's (asyncio's "Using selector").
@@ -459,6 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_replica_job(
             spec,
             args.backend,
+            started=started,
             master=args.master,
             log_dir=args.log_dir,
             reconnect_timeout=args.reconnect_timeout,
@@ -466,13 +475,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             user=args.user,
             slurm=args.slurm,
         )
-    except ResourceError as exc:
-        # Bad usage, found when the backend looked: said as usage is.
+    except (ResourceError, SpecError) as exc:
+        # Bad usage, found when the backend looked (a job this machine can
+        # never hold, a certificate that cannot be used): said as usage is.
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return EXIT_TFRUN_FAILED
+    except Exception:
+        # A bug, or a failure nobody foresaw: tfrun's own, not a task's.
+        traceback.print_exc()
+        print("tfrun: error: tfrun itself failed (above)", file=sys.stderr, flush=True)
+        return EXIT_TFRUN_FAILED
 
 
 if __name__ == "__main__":

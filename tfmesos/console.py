@@ -10,6 +10,11 @@ slow the tasks, while everything else on the loop goes on.
 
 If the reader goes away (``tfrun ... | head``), the job is not killed for it:
 further output is dropped and one warning says so.
+
+What the launcher says about a task (that it finished) goes to another stream,
+stderr, which logging writes at once. Where both streams go to one place (a
+terminal), it is said through :meth:`ConsoleWriter.after_written`: once the
+output before it is out, so that it comes after the task's last line.
 """
 
 from __future__ import annotations
@@ -22,10 +27,17 @@ import logging
 import os
 import select
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import BinaryIO, TextIO
 
-__all__ = ["HIGH_WATER", "ConsoleWriter", "binary_stream"]
+__all__ = [
+    "HIGH_WATER",
+    "ConsoleWriter",
+    "binary_stream",
+    "colour_prefix",
+    "same_destination",
+    "use_colour",
+]
 
 logger = logging.getLogger("tfmesos")
 
@@ -47,7 +59,8 @@ class ConsoleWriter:
     def __init__(self, stream: BinaryIO, *, high_water: int = HIGH_WATER) -> None:
         self._stream = stream
         self._high_water = high_water
-        self._chunks: collections.deque[bytes] = collections.deque()
+        self._chunks: collections.deque[bytes | Callable[[], None]] = collections.deque()
+        """Output to write, and callbacks to run once what is before them is written."""
         self._buffered = 0
         self._closing = False
         self._broken = False
@@ -87,6 +100,23 @@ class ConsoleWriter:
                 self._room.clear()
             if self._idle:
                 self._wakeup.notify()
+
+    def after_written(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the loop once everything written before it is
+        out: at once if nothing is waiting; when it is dropped, if it is
+        (:meth:`abandon`, a reader gone)."""
+        with self._lock:
+            queue = (
+                self._started
+                and bool(self._buffered or self._chunks)
+                and not (self._broken or self._abandoned)
+            )
+            if queue:
+                self._chunks.append(callback)
+                if self._idle:
+                    self._wakeup.notify()
+        if not queue:
+            callback()
 
     @property
     def full(self) -> bool:
@@ -135,9 +165,12 @@ class ConsoleWriter:
         with self._lock:
             dropped = 0 if self._abandoned else self._buffered
             self._abandoned = True
+            callbacks = _callbacks(self._chunks)
             self._chunks.clear()
             self._buffered = 0
             self._wakeup.notify()
+        for callback in callbacks:
+            callback()
         self._room.set()
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
@@ -167,18 +200,28 @@ class ConsoleWriter:
             self._idle = False
             if not self._chunks:
                 return False
-            # Coalesce: one write per wakeup, whatever arrived meanwhile.
-            batch = b"".join(self._chunks)
-            self._chunks.clear()
+            # Coalesce: one write per wakeup, whatever arrived meanwhile, up
+            # to a callback, which runs once what is before it is written.
+            parts: list[bytes] = []
+            while self._chunks and isinstance(self._chunks[0], bytes):
+                parts.append(self._chunks.popleft())  # type: ignore[arg-type]
+            due = [] if parts else _callbacks(self._chunks, leading=True)
+        if due:
+            self._signal_loop(lambda: _run_all(due))
+            return not self._abandoned
+        batch = b"".join(parts)
         ok = self._write(batch)
         with self._lock:
             if ok:
                 self._buffered = max(0, self._buffered - len(batch))
             else:
                 self._broken = True
+                due = _callbacks(self._chunks)  # nothing they wait for will be written
                 self._chunks.clear()
                 self._buffered = 0
             wake = not self._room.is_set() and self._buffered <= self._high_water
+        if due:
+            self._signal_loop(lambda: _run_all(due))
         if wake:
             self._signal_loop(self._open_room)
         return ok and not self._abandoned
@@ -221,6 +264,24 @@ class ConsoleWriter:
                 _silence(self._stream)
             return False
         return True
+
+
+def _callbacks(
+    chunks: collections.deque[bytes | Callable[[], None]], *, leading: bool = False
+) -> list[Callable[[], None]]:
+    """The callbacks among ``chunks``; with ``leading``, those at its front,
+    taken off it."""
+    if not leading:
+        return [c for c in chunks if not isinstance(c, bytes)]
+    found = []
+    while chunks and not isinstance(chunks[0], bytes):
+        found.append(chunks.popleft())
+    return found  # type: ignore[return-value]
+
+
+def _run_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        callback()
 
 
 def _write_all(
@@ -277,3 +338,42 @@ def _silence(stream: BinaryIO) -> None:
         os.dup2(null, fd)
     finally:
         os.close(null)
+
+
+# Colours for the tasks' prefixes: distinct and readable on dark and light
+# backgrounds; red is left for failures.
+_PALETTE = (36, 35, 33, 34, 32, 96, 95, 93, 94, 92)
+
+
+def use_colour(stream: object, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether to colour what goes to ``stream``, as CPython (3.13) and most
+    tools decide it: never with ``NO_COLOR`` set (not empty); always with
+    ``FORCE_COLOR`` set (not empty); never for ``TERM=dumb``; else only on a
+    terminal."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    if env.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):  # a closed stream
+        return False
+
+
+def colour_prefix(text: str, index: int) -> str:
+    """``text`` in the ``index``-th colour of the tasks' palette."""
+    return f"\x1b[{_PALETTE[index % len(_PALETTE)]}m{text}\x1b[0m"
+
+
+def same_destination(first: object, second: object) -> bool:
+    """Whether two streams write to the same file, pipe or terminal."""
+    try:
+        one = os.fstat(first.fileno())  # type: ignore[attr-defined]
+        other = os.fstat(second.fileno())  # type: ignore[attr-defined]
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)

@@ -9,15 +9,65 @@ Bad input found while building a spec is a :class:`SpecError`, which is also a
 from __future__ import annotations
 
 __all__ = [
+    "EXIT_NEVER_UP",
+    "EXIT_TASK_FAILED",
+    "EXIT_TFRUN_FAILED",
+    "EXIT_USAGE",
     "ClusterStartError",
     "JobFailedError",
     "ResourceError",
     "SpecError",
     "TFMesosError",
     "TaskFailure",
+    "interrupted_status",
+    "task_status",
 ]
 
+import signal
 from dataclasses import dataclass, field
+
+# tfrun's exit statuses. What tfrun itself reports has statuses of its own,
+# as timeout(1) keeps 124-127 for its own: a script can tell a job that never
+# ran, or that tfrun gave up on, from a task that failed. A failed task's own
+# status is passed through, unless it is one of tfrun's own below (a task's
+# argparse exits 2): then tfrun exits 1, which is always a task's failure, as
+# torchrun exits 1 for any failed worker; the verdict says the task's status.
+
+EXIT_TASK_FAILED = 1
+"""A task failed: its status was 1, one of tfrun's own, or none at all (the
+task was lost, or a ps exited while the cluster was running)."""
+EXIT_USAGE = 2
+"""Bad usage: a bad flag or value, a job the machine can never hold; nothing
+was started. argparse's status, kept."""
+EXIT_NEVER_UP = 124
+"""The cluster never came up: not within ``--timeout``, or a task kept dying
+before it registered (timeout(1)'s "timed out")."""
+EXIT_TFRUN_FAILED = 125
+"""tfrun itself failed once the job was under way: it lost the Mesos master
+for good, the master refused the framework, or an error in tfrun
+(timeout(1)'s "timeout itself failed")."""
+INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop tfrun and its job; it then exits 128 + the signal,
+as a shell reports a command those signals ended: 130, 143, 129."""
+
+TFRUN_STATUSES = frozenset(
+    {EXIT_USAGE, EXIT_NEVER_UP, EXIT_TFRUN_FAILED, *(128 + s for s in INTERRUPTING_SIGNALS)}
+)
+"""Statuses that only tfrun itself reports, never as a task's."""
+
+
+def task_status(code: int | None) -> int:
+    """tfrun's exit status for a task that failed with ``code`` (None: no
+    status, the task was lost): the task's own, unless that would read as
+    one of tfrun's, or is none, or is out of a status's range; then 1."""
+    if code is None or not 0 < code < 256 or code in TFRUN_STATUSES:
+        return EXIT_TASK_FAILED
+    return code
+
+
+def interrupted_status(signum: int) -> int:
+    """tfrun's exit status when ``signum`` stopped it: 128 + the signal."""
+    return 128 + signum
 
 
 class TFMesosError(Exception):
@@ -66,7 +116,8 @@ class ClusterStartError(TFMesosError):
 class JobFailedError(TFMesosError):
     """A task failed after the cluster was up; the job was stopped."""
 
-    def __init__(self, failure: TaskFailure, exit_code: int = 1) -> None:
+    def __init__(self, failure: TaskFailure, exit_code: int = EXIT_TASK_FAILED) -> None:
         super().__init__(failure.describe())
         self.failure = failure
         self.exit_code = exit_code
+        """tfrun's exit status for it (:func:`task_status` of the task's own)."""

@@ -35,8 +35,21 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
 )
-from tfmesos.console import ConsoleWriter, binary_stream
-from tfmesos.errors import ClusterStartError, JobFailedError, SpecError, TaskFailure, TFMesosError
+from tfmesos.console import (
+    ConsoleWriter,
+    binary_stream,
+    colour_prefix,
+    same_destination,
+    use_colour,
+)
+from tfmesos.errors import (
+    ClusterStartError,
+    JobFailedError,
+    SpecError,
+    TaskFailure,
+    TFMesosError,
+    task_status,
+)
 from tfmesos.rendezvous import (
     Connection,
     Disconnected,
@@ -138,6 +151,8 @@ class Launcher:
         secret: bytes | None = None,
         chief_backend: Backend | None = None,
         restart: int = 0,
+        colour: bool | None = None,
+        notes_after_output: bool | None = None,
     ) -> None:
         self.spec = spec
         self.backend = backend
@@ -146,7 +161,25 @@ class Launcher:
         # Replica mode runs the chief (worker 0) beside the launcher, on this
         # machine, whatever runs the rest: its exit decides the job's.
         self.chief_backend = chief_backend
-        self._console = ConsoleWriter(output if output is not None else binary_stream(sys.stdout))
+        stream = output if output is not None else binary_stream(sys.stdout)
+        self._console = ConsoleWriter(stream)
+        self._colour = use_colour(stream) if colour is None else colour
+        """Whether the tasks' prefixes are coloured: on a terminal, unless
+        NO_COLOR says not to (console.use_colour)."""
+        self._shown = {
+            t.name: position
+            for position, t in enumerate(t for t in spec.tasks() if spec.forwards(t))
+        }
+        """Each task whose output is shown, with its place: its colour."""
+        self._notes_after_output = (
+            same_destination(stream, sys.stderr)
+            if notes_after_output is None
+            else notes_after_output
+        )
+        """Whether what the launcher says about a task's end waits until the
+        output before it is written: where both go to one place (a terminal,
+        ``2>&1``), so that they come out in order there. Elsewhere it is said
+        at once, so that a stdout nobody reads cannot hold it back."""
         self._secret = secret or os.urandom(32)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._tasks: dict[str, _Task] = {}
@@ -232,7 +265,11 @@ class Launcher:
     async def wait_for_workers(self) -> None:
         """Replica mode: return when every worker has exited 0; raise if any task failed."""
         await self._pump(self._workers_done, None, None)
-        logger.info("all workers finished; stopping the rest of the job")
+        rest = any(not t.state.over for t in self._current.values())
+        self._say_after_output(
+            logging.INFO,
+            "all workers finished" + ("; stopping the rest of the job" if rest else ""),
+        )
 
     async def watch(self) -> None:
         """Fine-grained mode: run until cancelled; raise when a task fails."""
@@ -281,6 +318,21 @@ class Launcher:
             if not task.state.over:
                 task.state = TaskState.STOPPED
 
+    def outcomes(self) -> dict[str, str]:
+        """How each task ended, in words, by task name, in the job's order:
+        ``exited 0``, ``stopped by tfrun``, or how it failed."""
+        said = {}
+        for name, task in self._current.items():
+            if task.state is TaskState.FINISHED:
+                said[name] = "exited 0"
+            elif task.state is TaskState.STOPPED:
+                said[name] = "stopped by tfrun"
+            elif task.state is TaskState.FAILED:
+                said[name] = "failed"
+            else:
+                said[name] = task.state.value
+        return said
+
     def logs_location(self) -> str:
         """Where the full output of every task is kept, for the user."""
         return "; ".join(dict.fromkeys(b.logs_location() for b in self._backends()))
@@ -322,7 +374,7 @@ class Launcher:
             spec=spec,
             task_id=task_id,
             attempt=attempt,
-            prefix=f"[{spec.name}] ".encode(),
+            prefix=self._prefix(spec.name),
             forward=self.spec.forwards(spec),
         )
         self._tasks[task_id] = task
@@ -340,6 +392,22 @@ class Launcher:
             env[agent.ENV_TLS_CERT] = self._tls_pem
         task.state = TaskState.LAUNCHED
         return Launch(task_id, spec, env)
+
+    def _prefix(self, name: str) -> bytes:
+        text = f"[{name}]"
+        if self._colour and name in self._shown:
+            text = colour_prefix(text, self._shown[name])
+        return f"{text} ".encode()
+
+    def _say_after_output(self, level: int, message: str, *args: object) -> None:
+        """Log ``message`` once the tasks' output printed so far is out: the
+        output goes to stdout from the console's thread, logging writes to
+        stderr at once, and on a terminal a task's "finished" must come after
+        its last line, not before it."""
+        if self._notes_after_output:
+            self._console.after_written(lambda: logger.log(level, message, *args))
+        else:
+            logger.log(level, message, *args)
 
     def _admit(self, task_id: str) -> bool:
         task = self._tasks.get(task_id)
@@ -594,7 +662,10 @@ class Launcher:
             return
         if code == 0 and self.spec.replica:
             task.state = TaskState.FINISHED
-            logger.info("task %s finished", task.spec.name)
+            # Its output came in before its exit report, on the same
+            # connection, and is on its way to the terminal from the
+            # console's thread: said after it.
+            self._say_after_output(logging.INFO, "task %s finished (exit 0)", task.spec.name)
             return
         task.state = TaskState.FAILED
         if code == 0:
@@ -604,7 +675,7 @@ class Launcher:
                 task.host,
                 failure.output_tail,
             )
-        raise JobFailedError(failure, exit_code=code if code and 0 < code < 256 else 1)
+        raise JobFailedError(failure, exit_code=task_status(code))
 
     # -- conditions ---------------------------------------------------------
 

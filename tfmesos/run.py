@@ -6,11 +6,20 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
+import time
 from typing import Any
 
 from tfmesos import runs
 from tfmesos.backends import create_backend
-from tfmesos.errors import ClusterStartError, JobFailedError
+from tfmesos.console import use_colour
+from tfmesos.errors import (
+    EXIT_NEVER_UP,
+    INTERRUPTING_SIGNALS,
+    ClusterStartError,
+    JobFailedError,
+    interrupted_status,
+)
 from tfmesos.launcher import Launcher
 from tfmesos.spec import ClusterSpec
 
@@ -44,12 +53,19 @@ def backend_options(
     }
 
 
-def run_replica_job(spec: ClusterSpec, backend: str, **options: Any) -> int:
-    """Run the job to its end and return ``tfrun``'s exit status."""
-    return asyncio.run(_run(spec, backend, backend_options(backend, **options)))
+def run_replica_job(
+    spec: ClusterSpec, backend: str, *, started: float | None = None, **options: Any
+) -> int:
+    """Run the job to its end and return ``tfrun``'s exit status
+    (tfmesos.errors says which). ``started``: when tfrun started, by
+    ``time.monotonic()``, for the time the verdict gives."""
+    started = time.monotonic() if started is None else started
+    return asyncio.run(_run(spec, backend, backend_options(backend, **options), started))
 
 
-async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) -> int:
+async def _run(
+    spec: ClusterSpec, backend_name: str, options: dict[str, Any], started: float
+) -> int:
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -70,7 +86,7 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
                 main.cancel()
 
     # SIGHUP: the terminal closed; the tasks must not outlive it either.
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for signum in INTERRUPTING_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     if spec.max_restarts and backend_name == "local" and not options.get("log_dir"):
         # Every run of the job keeps its logs in the same directory.
@@ -115,7 +131,7 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
             if again:
                 causes.append(summary)
         except ClusterStartError as exc:
-            status, verdict = 1, f"the cluster did not come up: {exc}"
+            status, verdict = EXIT_NEVER_UP, f"the cluster did not come up: {exc}"
         except asyncio.CancelledError:
             if not received:
                 raise
@@ -138,11 +154,64 @@ async def _run(spec: ClusterSpec, backend_name: str, options: dict[str, Any]) ->
         verdict += f"\nthis was run {len(causes) + 1}, after {restarts}; before it:\n{earlier}"
     # Said after the tasks' last output is out, so that it is the last word,
     # with where the full output of every task is.
+    colour = use_colour(sys.stderr)
     if verdict:
-        logger.error("%s", verdict)
+        logger.error("%s", _paint(verdict, 31, colour))
+    elif not interrupted:
+        elapsed = _duration(time.monotonic() - started)
+        ends = _ends(launcher.outcomes())
+        if causes:
+            ends += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
+        logger.info("%s", _paint(f"job succeeded in {elapsed}: {ends}", 32, colour))
     logger.log(
         logging.ERROR if verdict else logging.INFO,
         "the full output of each task is in %s",
         launcher.logs_location(),
     )
-    return 128 + interrupted[0] if interrupted else status
+    return interrupted_status(interrupted[0]) if interrupted else status
+
+
+def _paint(text: str, colour: int, enabled: bool) -> str:
+    """A verdict with its head (``job failed``, up to the first colon) in
+    bold ``colour``, where colour is on."""
+    head, colon, rest = text.partition(":")
+    if not enabled or not colon:
+        return text
+    return f"\x1b[1;{colour}m{head}\x1b[0m{colon}{rest}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s"
+
+
+def _ends(outcomes: dict[str, str]) -> str:
+    """``worker:0 and worker:1 exited 0; ps:0 stopped by tfrun``: each
+    task's end, workers first, grouped by job and end, runs of many indices
+    as ranges (``worker:0-99``)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for name, end in outcomes.items():
+        job, _, index = name.rpartition(":")
+        groups.setdefault((job, end), []).append(int(index))
+    order = sorted(groups, key=lambda key: key[0] != "worker")  # stable: the job's own order
+    return "; ".join(f"{_names(job, groups[job, end])} {end}" for job, end in order)
+
+
+def _names(job: str, indices: list[int]) -> str:
+    indices = sorted(indices)
+    if len(indices) <= 3:
+        names = [f"{job}:{i}" for i in indices]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    spans = [f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs]
+    return f"{job}:{','.join(spans)}"

@@ -9,8 +9,8 @@ of them update the shared variables asynchronously::
     python examples/mnist/mnist.py -w 2 -s 1 zk://mesos:2181/mesos
     python examples/mnist/mnist.py --master zk://mesos:2181/mesos --worker-gpus 1
 
-The data is scikit-learn's bundled 8x8 digits (a small MNIST), so nothing is
-downloaded. After a fixed number of steps it prints ``accuracy = ...`` on
+The data is the 8x8 digits in examples/data (a small MNIST, the ones
+scikit-learn bundles), so nothing is downloaded. After a fixed number of steps it prints ``accuracy = ...`` on
 held-out digits.
 """
 
@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from tfmesos import cluster
 
@@ -33,6 +32,18 @@ v1 = tf.compat.v1
 CLASSES = 10
 HIDDEN = 32
 SEED = 0
+DIGITS = Path(__file__).resolve().parent.parent / "data" / "digits.csv.gz"
+TEST_FRACTION = 0.25
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The 8x8 digits as train and test images (pixels scaled to [0, 1]) and
+    labels, split with a fixed seed."""
+    table = np.loadtxt(DIGITS, delimiter=",")
+    images, labels = (table[:, :-1] / 16.0).astype(np.float32), table[:, -1].astype(np.int64)
+    order = np.random.default_rng(SEED).permutation(len(images))
+    test, train = np.split(order, [int(len(order) * TEST_FRACTION)])
+    return images[train], images[test], labels[train], labels[test]
 
 
 def main() -> None:
@@ -47,10 +58,7 @@ def main() -> None:
     parser.add_argument("--learning-rate", type=float, default=0.2)
     args = parser.parse_args()
 
-    digits = load_digits()
-    x_train, x_test, y_train, y_test = train_test_split(
-        (digits.data / 16.0).astype(np.float32), digits.target, test_size=0.25, random_state=SEED
-    )
+    x_train, x_test, y_train, y_test = load_digits()
 
     v1.disable_eager_execution()
     graph = tf.Graph()

@@ -25,9 +25,10 @@ By hand on one machine, one process per task::
         --worker_hosts=localhost:2223,localhost:2224 --job_name=worker --task_index=1
 
 With ``--data_dir`` pointing at the MNIST IDX files (optionally gzipped) it
-trains on 28x28 MNIST; otherwise it uses scikit-learn's bundled 8x8 digits, so
-nothing is ever downloaded.  Parameter server tasks never return; the launcher
-is expected to kill them once the workers have exited.
+trains on 28x28 MNIST; otherwise on the 8x8 digits in examples/data (the ones
+scikit-learn bundles), so nothing is ever downloaded.  Parameter server tasks
+never return; the launcher is expected to kill them once the workers have
+exited.
 """
 
 from __future__ import annotations
@@ -126,18 +127,31 @@ def load_mnist(data_dir: Path) -> DataSet | None:
     )
 
 
+DIGITS = Path(__file__).resolve().parent.parent / "data" / "digits.csv.gz"
+
+
+def read_digits() -> tuple[np.ndarray, np.ndarray]:
+    """The 8x8 digits (examples/data): 1797 x 64 pixels in 0..16, and labels.
+
+    scikit-learn's ``load_digits`` reads the same file; the examples do not
+    depend on scikit-learn, because with it installed every
+    ``import tensorflow`` imports it, SciPy and all, in every task
+    (docs/benchmarks.md, "The first run").
+    """
+    table = np.loadtxt(DIGITS, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
 def load_digits_dataset() -> DataSet:
-    """scikit-learn's 8x8 digits, split with a fixed seed.
+    """The 8x8 digits, split with a fixed seed.
 
     The seed matters: every worker must agree on which images are held out,
     otherwise one worker would train on another's validation images.
     """
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
+    pixels, targets = read_digits()
     # Pixel values in this data set range over 0..16.
-    images = (digits.data / 16.0).astype(np.float32)
-    labels = digits.target.astype(np.int64)
+    images = (pixels / 16.0).astype(np.float32)
+    labels = targets.astype(np.int64)
     order = np.random.default_rng(SPLIT_SEED).permutation(len(images))
     n_val = int(len(images) * VALIDATION_FRACTION)
     val, train = order[:n_val], order[n_val:]
@@ -146,8 +160,8 @@ def load_digits_dataset() -> DataSet:
         train_labels=labels[train],
         val_images=images[val],
         val_labels=labels[val],
-        image_size=digits.images.shape[1],
-        name="scikit-learn digits",
+        image_size=8,
+        name="8x8 digits",
     )
 
 
@@ -156,7 +170,7 @@ def load_data(data_dir: str | None) -> DataSet:
         mnist = load_mnist(Path(data_dir))
         if mnist is not None:
             return mnist
-        print(f"no MNIST IDX files in {data_dir}; using scikit-learn digits", flush=True)
+        print(f"no MNIST IDX files in {data_dir}; using the 8x8 digits", flush=True)
     return load_digits_dataset()
 
 

@@ -1,0 +1,264 @@
+"""How a ``tfrun`` job ends, as its user sees it: the verdict when it
+succeeds, a task's "finished" after its last line, coloured prefixes on a
+terminal only, and exit statuses that say who failed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tfmesos import ClusterSpec, Job
+from tfmesos.backends.local import LocalBackend
+
+PY = sys.executable
+ESC = "\x1b["
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", code]
+
+
+def read_slowly(proc: subprocess.Popen[bytes], pause: float = 0.002) -> list[str]:
+    """All of a process's stdout, read a little at a time, like a terminal
+    slower than the job's output."""
+    assert proc.stdout is not None
+    chunks = []
+    while data := proc.stdout.read1(16 << 10):
+        chunks.append(data)
+        time.sleep(pause)
+    return b"".join(chunks).decode().splitlines()
+
+
+def run_on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run with stdout and stderr on one pseudo-terminal; what it showed."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, env=env, cwd=ROOT
+    )
+    os.close(terminal)
+    shown = bytearray()
+    while True:
+        try:
+            data = os.read(controller, 1 << 16)
+        except OSError:  # EIO: every writer closed the terminal
+            break
+        if not data:
+            break
+        shown += data
+    os.close(controller)
+    return proc.wait(timeout=120), shown.decode().replace("\r\n", "\n")
+
+
+# Worker 0 prints ~4 MiB, then a last line, and exits 0.
+FLOOD_THEN_LAST_LINE = (
+    "import sys\n"
+    "w = sys.stdout.write\n"
+    "for i in range(40_000): w(f'line {{i}} ' + 'x' * 90 + '\\n')\n"
+    "print('last line', flush=True)\n"
+)
+
+
+def test_a_tasks_finished_comes_after_its_last_output_line(job_procs: JobProcesses) -> None:
+    # stdout and stderr in one pipe, as on a terminal, read more slowly than
+    # the task prints: when the task exits, its last lines still wait in
+    # tfrun's console buffer. "finished" was logged to stderr at once, ahead
+    # of them; it must wait for them.
+    proc = subprocess.Popen(
+        tfrun_argv("-w", "1", "-s", "0", "--", *py(FLOOD_THEN_LAST_LINE)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    lines = read_slowly(proc)
+    assert proc.wait(timeout=60) == 0, lines[-20:]
+    last = lines.index("[worker:0] last line")
+    finished = next(i for i, line in enumerate(lines) if "task worker:0 finished" in line)
+    assert last < finished, lines[finished - 2 : finished + 2]
+    assert lines[last + 1 :] == [line for line in lines[last + 1 :] if line.startswith("[tfrun]")]
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_job_that_succeeds_says_so_last_with_each_tasks_end(job_procs: JobProcesses) -> None:
+    code = "import time; time.sleep(600 if '{job_name}' == 'ps' else 0.2); print('done')"
+    result = run_tfrun("-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    *_, verdict, logs = result.stderr.splitlines()
+    assert re.fullmatch(
+        r"\[tfrun\] job succeeded in [0-9hm.]+s: worker:0 and worker:1 exited 0; "
+        r"ps:0 stopped by tfrun",
+        verdict,
+    ), verdict
+    where = logs.removeprefix("[tfrun] the full output of each task is in ")
+    assert where != logs
+    assert sorted(p.name.split(".")[0] for p in Path(where).glob("*.log")) == [
+        "ps",
+        "worker",
+        "worker",
+    ]
+    assert ESC not in result.stderr and ESC not in result.stdout  # pipes: no colour
+    assert job_procs.wait_gone(5) == []
+
+
+def test_on_a_terminal_prefixes_are_coloured_and_the_end_comes_in_order(
+    job_procs: JobProcesses,
+) -> None:
+    code = "import time; time.sleep(600 if '{job_name}' == 'ps' else 0.2); print('hello')"
+    env = {k: v for k, v in job_procs.env().items() if k not in ("NO_COLOR", "TERM")}
+    argv = tfrun_argv("-w", "2", "-s", "1", "--worker-logs", "*", "--", *py(code))
+    status, shown = run_on_a_terminal(argv, env)
+    assert status == 0, shown
+    lines = shown.splitlines()
+    worker_0 = lines.index(f"{ESC}36m[worker:0]{ESC}0m hello")
+    worker_1 = lines.index(f"{ESC}35m[worker:1]{ESC}0m hello")  # a colour of its own
+    for task, shown_at in (("worker:0", worker_0), ("worker:1", worker_1)):
+        assert lines.index(f"[tfrun] task {task} finished (exit 0)") > shown_at, shown
+    assert re.fullmatch(
+        rf"\[tfrun\] {re.escape(ESC)}1;32mjob succeeded in [0-9hm.]+s{re.escape(ESC)}0m: "
+        r"worker:0 and worker:1 exited 0; ps:0 stopped by tfrun",
+        lines[-2],
+    ), shown
+    assert lines[-1].startswith("[tfrun] the full output of each task is in "), shown
+    # NO_COLOR, set to anything, turns colour off on a terminal too.
+    status, shown = run_on_a_terminal(argv, {**env, "NO_COLOR": "1"})
+    assert status == 0, shown
+    assert "[worker:0] hello" in shown.splitlines() and ESC not in shown, shown
+    assert job_procs.wait_gone(5) == []
+
+
+def test_force_color_colours_a_pipe_and_no_color_wins_over_it(job_procs: JobProcesses) -> None:
+    args = ("-w", "1", "-s", "0", "--", *py("print('hello')"))
+    result = run_tfrun(*args, env=job_procs.env(FORCE_COLOR="1"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{ESC}36m[worker:0]{ESC}0m hello\n"
+    result = run_tfrun(*args, env=job_procs.env(FORCE_COLOR="1", NO_COLOR="1"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[worker:0] hello\n"
+
+
+# -- exit statuses ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("task_status", "tfrun_status"),
+    [
+        (3, 3),  # a task's own status passes through
+        (2, 1),  # its argparse: not tfrun's bad usage (2)
+        (124, 1),  # not "the cluster never came up"
+        (125, 1),  # not "tfrun itself failed"
+        (126, 126),  # its command could not run, as timeout(1) says it
+        (130, 1),  # not "tfrun was interrupted" (128 + SIGINT)
+        (143, 1),  # nor 128 + SIGTERM
+        (255, 255),
+    ],
+)
+def test_a_failed_tasks_status_never_reads_as_tfruns_own(
+    job_procs: JobProcesses, task_status: int, tfrun_status: int
+) -> None:
+    result = run_tfrun("-w", "1", "-s", "0", "--", f"exit {task_status}", env=job_procs.env())
+    assert result.returncode == tfrun_status, result.stderr
+    # The verdict says the task's own status whatever tfrun exits with.
+    assert f"job failed: task worker:0 on 127.0.0.1 exited with status {task_status}" in (
+        result.stderr
+    )
+
+
+def test_a_command_not_found_is_127_as_the_shell_says(job_procs: JobProcesses) -> None:
+    result = run_tfrun("-w", "1", "-s", "0", "--", "no-such-command-here", env=job_procs.env())
+    assert result.returncode == 127, result.stderr
+    assert "no-such-command-here: not found" in result.stderr
+
+
+class _NeverStarts(LocalBackend):
+    """Accepts launches and starts nothing: the cluster never comes up."""
+
+    async def launch(self, launch: object) -> None:
+        return None
+
+
+class _FailsOnceStarted(LocalBackend):
+    """Reports itself failed (as the Mesos backend does when it loses the
+    master for good) once the job is running."""
+
+    async def start(self, sink):  # type: ignore[no-untyped-def]
+        await super().start(sink)
+        from tfmesos.backends.base import BackendFailed
+
+        asyncio.get_running_loop().call_later(1.0, sink, BackendFailed("master gone for good"))
+
+
+class _Broken(LocalBackend):
+    """Fails as a bug in tfrun would."""
+
+    async def start(self, sink):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a bug in tfrun")
+
+
+@pytest.mark.parametrize(
+    ("backend", "status", "said"),
+    [
+        (_NeverStarts, 124, "the cluster did not come up: the cluster was not up after 1s"),
+        (_FailsOnceStarted, 125, "tfrun: error: the local backend failed: master gone for good"),
+        (_Broken, 125, "RuntimeError: a bug in tfrun\ntfrun: error: tfrun itself failed (above)"),
+    ],
+    ids=["never-up", "tfrun-failed", "tfrun-bug"],
+)
+def test_what_tfrun_itself_reports_has_statuses_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    backend: type[LocalBackend],
+    status: int,
+    said: str,
+) -> None:
+    from tfmesos import cli, run
+
+    monkeypatch.setattr(run, "create_backend", lambda _, spec, **options: backend(spec, **options))
+    code = cli.main(
+        ["-w", "1", "-s", "0", "--timeout", "1", "--", PY, "-c", "import time; time.sleep(30)"]
+    )
+    assert code == status
+    text = capsys.readouterr().err + caplog.text
+    assert said in text, text
+
+
+def test_the_verdict_names_runs_of_many_tasks_as_ranges() -> None:
+    from tfmesos.run import _ends
+
+    outcomes = {"ps:0": "stopped by tfrun", "ps:1": "stopped by tfrun"}
+    outcomes.update({f"worker:{i}": "exited 0" for i in range(100)})
+    assert _ends(outcomes) == "worker:0-99 exited 0; ps:0 and ps:1 stopped by tfrun"
+    outcomes = {f"worker:{i}": "exited 0" for i in (0, 1, 2, 3, 5, 7, 8)}
+    assert _ends(outcomes) == "worker:0-3,5,7,8 exited 0"
+
+
+def test_the_launcher_says_each_tasks_end() -> None:
+    job = ClusterSpec((Job("ps", 1, cmd="sleep 600"), Job("worker", 2, cmd="true")), replica=True)
+
+    async def scenario():  # type: ignore[no-untyped-def]
+        import io
+
+        from tfmesos.launcher import Launcher
+
+        launcher = Launcher(job, LocalBackend(job), output=io.BytesIO())
+        try:
+            await launcher.start()
+            await launcher.wait_for_workers()
+        finally:
+            await launcher.stop()
+        return launcher.outcomes()
+
+    assert asyncio.run(scenario()) == {
+        "ps:0": "stopped by tfrun",
+        "worker:0": "exited 0",
+        "worker:1": "exited 0",
+    }
