@@ -140,8 +140,11 @@ async def _run(
             interrupted = list(received)  # a signal after this point changes no verdict
             with contextlib.suppress(asyncio.CancelledError):
                 # After a failure or a signal, output a stalled terminal does
-                # not take is dropped; at the job's normal end it is all written.
-                await asyncio.shield(launcher.stop(drop_stalled_output=bool(status or interrupted)))
+                # not take is dropped; at the job's normal end, and before a
+                # restart, it is all written.
+                await asyncio.shield(
+                    launcher.stop(drop_stalled_output=bool((status and not again) or interrupted))
+                )
         if again and not interrupted:
             stopping = False
             continue
