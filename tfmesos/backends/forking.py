@@ -96,6 +96,7 @@ class ForkServer:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._requests: asyncio.WriteTransport | None = None
+        self._replies: asyncio.ReadTransport | None = None
         self._starting: dict[str, asyncio.Future[AgentProcess]] = {}
         self._running: dict[int, asyncio.Future[int]] = {}
         self._ready: asyncio.Future[None] | None = None
@@ -119,7 +120,7 @@ class ForkServer:
         assert self._proc.stdout is not None
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
-        await loop.connect_read_pipe(lambda: _Replies(self), self._proc.stdout)
+        self._replies, _ = await loop.connect_read_pipe(lambda: _Replies(self), self._proc.stdout)
         self._requests, _ = await loop.connect_write_pipe(asyncio.Protocol, self._proc.stdin)
         self.alive = True
         try:
@@ -200,8 +201,12 @@ class ForkServer:
     async def close(self) -> None:
         if self._requests is not None:
             self._requests.close()  # the server ends when its stdin does
-        if self._proc is not None and self._proc.stdout is not None:
-            self._proc.stdout.close()
+        if self._replies is not None:
+            # Closed through its transport, never under it: a descriptor
+            # closed behind asyncio's back is reused by the next pipe (the
+            # next run's fork server), and the old transport's late cleanup
+            # then unregisters the new one's reader.
+            self._replies.close()
         proc = self._proc
         if proc is None:
             return
