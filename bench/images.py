@@ -123,6 +123,8 @@ def start_master() -> tuple[subprocess.Popen[bytes], str]:
             "--allocation-interval",
             "0.2",
             "--inherit-env",
+            "--ports",
+            "41000-41999",
             "--log-level",
             "WARNING",
         ],
