@@ -42,11 +42,11 @@ apache/mesos (``c1b42f79``):
 Here ``podman --runtime runc run`` is the runtime (``crun`` refuses hybrid
 cgroup layouts), with ``--pull never``: images come from the local store only
 (build them with ``scripts/build-image``), the store standing for what the
-agent's provisioner would have fetched; and with :data:`ULIMITS`. A MESOS container gets ``--init`` (catatonit), standing
-for the command executor and launch helper that are a real task's parents:
-signals reach the command, and the whole container ends with it. Without
-podman, an image task fails to launch, as on an agent that cannot provision
-it; it never runs on the host.
+agent's provisioner would have fetched; and with :data:`ULIMITS`. A MESOS
+container gets ``--init`` (catatonit), standing for the command executor and
+launch helper that are a real task's parents: signals reach the command, and
+the whole container ends with it. Without podman, an image task fails to
+launch, as on an agent that cannot provision it; it never runs on the host.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ from tfmesos.testing.master.schema import JSON
 __all__ = [
     "CONTAINER_NAME_PREFIX",
     "SANDBOX_DIRECTORY",
+    "ULIMITS",
     "ContainerPlan",
     "ImageConfig",
     "Podman",
