@@ -164,7 +164,9 @@ class Watch:
         for line in proc.stdout:
             now = time.perf_counter()
             self.tail = [*self.tail[-40:], line]
-            if not line.startswith(b"[") and len(self.own) < 200:
+            # tfrun's own lines: "[tfrun] ..." (with -v), its warnings and verdict.
+            ours = line.startswith(b"[tfrun]") or not line.startswith(b"[")
+            if ours and len(self.own) < 200:
                 self.own.append((now, line.rstrip()))
             if self.noticed is None and NOTICED.search(line):
                 self.noticed = now
