@@ -90,7 +90,7 @@ def test_restart_resume_quick_resumes_every_job_from_a_checkpoint(tmp_path: Path
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=900,
+        timeout=540,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     data = json.loads((tmp_path / "restart_resume.json").read_text())
