@@ -1,7 +1,7 @@
 """Run every benchmark, one after another: ``python bench/run_all.py [--quick]``.
 
 With ``--quick`` each runs once at small sizes (the whole lot in about a
-minute on 2 cores): a check that every benchmark still works, not a
+minute on 2 cores, besides the three MNIST jobs of ``restart_resume``): a check that every benchmark still works, not a
 measurement. Results go to ``--results-dir`` (default ``bench/results``, or
 ``bench/results/quick`` with ``--quick``). Exits non-zero if any benchmark
 failed; no timing decides the exit status.
@@ -27,7 +27,11 @@ BENCHMARKS = (
     "handshake_flood",
     "torch_ddp",
     "first_step",
+    "restart_resume",
 )
+SLOW = ("restart_resume",)
+"""Benchmarks whose quick run still trains real jobs (a minute or more on 2
+cores): tests/test_bench_smoke.py runs them on their own, as heavy tests."""
 
 
 def main() -> int:

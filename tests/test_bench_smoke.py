@@ -13,19 +13,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 
-def _benchmarks() -> tuple[str, ...]:
+def _benchmarks() -> tuple[tuple[str, ...], tuple[str, ...]]:
     spec = importlib.util.spec_from_file_location("run_all", ROOT / "bench" / "run_all.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return tuple(module.BENCHMARKS)
+    return tuple(module.BENCHMARKS), tuple(module.SLOW)
 
 
-BENCHMARKS = _benchmarks()
+ALL, SLOW = _benchmarks()
+BENCHMARKS = tuple(name for name in ALL if name not in SLOW)
+"""What the quick smoke test runs; the slow ones have a heavy test each."""
 
 
 def test_run_all_quick_writes_every_result(tmp_path: Path) -> None:
@@ -36,6 +40,8 @@ def test_run_all_quick_writes_every_result(tmp_path: Path) -> None:
             "--quick",
             "--results-dir",
             str(tmp_path),
+            "--only",
+            *BENCHMARKS,
         ],
         capture_output=True,
         text=True,
@@ -72,3 +78,29 @@ def test_run_all_quick_writes_every_result(tmp_path: Path) -> None:
     else:
         assert scale["extra"]["plot"] is None
         assert any("matplotlib" in note for note in scale["notes"])
+
+
+@pytest.mark.heavy
+def test_restart_resume_quick_resumes_every_job_from_a_checkpoint(tmp_path: Path) -> None:
+    # One repetition of its three contenders: three MNIST jobs, each crashed once.
+    assert "restart_resume" in SLOW
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "restart_resume.py"),
+            "--quick",
+            "--results-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=540,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    data = json.loads((tmp_path / "restart_resume.json").read_text())
+    assert data["quick"] is True
+    assert data["rows"]
+    assert all(row["samples"] for row in data["rows"])
+    for runs in data["extra"]["checkpoint_at_kill_and_resumed_from"].values():
+        assert [resumed >= killed > 0 for killed, resumed in runs] == [True]
