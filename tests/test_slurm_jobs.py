@@ -244,7 +244,7 @@ def test_a_job_slurm_can_never_run_is_refused_in_slurms_words(job_procs: JobProc
     assert result.returncode == 2, result.stderr
     assert re.search(
         r"^tfrun: error: Slurm refused the job for worker:1: Memory specification can not be "
-        r"satisfied$",
+        r"satisfied",
         result.stderr,
         re.M,
     ), result.stderr
