@@ -131,3 +131,19 @@ def test_a_cluster_message_changed_on_the_way_runs_nothing(
     assert "the cluster message failed its proof" in said
     assert not marker.exists()
     assert job_procs.wait_gone(5) == []
+
+
+def test_an_agent_that_chooses_its_port_holds_it_until_it_lets_go() -> None:
+    """Slurm hands out no ports (TFMESOS_PORT=0): the agent takes one below
+    the ephemeral range and holds it, so that another agent on the host, which
+    checks as TensorFlow binds (SO_REUSEADDR), finds it taken."""
+    from tfmesos.agent import port_is_free, reserve_port, task_port_range
+
+    port, held = reserve_port()
+    try:
+        low, high = task_port_range()
+        assert low <= port <= high
+        assert not port_is_free(port)
+    finally:
+        held.close()
+    assert port_is_free(port)
