@@ -51,6 +51,8 @@ from benchlib import (
 
 EXAMPLE = "examples/torch_ddp.py"
 PROCESSES = 4
+QUICK_PROCESSES = 2
+"""With --quick, a check that the benchmark runs: fewer processes to start."""
 RATE = re.compile(rb"steps per second = ([0-9.]+)")
 FINAL = re.compile(rb"final loss = ([0-9.eE+-]+)")
 SESSIONS = "tfrun, a session per task"
@@ -114,11 +116,12 @@ def main() -> None:
         add=lambda p: p.add_argument("--epochs", type=int, default=None),
     )
     epochs = args.epochs or (1 if args.quick else 30)
+    processes = QUICK_PROCESSES if args.quick else PROCESSES
     result = Result(
         "torch_ddp",
         command_line("torch_ddp.py", args),
         args.quick,
-        {"reps": args.reps, "processes": PROCESSES, "epochs": epochs, "example": EXAMPLE},
+        {"reps": args.reps, "processes": processes, "epochs": epochs, "example": EXAMPLE},
     )
     load_before = os.getloadavg()[0]
     reason = torch_reason()
@@ -131,18 +134,18 @@ def main() -> None:
     script = [EXAMPLE, "--epochs", str(epochs)]
     with scratch("torch-ddp") as logs:
         contenders = {
-            "torchrun": lambda: run_job([*torchrun(), "--nproc_per_node", str(PROCESSES), *script]),
+            "torchrun": lambda: run_job([*torchrun(), "--nproc_per_node", str(processes), *script]),
             "tfrun": lambda: run_job(
                 [
                     *tfrun(),
-                    *("-w", str(PROCESSES), "-s", "0", "--log-dir", str(logs), "--"),
+                    *("-w", str(processes), "-s", "0", "--log-dir", str(logs), "--"),
                     *(PYTHON, *script),
                 ]
             ),
             SESSIONS: lambda: run_job(
                 [
                     *tfrun(),
-                    *("-w", str(PROCESSES), "-s", "0", "--log-dir", str(logs), "--"),
+                    *("-w", str(processes), "-s", "0", "--log-dir", str(logs), "--"),
                     *("setsid", "-w", PYTHON, *script),
                 ]
             ),
@@ -173,7 +176,7 @@ def main() -> None:
             abs(r.value - 1) <= 0.02,
         )
     result.note(
-        f"{PROCESSES} processes, {epochs} epochs of examples/torch_ddp.py (gloo on CPU); "
+        f"{processes} processes, {epochs} epochs of examples/torch_ddp.py (gloo on CPU); "
         "steps/s as rank 0 timed them"
     )
     result.note(
