@@ -40,8 +40,8 @@ exit status:
   2        bad usage; nothing was started
   124      the cluster never came up (--timeout, or tasks that kept dying
            before they checked in)
-  125      tfrun itself failed (it lost the Mesos master for good, the
-           master refused the framework, an error in tfrun)
+  125      tfrun itself failed (it could not reach or lost the Mesos
+           master, the master refused the framework, an error in tfrun)
   130/143/129  tfrun was stopped by Ctrl-C / SIGTERM / SIGHUP
   other    a task failed: its own status (126/127: its command could not
            run / was not found), or 1 when it had none or one listed above

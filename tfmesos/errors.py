@@ -43,9 +43,9 @@ EXIT_NEVER_UP = 124
 """The cluster never came up: not within ``--timeout``, or a task kept dying
 before it registered (timeout(1)'s "timed out")."""
 EXIT_TFRUN_FAILED = 125
-"""tfrun itself failed once the job was under way: it lost the Mesos master
-for good, the master refused the framework, or an error in tfrun
-(timeout(1)'s "timeout itself failed")."""
+"""tfrun itself failed: it could not reach the Mesos master within its
+reconnect budget, or lost it for good, or the master refused the framework,
+or an error in tfrun (timeout(1)'s "timeout itself failed")."""
 INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop tfrun and its job; it then exits 128 + the signal,
 as a shell reports a command those signals ended: 130, 143, 129."""
