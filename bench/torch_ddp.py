@@ -1,4 +1,4 @@
-"""Benchmark 9: the same PyTorch DDP job under torchrun and under tfrun.
+"""Benchmark 12: the same PyTorch DDP job under torchrun and under tfrun.
 
 - torchrun: ``torchrun --nproc_per_node 4 examples/torch_ddp.py``
 - tfrun:    ``tfrun -w 4 -s 0 -- python examples/torch_ddp.py``
