@@ -3,7 +3,7 @@
 - torchrun: ``torchrun --nproc_per_node 4 examples/torch_ddp.py``
 - tfrun:    ``tfrun -w 4 -s 0 -- python examples/torch_ddp.py``
 
-Four processes train ``examples/torch_ddp.py`` (gloo, scikit-learn's digits)
+Four processes train ``examples/torch_ddp.py`` (gloo, the digits in examples/data)
 on this machine; each launcher runs the script unchanged, the first with the
 environment torchrun makes, the second with the one tfrun makes. Measured,
 alternating: the wall time of the whole job, start to exit, and the training
@@ -68,14 +68,14 @@ class Run:
 def torch_reason() -> str | None:
     """Why the job cannot run here, or None when it can."""
     probe = subprocess.run(
-        [PYTHON, "-c", "import torch.distributed.run, sklearn"],
+        [PYTHON, "-c", "import torch.distributed.run"],
         capture_output=True,
         text=True,
         check=False,
     )
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"torch or scikit-learn is not importable by {PYTHON} ({last})"
+        return f"torch is not importable by {PYTHON} ({last})"
     return None
 
 

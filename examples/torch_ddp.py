@@ -13,9 +13,10 @@ On CPUs the processes talk through gloo; given GPUs (``tfrun -Gw 1``, or a GPU
 machine under torchrun) each process trains on ``cuda:LOCAL_RANK`` with NCCL.
 Without a launcher it trains alone.
 
-The data is scikit-learn's bundled 8x8 digits, so nothing is downloaded (without
-scikit-learn, ten synthetic clusters of the same shape); each process trains
-on its own shard of every epoch (``DistributedSampler``).
+The data is the 8x8 digits in examples/data (the ones scikit-learn bundles), so
+nothing is downloaded (without that file, ten synthetic clusters of the same
+shape); each process trains on its own shard of every epoch
+(``DistributedSampler``).
 Before training every process all-reduces a known tensor and prints the sum
 (``all_reduce = [...]``, which must be ``WORLD_SIZE * (WORLD_SIZE + 1) / 2``
 times ``[1, 2, 3, 4]``); after training each prints a digest of its weights
@@ -32,6 +33,7 @@ import hashlib
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -41,6 +43,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 SEED = 0
+DIGITS = Path(__file__).resolve().parent / "data" / "digits.csv.gz"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,19 +58,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def load_data() -> TensorDataset:
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:  # a GPU image with torch alone: still no download
-        print("no scikit-learn: training on ten synthetic clusters instead of the digits")
+    """The 8x8 digits in examples/data, as the other examples read them."""
+    if not DIGITS.exists():  # a GPU image with the script alone: still no download
+        print("no examples/data/digits.csv.gz: training on ten synthetic clusters instead")
         generator = torch.Generator().manual_seed(SEED)
         labels = torch.arange(1797) % 10
         centres = torch.rand(10, 64, generator=generator)
         images = centres[labels] + 0.3 * torch.randn(len(labels), 64, generator=generator)
         return TensorDataset(images, labels)
-    digits = load_digits()
+    table = np.loadtxt(DIGITS, delimiter=",")
     # Pixel values in this data set range over 0..16.
-    images = torch.from_numpy((digits.data / 16.0).astype(np.float32))
-    return TensorDataset(images, torch.from_numpy(digits.target.astype(np.int64)))
+    images = torch.from_numpy((table[:, :-1] / 16.0).astype(np.float32))
+    return TensorDataset(images, torch.from_numpy(table[:, -1].astype(np.int64)))
 
 
 def build_model(input_dim: int) -> nn.Module:
