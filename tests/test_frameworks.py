@@ -70,6 +70,19 @@ def test_ddp_with_three_workers_all_reduces_exactly_and_trains(job_procs: JobPro
     )
     _check_ddp(result, 3)
     assert job_procs.wait_gone(5) == []
+    # The script, unchanged under torchrun, ends with the very same weights:
+    # the same ranks took the same shards and the same steps.
+    torchrun = subprocess.run(
+        [*TORCHRUN, "--nproc_per_node", "3", "examples/torch_ddp.py", "--epochs", EPOCHS],
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert torchrun.returncode == 0, torchrun.stderr[-3000:]
+    theirs = set(re.findall(r"weights sha256 = ([0-9a-f]{64})", torchrun.stdout))
+    assert theirs == set(_lines(result.stdout, "weights sha256").values())
 
 
 def test_jax_psum_across_three_processes_is_exact(job_procs: JobProcesses) -> None:
