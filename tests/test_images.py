@@ -101,11 +101,8 @@ def write_idx(path: Path, array: np.ndarray) -> None:
 
 
 def make_job_volume(root: Path) -> Path:
-    """A folder for -V: the probe, the example, reports/ and data/ with
-    scikit-learn's digits as MNIST IDX files (so the tasks need no
-    scikit-learn: the image has none)."""
-    from sklearn.datasets import load_digits
-
+    """A folder for -V: the probe, the example, reports/ and data/ with the
+    8x8 digits of examples/data as MNIST IDX files."""
     vol = root / "vol"
     (vol / "reports").mkdir(parents=True)
     (vol / "data").mkdir()
@@ -114,13 +111,14 @@ def make_job_volume(root: Path) -> Path:
         folder.chmod(0o777)
     (vol / "probe.py").write_text(PROBE)
     shutil.copy(ROOT / "examples" / "mnist" / "mnist_replica.py", vol / "mnist_replica.py")
-    digits = load_digits()
-    images = (digits.images * (255 / 16)).round().astype(np.uint8)
+    table = np.loadtxt(ROOT / "examples" / "data" / "digits.csv.gz", delimiter=",")
+    images = (table[:, :-1].reshape(-1, 8, 8) * (255 / 16)).round().astype(np.uint8)
+    labels = table[:, -1].astype(np.uint8)
     n_val = len(images) // 5
     write_idx(vol / "data" / "train-images-idx3-ubyte", images[n_val:])
-    write_idx(vol / "data" / "train-labels-idx1-ubyte", digits.target[n_val:])
+    write_idx(vol / "data" / "train-labels-idx1-ubyte", labels[n_val:])
     write_idx(vol / "data" / "t10k-images-idx3-ubyte", images[:n_val])
-    write_idx(vol / "data" / "t10k-labels-idx1-ubyte", digits.target[:n_val])
+    write_idx(vol / "data" / "t10k-labels-idx1-ubyte", labels[:n_val])
     return vol
 
 
