@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import ROOT, JobProcesses
-from tfmesos import agent, wire
+from tfmesos import wire
 
 
 def _receive(sock: socket.socket, decoder: wire.FrameDecoder) -> list[tuple[bytes, bytes]]:
@@ -35,11 +35,11 @@ class FakeLauncher:
             self.task_port = probe.getsockname()[1]
         env = job_procs.env(
             **{
-                agent.ENV_LAUNCHER: f"127.0.0.1:{self.listener.getsockname()[1]}",
-                agent.ENV_TASK_ID: "worker.0.1.test",
-                agent.ENV_SECRET: self.secret.hex(),
-                agent.ENV_HOST: "127.0.0.1",
-                agent.ENV_PORT: str(self.task_port),
+                wire.ENV_LAUNCHER: f"127.0.0.1:{self.listener.getsockname()[1]}",
+                wire.ENV_TASK_ID: "worker.0.1.test",
+                wire.ENV_SECRET: self.secret.hex(),
+                wire.ENV_HOST: "127.0.0.1",
+                wire.ENV_PORT: str(self.task_port),
             }
         )
         self.proc = subprocess.Popen(
@@ -109,7 +109,7 @@ def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProces
     # The report says the command was killed by SIGTERM, not "status 143".
     assert exits == [{"type": "exit", "code": 143, "signal": 15}]
     assert code == 143
-    assert elapsed < agent.STOP_GRACE
+    assert elapsed < wire.STOP_GRACE
     assert job_procs.wait_gone(5) == []
 
 
@@ -137,7 +137,7 @@ def test_an_agent_that_chooses_its_port_holds_it_until_it_lets_go() -> None:
     """Slurm hands out no ports (TFMESOS_PORT=0): the agent takes one below
     the ephemeral range and holds it, so that another agent on the host, which
     checks as TensorFlow binds (SO_REUSEADDR), finds it taken."""
-    from tfmesos.agent import port_is_free, reserve_port, task_port_range
+    from tfmesos.ports import port_is_free, reserve_port, task_port_range
 
     port, held = reserve_port()
     try:

@@ -11,10 +11,10 @@ from collections import Counter
 import pytest
 
 from tfmesos import ClusterSpec, ClusterStartError, Job
-from tfmesos.agent import ENV_TASK_ID
 from tfmesos.backends.base import EventSink, Launch
 from tfmesos.backends.local import LocalBackend
 from tfmesos.launcher import MAX_ATTEMPTS, Launcher
+from tfmesos.wire import ENV_TASK_ID
 
 OK = f"{sys.executable} -c \"print('ran {{job_name}}:{{task_index}}')\""
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from tfmesos import agent
-from tfmesos.ports import PortAllocator
+from tfmesos.ports import MESOS_AGENT_PORTS, PortAllocator, ephemeral_range, task_port_range
 
 
 def test_local_ports_keep_out_of_the_ephemeral_range_and_a_mesos_agents_ports() -> None:
-    low, high = agent.task_port_range()
-    ephemeral_low, _ = agent.ephemeral_range()
-    mesos_low, mesos_high = agent.MESOS_AGENT_PORTS
+    low, high = task_port_range()
+    ephemeral_low, _ = ephemeral_range()
+    mesos_low, mesos_high = MESOS_AGENT_PORTS
     assert high < ephemeral_low
     # A chief beside tfrun on an agent's machine would otherwise take ports
     # the agent offers (seen: a Mesos task's "port 31000 is already in use").

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from tfmesos.agent import _task_command, exec_if_simple
+from tfmesos.shell import exec_if_simple
+from tfmesos.supervisor import task_command
 from tfmesos.taskenv import (
     default_environment,
     fill_placeholders,
@@ -130,11 +131,11 @@ def test_the_agent_sets_ranks_over_the_users_env_and_defaults_under_it() -> None
         "env": {"RANK": "7", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"},
         "server": {"cpus": 3.0},
     }
-    _, env = _task_command(message, {"PATH": "/bin"})
+    _, env = task_command(message, {"PATH": "/bin"})
     assert (env["RANK"], env["TORCHELASTIC_RUN_ID"]) == ("0", "r1")
     assert env["OMP_NUM_THREADS"] == "3"
     assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"  # -e env: the user's own
-    _, env = _task_command(message, {"PATH": "/bin", "OMP_NUM_THREADS": "8"})
+    _, env = task_command(message, {"PATH": "/bin", "OMP_NUM_THREADS": "8"})
     assert env["OMP_NUM_THREADS"] == "8"
 
 

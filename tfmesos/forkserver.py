@@ -39,7 +39,8 @@ import sys
 import traceback
 from typing import Any
 
-from tfmesos import agent, procfs
+from tfmesos import procfs, proctree, wire
+from tfmesos.agent import main as agent_main
 
 __all__ = ["main"]
 
@@ -47,12 +48,10 @@ _PR_SET_NAME = 15
 
 
 def main(launcher_pid: int) -> int:
-    try:
-        agent._exit_with_parent(launcher_pid)
-    except agent.AgentError:
+    if not proctree.exit_with_parent(launcher_pid):
         return 1
     _name_process(b"tfmesos-forks")
-    agent._become_subreaper()
+    proctree.become_subreaper()
     wakeup_r, wakeup_w = os.pipe()
     os.set_blocking(wakeup_r, False)
     os.set_blocking(wakeup_w, False)
@@ -86,7 +85,7 @@ def main(launcher_pid: int) -> int:
 def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> int | None:
     task_id = str(request["task_id"])
     env = {str(k): str(v) for k, v in request["env"].items()}
-    env[agent.ENV_PARENT_PID] = str(os.getpid())  # the child's parent is this server
+    env[wire.ENV_PARENT_PID] = str(os.getpid())  # the child's parent is this server
     try:
         pid = os.fork()
     except OSError as exc:
@@ -120,7 +119,7 @@ def _become_agent(request: dict[str, Any], env: dict[str, str]) -> None:
             os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(env)
-        code = agent.main()
+        code = agent_main()
     except BaseException:
         traceback.print_exc()
     finally:
@@ -181,8 +180,7 @@ def _end_orphans(agents: set[int]) -> None:
         except OSError:
             below = []
         for pid in [orphan, *below]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+            proctree.signal_pid(pid, signal.SIGKILL)
 
 
 def _reply(message: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from tfmesos import agent, taskenv, wire
+from tfmesos import taskenv, wire
 from tfmesos.backends.base import (
     Backend,
     BackendEvent,
@@ -382,14 +382,14 @@ class Launcher:
         env = dict(self.spec.env)
         env.update(
             {
-                agent.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
-                agent.ENV_TASK_ID: task_id,
-                agent.ENV_SECRET: self._secret.hex(),
+                wire.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
+                wire.ENV_TASK_ID: task_id,
+                wire.ENV_SECRET: self._secret.hex(),
                 taskenv.ENV_RESTART: str(self.restart),
             }
         )
         if self._tls_pem is not None:
-            env[agent.ENV_TLS_CERT] = self._tls_pem
+            env[wire.ENV_TLS_CERT] = self._tls_pem
         task.state = TaskState.LAUNCHED
         return Launch(task_id, spec, env)
 
@@ -721,7 +721,7 @@ class Launcher:
         )
 
 
-KILL_WAIT = agent.STOP_GRACE + 3.0
+KILL_WAIT = wire.STOP_GRACE + 3.0
 
 
 def _size(count: int) -> str:

@@ -1,24 +1,111 @@
-"""Ports for tasks on the local backend, handed out so that no two tasks race.
+"""Ports for tasks, chosen so that no two tasks race for one.
 
-The launcher, not the task, picks each task's port, from a range below the
-kernel's ephemeral range: ``bind(0)`` and outgoing connections never take a
-port from there, so a port that was free when it was handed out stays free
-until the task binds it (barring another program that binds fixed ports). The
-range also ends below 31000, where a Mesos agent's ports begin: a chief that
-runs beside tfrun on an agent's machine must not take a port the agent offers
-to another task (:func:`tfmesos.agent.task_port_range`).
+A task's port comes from a range below the kernel's ephemeral range:
+``bind(0)`` and outgoing connections never take a port from there, so a port
+that was free when it was chosen stays free until the task binds it (barring
+another program that binds fixed ports). The range also ends below 31000,
+where a Mesos agent's ports begin: a chief that runs beside tfrun on an
+agent's machine must not take a port the agent offers to another task.
+
+The local backend's launcher hands ports out (:class:`PortAllocator`); a Slurm
+task's agent, which is handed none, takes and holds one itself
+(:func:`reserve_port`). Standard library only: the agent imports this module.
 """
 
 from __future__ import annotations
 
-import random
+import os
+import socket
 
-from tfmesos.agent import ephemeral_range, port_is_free, task_port_range
+__all__ = [
+    "MESOS_AGENT_PORTS",
+    "PORT_SPAN",
+    "NoFreePort",
+    "PortAllocator",
+    "ephemeral_range",
+    "port_is_free",
+    "reserve_port",
+    "task_port_range",
+]
 
-__all__ = ["PortAllocator", "ephemeral_range"]
+PORT_SPAN = 8000
+"""How many ports below the kernel's ephemeral range tasks' ports come from."""
+
+MESOS_AGENT_PORTS = (31000, 32000)
+"""The ``ports`` a Mesos agent offers unless told otherwise
+(``src/slave/constants.hpp``, ``DEFAULT_PORTS``)."""
+
+
+class NoFreePort(RuntimeError):
+    """Every port in the range is taken."""
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ``bind(0)`` and outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            low, high = ports.read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default; macOS uses 49152-65535
+
+
+def task_port_range() -> tuple[int, int]:
+    """Where tasks' ports come from: below the ephemeral range, where no
+    ``bind(0)`` and no outgoing connection ever takes one, and below the
+    ports a Mesos agent on this machine would offer to other tasks (tfrun's
+    chief may run on one)."""
+    high = min(ephemeral_range()[0], MESOS_AGENT_PORTS[0]) - 1
+    return max(1024, high - PORT_SPAN), high
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # TensorFlow's gRPC server binds with SO_REUSEADDR, so a port in
+        # TIME_WAIT is free for it; test the way it will bind.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _random_start(low: int, high: int) -> int:
+    """A random port in ``low``-``high``: where a search starts, so that two
+    searches at the same moment on one host rarely probe the same ports.
+    ``os.urandom``, not ``random``: that module is import time the agent
+    does not need."""
+    return low + int.from_bytes(os.urandom(4), "big") % (high - low + 1)
+
+
+def reserve_port() -> tuple[int, socket.socket]:
+    """Choose a free port for this task and hold it: a socket bound to it
+    without ``SO_REUSEADDR``, so that no other task's agent on this host can
+    take it (their check binds with it, and fails) until this one lets it go,
+    right before its command starts and binds it. Tried from a random place
+    in :func:`task_port_range`."""
+    low, high = task_port_range()
+    span = high - low + 1
+    start = _random_start(low, high)
+    for step in range(span):
+        port = low + (start - low + step) % span
+        if not port_is_free(port):
+            continue
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            sock.close()
+            continue
+        return port, sock
+    raise NoFreePort(f"no free port in {low}-{high} on this host")
 
 
 class PortAllocator:
+    """The local backend's ports: handed out by the launcher, one per task,
+    never twice while a task holds one."""
+
     def __init__(self, low: int | None = None, high: int | None = None) -> None:
         if low is None or high is None:
             low, high = task_port_range()
@@ -26,9 +113,9 @@ class PortAllocator:
             raise ValueError(f"bad port range {low}-{high}")
         self.low, self.high = low, high
         self._taken: set[int] = set()
-        # Start each launcher at a different place so that two jobs on one
+        # Each launcher starts at a different place, so that two jobs on one
         # machine rarely probe the same ports at the same moment.
-        self._next = random.randint(low, high)
+        self._next = _random_start(low, high)
 
     def allocate(self) -> int:
         span = self.high - self.low + 1
@@ -38,7 +125,7 @@ class PortAllocator:
             if port not in self._taken and port_is_free(port):
                 self._taken.add(port)
                 return port
-        raise RuntimeError(f"no free port in {self.low}-{self.high}")
+        raise NoFreePort(f"no free port in {self.low}-{self.high}")
 
     def release(self, port: int) -> None:
         self._taken.discard(port)

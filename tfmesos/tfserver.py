@@ -10,9 +10,12 @@ import json
 import os
 import sys
 
+from tfmesos import wire
+
 
 def main() -> int:
-    settings = json.loads(os.environ.get("TFMESOS_SERVER_DEF") or "{}")
+    settings = json.loads(os.environ.get(wire.ENV_SERVER_DEF) or "{}")
+    ready = os.environ.pop(wire.ENV_READY_FD, None)
     cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
     job_name = os.environ["TFMESOS_JOB_NAME"]
     task_index = int(os.environ["TFMESOS_TASK_INDEX"])
@@ -30,8 +33,14 @@ def main() -> int:
         server_def.default_session_config.device_count["CPU"] = max(1, int(settings["cpus"]))
     if "gpus" in settings:
         server_def.default_session_config.device_count["GPU"] = int(settings["gpus"])
+    # The server listens once this returns (gRPC binds as it is built).
     server = tf.distribute.Server(server_def, start=True)
     print(f"TensorFlow server /job:{job_name}/task:{task_index} at {server.target}", flush=True)
+    if ready is not None:
+        # The agent tells the launcher this server is up.
+        fd = int(ready)
+        os.write(fd, b"1")
+        os.close(fd)
     server.join()
     return 0
 

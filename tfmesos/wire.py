@@ -13,6 +13,11 @@ and the payload. Two kinds exist:
 Authentication is an HMAC-SHA256 challenge and response on a per-job secret, in
 both directions, so the secret never crosses the wire and neither side can be
 impersonated by someone who only reaches the port.
+
+The rest of the contract between the launcher and the in-task agent is here
+too: the environment a backend starts the agent with (``ENV_*``) and the
+timings both ends rely on. The launcher and the backends import this module,
+never the agent.
 """
 
 from __future__ import annotations
@@ -24,11 +29,28 @@ import struct
 from typing import Any
 
 __all__ = [
+    "AGENT_ONLY",
+    "CONNECT_TIMEOUT",
+    "ENV_HOST",
+    "ENV_LAUNCHER",
+    "ENV_LOG_FILE",
+    "ENV_LOG_MAX",
+    "ENV_PARENT_PID",
+    "ENV_PORT",
+    "ENV_READY_FD",
+    "ENV_SECRET",
+    "ENV_SECRET_FD",
+    "ENV_SERVER_DEF",
+    "ENV_TASK_ID",
+    "ENV_TLS_CERT",
+    "HANDSHAKE_TIMEOUT",
+    "HELLO_TIMEOUT",
     "JSON",
     "MAX_FRAME",
     "MAX_HANDSHAKE_FRAME",
     "OUTPUT",
     "PROTOCOL_VERSION",
+    "STOP_GRACE",
     "FrameDecoder",
     "FrameError",
     "encode_frame",
@@ -50,6 +72,67 @@ MAX_HANDSHAKE_FRAME = 4096
 
 PROTOCOL_VERSION = 2
 """2: the cluster message's proof covers its content, the registration's its address."""
+
+
+# -- The agent's environment: what a backend sets, what the agent reads. --------
+
+ENV_LAUNCHER = "TFMESOS_LAUNCHER"
+"""``host:port`` of the launcher's rendezvous."""
+ENV_TASK_ID = "TFMESOS_TASK_ID"
+ENV_SECRET = "TFMESOS_SECRET"
+ENV_SECRET_FD = "TFMESOS_SECRET_FD"
+"""A descriptor the agent inherits, open on a pipe that holds the secret in
+hex: the local backend's way to hand it over outside the environment, which
+any process of the same user can read in /proc/PID/environ. The agent reads it
+and closes it before it runs any command."""
+ENV_HOST = "TFMESOS_HOST"
+ENV_PORT = "TFMESOS_PORT"
+"""The port the task's server listens on; ``0``: the agent chooses one
+(Slurm, which hands out no ports) and holds it until the task's command runs."""
+ENV_PARENT_PID = "TFMESOS_PARENT_PID"
+ENV_SERVER_DEF = "TFMESOS_SERVER_DEF"
+"""Fine-grained mode: the TensorFlow server's settings, for ``tfmesos.tfserver``."""
+ENV_READY_FD = "TFMESOS_READY_FD"
+"""Fine-grained mode: a descriptor ``tfmesos.tfserver`` inherits from the agent
+and writes one byte to once its server listens (the agent then tells the
+launcher ``ready``)."""
+ENV_LOG_FILE = "TFMESOS_LOG_FILE"
+"""The file the agent's stdout and stderr go to (local backend): with
+``ENV_LOG_MAX``, the agent rotates it so that it and its one rotated file
+(``FILE.1``) hold at most that many bytes together."""
+ENV_LOG_MAX = "TFMESOS_LOG_MAX"
+ENV_TLS_CERT = "TFMESOS_TLS_CERT"
+"""The launcher's TLS certificate (PEM): when set, the rendezvous is TLS and
+this exact certificate is the only one trusted."""
+
+AGENT_ONLY = (
+    ENV_LAUNCHER,
+    ENV_SECRET,
+    ENV_SECRET_FD,
+    ENV_HOST,
+    ENV_PORT,
+    ENV_PARENT_PID,
+    ENV_TLS_CERT,
+    ENV_LOG_FILE,
+    ENV_LOG_MAX,
+)
+"""The agent's own settings, which are no business of the task's command; the
+task id stays, so that a process can always be traced back to its task."""
+
+# -- Timings the two ends rely on. ------------------------------------------------
+
+CONNECT_TIMEOUT = 30.0
+"""How long an agent keeps dialling a launcher that does not answer."""
+HANDSHAKE_TIMEOUT = 30.0
+"""How long the agent waits on the launcher during the handshake."""
+HELLO_TIMEOUT = 5.0
+"""The launcher says hello as soon as it accepts: a connection that gets no
+hello this long (lost in a flooded accept queue), or that is closed before it
+(to make room in a flood), is dialled again, until ``CONNECT_TIMEOUT``."""
+STOP_GRACE = 5.0
+"""Seconds the agent gives the command's process group between SIGTERM and
+SIGKILL: the launcher and the backends wait at least this long for a stopped
+task."""
 
 
 class FrameError(ValueError):

@@ -8,7 +8,6 @@ loop even when the pipe is full.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -19,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tfmesos.proctree import bootstrap_command, signal_group, wait_for_exit
 
 __all__ = ["OWN_PROCESS_GROUP", "AgentProcess", "ForkServer", "ForkServerGone", "exit_status"]
 
@@ -35,26 +36,10 @@ OWN_PROCESS_GROUP: dict[str, Any] = (
 
 
 async def exit_status(proc: subprocess.Popen[bytes]) -> int:
-    """Wait for ``proc`` without a thread: on Linux a pidfd becomes readable
-    when the process exits (asyncio's own child watcher spends a thread per
-    child on Python < 3.12: 500 threads for a 500-task job)."""
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
+    """Wait for ``proc`` without a thread where a pidfd allows (see
+    :func:`tfmesos.proctree.wait_for_exit`), else in one."""
+    if await wait_for_exit(proc.pid) is None:
         return await asyncio.to_thread(proc.wait)
-    loop = asyncio.get_running_loop()
-    exited: asyncio.Future[None] = loop.create_future()
-
-    def on_exit() -> None:
-        if not exited.done():
-            exited.set_result(None)
-
-    loop.add_reader(pidfd, on_exit)
-    try:
-        await exited
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
     return proc.wait()
 
 
@@ -104,13 +89,11 @@ class ForkServer:
         self.alive = False
 
     async def start(self) -> None:
-        package_root = str(Path(__file__).resolve().parent.parent.parent)
-        bootstrap = (
-            f"import sys; sys.path.insert(0, {package_root!r}); "
-            "from tfmesos.forkserver import main; sys.exit(main(int(sys.argv[1])))"
-        )
         self._proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", bootstrap, str(os.getpid())],
+            [
+                *bootstrap_command("tfmesos.forkserver", "main(int(sys.argv[1]))"),
+                str(os.getpid()),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             # A group of its own: Ctrl-C at the terminal is the launcher's.
@@ -163,8 +146,7 @@ class ForkServer:
             started = self._starting.get(str(reply["started"]))
             if started is None or started.done():
                 # Too late: the task was started another way. This one goes.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, signal.SIGKILL)
+                signal_group(pid, signal.SIGKILL)
                 return
             exited: asyncio.Future[int] = loop.create_future()
             self._running[pid] = exited
@@ -222,28 +204,12 @@ async def _watch_orphan(pid: int, exited: asyncio.Future[int]) -> None:
     SIGTERM (it may not have had its parent-death signal yet), then SIGKILL
     if it is not gone within ``ORPHAN_GRACE``. Its status is unknown; it is
     reported as killed."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def on_exit() -> None:
-        if not gone.done():
-            gone.set_result(None)
-
-    if pidfd is not None:
-        asyncio.get_running_loop().add_reader(pidfd, on_exit)
-    try:
-        await asyncio.wait_for(gone, ORPHAN_GRACE if pidfd is not None else 0.1)
-    except asyncio.TimeoutError:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-    finally:
-        if pidfd is not None:
-            asyncio.get_running_loop().remove_reader(pidfd)
-            os.close(pidfd)
+    signal_group(pid, signal.SIGTERM)
+    gone = await wait_for_exit(pid, ORPHAN_GRACE)
+    if gone is None:
+        # No pidfd: nothing shows it go, so it gets only a moment.
+        await asyncio.sleep(0.1)
+    if not gone:
+        signal_group(pid, signal.SIGKILL)
     if not exited.done():
         exited.set_result(-signal.SIGTERM)

@@ -2,7 +2,7 @@
 
 Each agent runs in a process group of its own, so a signal to that group reaches
 only that task; the agent puts the user's command in a group of its own, and
-both are bound to their parent's life (see :mod:`tfmesos.agent`).
+both are bound to their parent's life (see :mod:`tfmesos.proctree`).
 
 An agent killed outright cannot end what its commands started: its death
 hands those processes to the fork server (a subreaper), which kills them, and
@@ -18,12 +18,11 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos import agent, procfs, runs
+from tfmesos import procfs, runs, wire
 from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
 from tfmesos.backends.forking import (
     OWN_PROCESS_GROUP,
@@ -34,6 +33,7 @@ from tfmesos.backends.forking import (
 )
 from tfmesos.errors import ResourceError, SpecError
 from tfmesos.ports import PortAllocator
+from tfmesos.proctree import bootstrap_command, kill_until_gone, signal_group
 from tfmesos.resources import GpuAllocator, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -43,7 +43,7 @@ logger = logging.getLogger("tfmesos")
 
 NO_FORK_SERVER = "TFMESOS_NO_FORK_SERVER"
 """Set (to anything) to start each agent as a new interpreter instead of a fork."""
-KILL_GRACE = agent.STOP_GRACE + 2.0
+KILL_GRACE = wire.STOP_GRACE + 2.0
 """Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
 its child, plus a margin for it to report."""
 GPU_RELEASE_WAIT = KILL_GRACE + 5.0
@@ -215,11 +215,11 @@ class LocalBackend(Backend):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         env.update(
             {
-                agent.ENV_HOST: self.host,
-                agent.ENV_PORT: str(port),
-                agent.ENV_PARENT_PID: str(os.getpid()),
-                agent.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
-                agent.ENV_LOG_MAX: str(self.log_max),
+                wire.ENV_HOST: self.host,
+                wire.ENV_PORT: str(port),
+                wire.ENV_PARENT_PID: str(os.getpid()),
+                wire.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
+                wire.ENV_LOG_MAX: str(self.log_max),
             }
         )
         running = await self._spawn(launch.task_id, env)
@@ -243,7 +243,7 @@ class LocalBackend(Backend):
         # with, whatever it removes since). A forked agent gets it through
         # the fork server's pipe, and its initial environment is the server's.
         env = dict(env)
-        secret = env.pop(agent.ENV_SECRET, None)
+        secret = env.pop(wire.ENV_SECRET, None)
         pass_fds: tuple[int, ...] = ()
         if secret is not None:
             read_end, write_end = os.pipe()
@@ -251,7 +251,7 @@ class LocalBackend(Backend):
                 os.write(write_end, secret.encode())  # 64 bytes: far below a pipe's buffer
             finally:
                 os.close(write_end)
-            env[agent.ENV_SECRET_FD] = str(read_end)
+            env[wire.ENV_SECRET_FD] = str(read_end)
             pass_fds = (read_end,)
         try:
             with open(self.task_log(task_id), "ab") as log:
@@ -280,7 +280,7 @@ class LocalBackend(Backend):
         code = await asyncio.shield(running.exited)
         # A command forked but not yet in a group of its own is still in
         # the agent's.
-        _signal_group(running.pid, signal.SIGKILL)
+        signal_group(running.pid, signal.SIGKILL)
         if code < 0:
             # Killed outright: it could not end what its commands started.
             await asyncio.to_thread(_end_task_processes, task_id)
@@ -325,28 +325,19 @@ class LocalBackend(Backend):
 
 
 def default_agent_command() -> list[str]:
-    """This Python, without ``site``, running the agent from this package.
-
-    The agent needs only the standard library and its own package, so the
-    ``site`` step (site-packages, ``.pth`` hooks: 4 ms with a plain install, up
-    to 15 ms with an editable one) is pure start-up cost for every task.
-    """
-    package_root = str(Path(__file__).resolve().parent.parent.parent)
-    bootstrap = (
-        f"import sys; sys.path.insert(0, {package_root!r}); "
-        "from tfmesos.agent import main; sys.exit(main())"
-    )
-    return [sys.executable, "-S", "-c", bootstrap]
+    """This Python, without ``site``, running the agent from this package
+    (the agent needs only the standard library and its own package)."""
+    return bootstrap_command("tfmesos.agent")
 
 
 async def _terminate(running: AgentProcess) -> None:
     """SIGTERM the agent's group, then SIGKILL it if it has not gone in time."""
     pgid = running.pid
-    _signal_group(pgid, signal.SIGTERM)
+    signal_group(pgid, signal.SIGTERM)
     try:
         await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)
     except asyncio.TimeoutError:
-        _signal_group(pgid, signal.SIGKILL)
+        signal_group(pgid, signal.SIGKILL)
         # Bounded: a fork server that stopped answering must not hang teardown.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)
@@ -372,20 +363,12 @@ def _end_task_processes(task_id: str) -> None:
     what the commands of an agent that died outright started, in whatever
     process group or session. One that cleared its environment escapes this;
     the fork server, their subreaper, still gets it."""
-    for _ in range(END_ROUNDS):
+
+    def find() -> list[int]:
         try:
-            found = procfs.with_environment(agent.ENV_TASK_ID, task_id)
+            found = procfs.with_environment(wire.ENV_TASK_ID, task_id)
         except OSError:  # no /proc
-            return
-        found = [pid for pid in found if pid != os.getpid()]
-        if not found:
-            return
-        for pid in found:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)  # a killed process leaves /proc's list once it is a zombie
+            return []
+        return [pid for pid in found if pid != os.getpid()]
 
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+    kill_until_gone(find, rounds=END_ROUNDS)

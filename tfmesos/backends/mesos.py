@@ -19,7 +19,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tfmesos import agent
+from tfmesos import wire
 from tfmesos.advertise import is_loopback_name
 from tfmesos.backends.base import (
     Backend,
@@ -117,8 +117,8 @@ def task_info(
 ) -> dict[str, Any]:
     """The ``TaskInfo`` (Mesos JSON) that runs ``launch``'s agent on ``offer``."""
     env = dict(launch.env)
-    env[agent.ENV_HOST] = offer["hostname"]
-    env[agent.ENV_PORT] = str(port)
+    env[wire.ENV_HOST] = offer["hostname"]
+    env[wire.ENV_PORT] = str(port)
     python = "python3" if spec.image else sys.executable
     info: dict[str, Any] = {
         "name": f"{spec.name[:60]} {launch.task.target}",

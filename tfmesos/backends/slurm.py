@@ -20,7 +20,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfmesos import agent, runs
+from tfmesos import runs, wire
 from tfmesos.backends.base import (
     Backend,
     EventSink,
@@ -39,6 +38,7 @@ from tfmesos.backends.base import (
 )
 from tfmesos.backends.local import default_agent_command
 from tfmesos.errors import ResourceError, SpecError, TFMesosError
+from tfmesos.proctree import bootstrap_command
 from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
 from tfmesos.slurm import options as slurm_options
 from tfmesos.slurm.commands import (
@@ -176,18 +176,18 @@ class SlurmBackend(Backend):
                 launch = launches[position]
                 steps.append([launch.task_id, launch.task.name, group])
         env = dict(launches[0].env)
-        secret = env.pop(agent.ENV_SECRET)
-        env.pop(agent.ENV_TASK_ID, None)
-        tls_cert = env.get(agent.ENV_TLS_CERT)
+        secret = env.pop(wire.ENV_SECRET)
+        env.pop(wire.ENV_TASK_ID, None)
+        tls_cert = env.get(wire.ENV_TLS_CERT)
         env.update(
             {
-                agent.ENV_PORT: "0",  # each agent takes a port of its own on its node
-                agent.ENV_SECRET_FD: "0",  # the secret comes on its stdin
-                agent.ENV_LOG_MAX: str(self.log_max),
+                wire.ENV_PORT: "0",  # each agent takes a port of its own on its node
+                wire.ENV_SECRET_FD: "0",  # the secret comes on its stdin
+                wire.ENV_LOG_MAX: str(self.log_max),
             }
         )
         plan = {
-            "launcher": env[agent.ENV_LAUNCHER],
+            "launcher": env[wire.ENV_LAUNCHER],
             "peer_id": peer_id,
             "secret": secret,
             "tls_cert": tls_cert,
@@ -497,32 +497,22 @@ def _script(plan: dict[str, Any]) -> str:
     import json
     import shlex
 
-    package_root = str(Path(__file__).resolve().parent.parent.parent)
-    bootstrap = (
-        f"import sys; sys.path.insert(0, {package_root!r}); "
-        "from tfmesos.slurm.jobscript import main; sys.exit(main())"
-    )
     body = json.dumps(plan, separators=(",", ":"))
     assert "\n" not in body
     return (
         "#!/bin/sh\n"
         "# tfrun's job script (tfmesos): it starts the job's tasks as job steps,\n"
         "# and ends the job when tfrun goes away.\n"
-        f"exec {shlex.quote(sys.executable)} -S -c {shlex.quote(bootstrap)} <<'{PLAN_END}'\n"
+        f"exec {shlex.join(bootstrap_command('tfmesos.slurm.jobscript'))} <<'{PLAN_END}'\n"
         f"{body}\n"
         f"{PLAN_END}\n"
     )
 
 
 def _start_watchdog() -> subprocess.Popen[bytes] | None:
-    package_root = str(Path(__file__).resolve().parent.parent.parent)
-    bootstrap = (
-        f"import sys; sys.path.insert(0, {package_root!r}); "
-        "from tfmesos.slurm.watchdog import main; sys.exit(main())"
-    )
     try:
         return subprocess.Popen(
-            [sys.executable, "-S", "-c", bootstrap],
+            bootstrap_command("tfmesos.slurm.watchdog"),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

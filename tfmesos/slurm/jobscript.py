@@ -29,7 +29,8 @@ import subprocess
 import sys
 import time
 
-from tfmesos import agent
+from tfmesos import wire
+from tfmesos.rendezvous_client import AgentConfig, AgentError, RendezvousClient
 
 __all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE", "KEEPALIVE_INTERVAL", "main"]
 
@@ -60,7 +61,7 @@ def main() -> int:
     plan = json.loads(sys.stdin.read())
     os.close(0)
     host, _, port = str(plan["launcher"]).rpartition(":")
-    config = agent.AgentConfig(
+    config = AgentConfig(
         launcher=(host.strip("[]"), int(port)),
         task_id=str(plan["peer_id"]),
         secret=bytes.fromhex(plan["secret"]),
@@ -69,10 +70,10 @@ def main() -> int:
         parent_pid=None,
         tls_cert=plan.get("tls_cert"),
     )
-    helper = agent.Agent(config)
+    helper = RendezvousClient(config)
     try:
         channel = helper.connect()
-    except (agent.AgentError, OSError) as exc:
+    except (AgentError, OSError) as exc:
         say(f"cannot reach tfrun ({exc}): it is gone; ending the job, having started nothing")
         return 1
     _keepalive(channel.sock)
@@ -95,8 +96,8 @@ def main() -> int:
             *plan["agent"],
         ]
         step_env = dict(env)
-        step_env[agent.ENV_TASK_ID] = task_id
-        step_env[agent.ENV_LOG_FILE] = log
+        step_env[wire.ENV_TASK_ID] = task_id
+        step_env[wire.ENV_LOG_FILE] = log
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=step_env)
         except OSError as exc:

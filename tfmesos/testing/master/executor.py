@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfmesos import procfs
+from tfmesos.proctree import signal_group, signal_pid
 from tfmesos.testing.master.containerizer import (
     LAUNCH_SOURCE,
     ContainerLaunchError,
@@ -151,15 +152,8 @@ def killpg(pgid: int, sig: int) -> bool:
     process groups of its session.
     """
     for pid in _session_members(pgid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        signal_pid(pid, sig)
+    return signal_group(pgid, sig)
 
 
 def _session_members(sid: int) -> list[int]:

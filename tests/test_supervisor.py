@@ -1,0 +1,92 @@
+"""One run of a command under the agent's supervision (:class:`CommandRun`),
+driven by a loop written here: real processes, no launcher."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import sys
+from collections.abc import Callable
+
+from tests.conftest import ROOT
+from tfmesos import proctree, wire
+from tfmesos.supervisor import CommandRun
+
+# A stand-in for tfmesos.tfserver: it says it listens the way the server
+# does, down the descriptor the agent hands it, then serves until stopped.
+SERVER = (
+    "import os, signal; print('starting', flush=True); "
+    f"fd = int(os.environ.pop({wire.ENV_READY_FD!r})); os.write(fd, b'1'); os.close(fd); "
+    "print('listening', flush=True); signal.pause()"
+)
+DIES_FIRST = "print('cannot bind', flush=True); raise SystemExit(3)"
+
+
+def _start(
+    code: str, output: list[bytes], on_ready: Callable[[], None]
+) -> tuple[CommandRun, selectors.BaseSelector]:
+    selector = selectors.DefaultSelector()
+    run = CommandRun(
+        [sys.executable, "-c", code],
+        dict(os.environ),
+        str(ROOT),
+        selector,
+        emit=output.append,
+        note=lambda text: output.append(text.encode()),
+        on_ready=on_ready,
+    )
+    return run, selector
+
+
+def _drive(run: CommandRun, selector: selectors.BaseSelector) -> list[float | None]:
+    """The agent's loop, less its own keys; the timeouts it waited with
+    before the command was stopped."""
+    timeouts = []
+    while not run.poll():
+        timeout = run.timeout()
+        if run.stop_deadline is None:
+            timeouts.append(timeout)
+        for key, _ in selector.select(timeout):
+            assert key.data is run
+            run.handle(key.fd)
+    return timeouts
+
+
+def test_a_server_is_ready_when_it_says_so_and_is_waited_for_without_polling() -> None:
+    output: list[bytes] = []
+    said_ready: list[bool] = []
+
+    def on_ready() -> None:
+        said_ready.append(run.exited_at is None)
+        run.stop()  # ready is what this test waited for
+
+    run, selector = _start(SERVER, output, on_ready)
+    timeouts = _drive(run, selector)
+    code = run.close()
+    run.proc.wait()
+    assert said_ready == [True]
+    assert code == -signal.SIGTERM
+    assert b"".join(output) == b"starting\nlistening\n"
+    probe = proctree.open_pidfd(os.getpid())
+    if probe is None:
+        print("no pidfd on this system: the loop polls the exit status, by design")
+        return
+    os.close(probe)
+    # Until the stop, nothing to wake for but an event: no periodic wake-up
+    # (which once dialled the server's port every 100 ms to see it listen).
+    assert timeouts
+    assert set(timeouts) == {None}
+
+
+def test_a_server_that_exits_before_it_listens_is_never_ready() -> None:
+    output: list[bytes] = []
+    said_ready: list[bool] = []
+    run, selector = _start(DIES_FIRST, output, lambda: said_ready.append(True))
+    _drive(run, selector)
+    code = run.close()
+    run.proc.wait()
+    assert code == 3
+    assert said_ready == []
+    assert output == [b"cannot bind\n"]
+    assert selector.get_map() == {}  # every descriptor of the run let go

@@ -1,0 +1,258 @@
+"""Starting and ending the processes tfmesos runs, written once.
+
+* :func:`bootstrap_command`: the command line that runs one of tfmesos's
+  standard-library-only programs (the agent, the fork server, the Slurm job
+  script and watchdog) in a new interpreter, without ``site``.
+* Binding a process's life to another's: :func:`exit_with_parent`,
+  :func:`become_subreaper`, :func:`own_group_dying_with_parent`.
+* Signalling: :func:`signal_pid` and :func:`signal_group` tolerate a process
+  that is gone (ESRCH) or not ours (EPERM).
+* Waiting for a process to exit without reaping it and without a thread:
+  :func:`open_pidfd`, :func:`wait_for_exit`, :func:`peek_exit_status`.
+* Ending a tree: :func:`end_descendants` (everything below this process,
+  whatever its group or session), :func:`end_groups` (process groups, where
+  the kernel does not list children) and :func:`kill_until_gone`.
+
+Standard library only, and nothing heavy at import time: the agent imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from tfmesos import procfs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = [
+    "become_subreaper",
+    "bootstrap_command",
+    "end_descendants",
+    "end_groups",
+    "exit_with_parent",
+    "group_has_live_members",
+    "kill_until_gone",
+    "live_descendants",
+    "open_pidfd",
+    "own_group_dying_with_parent",
+    "peek_exit_status",
+    "signal_group",
+    "signal_pid",
+    "wait_for_exit",
+]
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+"""The folder that holds this ``tfmesos`` package."""
+
+
+# -- Starting ---------------------------------------------------------------------
+
+
+def bootstrap_command(module: str, call: str = "main()") -> list[str]:
+    """This Python, without ``site``, running ``module``'s ``call`` from this
+    very package and exiting with what it returns.
+
+    The programs started this way need only the standard library and this
+    package, so the ``site`` step (site-packages, ``.pth`` hooks: 4 ms with a
+    plain install, up to 15 ms with an editable one) is pure start-up cost;
+    the package's folder goes first on the path instead.
+    """
+    source = (
+        f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
+        f"from {module} import main; sys.exit({call})"
+    )
+    return [sys.executable, "-S", "-c", source]
+
+
+# -- Binding lives ----------------------------------------------------------------
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes  # here: only Linux gets this far, and only once
+
+    ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Have the processes this one's children orphan handed to it rather
+    than to init, so that what they leave behind stays below it."""
+    if sys.platform.startswith("linux"):
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def exit_with_parent(parent_pid: int) -> bool:
+    """Ask Linux to send this process SIGTERM when ``parent_pid``, its
+    parent, dies, even by SIGKILL. False if the parent had died already
+    (before the request took effect); elsewhere than Linux, nothing is asked."""
+    if not sys.platform.startswith("linux"):
+        return True
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    return os.getppid() == parent_pid
+
+
+def own_group_dying_with_parent() -> None:
+    """For ``preexec_fn``: put the child in a process group of its own, so
+    that stopping it reaches its children too; and have it SIGKILLed if its
+    parent dies outright."""
+    os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+# -- Signalling -------------------------------------------------------------------
+
+
+def signal_pid(pid: int, sig: int) -> None:
+    """Signal one process; one that is gone, or not ours, is passed over."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; say whether anyone was left in it (a group
+    with a member this process may not signal counts as not empty)."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# -- Waiting ----------------------------------------------------------------------
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits; None where
+    there is none (not Linux >= 5.3, a sandbox without it, the process gone)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+async def wait_for_exit(pid: int, timeout: float | None = None) -> bool | None:
+    """Wait in the running event loop, without a thread and without reaping
+    it, until ``pid`` exits: True once it has, False if it still runs after
+    ``timeout`` seconds, None at once where there is no pidfd to wait on
+    (the caller falls back on its own way). A thread per process is what
+    asyncio's child watcher costs on Python < 3.12: 500 threads for a
+    500-task job."""
+    import asyncio  # here: the agent, which imports this module, has no loop
+
+    pidfd = open_pidfd(pid)
+    if pidfd is None:
+        return None
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
+    try:
+        await asyncio.wait_for(exited, timeout)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return True
+
+
+def peek_exit_status(pid: int) -> int | None:
+    """A child's exit status as ``Popen.returncode`` gives it, or None while
+    it runs; without reaping it."""
+    try:
+        result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already (SIGCHLD ignored): as Popen does
+        return 0
+    if result is None:
+        return None
+    return result.si_status if result.si_code == os.CLD_EXITED else -result.si_status
+
+
+# -- Ending a tree ----------------------------------------------------------------
+
+
+def kill_until_gone(find: Callable[[], list[int]], rounds: int | None = None) -> None:
+    """SIGKILL what ``find`` lists until it lists nothing (at most ``rounds``
+    times): what a round kills, a process forked meanwhile, the next gets.
+    A killed process leaves the listing once it is a zombie."""
+    done = 0
+    live = find()
+    while live and (rounds is None or done < rounds):
+        for pid in live:
+            signal_pid(pid, signal.SIGKILL)
+        done += 1
+        time.sleep(0.01)
+        live = find()
+
+
+def live_descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` that have not exited (zombies, such as the
+    children it has not reaped yet, do not count). Raises OSError where the
+    kernel does not list children."""
+    return [p.pid for p in procfs.descendants(pid) if p.state not in ("Z", "X")]
+
+
+def end_descendants(grace: float) -> bool:
+    """End every process below this one, whatever group or session it is in:
+    SIGTERM (and SIGCONT, so that a stopped one sees it), one shared
+    ``grace`` to exit, then SIGKILL until none is left. Say whether it could:
+    where the kernel does not list children, nothing was done."""
+    me = os.getpid()
+    try:
+        live = live_descendants(me)
+    except OSError:
+        return False
+    for pid in live:
+        signal_pid(pid, signal.SIGTERM)
+        signal_pid(pid, signal.SIGCONT)
+    deadline = time.monotonic() + grace
+    while live and time.monotonic() < deadline:
+        time.sleep(0.02)
+        live = live_descendants(me)
+    # What ignored SIGTERM, and anything forked meanwhile.
+    kill_until_gone(lambda: live_descendants(me))
+    return True
+
+
+def end_groups(pgids: list[int], grace: float) -> None:
+    """End what is left in process groups: SIGTERM, one shared ``grace`` to
+    exit, then SIGKILL."""
+    live = [pgid for pgid in pgids if group_has_live_members(pgid)]
+    for pgid in live:
+        signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while live and time.monotonic() < deadline:
+        time.sleep(0.02)
+        live = [pgid for pgid in live if group_has_live_members(pgid)]
+    for pgid in live:
+        signal_group(pgid, signal.SIGKILL)
+
+
+def group_has_live_members(pgid: int) -> bool:
+    """Whether any process in the group is still running: zombies, such as
+    the group's own unreaped leader, do not count."""
+    try:
+        # A subreaper's orphaned grandchildren are below it: only that small
+        # tree is read.
+        return any(p.pgrp == pgid and p.state != "Z" for p in procfs.descendants(os.getpid()))
+    except OSError:
+        pass
+    try:
+        return any(p.pgrp == pgid and p.state != "Z" for p in procfs.processes())
+    except OSError:  # no /proc: ask the kernel, zombies and all
+        return signal_group(pgid, 0)

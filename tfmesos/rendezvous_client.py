@@ -1,0 +1,377 @@
+"""The task's end of the rendezvous (:mod:`tfmesos.rendezvous` is the
+launcher's): its settings, dialling the launcher, the handshake, waiting for
+the cluster definition, and the connection afterwards.
+
+The agent uses it for its task, and the Slurm job script for itself (it
+registers as the job's own helper). Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from tfmesos import wire
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+__all__ = ["AgentConfig", "AgentError", "Channel", "NoHello", "RendezvousClient"]
+
+READ_SIZE = 1 << 16
+SEND_BUFFER = 1 << 18
+DIAL_PAUSE = 0.5
+"""Between two dials of a launcher that refused, or was not there yet."""
+
+
+class AgentError(Exception):
+    """The agent cannot go on; the message says why."""
+
+
+class NoHello(AgentError):
+    """The connection closed, or stayed silent, before the launcher's hello."""
+
+
+class AgentConfig:
+    """The agent's settings, read once from its environment.
+
+    A plain class rather than a dataclass: ``dataclasses`` pulls in
+    ``inspect``, a sixth of the agent's start-up time.
+    """
+
+    __slots__ = ("host", "launcher", "parent_pid", "port", "secret", "task_id", "tls_cert")
+
+    def __init__(
+        self,
+        launcher: tuple[str, int],
+        task_id: str,
+        secret: bytes,
+        host: str,
+        port: int,
+        parent_pid: int | None,
+        tls_cert: str | None = None,
+    ) -> None:
+        self.launcher = launcher
+        self.task_id = task_id
+        self.secret = secret
+        self.host = host
+        self.port = port
+        self.parent_pid = parent_pid
+        self.tls_cert = tls_cert
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str]) -> AgentConfig:
+        """Read the agent's settings, removing the secret from ``environ`` so
+        that the user's command never inherits it."""
+        try:
+            launcher = environ[wire.ENV_LAUNCHER]
+            task_id = environ[wire.ENV_TASK_ID]
+            secret = _read_secret(environ)
+            port = int(environ[wire.ENV_PORT])
+        except KeyError as exc:
+            raise AgentError(f"{exc.args[0]} is not set: start the agent through tfmesos") from None
+        except ValueError:
+            raise AgentError(f"{wire.ENV_PORT} must be a port number") from None
+        host, _, launcher_port = launcher.rpartition(":")
+        if not host or not launcher_port.isdigit():
+            raise AgentError(f"{wire.ENV_LAUNCHER} must be host:port, not {launcher!r}")
+        try:
+            secret_bytes = bytes.fromhex(secret)
+        except ValueError:
+            raise AgentError(f"{wire.ENV_SECRET} must be hexadecimal") from None
+        parent = environ.get(wire.ENV_PARENT_PID)
+        return cls(
+            launcher=(host.strip("[]"), int(launcher_port)),
+            task_id=task_id,
+            secret=secret_bytes,
+            host=environ.get(wire.ENV_HOST) or _own_host(),
+            port=port,
+            parent_pid=int(parent) if parent and parent.isdigit() else None,
+            tls_cert=environ.get(wire.ENV_TLS_CERT) or None,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def _own_host() -> str:
+    """The name other tasks dial to reach this one, where the backend did not
+    say (Slurm): this host's first name that is not a loopback one (as the
+    launcher chooses its own: :mod:`tfmesos.advertise`), else its address on
+    the default route. Not ``TFMESOS_ADVERTISE_HOST``: that is the launcher's,
+    and a Slurm task inherits the launcher's environment."""
+    from tfmesos.advertise import own_name
+
+    return own_name() or socket.getfqdn()
+
+
+def _read_secret(environ: dict[str, str]) -> str:
+    """The job's secret, from the descriptor ``ENV_SECRET_FD`` names (read to
+    its end and closed) or else from ``ENV_SECRET``; removed from ``environ``
+    either way, so that the user's command never inherits it."""
+    secret = environ.pop(wire.ENV_SECRET, None)
+    fd_text = environ.pop(wire.ENV_SECRET_FD, None)
+    if fd_text is not None:
+        try:
+            fd = int(fd_text)
+        except ValueError:
+            raise AgentError(f"{wire.ENV_SECRET_FD} must be a descriptor number") from None
+        chunks = []
+        try:
+            while True:
+                chunk = os.read(fd, 256)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except OSError as exc:
+            raise AgentError(f"cannot read the job's secret from descriptor {fd}: {exc}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        secret = b"".join(chunks).decode("ascii", "replace").strip()
+    if secret is None:
+        raise KeyError(wire.ENV_SECRET)
+    return secret
+
+
+class Channel:
+    """The task's end of one rendezvous connection (blocking socket)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_json(self, message: dict[str, Any]) -> None:
+        self.send(wire.encode_json(message))
+
+    def receive_available(self) -> list[dict[str, Any]]:
+        """Read what the socket has now; EOF marks the channel closed."""
+        try:
+            data = self.sock.recv(READ_SIZE)
+        except (ConnectionError, TimeoutError):
+            data = b""
+        if not data:
+            self.closed = True
+            return []
+        # A TLS socket may hold decrypted bytes that select() cannot see.
+        pending = getattr(self.sock, "pending", None)
+        while pending is not None and pending() > 0:
+            data += self.sock.recv(pending())
+        return [wire.parse_json(p) for k, p in self.decoder.feed(data) if k == wire.JSON]
+
+
+class RendezvousClient:
+    """Registers one task (or the Slurm job script) with the launcher and
+    keeps its connection.
+
+    ``selector``: the caller's, where the connection is registered (data
+    ``"launcher"``) once it is up, and which :meth:`wait_for_cluster` waits
+    on; a key with data ``"signal"`` there means the caller was signalled,
+    and ``interrupted`` says by which signal (None: not).
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        selector: selectors.BaseSelector | None = None,
+        interrupted: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        self.config = config
+        self.selector = selector
+        self.interrupted = interrupted
+        self.channel: Channel | None = None
+        self.backlog: list[dict[str, Any]] = []
+        """Messages that came in the same read as the cluster definition."""
+        self._nonces: tuple[str, str] = ("", "")
+        """The client's and the launcher's nonces, which the cluster proof covers."""
+
+    @property
+    def closed(self) -> bool:
+        return self.channel is not None and self.channel.closed
+
+    def connect(self, redial: bool = False) -> Channel:
+        """Dial the launcher and register. ``redial``: a registered connection
+        was dropped; a refusal now means the launcher is gone (it listens
+        from before the first task starts to the end of the job)."""
+        host, port = self.config.launcher
+        deadline = time.monotonic() + wire.CONNECT_TIMEOUT
+        while True:
+            signum = self.interrupted()
+            if signum is not None:
+                raise AgentError(f"stopped by signal {signum} before the cluster was up")
+            try:
+                sock = socket.create_connection((host, port), timeout=wire.HELLO_TIMEOUT)
+            except OSError as exc:
+                if time.monotonic() > deadline or (
+                    redial and isinstance(exc, ConnectionRefusedError)
+                ):
+                    raise AgentError(f"cannot reach the launcher at {host}:{port}: {exc}") from None
+                time.sleep(DIAL_PAUSE)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Caps what a task can have in flight when the launcher reads slowly
+            # (Linux would otherwise grow the buffer to several MiB).
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            if self.config.tls_cert is not None:
+                sock = self._wrap_tls(sock)
+            channel = Channel(sock)
+            try:
+                hello = self._next_message(channel, "hello")
+            except NoHello:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise AgentError(
+                        f"the launcher at {host}:{port} accepted the connection but never "
+                        "answered (is the port flooded?)"
+                    ) from None
+                continue
+            break
+        sock.settimeout(wire.HANDSHAKE_TIMEOUT)
+        if hello.get("version") != wire.PROTOCOL_VERSION:
+            raise AgentError(
+                f"the launcher speaks protocol version {hello.get('version')!r}, this agent "
+                f"{wire.PROTOCOL_VERSION}: the task's tfmesos must be the same as tfrun's"
+            )
+        nonce = str(hello.get("nonce", ""))
+        client_nonce = os.urandom(16).hex()
+        channel.send_json(
+            {
+                "type": "register",
+                "version": wire.PROTOCOL_VERSION,
+                "task_id": self.config.task_id,
+                "addr": self.config.address,
+                "pid": os.getpid(),
+                "nonce": client_nonce,
+                "proof": wire.proof(
+                    self.config.secret,
+                    "register",
+                    nonce,
+                    self.config.task_id,
+                    client_nonce,
+                    self.config.address,
+                ),
+            }
+        )
+        self._nonces = (client_nonce, nonce)
+        sock.settimeout(None)
+        self.channel = channel
+        if self.selector is not None:
+            self.selector.register(sock, selectors.EVENT_READ, "launcher")
+        return channel
+
+    def disconnect(self) -> None:
+        """Drop the rendezvous connection (to dial again)."""
+        if self.channel is not None:
+            if self.selector is not None:
+                self.selector.unregister(self.channel.sock)
+            self.channel.sock.close()
+            self.channel = None
+
+    def _wrap_tls(self, sock: socket.socket) -> socket.socket:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # The launcher's own certificate is the only trust anchor: a pin. The
+        # name it was issued to does not matter, the key does.
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cadata=self.config.tls_cert)
+        try:
+            return context.wrap_socket(sock)
+        except (ssl.SSLError, OSError) as exc:
+            raise AgentError(f"TLS with the launcher failed: {exc}") from None
+
+    def _next_message(self, channel: Channel, expected: str) -> dict[str, Any]:
+        while True:
+            messages = channel.receive_available()
+            if channel.closed:
+                if expected == "hello":
+                    raise NoHello("the launcher closed the connection before its hello")
+                raise AgentError("the launcher closed the connection during the handshake")
+            if messages:
+                message = messages[0]
+                if message["type"] == "reject":
+                    raise AgentError(f"the launcher refused this task: {message.get('reason')}")
+                if message["type"] != expected:
+                    raise AgentError(
+                        f"expected {expected!r} from the launcher, got {message['type']!r}"
+                    )
+                return message
+
+    def wait_for_cluster(self) -> dict[str, Any]:
+        """Block until the launcher sends the cluster definition (or goes away)."""
+        assert self.channel is not None
+        assert self.selector is not None
+        heard = False
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "signal":
+                    raise AgentError(
+                        f"stopped by signal {self.interrupted()} before the cluster was up"
+                    )
+                messages = self.channel.receive_available()
+                heard = heard or bool(messages)
+                for position, message in enumerate(messages):
+                    if message["type"] == "cluster":
+                        expected = wire.proof(
+                            self.config.secret, "cluster", *self._nonces, wire.digest(message)
+                        )
+                        if not wire.proof_matches(expected, message.get("proof")):
+                            raise AgentError(
+                                "the cluster message failed its proof: not from this job's "
+                                "launcher, or changed on the way"
+                            )
+                        # A stop right behind it must not be lost.
+                        self.backlog = messages[position + 1 :]
+                        return message
+                    if message["type"] in ("stop", "reject"):
+                        raise AgentError(
+                            f"the launcher stopped this task: {message.get('reason', '')}"
+                        )
+                if self.channel.closed:
+                    if not heard:
+                        # Closed with not a word since the registration: a
+                        # flood's eviction (or the launcher's end, which a
+                        # new connection finds out).
+                        raise NoHello("the launcher went away before the cluster was up")
+                    raise AgentError("the launcher went away before the cluster was up")
+
+    def receive(self) -> list[dict[str, Any]]:
+        """What the launcher has sent since; once it has closed the
+        connection, the connection leaves the selector."""
+        assert self.channel is not None
+        messages = self.channel.receive_available()
+        if self.channel.closed and self.selector is not None:
+            self.selector.unregister(self.channel.sock)
+        return messages
+
+    def send_json(self, message: dict[str, Any]) -> None:
+        """Send if the connection is up; a failed send marks it closed."""
+        self._send(wire.encode_json(message))
+
+    def send_output(self, data: bytes) -> None:
+        self._send(wire.encode_frame(wire.OUTPUT, data))
+
+    def _send(self, frame: bytes) -> None:
+        if self.channel is not None and not self.channel.closed:
+            try:
+                self.channel.send(frame)
+            except OSError:
+                self.channel.closed = True
+
+    def shutdown(self) -> None:
+        """Say that nothing more comes from this end (after the exit report)."""
+        if self.channel is not None and not self.channel.closed:
+            with contextlib.suppress(OSError):
+                self.channel.sock.shutdown(socket.SHUT_WR)

@@ -1,0 +1,255 @@
+"""What a task runs, and one run of it: the agent's supervision of a command.
+
+:func:`task_command` turns the launcher's cluster message into the command
+and its environment. :class:`CommandRun` is one command from its start to
+the last of its output: it forwards the output a whole line at a time, stops
+the command (SIGTERM to its process group, SIGKILL after ``STOP_GRACE``), and
+in fine-grained mode says when the TensorFlow server listens. The agent's
+event loop waits on the run's descriptors beside its own and hands it theirs.
+
+Standard library only: the agent imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from tfmesos import proctree, taskenv, wire
+from tfmesos.shell import exec_if_simple
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+__all__ = ["CommandRun", "task_command"]
+
+READ_SIZE = 1 << 16
+MAX_PENDING_LINE = 1 << 16
+"""A line longer than this is sent in pieces rather than held back."""
+PIPE_GRACE = 1.0
+"""How long the output pipe may stay open once the command has exited: a
+grandchild that left the group may hold it open forever."""
+POLL_INTERVAL = 0.1
+"""Where there is no pidfd to wake on the command's exit, how often its
+status is looked at."""
+
+
+def task_command(
+    message: dict[str, Any], environ: dict[str, str]
+) -> tuple[str | list[str], dict[str, str]]:
+    """The child to run and its environment, from the launcher's cluster message."""
+    cluster = message["cluster_def"]
+    job_name = str(message["job_name"])
+    task_index = int(message["task_index"])
+    env = dict(environ)
+    for name in wire.AGENT_ONLY:
+        env.pop(name, None)
+    env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
+    env.update(
+        taskenv.task_environment(
+            cluster,
+            job_name,
+            task_index,
+            run_id=str(message.get("run_id") or ""),
+            restart=int(message.get("restart") or 0),
+            max_restarts=int(message.get("max_restarts") or 0),
+        )
+    )
+    server = message.get("server") or {}
+    for name, value in taskenv.default_environment(float(server.get("cpus") or 1)).items():
+        env.setdefault(name, value)
+    command = message.get("cmd")
+    if command is None:
+        env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
+        return [sys.executable, "-m", "tfmesos.tfserver"], env
+    values = taskenv.placeholder_values(cluster, job_name, task_index)
+    return exec_if_simple(taskenv.fill_placeholders(str(command), values)), env
+
+
+class CommandRun:
+    """One command, run as the agent's child in a process group of its own.
+
+    The agent's loop::
+
+        run = CommandRun(argv, env, cwd, selector, emit, note)
+        while not run.poll():
+            for key, _ in selector.select(run.timeout()):
+                if key.data is run:
+                    run.handle(key.fd)
+                ...  # the agent's own keys; run.stop() to stop the command
+        returncode = run.close()
+
+    ``on_ready``: fine-grained mode, where the command is ``tfmesos.tfserver``;
+    called once the server listens (it writes a byte down a pipe it inherits,
+    :data:`tfmesos.wire.ENV_READY_FD`), unless the command has exited by then.
+    """
+
+    def __init__(
+        self,
+        argv: str | list[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        selector: selectors.BaseSelector,
+        emit: Callable[[bytes], None],
+        note: Callable[[str], None],
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
+        self._selector = selector
+        self._emit = emit
+        self._note = note
+        self._on_ready = on_ready
+        child_env = dict(env)
+        ready_write: int | None = None
+        self._ready: int | None = None
+        """The read end of the readiness pipe, until the server writes to it or exits."""
+        if on_ready is not None:
+            self._ready, ready_write = os.pipe()
+            child_env[wire.ENV_READY_FD] = str(ready_write)
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                shell=isinstance(argv, str),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+                cwd=cwd,
+                pass_fds=() if ready_write is None else (ready_write,),
+                preexec_fn=proctree.own_group_dying_with_parent,
+            )
+        except BaseException:
+            if self._ready is not None:
+                os.close(self._ready)
+            raise
+        finally:
+            if ready_write is not None:
+                os.close(ready_write)
+        assert self.proc.stdout is not None
+        self._pipe: int | None = self.proc.stdout.fileno()
+        """The command's output (stdout and stderr), until it is closed."""
+        os.set_blocking(self._pipe, False)
+        self._pending = b""
+        """Output read but not forwarded: the start of a line."""
+        self._exit_watch = proctree.open_pidfd(self.proc.pid)
+        """A pidfd that wakes the loop when the command exits, so that one that
+        closed or redirected its output is still waited for as long as it runs,
+        without polling; None once it has woken it."""
+        self._polled = self._exit_watch is None
+        """No pidfd on this system: the loop wakes every ``POLL_INTERVAL``."""
+        self.stop_deadline: float | None = None
+        """When the command was stopped: the moment SIGKILL follows SIGTERM."""
+        self.killed = False
+        self.exited_at: float | None = None
+        for fd in (self._pipe, self._exit_watch, self._ready):
+            if fd is not None:
+                selector.register(fd, selectors.EVENT_READ, self)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        """SIGTERM the command's group, once; SIGKILL follows after ``STOP_GRACE``."""
+        if self.stop_deadline is None:
+            proctree.signal_group(self.pid, signal.SIGTERM)
+            self.stop_deadline = time.monotonic() + wire.STOP_GRACE
+
+    def poll(self) -> bool:
+        """Do what time has made due (SIGKILL after the grace), then say
+        whether the run is over: the command has exited and its output is all
+        read, or the pipe has had its grace since the exit."""
+        now = time.monotonic()
+        if self.stop_deadline is not None and not self.killed and now >= self.stop_deadline:
+            proctree.signal_group(self.pid, signal.SIGKILL)
+            self.killed = True
+            if self.exited_at is None:
+                self._note(
+                    f"the command did not stop within {wire.STOP_GRACE:g}s of SIGTERM: killed"
+                )
+        if self.exited_at is None and proctree.peek_exit_status(self.pid) is not None:
+            self.exited_at = now
+        return self.exited_at is not None and (
+            self._pipe is None or now - self.exited_at >= PIPE_GRACE
+        )
+
+    def timeout(self) -> float | None:
+        """How long the loop may wait for an event before :meth:`poll` has
+        something to do; None: until an event."""
+        if self._polled:
+            return POLL_INTERVAL
+        deadlines = []
+        if self.stop_deadline is not None and not self.killed:
+            deadlines.append(self.stop_deadline)
+        if self.exited_at is not None:
+            deadlines.append(self.exited_at + PIPE_GRACE)
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - time.monotonic())
+
+    def handle(self, fd: int) -> None:
+        """One of this run's descriptors is readable."""
+        if fd == self._pipe:
+            try:
+                data = os.read(fd, READ_SIZE)
+            except BlockingIOError:
+                return
+            if not data:  # the command closed its output; it may run on
+                self._selector.unregister(fd)
+                self._pipe = None
+                return
+            self._pending = self._forward(self._pending + data)
+        elif fd == self._exit_watch:
+            self._selector.unregister(fd)
+            os.close(fd)
+            self._exit_watch = None
+        elif fd == self._ready:
+            said = b""
+            with contextlib.suppress(OSError):
+                said = os.read(fd, 64)
+            self._selector.unregister(fd)
+            os.close(fd)
+            self._ready = None
+            # Nothing said: the server exited (or closed the pipe) before it listened.
+            if said and self._on_ready is not None and self.exited_at is None:
+                self._on_ready()
+
+    def _forward(self, data: bytes) -> bytes:
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            if len(data) < MAX_PENDING_LINE:
+                return data
+            cut = len(data)
+        self._emit(data[:cut])
+        return data[cut:]
+
+    def close(self) -> int:
+        """Forward what is left of the output, let go of the descriptors, and
+        return the command's status as ``Popen.returncode`` gives it.
+
+        The command is not reaped: while its exited leader is a zombie, no
+        other process group can take its number, so what is left in its
+        group can still be signalled without hitting a stranger."""
+        if self._pending:
+            self._emit(self._pending)
+            self._pending = b""
+        for fd in (self._pipe, self._exit_watch, self._ready):
+            if fd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self._selector.unregister(fd)
+        for fd in (self._exit_watch, self._ready):
+            if fd is not None:
+                os.close(fd)
+        self._pipe = self._exit_watch = self._ready = None
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+        returncode = proctree.peek_exit_status(self.pid)
+        assert returncode is not None
+        return returncode
