@@ -18,13 +18,16 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from tests.conftest import ROOT, JobProcesses, marked_master
+from tests.test_mesos_backend import Harness, in_loop, offer
 from tfmesos import ClusterSpec, Job, JobFailedError
-from tfmesos.backends.base import Launch
+from tfmesos.backends import mesos as mesos_backend
+from tfmesos.backends.base import NOT_PLACED, Launch, TaskEnded, TaskPlaced
 from tfmesos.backends.local import LocalBackend
 from tfmesos.launcher import Launcher
 from tfmesos.server_relaunch import NotRelaunched, RelaunchAt, decide
@@ -428,3 +431,105 @@ def test_ps_strategy_survives_a_killed_worker_through_the_test_master(
         }
         assert len(placements) == 1, placements
     assert job_procs.wait_gone(10) == []
+
+
+# -- the Mesos backend: the same agent, the same port ---------------------------
+
+
+def with_ports(offer_json: dict[str, Any], *ranges: tuple[int, int]) -> dict[str, Any]:
+    for resource in offer_json["resources"]:
+        if resource["name"] == "ports":
+            resource["ranges"] = {"range": [{"begin": b, "end": e} for b, e in ranges]}
+    return offer_json
+
+
+async def placed_worker(harness: Harness) -> None:
+    """Worker 0 runs on agent a1 at port 31000."""
+    await harness.launch_all()
+    harness.offers(offer("a1"))
+    await harness.settle()
+    assert harness.accepted() == [("a1", ["id-worker:0"])]
+    harness.client.sent.clear()
+
+
+def one_worker() -> ClusterSpec:
+    return ClusterSpec((Job("worker", 1),), max_restarts=1)
+
+
+@in_loop
+async def test_a_relaunch_takes_only_its_agents_offer_that_holds_its_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(one_worker(), monkeypatch)
+    await placed_worker(harness)
+    again = Launch("id-worker:0-again", one_worker().tasks()[0], {})
+    await harness.backend.launch_at(again, "id-worker:0", 31000)
+    assert harness.client.types() == ["REVIVE"]  # the role was suppressed: offers again
+    # Another agent, then its own agent before the port is back: declined,
+    # with a short filter (a later offer that adds the port is not filtered).
+    harness.offers(offer("a2"), with_ports(offer("a1"), (31001, 31010)))
+    await harness.settle()
+    declines = [c for c in harness.client.sent if c["type"] == "DECLINE"]
+    assert [d["decline"]["filters"]["refuse_seconds"] for d in declines] == [5.0, 5.0]
+    assert harness.accepted() == []
+    # Its agent, with the port among others: exactly that port, on that agent.
+    harness.offers(with_ports(offer("a1"), (30990, 31005)))
+    await harness.settle()
+    assert harness.accepted() == [("a1", ["id-worker:0-again"])]
+    accept = next(c for c in harness.client.sent if c["type"] == "ACCEPT")
+    info = accept["accept"]["operations"][0]["launch"]["task_infos"][0]
+    ports = [r["ranges"] for r in info["resources"] if r["name"] == "ports"]
+    assert ports == [{"range": [{"begin": 31000, "end": 31000}]}]
+    variables = {v["name"]: v["value"] for v in info["command"]["environment"]["variables"]}
+    assert variables["TFMESOS_PORT"] == "31000"
+    assert TaskPlaced("id-worker:0-again", "10.0.0.2") in harness.events
+    assert harness.client.types()[-1] == "SUPPRESS"  # nothing waits any more
+
+
+@in_loop
+async def test_a_relaunch_whose_port_is_never_offered_ends_after_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mesos_backend, "PINNED_OFFER_WAIT", 0.05)
+    harness = Harness(one_worker(), monkeypatch)
+    await placed_worker(harness)
+    again = Launch("id-worker:0-again", one_worker().tasks()[0], {})
+    await harness.backend.launch_at(again, "id-worker:0", 31000)
+    harness.offers(with_ports(offer("a1"), (31001, 31010)))
+    while not any(isinstance(e, TaskEnded) for e in harness.events):
+        await asyncio.sleep(0.01)
+    ended = [e for e in harness.events if isinstance(e, TaskEnded)]
+    assert ended == [
+        TaskEnded(
+            "id-worker:0-again",
+            NOT_PLACED,
+            None,
+            "no offer from its agent (a1) held port 31000 within 0.05s",
+            "10.0.0.2",
+        )
+    ]
+    # A late offer with the port launches nothing.
+    harness.offers(offer("a1"))
+    await harness.settle()
+    assert harness.accepted() == []
+
+
+def test_a_launcher_fails_a_relaunch_not_placed_naming_the_task_and_address(
+    said: Said, tmp_path: Path
+) -> None:
+    class NowhereBackend(StandInBackend):
+        async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
+            assert self._sink is not None
+            self._sink(
+                TaskEnded(launch.task_id, NOT_PLACED, None, f"no offer held port {port}", "h1")
+            )
+
+    launcher, failed = run_killing(
+        lambda spec: NowhereBackend(spec, tmp_path), 1, ["worker:0"], said
+    )
+    address = launcher.cluster_def["worker"][0]
+    assert failed is not None
+    assert str(failed) == (
+        f"task worker:0 on h1 could not be relaunched at {address}: no offer held port "
+        f"{address.rpartition(':')[2]}"
+    )
