@@ -7,7 +7,8 @@ report. Every task moves through
 
 A task that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per
 task, as the original allowed); once the cluster is up, a task that fails ends
-the job. Every way out of :meth:`Launcher.run` and of :meth:`Launcher.stop`
+the job, but in fine-grained mode, where a dead worker's server may come back
+at its address (:mod:`tfmesos.server_relaunch`). Every way out of :meth:`Launcher.run` and of :meth:`Launcher.stop`
 goes through teardown.
 """
 
@@ -540,11 +541,10 @@ class Launcher:
             task.state = TaskState.REGISTERED
             registered = sum(t.state is TaskState.REGISTERED for t in self._current.values())
             logger.info(
-                "task %s registered at %s (%d/%d)",
+                "task %s registered at %s (%s)",
                 task.spec.name,
                 task.addr,
-                registered,
-                len(self._current),
+                "relaunched" if task.keep_address else f"{registered}/{len(self._current)}",
             )
             current = task is self._current.get(task.spec.name)
             if current and task.keep_address and self._phase is Phase.RUNNING:
