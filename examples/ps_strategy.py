@@ -9,6 +9,11 @@ own copy of the dataset::
     python examples/ps_strategy.py                    # servers on this machine
     python examples/ps_strategy.py --master zk://mesos:2181/mesos
 
+A worker whose server dies is started again at its address, up to
+``--max-restarts`` times (3 by default): ``ClusterCoordinator`` hands the dead
+worker's steps to the others meanwhile, and takes it back when it answers
+again. A ps is not relaunched: the variables die with it.
+
 The data is the 8x8 digits in examples/data (the ones scikit-learn bundles),
 so nothing is downloaded. It
 prints the mean loss of every epoch, then ``first loss = ...`` and
@@ -110,13 +115,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     # Asynchronous updates from two workers: 0.5 sometimes stalled, 0.2 converges steadily.
     parser.add_argument("--learning-rate", type=float, default=0.2)
+    parser.add_argument(
+        "--max-restarts", type=int, default=3, help="relaunches of dead workers, in all"
+    )
     args = parser.parse_args()
 
     jobs = [{"name": "ps", "num": args.nserver}, {"name": "worker", "num": args.nworker}]
-    with cluster(jobs, master=args.master_opt or args.master) as c:
+    master = args.master_opt or args.master
+    with cluster(jobs, master=master, max_restarts=args.max_restarts) as c:
         losses = train(c.cluster_resolver(), args)
         # Free the remote functions and iterators while the servers still run,
         # rather than at exit, when TensorFlow would complain they are gone.
+        # The coordinator goes too: should a worker be coming back, it
+        # waits until it is back (and it does not hang the exit waiting).
         gc.collect()
     print(f"first loss = {losses[0]}")
     print(f"final loss = {losses[-1]}")

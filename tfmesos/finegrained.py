@@ -141,6 +141,7 @@ def cluster(
     checkpoint: bool = False,
     user: str | None = None,
     slurm: Mapping[str, Any] | None = None,
+    max_restarts: int = 0,
 ) -> Iterator[Cluster]:
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
@@ -151,6 +152,12 @@ def cluster(
     Leaving the block, normally, by an exception or by Ctrl-C, stops every
     task. If a task failed while the block ran, leaving it normally raises
     that failure.
+
+    ``max_restarts=N``: a worker's server that dies while the block runs is
+    started again at its address (same host, same port), up to N times in
+    all, so that TF2's ``ClusterCoordinator``, which waits for a failed
+    worker to answer again there, carries on. A ps is never relaunched: its
+    variables die with it. See :mod:`tfmesos.server_relaunch`.
     """
     master = master or os.environ.get("MESOS_MASTER")
     backend = backend or ("mesos" if master else "slurm" if slurm is not None else "local")
@@ -175,6 +182,7 @@ def cluster(
         containerizer=containerizer_type.upper() if containerizer_type else None,
         image=image or os.environ.get("DOCKER_IMAGE"),
         force_pull_image=force_pull_image,
+        max_restarts=max_restarts,
     )
     for job in spec.jobs:
         if job.cmd is not None:

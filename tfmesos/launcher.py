@@ -7,7 +7,8 @@ report. Every task moves through
 
 A task that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per
 task, as the original allowed); once the cluster is up, a task that fails ends
-the job. Every way out of :meth:`Launcher.run` and of :meth:`Launcher.stop`
+the job, but in fine-grained mode, where a dead worker's server may come back
+at its address (:mod:`tfmesos.server_relaunch`). Every way out of :meth:`Launcher.run` and of :meth:`Launcher.stop`
 goes through teardown.
 """
 
@@ -23,11 +24,12 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
-from tfmesos import taskenv, wire
+from tfmesos import server_relaunch, taskenv, wire
 from tfmesos.backends.base import (
+    NOT_PLACED,
     Backend,
     BackendEvent,
     BackendFailed,
@@ -120,6 +122,9 @@ class _Task:
     ready: bool = False
     ended: TaskEnded | None = None
     ended_at: float = 0.0
+    keep_address: str = ""
+    """Where this attempt must serve: the address of the attempt it replaces,
+    for a fine-grained relaunch (:mod:`tfmesos.server_relaunch`); else empty."""
     exit_code: int | None = None
     tail: bytearray = field(default_factory=bytearray)
     cut: bool = False
@@ -191,6 +196,9 @@ class Launcher:
         self._started_backend = False
         self._stopped = False
         self._relaunch: list[tuple[TaskSpec, int]] = []
+        self._relaunch_at: list[tuple[_Task, server_relaunch.RelaunchAt]] = []
+        """Fine-grained mode: dead servers to start again at their address."""
+        self._server_relaunches = 0
         self._dropped = 0
         """Bytes of shown output dropped while stopping, the terminal being full."""
         self._output_abandoned = False
@@ -418,7 +426,10 @@ class Launcher:
             task is not None
             and task.state is TaskState.LAUNCHED
             and self._current.get(task.spec.name) is task
-            and self._phase is Phase.STARTING
+            and (
+                self._phase is Phase.STARTING
+                or (bool(task.keep_address) and self._phase is Phase.RUNNING)
+            )
         )
 
     def _deliver_cluster(self) -> None:
@@ -429,28 +440,7 @@ class Launcher:
         checked = False
         for task in self._current.values():
             assert task.connection is not None
-            message: dict[str, object] = {
-                "type": "cluster",
-                "job_name": task.spec.job_name,
-                "task_index": task.spec.index,
-                "run_id": self.run_id,
-                "restart": self.restart,
-                "max_restarts": self.spec.max_restarts,
-                "cluster_def": self.cluster_def,
-                "cmd": task.spec.cmd,
-                "cwd": self.spec.cwd,
-                "env": dict(self.spec.env),
-                "extra_config": {
-                    "initializer": self.spec.initializer,
-                    "finalizer": self.spec.finalizer,
-                },
-                "server": {
-                    "protocol": self.spec.protocol,
-                    "cpus": task.spec.cpus,
-                    "gpus": task.spec.gpus,
-                },
-            }
-            sealed = task.connection.seal(message)
+            sealed = task.connection.seal(self._cluster_message(task))
             if not checked:
                 # The spec's check allowed for the addresses; this is the
                 # real message (the same size for every task, give or take).
@@ -470,6 +460,30 @@ class Launcher:
         logger.info(
             "cluster up: %s", ", ".join(f"{len(a)} {j}" for j, a in self.cluster_def.items())
         )
+
+    def _cluster_message(self, task: _Task) -> dict[str, object]:
+        """What ``task`` runs, with the cluster's definition."""
+        return {
+            "type": "cluster",
+            "job_name": task.spec.job_name,
+            "task_index": task.spec.index,
+            "run_id": self.run_id,
+            "restart": self.restart,
+            "max_restarts": self.spec.max_restarts,
+            "cluster_def": self.cluster_def,
+            "cmd": task.spec.cmd,
+            "cwd": self.spec.cwd,
+            "env": dict(self.spec.env),
+            "extra_config": {
+                "initializer": self.spec.initializer,
+                "finalizer": self.spec.finalizer,
+            },
+            "server": {
+                "protocol": self.spec.protocol,
+                "cpus": task.spec.cpus,
+                "gpus": task.spec.gpus,
+            },
+        }
 
     # -- the loop -------------------------------------------------------------
 
@@ -499,6 +513,10 @@ class Launcher:
             if self._relaunch:
                 relaunch, self._relaunch = self._relaunch, []
                 await self._launch_all(relaunch)
+            if self._relaunch_at:
+                relaunch_at, self._relaunch_at = self._relaunch_at, []
+                for earlier, decision in relaunch_at:
+                    await self._launch_at(earlier, decision)
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, _Tick):
@@ -523,16 +541,20 @@ class Launcher:
             task.state = TaskState.REGISTERED
             registered = sum(t.state is TaskState.REGISTERED for t in self._current.values())
             logger.info(
-                "task %s registered at %s (%d/%d)",
+                "task %s registered at %s (%s)",
                 task.spec.name,
                 task.addr,
-                registered,
-                len(self._current),
+                "relaunched" if task.keep_address else f"{registered}/{len(self._current)}",
             )
-            if task is not self._current.get(task.spec.name) or self._phase is not Phase.STARTING:
+            current = task is self._current.get(task.spec.name)
+            if current and task.keep_address and self._phase is Phase.RUNNING:
+                self._rejoin(task)
+            elif not current or self._phase is not Phase.STARTING:
                 event.connection.send({"type": "stop", "reason": "superseded"})
         elif isinstance(event, Ready):
             task.ready = True
+            if task.keep_address:
+                logger.info("task %s is back at %s", task.spec.name, task.addr)
         elif isinstance(event, Exited):
             self._over(task, event.code, _describe_exit(event))
         elif isinstance(event, Disconnected):
@@ -675,7 +697,70 @@ class Launcher:
                 task.host,
                 failure.output_tail,
             )
+        if not self.spec.replica:
+            unrelaunched = self._relaunch_server(task, failure)
+            if unrelaunched is None:
+                return
+            failure = unrelaunched
         raise JobFailedError(failure, exit_code=task_status(code))
+
+    # -- fine-grained relaunches at the same address --------------------------
+
+    def _relaunch_server(self, task: _Task, failure: TaskFailure) -> TaskFailure | None:
+        """Fine-grained mode: queue the dead server ``task`` for a relaunch
+        at its address and return None, where the policy allows
+        (:func:`tfmesos.server_relaunch.decide`); else return the failure
+        that ends the job, saying why it was not relaunched."""
+        if task.keep_address and not task.ready:
+            # The relaunch itself failed: trying again elsewhere is no use
+            # (the program dials this address), and again here seldom is.
+            return replace(
+                failure, reason=f"could not be relaunched at {task.keep_address}: {failure.reason}"
+            )
+        backend = self._backend_for(task.spec)
+        decision = server_relaunch.decide(
+            task.spec,
+            task.addr,
+            done=self._server_relaunches,
+            allowed=self.spec.max_restarts,
+            backend=backend.name,
+            backend_keeps_addresses=backend.keeps_addresses,
+        )
+        if isinstance(decision, server_relaunch.NotRelaunched):
+            if not decision.why:
+                return failure
+            return replace(failure, reason=f"{failure.reason}; {decision.why}")
+        self._server_relaunches = decision.number
+        logger.warning(
+            "%s",
+            failure.describe(
+                f"; relaunching it at {decision.address} "
+                f"(relaunch {decision.number} of {decision.allowed})"
+            ),
+        )
+        self._relaunch_at.append((task, decision))
+        return None
+
+    async def _launch_at(self, earlier: _Task, decision: server_relaunch.RelaunchAt) -> None:
+        launch = self._prepare(earlier.spec, earlier.attempt + 1)
+        self._tasks[launch.task_id].keep_address = decision.address
+        port = int(decision.address.rpartition(":")[2])
+        await self._backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
+
+    def _rejoin(self, task: _Task) -> None:
+        """A relaunched server registered: give it the cluster it left."""
+        assert task.connection is not None
+        if task.addr != task.keep_address:
+            raise JobFailedError(
+                TaskFailure(
+                    task.spec.name,
+                    f"could not be relaunched at {task.keep_address}: its relaunch registered "
+                    f"at {task.addr}",
+                    task.host,
+                )
+            )
+        task.connection.send(task.connection.seal(self._cluster_message(task)))
+        task.state = TaskState.RUNNING
 
     # -- conditions ---------------------------------------------------------
 
@@ -752,6 +837,8 @@ def _describe_exit(exited: Exited) -> str:
 
 
 def _describe_end(ended: TaskEnded) -> str:
+    if ended.state == NOT_PLACED:
+        return ended.message
     if ended.state == "exited":
         return ended.message or f"exited with status {ended.exit_code}"
     return f"ended in state {ended.state}" + (f": {ended.message}" if ended.message else "")

@@ -127,5 +127,13 @@ class PortAllocator:
                 return port
         raise NoFreePort(f"no free port in {self.low}-{self.high}")
 
+    def claim(self, port: int) -> bool:
+        """Take ``port`` itself (a task relaunched at its address), if no
+        task of this allocator holds it and nothing else has bound it."""
+        if port in self._taken or not port_is_free(port):
+            return False
+        self._taken.add(port)
+        return True
+
     def release(self, port: int) -> None:
         self._taken.discard(port)

@@ -203,7 +203,9 @@ class ClusterSpec:
     tls_key: str | None = None
     max_restarts: int = 0
     """Replica mode: times the whole job is started again after a task fails
-    or is lost once the cluster is up."""
+    or is lost once the cluster is up. Fine-grained mode: times, in all, a
+    worker's server that dies is started again at its address
+    (:mod:`tfmesos.server_relaunch`)."""
 
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)
@@ -240,8 +242,6 @@ class ClusterSpec:
                 f"--max-restarts must be a whole number from 0 to {MAX_RESTARTS}, "
                 f"not {self.max_restarts!r}"
             )
-        if self.max_restarts and not self.replica:
-            raise SpecError("restarts are for replica mode (tfrun) only")
         for key, value in self.env.items():
             if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
                 raise SpecError(f"environment variable {key!r} must be a name with a string value")

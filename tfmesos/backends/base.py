@@ -16,6 +16,7 @@ from tfmesos.rendezvous import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = [
+    "NOT_PLACED",
     "Backend",
     "BackendEvent",
     "BackendFailed",
@@ -43,11 +44,17 @@ class TaskPlaced:
     host: str
 
 
+NOT_PLACED = "not placed"
+"""``TaskEnded.state`` of a task the backend could not start where it was
+asked to (:meth:`Backend.launch_at`): its message says why."""
+
+
 @dataclass(frozen=True)
 class TaskEnded:
     task_id: str
     state: str
-    """``exited`` for a process the backend watched; a Mesos ``TASK_*`` state."""
+    """``exited`` for a process the backend watched; a Mesos ``TASK_*`` state;
+    ``NOT_PLACED``."""
     exit_code: int | None
     message: str = ""
     host: str = ""
@@ -97,6 +104,18 @@ class Backend(abc.ABC):
         has a way to start them as one (Slurm: one allocation)."""
         for launch in launches:
             await self.launch(launch)
+
+    keeps_addresses: ClassVar[bool] = False
+    """Whether :meth:`launch_at` can start a task where an earlier attempt ran."""
+
+    async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
+        """Start ``launch`` on the host (Mesos: the agent) where the attempt
+        ``earlier`` (a task id) ran, at ``port``, once that attempt is over.
+        Where the port cannot be had there (in use, not offered within a
+        bound), report ``TaskEnded`` with state ``NOT_PLACED``, saying why.
+        Only where :attr:`keeps_addresses`; fine-grained mode relaunches a
+        dead worker's server with it (:mod:`tfmesos.server_relaunch`)."""
+        raise NotImplementedError(f"the {self.name} backend cannot start a task at a given port")
 
     def admit(self, peer_id: str) -> bool:
         """Whether a rendezvous peer that is no task of the job, and proved

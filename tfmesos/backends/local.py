@@ -23,7 +23,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tfmesos import procfs, runs, wire
-from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
+from tfmesos.backends.base import (
+    NOT_PLACED,
+    Backend,
+    EventSink,
+    Launch,
+    TaskEnded,
+    TaskPlaced,
+)
 from tfmesos.backends.forking import (
     OWN_PROCESS_GROUP,
     AgentProcess,
@@ -51,6 +58,9 @@ END_ROUNDS = 500
 """At most this many sweeps for the processes of an agent killed outright
 (each kills what it finds; a process stuck in the kernel may take a few)."""
 """How long a relaunch waits for an earlier attempt of its task to give back its GPUs."""
+EARLIER_ATTEMPT_WAIT = GPU_RELEASE_WAIT
+"""How long a relaunch at an address (``launch_at``) waits for the attempt it
+replaces to end and give its port back."""
 
 
 def _count(amount: float, unit: str) -> str:
@@ -69,6 +79,7 @@ def _mebibytes(mib: float) -> str:
 class LocalBackend(Backend):
     name = "local"
     rendezvous_bind = "127.0.0.1"
+    keeps_addresses = True
 
     def __init__(
         self,
@@ -95,6 +106,8 @@ class LocalBackend(Backend):
         self._fork_server: ForkServer | None = None
         self._use_fork_server = agent_command is None and not os.environ.get(NO_FORK_SERVER)
         self._waiters: set[asyncio.Task[None]] = set()
+        self._agent_ended = asyncio.Event()
+        """Set whenever an agent has ended and given back what it held."""
 
     @property
     def rendezvous_host(self) -> str:
@@ -180,6 +193,35 @@ class LocalBackend(Backend):
 
     async def launch(self, launch: Launch) -> None:
         assert self._sink is not None, "start() first"
+        gpus = await self._take_gpus(launch)
+        port = self._ports.allocate()
+        await self._start_holding(launch, port, gpus)
+
+    async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
+        assert self._sink is not None, "start() first"
+        deadline = time.monotonic() + EARLIER_ATTEMPT_WAIT
+        while earlier in self._procs:
+            self._agent_ended.clear()
+            left = deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(self._agent_ended.wait(), max(left, 0.0))
+            except asyncio.TimeoutError:
+                break
+        if earlier in self._procs:
+            problem = f"its earlier attempt still runs {EARLIER_ATTEMPT_WAIT:g}s after it ended"
+        elif not self._ports.claim(port):
+            problem = f"port {port} on {self.host} is taken by another process"
+        else:
+            try:
+                gpus = await self._take_gpus(launch)
+            except BaseException:
+                self._ports.release(port)
+                raise
+            await self._start_holding(launch, port, gpus)
+            return
+        self._sink(TaskEnded(launch.task_id, NOT_PLACED, None, problem, self.host))
+
+    async def _take_gpus(self, launch: Launch) -> list[str]:
         gpus: list[str] = []
         if self._gpus is not None and launch.task.gpus:
             # A relaunch can come before the attempt it replaces has exited
@@ -196,7 +238,11 @@ class LocalBackend(Backend):
                         f"{self._gpus.free} free; an earlier attempt still holds the rest"
                     ) from None
             gpus = self._gpus.allocate(launch.task.gpus)
-        port = self._ports.allocate()
+        return gpus
+
+    async def _start_holding(self, launch: Launch, port: int, gpus: list[str]) -> None:
+        """Start the agent with the port and GPUs taken for it, giving them
+        back should it not start."""
         try:
             await self._start_agent(launch, port, gpus)
         except BaseException:
@@ -289,6 +335,7 @@ class LocalBackend(Backend):
             self._gpus.release(gpus)
             self._gpus_released.set()
         self._procs.pop(task_id, None)
+        self._agent_ended.set()
         if code < 0:
             message = f"killed by {signal.Signals(-code).name}"
             code = 128 - code

@@ -22,6 +22,7 @@ from typing import Any
 from tfmesos import wire
 from tfmesos.advertise import is_loopback_name
 from tfmesos.backends.base import (
+    NOT_PLACED,
     Backend,
     BackendFailed,
     EventSink,
@@ -63,6 +64,13 @@ GANG_BACKOFF_MAX = 30.0
 """After giving held offers back, the job asks for offers again after this,
 doubling each time the job still does not fit, up to the max, at random
 between half and one and a half times that."""
+PINNED_OFFER_WAIT = 60.0
+"""How long a task relaunched at its address (``launch_at``: fine-grained mode
+keeps a dead worker's address) waits for an offer from its agent that holds
+its port. The master offers a task's resources again once the task is over
+(``Master::updateTask`` recovers them when it turns terminal,
+``src/master/master.cpp``); another framework may take the port first, or the
+agent may be gone."""
 GPU_AGENT_GRACE = 10.0
 """How long a task that needs no GPU waits for an agent without GPUs before it
 takes room on one that has them (``docs/gpu-support.md``: GPU agents are to be
@@ -82,6 +90,17 @@ class _Placed:
     killed: bool = False
     strays_killed: int = 0
     """KILLs sent for this task after it was reported gone and came back."""
+
+
+@dataclass
+class _Pin:
+    """A task that must run on one agent at one port: a relaunch at its address."""
+
+    launch: Launch
+    agent_id: str
+    host: str
+    port: int
+    expiry: asyncio.TimerHandle | None = None
 
 
 def framework_capabilities(spec: ClusterSpec) -> list[dict[str, str]]:
@@ -171,6 +190,7 @@ def task_info(
 
 class MesosBackend(Backend):
     name = "mesos"
+    keeps_addresses = True
 
     def __init__(
         self,
@@ -246,6 +266,10 @@ class MesosBackend(Backend):
         self._gang_shortfall = ""
         """What the held offers lack, said by progress()."""
         self._random = random.Random()
+        self._pins: dict[str, _Pin] = {}
+        """Tasks waiting for an offer from their agent that holds their port."""
+        self._pins_placed: dict[str, _Pin] = {}
+        """Pinned tasks launched: pinned again should their ACCEPT fail."""
 
     # -- Backend ---------------------------------------------------------
 
@@ -278,7 +302,48 @@ class MesosBackend(Backend):
         if self._suppressed and self._backoff is None:
             self._revive()
 
+    async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
+        placed = self._placed.get(earlier)
+        if placed is None:
+            assert self._sink is not None
+            self._sink(
+                TaskEnded(launch.task_id, NOT_PLACED, None, "its earlier attempt was never placed")
+            )
+            return
+        logger.debug("Mesos: %s waits for port %d on %s", launch.task.name, port, placed.host)
+        self._pin(_Pin(launch, placed.agent_id, placed.host, port))
+
+    def _pin(self, pin: _Pin) -> None:
+        pin.expiry = asyncio.get_running_loop().call_later(
+            PINNED_OFFER_WAIT, self._pin_expired, pin.launch.task_id
+        )
+        self._pins[pin.launch.task_id] = pin
+        # Also lifts the filters of offers declined while every task ran.
+        self._revive()
+
+    def _pin_expired(self, task_id: str) -> None:
+        pin = self._pins.pop(task_id, None)
+        if pin is None or self._closing:
+            return
+        assert self._sink is not None
+        self._sink(
+            TaskEnded(
+                task_id,
+                NOT_PLACED,
+                None,
+                f"no offer from its agent ({pin.agent_id}) held port {pin.port} within "
+                f"{PINNED_OFFER_WAIT:g}s",
+                pin.host,
+            )
+        )
+
+    def _unpin(self, task_id: str) -> None:
+        pin = self._pins.pop(task_id, None)
+        if pin is not None and pin.expiry is not None:
+            pin.expiry.cancel()
+
     async def kill(self, task_id: str) -> None:
+        self._unpin(task_id)
         self._pending = [p for p in self._pending if p.task_id != task_id]
         placed = self._placed.get(task_id)
         if placed is not None and not placed.ended:
@@ -293,6 +358,8 @@ class MesosBackend(Backend):
     async def close(self) -> None:
         self._closing = True
         self._pending.clear()
+        for task_id in list(self._pins):
+            self._unpin(task_id)
         self._cancel_hold()
         if self._backoff is not None:
             self._backoff.cancel()
@@ -449,7 +516,7 @@ class MesosBackend(Backend):
         # framework fails over or re-subscribes: Master::_subscribe).
         self._held.clear()
         self._cancel_hold()
-        if self._pending:
+        if self._pending or self._pins:
             self._revive()
 
     # Gang placement: a job's tasks are launched together or not at all. A
@@ -480,6 +547,8 @@ class MesosBackend(Backend):
                 self._largest_offer = OfferCapacity.of(offer)
             if self._unreachable_from(offer):
                 continue
+            if self._pins and self._place_pinned(offer, capacity):
+                continue
             candidates = self._candidates_for(capacity)
             if self._backoff is None and place(
                 [self._pending[i].task for i in candidates], capacity
@@ -487,12 +556,52 @@ class MesosBackend(Backend):
                 self._held[offer["id"]["value"]] = offer
             else:
                 self._decline(
-                    offer["id"], DECLINE_SECONDS if self._pending else DECLINE_IDLE_SECONDS
+                    offer["id"],
+                    DECLINE_SECONDS if self._pending or self._pins else DECLINE_IDLE_SECONDS,
                 )
         self._place_gang()
-        if not self._pending and not self._suppressed:
+        if not self._pending and not self._pins and not self._suppressed:
             self._suppressed = True
             self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+
+    def _place_pinned(self, offer: dict[str, Any], capacity: OfferCapacity) -> bool:
+        """Launch the pinned tasks this offer holds the agent and port of;
+        say whether it launched any (the rest of the offer is declined)."""
+        agent_id = offer["agent_id"]["value"]
+        launched: list[tuple[_Pin, list[dict[str, Any]]]] = []
+        for pin in list(self._pins.values()):
+            if pin.agent_id != agent_id or not capacity.holds_port(pin.port):
+                continue
+            if not capacity.fits(pin.launch.task):
+                continue
+            resources, _ = capacity.take(pin.launch.task, pin.port)
+            self._unpin(pin.launch.task_id)
+            self._pins_placed[pin.launch.task_id] = pin
+            launched.append((pin, resources))
+        if not launched:
+            return False
+        task_infos = []
+        for pin, resources in launched:
+            task_infos.append(
+                task_info(pin.launch, self.spec, offer, resources, pin.port, self.user)
+            )
+            self._placed[pin.launch.task_id] = _Placed(
+                pin.launch, agent_id, offer.get("hostname", "")
+            )
+            assert self._sink is not None
+            self._sink(TaskPlaced(pin.launch.task_id, offer.get("hostname", "")))
+        accept = {
+            "type": "ACCEPT",
+            "accept": {
+                "offer_ids": [offer["id"]],
+                "operations": [{"type": "LAUNCH", "launch": {"task_infos": task_infos}}],
+                "filters": {"refuse_seconds": DECLINE_SECONDS},
+            },
+        }
+        future = self._submit(accept)
+        if future is not None:
+            self._track(self._accept(future, offer["id"], [pin.launch for pin, _ in launched]))
+        return True
 
     def _place_gang(self) -> None:
         """Launch every waiting task on the held offers if they all fit there."""
@@ -651,6 +760,10 @@ class MesosBackend(Backend):
             if placed is None or placed.ended or placed.killed:
                 continue
             del self._placed[launch.task_id]
+            pin = self._pins_placed.pop(launch.task_id, None)
+            if pin is not None:
+                self._pin(pin)  # back to waiting for its agent and port
+                continue
             back.append(launch)
         if not back:
             return

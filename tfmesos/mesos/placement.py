@@ -78,8 +78,16 @@ class OfferCapacity:
             and totals.get("gpus", 0.0) + _EPSILON >= task.gpus
         )
 
-    def take(self, task: TaskSpec) -> tuple[list[Resource], int]:
-        """Take what ``task`` needs; return its resources and its port."""
+    def holds_port(self, port: int) -> bool:
+        return any(
+            bounds[i] <= port <= bounds[i + 1]
+            for _, bounds in self.ports
+            for i in range(0, len(bounds), 2)
+        )
+
+    def take(self, task: TaskSpec, port: int | None = None) -> tuple[list[Resource], int]:
+        """Take what ``task`` needs; return its resources and its port:
+        ``port`` itself if given (the offer must hold it), else the first free."""
         taken: list[Resource] = []
         for name, amount in (("cpus", task.cpus), ("mem", task.mem), ("gpus", float(task.gpus))):
             for scalar in self.scalars.get(name, []):
@@ -94,13 +102,26 @@ class OfferCapacity:
                 scalar.value -= part
                 amount -= part
                 self._totals[name] -= part
-        template, bounds = next((p for p in self.ports if p[1]), (None, []))
-        assert template is not None
-        port = bounds[0]
-        if bounds[0] == bounds[1]:
-            del bounds[:2]
+        if port is None:
+            template, bounds = next((p for p in self.ports if p[1]), (None, []))
+            assert template is not None
+            port = bounds[0]
+            if bounds[0] == bounds[1]:
+                del bounds[:2]
+            else:
+                bounds[0] += 1
         else:
-            bounds[0] += 1
+            template, bounds, at = next(
+                (t, b, i)
+                for t, b in self.ports
+                for i in range(0, len(b), 2)
+                if b[i] <= port <= b[i + 1]
+            )
+            # The range around the port, less the port: none, one or two ranges.
+            rest = [
+                (b, e) for b, e in ((bounds[at], port - 1), (port + 1, bounds[at + 1])) if b <= e
+            ]
+            bounds[at : at + 2] = [bound for pair in rest for bound in pair]
         self._ports_left -= 1
         resource = _without_amount(template)
         resource["ranges"] = {"range": [{"begin": port, "end": port}]}

@@ -1,0 +1,80 @@
+"""Fine-grained mode: which dead TensorFlow servers are started again, and where.
+
+TF2's ``ClusterCoordinator`` treats a worker whose server stops answering as
+preempted: it puts the worker's functions back in its queue for the other
+workers, and waits (up to an hour) for a server at the same address to answer
+again; it then rebuilds that worker's datasets and carries on. The program
+holds every address (its cluster resolver), so a worker can only come back
+where it was. A parameter server cannot: the model's variables live in its
+memory and die with it, and the coordinator fails the program's next step
+that reads them.
+
+This module is the policy alone, with no process and no backend, so that it
+is tested by itself; the launcher applies it (``Launcher._relaunch_server``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tfmesos.spec import TaskSpec
+
+__all__ = ["RELAUNCHED_JOB", "NotRelaunched", "RelaunchAt", "decide"]
+
+RELAUNCHED_JOB = "worker"
+"""The one job whose servers are relaunched: the job ``ClusterCoordinator``
+schedules functions on and recovers."""
+
+
+@dataclass(frozen=True)
+class RelaunchAt:
+    """Start the task again at ``address``: relaunch ``number`` of ``allowed``."""
+
+    address: str
+    number: int
+    allowed: int
+
+
+@dataclass(frozen=True)
+class NotRelaunched:
+    """The task's end ends the job; ``why`` says why it is not relaunched
+    (empty when no relaunch was asked for: ``max_restarts=0``)."""
+
+    why: str
+
+
+def decide(
+    task: TaskSpec,
+    address: str,
+    *,
+    done: int,
+    allowed: int,
+    backend: str,
+    backend_keeps_addresses: bool,
+) -> RelaunchAt | NotRelaunched:
+    """What to do about ``task``, whose server at ``address`` died while the
+    cluster was up. ``done``: relaunches the job has made so far, of the
+    ``allowed`` in all (``cluster(..., max_restarts=N)``); ``backend`` and
+    whether it can start a task at a given address."""
+    if allowed == 0:
+        return NotRelaunched("")
+    if task.job_name == "ps":
+        return NotRelaunched(
+            "not relaunched: a ps holds the model's variables, which died with it, and "
+            "ClusterCoordinator cannot recover them"
+        )
+    if task.job_name != RELAUNCHED_JOB:
+        return NotRelaunched(
+            f"not relaunched: only {RELAUNCHED_JOB} servers are (ClusterCoordinator recovers "
+            f"workers only), and this is a {task.job_name!r} server"
+        )
+    if not backend_keeps_addresses:
+        return NotRelaunched(
+            f"not relaunched: the {backend} backend cannot start a task at a given address"
+        )
+    if done >= allowed:
+        return NotRelaunched(
+            f"not relaunched: the job has made the {allowed} "
+            f"relaunch{'es' if allowed != 1 else ''} max_restarts={allowed} allows"
+        )
+    return RelaunchAt(address, done + 1, allowed)
