@@ -14,11 +14,13 @@ from tfmesos import proctree, wire
 from tfmesos.supervisor import CommandRun
 
 # A stand-in for tfmesos.tfserver: it says it listens the way the server
-# does, down the descriptor the agent hands it, then serves until stopped.
+# does, down the descriptor the agent hands it, after its last line (as the
+# server prints its address first: a stop may come as soon as it says so),
+# then serves until stopped.
 SERVER = (
-    "import os, signal; print('starting', flush=True); "
+    "import os, signal; print('starting', flush=True); print('listening', flush=True); "
     f"fd = int(os.environ.pop({wire.ENV_READY_FD!r})); os.write(fd, b'1'); os.close(fd); "
-    "print('listening', flush=True); signal.pause()"
+    "signal.pause()"
 )
 DIES_FIRST = "print('cannot bind', flush=True); raise SystemExit(3)"
 
