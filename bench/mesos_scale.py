@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -177,7 +178,9 @@ def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
     assert proc.stderr is not None
     up = None
     cpu = 0.0
+    said = ""  # what tfrun said before "cluster up", for the error if it never came
     for line in proc.stderr:
+        said += line
         if "cluster up" in line:
             up = time.perf_counter() - started
             times = psutil.Process(proc.pid).cpu_times()
@@ -185,7 +188,7 @@ def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
             break
     rest = proc.stderr.read()
     if proc.wait(timeout=600) != 0 or up is None:
-        raise RuntimeError(f"tfrun failed ({proc.returncode}): {rest[-2000:]}")
+        raise RuntimeError(f"tfrun failed ({proc.returncode}): {(said + rest)[-4000:]}")
     return up, cpu
 
 
@@ -198,6 +201,7 @@ def main() -> None:
         args.quick,
         {"sizes": sizes, "agents": 50, "placement": "1000 tasks on 200 offers"},
     )
+    load_before = os.getloadavg()[0]
     cpu = [placement_cpu(1000, 200) for _ in range(max(args.reps, 3))]
     result.add("placement CPU, 1,000 tasks on 200 offers", "s", cpu)
     row = result.row("placement CPU, 1,000 tasks on 200 offers")
@@ -251,6 +255,10 @@ def main() -> None:
     result.note(
         "both backends start one Python agent per task on this 2-core machine; the test "
         "master's agents are this machine too, so process start bounds both"
+    )
+    result.note(
+        f"load average (1 min) on this machine at the start and the end: {load_before:.1f}, "
+        f"{os.getloadavg()[0]:.1f} (other work on its {os.cpu_count()} cores)"
     )
     result.write(args.results_dir)
 
