@@ -510,6 +510,8 @@ async def test_the_fit_kept_across_events_equals_a_fit_from_scratch(
     from tfmesos.backends import mesos
 
     monkeypatch.setattr(mesos, "GANG_HOLD_SECONDS", 3600.0)
+    # Tasks take GPU agents only when the test says they waited long enough.
+    monkeypatch.setattr(mesos, "GPU_AGENT_GRACE", 3600.0)
     rng = random.Random(seed)
     harness = Harness(mixed_spec(), monkeypatch)
     backend = harness.backend
@@ -549,7 +551,7 @@ async def test_the_fit_kept_across_events_equals_a_fit_from_scratch(
             # CPU tasks waited long enough to take room on GPU agents.
             for launch in backend._pending:
                 if rng.random() < 0.5:
-                    backend._waiting_since[launch.task_id] = time.monotonic() - GPU_AGENT_GRACE
+                    backend._waiting_since[launch.task_id] = time.monotonic() - 3600.0
         expected = first_fit_from_scratch(backend)
         assert kept_fit(backend) == expected
         if backend._held:
