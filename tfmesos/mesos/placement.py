@@ -19,7 +19,6 @@ __all__ = [
     "OfferCapacity",
     "describe_need",
     "describe_needs",
-    "describe_total",
     "place",
 ]
 
@@ -139,17 +138,8 @@ def describe_needs(tasks: Sequence[TaskSpec]) -> str:
     return text + (f", gpus {gpus}" if gpus else "") + f", {len(tasks)} ports"
 
 
-def describe_total(capacities: Sequence[OfferCapacity]) -> str:
-    """What ``capacities`` hold together."""
-    return _describe_amounts(
-        sum(c.total("cpus") for c in capacities),
-        sum(c.total("mem") for c in capacities),
-        sum(c.total("gpus") for c in capacities),
-        sum(c.port_count() for c in capacities),
-    )
-
-
 def _describe_amounts(cpus: float, mem: float, gpus: float, ports: int) -> str:
+    """What offers hold together: their ``cpus``, ``mem``, ``gpus`` and ``ports``."""
     text = f"cpus {cpus:g}, mem {mem:g} MiB"
     text += f", gpus {gpus:g}" if gpus else ""
     return text + f", {ports} ports"
