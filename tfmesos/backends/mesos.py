@@ -417,9 +417,10 @@ class MesosBackend(Backend):
             message = event.get("error", {}).get("message", "no message")
             self._sink(BackendFailed(f"the Mesos master sent an ERROR: {message}"))
         elif kind == "RESCIND":
-            # Offers are used or declined as soon as they arrive; an offer
-            # rescinded after an ACCEPT makes its tasks TASK_DROPPED/LOST,
-            # which the relaunch path handles.
+            # A held offer is let go (the gang's fit is cut back to the offers
+            # held before it when next wanted: _fit_held); an offer rescinded
+            # after an ACCEPT makes its tasks TASK_DROPPED/LOST, which the
+            # relaunch path handles.
             offer_id = event.get("rescind", {}).get("offer_id", {}).get("value")
             logger.debug("Mesos: offer %s rescinded", offer_id)
             self._held.pop(str(offer_id), None)
