@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import socket
 import time
 from collections.abc import Callable, Coroutine
@@ -20,6 +21,7 @@ from tfmesos import advertise
 from tfmesos.backends.base import BackendEvent, BackendFailed, Launch, TaskEnded, TaskPlaced
 from tfmesos.backends.mesos import GPU_AGENT_GRACE, MesosBackend, task_info
 from tfmesos.errors import SpecError
+from tfmesos.mesos.placement import GangFit, OfferCapacity
 from tfmesos.mesos.roles import validate_role
 from tfmesos.mesos.states import TaskState, exit_status
 from tfmesos.spec import ClusterSpec, Job, Volume
@@ -442,3 +444,170 @@ async def test_a_rescinded_offer_is_no_longer_held(monkeypatch: pytest.MonkeyPat
     # a1's room is gone: a2 alone fits one task, which is not launched alone.
     assert harness.accepted() == []
     assert "fit 1 of the 3 tasks waiting" in harness.backend.progress()
+
+
+@in_loop
+async def test_progress_names_the_offers_held_after_one_is_rescinded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(three_task_spec(), monkeypatch)
+    await harness.launch_all()
+    harness.offers(offer("a1", cpus=2), offer("a2", cpus=2))
+    assert "the 2 offers held (cpus 4, mem 8192 MiB, 22 ports) fit 2 of the 3" in (
+        harness.backend.progress()
+    )
+    harness.backend._on_event({"type": "RESCIND", "rescind": {"offer_id": {"value": "offer-a1"}}})
+    assert "the 1 offers held (cpus 2, mem 4096 MiB, 11 ports) fit 1 of the 3" in (
+        harness.backend.progress()
+    )
+    harness.backend._on_event({"type": "RESCIND", "rescind": {"offer_id": {"value": "offer-a2"}}})
+    assert "offers held" not in harness.backend.progress()
+    assert harness.client.types() == []
+
+
+def first_fit_from_scratch(backend: MesosBackend) -> dict[str, tuple[str, int]]:
+    """The gang's placement by definition: each held offer, in the order it
+    came, takes in turn those of its candidates that fit what is left of it
+    and that no offer before it took. Task ID -> (offer ID, port)."""
+    placed: dict[str, tuple[str, int]] = {}
+    for held in backend._held.values():
+        capacity = OfferCapacity.of(held)
+        for position in backend._candidates_for(capacity):
+            launch = backend._pending[position]
+            if launch.task_id not in placed and capacity.fits(launch.task):
+                _, port = capacity.take(launch.task)
+                placed[launch.task_id] = (held["id"]["value"], port)
+    return placed
+
+
+def kept_fit(backend: MesosBackend) -> dict[str, tuple[str, int]]:
+    fit = backend._fit_held()
+    return {
+        backend._pending[position].task_id: (held["id"]["value"], port)
+        for position, (held, _, port) in fit.placed.items()
+    }
+
+
+def mixed_spec() -> ClusterSpec:
+    """Tasks of several sizes, some with GPUs, and one that no offer fits (the
+    job never fits whole: the fit is checked as it grows)."""
+    return ClusterSpec(
+        (
+            Job("ps", 2, cpus=3, mem=2048, cmd="x"),
+            Job("worker", 20, cpus=1, mem=512, cmd="x"),
+            Job("eval", 5, cpus=2, mem=3000, cmd="x"),
+            Job("gpu", 4, cpus=1, mem=1024, gpus=1, cmd="x"),
+            Job("huge", 1, cpus=100, mem=512, cmd="x"),
+        )
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+@in_loop
+async def test_the_fit_kept_across_events_equals_a_fit_from_scratch(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    from tfmesos.backends import mesos
+
+    monkeypatch.setattr(mesos, "GANG_HOLD_SECONDS", 3600.0)
+    # Tasks take GPU agents only when the test says they waited long enough.
+    monkeypatch.setattr(mesos, "GPU_AGENT_GRACE", 3600.0)
+    rng = random.Random(seed)
+    harness = Harness(mixed_spec(), monkeypatch)
+    backend = harness.backend
+    launches = [Launch(f"id-{t.name}", t, {}) for t in backend.spec.tasks()]
+    huge = next(launch for launch in launches if launch.task.job_name == "huge")
+    launches.remove(huge)
+    rng.shuffle(launches)
+    for launch in [huge, *launches[:-4]]:
+        await backend.launch(launch)
+    later = launches[-4:]
+    agents = 0
+    for _ in range(60):
+        step = rng.random()
+        if step < 0.6:
+            batch = []
+            for _ in range(rng.randint(1, 4)):
+                agents += 1
+                batch.append(
+                    offer(
+                        f"a{agents}",
+                        cpus=rng.choice([0.5, 1, 2, 3, 4, 8]),
+                        mem=rng.choice([256, 1024, 4096, 8192]),
+                        gpus=rng.choice([0, 0, 0, 1, 2]),
+                    )
+                )
+            harness.offers(*batch)
+        elif step < 0.75 and backend._held:
+            # A held offer goes, from anywhere in the order they came.
+            gone = rng.choice(list(backend._held))
+            backend._on_event({"type": "RESCIND", "rescind": {"offer_id": {"value": gone}}})
+        elif step < 0.85 and len(backend._pending) > 1:
+            # A waiting task stops waiting (killed), or another starts to.
+            await backend.kill(rng.choice(backend._pending[1:]).task_id)
+        elif step < 0.93 and later:
+            await backend.launch(later.pop())
+        else:
+            # CPU tasks waited long enough to take room on GPU agents.
+            for launch in backend._pending:
+                if rng.random() < 0.5:
+                    backend._waiting_since[launch.task_id] = time.monotonic() - 3600.0
+        expected = first_fit_from_scratch(backend)
+        assert kept_fit(backend) == expected
+        if backend._held:
+            assert (
+                f"the {len(backend._held)} offers held" in backend.progress()
+                and f"fit {len(expected)} of the {len(backend._pending)} tasks waiting"
+                in backend.progress()
+            )
+    await harness.settle()
+    assert "ACCEPT" not in harness.client.types()
+
+
+@in_loop
+async def test_each_offer_held_is_fitted_once_while_the_tasks_waiting_stay_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fitted: list[str] = []
+    fit_offer = GangFit.add
+
+    def counting(fit: GangFit, capacity: OfferCapacity, candidates: Any) -> None:
+        fitted.append(capacity.offer["id"]["value"])
+        fit_offer(fit, capacity, candidates)
+
+    monkeypatch.setattr(GangFit, "add", counting)
+    harness = Harness(ClusterSpec((Job("worker", 40, cpus=1, cmd="x"),)), monkeypatch)
+    await harness.launch_all()
+    for agent in range(10):
+        harness.offers(offer(f"a{agent}", cpus=4))
+    await harness.settle()
+    assert fitted == [f"offer-a{agent}" for agent in range(10)]
+    assert len(harness.accepted()) == 10
+    assert sum(len(tasks) for _, tasks in harness.accepted()) == 40
+
+
+@in_loop
+async def test_offers_one_event_at_a_time_are_accepted_as_when_they_come_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = ClusterSpec(
+        (
+            Job("ps", 2, cpus=3, mem=2048, cmd="x"),
+            Job("worker", 12, cpus=1, mem=512, cmd="x"),
+            Job("gpu", 2, cpus=1, mem=1024, gpus=1, cmd="x"),
+        )
+    )
+    # More than the job needs, some offers too small for a task, GPUs on two.
+    sizes = [(4, 4096, 0), (1, 1024, 1), (0.5, 4096, 0), (2, 1024, 0), (4, 4096, 1)]
+    sizes += [(6, 4096, 0), (1, 256, 0), (2, 4096, 0), (4, 1024, 0), (6, 8192, 0)]
+    batch = [offer(f"a{i}", cpus=c, mem=m, gpus=g) for i, (c, m, g) in enumerate(sizes)]
+    accepts = []
+    for events in ([batch], [[o] for o in batch]):
+        harness = Harness(spec, monkeypatch)
+        await harness.launch_all()
+        for event in events:
+            harness.offers(*event)
+        await harness.settle()
+        accepts.append([c for c in harness.client.sent if c["type"] == "ACCEPT"])
+    assert accepts[0], "the offers fit the job"
+    assert accepts[1] == accepts[0]

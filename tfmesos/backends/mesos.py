@@ -32,13 +32,7 @@ from tfmesos.backends.base import (
     advertised_host,
 )
 from tfmesos.errors import SpecError
-from tfmesos.mesos.placement import (
-    OfferCapacity,
-    describe_need,
-    describe_needs,
-    describe_total,
-    place,
-)
+from tfmesos.mesos.placement import GangFit, OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.states import TaskState, describe_reason, exit_status
 from tfmesos.spec import ClusterSpec, TaskSpec
@@ -259,12 +253,16 @@ class MesosBackend(Backend):
         self._held: dict[str, dict[str, Any]] = {}
         """Offers held for the gang, by offer ID: each fits some task that is
         waiting, but all of them together do not yet fit every such task."""
+        self._fit: GangFit | None = None
+        """The waiting tasks' fit over the held offers, as last brought up to
+        date (_fit_held)."""
         self._hold_expiry: asyncio.TimerHandle | None = None
         self._backoff: asyncio.TimerHandle | None = None
         self._give_backs = 0
         """Times in a row the held offers were given back without the job fitting."""
         self._gang_shortfall = ""
-        """What the held offers lack, said by progress()."""
+        """What the offers last given back lacked, said by progress() while
+        no offer is held."""
         self._random = random.Random()
         self._pins: dict[str, _Pin] = {}
         """Tasks waiting for an offer from their agent that holds their port."""
@@ -390,7 +388,9 @@ class MesosBackend(Backend):
             text += f" ({count} sent back after their ACCEPT failed: {problem})"
         if not self._pending:
             return text
-        if self._gang_shortfall:
+        if self._held:
+            text += f"; {self._fit_held().shortfall()}"
+        elif self._gang_shortfall:
             text += f"; {self._gang_shortfall}"
         if self._backoff is not None:
             text += "; the offers held were given back, for another job to use, and are asked for again soon"
@@ -484,9 +484,10 @@ class MesosBackend(Backend):
             message = event.get("error", {}).get("message", "no message")
             self._sink(BackendFailed(f"the Mesos master sent an ERROR: {message}"))
         elif kind == "RESCIND":
-            # Offers are used or declined as soon as they arrive; an offer
-            # rescinded after an ACCEPT makes its tasks TASK_DROPPED/LOST,
-            # which the relaunch path handles.
+            # A held offer is let go (the gang's fit is cut back to the offers
+            # held before it when next wanted: _fit_held); an offer rescinded
+            # after an ACCEPT makes its tasks TASK_DROPPED/LOST, which the
+            # relaunch path handles.
             offer_id = event.get("rescind", {}).get("offer_id", {}).get("value")
             logger.debug("Mesos: offer %s rescinded", offer_id)
             self._held.pop(str(offer_id), None)
@@ -549,9 +550,8 @@ class MesosBackend(Backend):
                 continue
             if self._pins and self._place_pinned(offer, capacity):
                 continue
-            candidates = self._candidates_for(capacity)
-            if self._backoff is None and place(
-                [self._pending[i].task for i in candidates], capacity
+            if self._backoff is None and any(
+                capacity.fits(self._pending[i].task) for i in self._candidates_for(capacity)
             ):
                 self._held[offer["id"]["value"]] = offer
             else:
@@ -610,21 +610,8 @@ class MesosBackend(Backend):
         if not self._pending:
             self._give_back(DECLINE_IDLE_SECONDS)
             return
-        placed: dict[int, tuple[dict[str, Any], list[dict[str, Any]], int]] = {}
-        capacities = [OfferCapacity.of(offer) for offer in self._held.values()]
-        for capacity in capacities:
-            candidates = [i for i in self._candidates_for(capacity) if i not in placed]
-            for candidate, resources, port in place(
-                [self._pending[i].task for i in candidates], capacity
-            ):
-                placed[candidates[candidate]] = (capacity.offer, resources, port)
-        if len(placed) < len(self._pending):
-            self._gang_shortfall = (
-                f"the {len(self._held)} offers held "
-                f"({describe_total([OfferCapacity.of(o) for o in self._held.values()])}) "
-                f"fit {len(placed)} of the {len(self._pending)} tasks waiting, which need "
-                f"{describe_needs([p.task for p in self._pending])} together"
-            )
+        fit = self._fit_held()
+        if not fit.complete:
             if self._hold_expiry is None:
                 hold = GANG_HOLD_SECONDS * self._random.uniform(1.0, 1.5)
                 self._hold_expiry = asyncio.get_running_loop().call_later(hold, self._hold_expired)
@@ -633,7 +620,8 @@ class MesosBackend(Backend):
         self._gang_shortfall = ""
         self._give_backs = 0
         by_offer: dict[str, list[tuple[Launch, list[dict[str, Any]], int]]] = {}
-        for position, (offer, resources, port) in sorted(placed.items()):
+        self._fit = None
+        for position, (offer, resources, port) in sorted(fit.placed.items()):
             by_offer.setdefault(offer["id"]["value"], []).append(
                 (self._pending[position], resources, port)
             )
@@ -666,6 +654,38 @@ class MesosBackend(Backend):
             if future is not None:
                 self._track(self._accept(future, offer["id"], launches))
 
+    def _fit_held(self) -> GangFit:
+        """The fit of the waiting tasks over the held offers, brought up to
+        date: made anew when other tasks wait or a GPU offer's candidates
+        changed, cut back to the first offer no longer held, then extended by
+        the offers held since. It equals a fit of every held offer from scratch
+        (tests/test_mesos_backend.py checks it does)."""
+        key = [launch.task_id for launch in self._pending]
+        fit = self._fit
+        if (
+            fit is None
+            or fit.key != key
+            or (fit.gpu_candidates is not None and fit.gpu_candidates != self._gpu_candidates())
+        ):
+            fit = self._fit = GangFit([launch.task for launch in self._pending], key)
+        held = list(self._held)
+        kept = len(fit.offer_ids)
+        if held[:kept] != fit.offer_ids:
+            # Offers are only ever added at the end: one is gone (rescinded).
+            kept = 0
+            while kept < len(held) and held[kept] == fit.offer_ids[kept]:
+                kept += 1
+            fit.drop_from(kept)
+        for offer_id in held[kept:]:
+            capacity = OfferCapacity.of(self._held[offer_id])
+            candidates = None
+            if capacity.total("gpus") > 0:
+                if fit.gpu_candidates is None:
+                    fit.gpu_candidates = self._gpu_candidates()
+                candidates = fit.gpu_candidates
+            fit.add(capacity, candidates)
+        return fit
+
     def _cancel_hold(self) -> None:
         if self._hold_expiry is not None:
             self._hold_expiry.cancel()
@@ -678,6 +698,7 @@ class MesosBackend(Backend):
         delay = min(GANG_BACKOFF_SECONDS * 2**self._give_backs, GANG_BACKOFF_MAX)
         delay *= self._random.uniform(0.5, 1.5)
         self._give_backs += 1
+        self._gang_shortfall = self._fit_held().shortfall() if self._pending else ""
         logger.info(
             "Mesos: %s; giving them back, asking again in %.1fs", self._gang_shortfall, delay
         )
@@ -706,6 +727,10 @@ class MesosBackend(Backend):
         offer (``docs/gpu-support.md``)."""
         if capacity.total("gpus") <= 0:
             return list(range(len(self._pending)))
+        return self._gpu_candidates()
+
+    def _gpu_candidates(self) -> list[int]:
+        """_candidates_for an offer with GPUs."""
         now = time.monotonic()
         gpu_tasks = [i for i, p in enumerate(self._pending) if p.task.gpus]
         patient = [

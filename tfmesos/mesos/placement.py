@@ -8,13 +8,19 @@ framework must (``mesos.proto``, ``Resource.allocation_info``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfmesos.spec import TaskSpec
 
-__all__ = ["OfferCapacity", "describe_need", "describe_needs", "describe_total", "place"]
+__all__ = [
+    "GangFit",
+    "OfferCapacity",
+    "describe_need",
+    "describe_needs",
+    "place",
+]
 
 Resource = dict[str, Any]
 _EPSILON = 1e-6
@@ -153,32 +159,124 @@ def describe_needs(tasks: Sequence[TaskSpec]) -> str:
     return text + (f", gpus {gpus}" if gpus else "") + f", {len(tasks)} ports"
 
 
-def describe_total(capacities: Sequence[OfferCapacity]) -> str:
-    """What ``capacities`` hold together."""
-    gpus = sum(c.total("gpus") for c in capacities)
-    text = f"cpus {sum(c.total('cpus') for c in capacities):g}"
-    text += f", mem {sum(c.total('mem') for c in capacities):g} MiB"
+def _describe_amounts(cpus: float, mem: float, gpus: float, ports: int) -> str:
+    """What offers hold together: their ``cpus``, ``mem``, ``gpus`` and ``ports``."""
+    text = f"cpus {cpus:g}, mem {mem:g} MiB"
     text += f", gpus {gpus:g}" if gpus else ""
-    return text + f", {sum(c.port_count() for c in capacities)} ports"
+    return text + f", {ports} ports"
+
+
+def smallest_need(tasks: Sequence[TaskSpec]) -> TaskSpec:
+    """A task that needs the least of each resource any of ``tasks`` needs: an
+    offer that cannot fit it fits none of them."""
+    return TaskSpec(
+        "",
+        0,
+        min(t.cpus for t in tasks),
+        min(t.mem for t in tasks),
+        min(t.gpus for t in tasks),
+        None,
+    )
 
 
 def place(
-    tasks: Sequence[TaskSpec], capacity: OfferCapacity
+    tasks: Sequence[TaskSpec],
+    capacity: OfferCapacity,
+    positions: Iterable[int] | None = None,
+    smallest: TaskSpec | None = None,
 ) -> list[tuple[int, list[Resource], int]]:
-    """First fit of ``tasks`` (in order) on one offer: (task position, resources, port)."""
+    """First fit on one offer of ``tasks`` in order, or of those at
+    ``positions`` in that order: (task position, resources, port). ``smallest``
+    is ``smallest_need(tasks)`` when the caller already has it."""
     placed = []
-    smallest: tuple[float, float, int] | None = None
-    for position, task in enumerate(tasks):
+    for position in range(len(tasks)) if positions is None else positions:
+        task = tasks[position]
         if capacity.fits(task):
             resources, port = capacity.take(task)
             placed.append((position, resources, port))
             continue
         if smallest is None:
-            smallest = (
-                min(t.cpus for t in tasks),
-                min(t.mem for t in tasks),
-                min(t.gpus for t in tasks),
-            )
-        if not capacity.fits(TaskSpec("", 0, *smallest, None)):
+            smallest = smallest_need(tasks)
+        if not capacity.fits(smallest):
             break  # full: no task left can fit
     return placed
+
+
+class GangFit:
+    """The first fit of the tasks waiting over the offers held, in the order the
+    offers came: each offer takes, in its candidates' order, those of its
+    candidates that the offers before it left.
+
+    What an offer takes depends only on the offers before it, so the fit is kept
+    from one OFFERS event to the next and only the new offers are fitted: an
+    event costs what its own offers take, not a fit of every offer held (which
+    made a job that holds offers over many events quadratic). An offer gone from
+    the middle cuts the fit back to the offers before it (``drop_from``)."""
+
+    def __init__(self, tasks: Sequence[TaskSpec], key: list[str]) -> None:
+        self.tasks = tasks
+        self.key = key
+        """The waiting tasks' IDs, in order: the fit is of these and no others."""
+        self.offer_ids: list[str] = []
+        self.placed: dict[int, tuple[dict[str, Any], list[Resource], int]] = {}
+        """By task position: the offer, the resources taken from it, the port."""
+        self.gpu_candidates: list[int] | None = None
+        """The candidates the offers with GPUs were fitted with, if any was."""
+        self._unplaced: dict[int, None] = dict.fromkeys(range(len(tasks)))
+        """Positions not placed, in order (a dict: removal in O(1))."""
+        self._took: list[list[int]] = []
+        """The positions each offer took."""
+        self._offered: list[tuple[float, float, float, int]] = []
+        """What each offer held as offered: cpus, mem, gpus, ports."""
+        self._smallest = smallest_need(tasks) if tasks else None
+        self._needs: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        return len(self.placed) == len(self.tasks)
+
+    def add(self, capacity: OfferCapacity, candidates: Sequence[int] | None) -> None:
+        """Fit the next offer, as offered; ``candidates``: the positions that may
+        use it, in the order they are to be tried, or None for every task in order."""
+        offer = capacity.offer
+        self._offered.append(
+            (
+                capacity.total("cpus"),
+                capacity.total("mem"),
+                capacity.total("gpus"),
+                capacity.port_count(),
+            )
+        )
+        unplaced = self._unplaced
+        positions: Iterable[int] = (
+            unplaced if candidates is None else [i for i in candidates if i in unplaced]
+        )
+        took = place(self.tasks, capacity, positions, self._smallest)
+        for position, resources, port in took:
+            self.placed[position] = (offer, resources, port)
+            del unplaced[position]
+        self._took.append([position for position, _, _ in took])
+        self.offer_ids.append(offer["id"]["value"])
+
+    def drop_from(self, index: int) -> None:
+        """Forget the offers from ``index`` on and what they took."""
+        for took in self._took[index:]:
+            for position in took:
+                del self.placed[position]
+        del self._took[index:], self._offered[index:], self.offer_ids[index:]
+        self._unplaced = dict.fromkeys(i for i in range(len(self.tasks)) if i not in self.placed)
+
+    def shortfall(self) -> str:
+        """What the offers fit of the tasks, and what the tasks need."""
+        if self._needs is None:
+            self._needs = describe_needs(self.tasks)
+        held = _describe_amounts(
+            sum(offered[0] for offered in self._offered),
+            sum(offered[1] for offered in self._offered),
+            sum(offered[2] for offered in self._offered),
+            sum(offered[3] for offered in self._offered),
+        )
+        return (
+            f"the {len(self.offer_ids)} offers held ({held}) fit {len(self.placed)} of the "
+            f"{len(self.tasks)} tasks waiting, which need {self._needs} together"
+        )
