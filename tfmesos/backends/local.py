@@ -141,6 +141,13 @@ class LocalBackend(Backend):
                     f"{found}{here}: {self._fewer(task, 'gpus')}"
                 )
 
+    def _gpu_allocator(self) -> GpuAllocator:
+        """The machine's GPUs, looked up on the first launch that needs one
+        when check() has not looked already: a launch never depends on it."""
+        if self._gpus is None:
+            self._gpus = GpuAllocator(machine_resources(gpus=True).gpus)
+        return self._gpus
+
     def _fewer(self, task: TaskSpec, resource: str) -> str:
         """What to do about a task that asks for more than this machine has."""
         if self.spec.replica and task.job_name in ("ps", "worker"):
@@ -181,11 +188,12 @@ class LocalBackend(Backend):
     async def launch(self, launch: Launch) -> None:
         assert self._sink is not None, "start() first"
         gpus: list[str] = []
-        if self._gpus is not None and launch.task.gpus:
+        if launch.task.gpus:
+            allocator = self._gpu_allocator()
             # A relaunch can come before the attempt it replaces has exited
             # and given its GPUs back; check() made sure they will suffice.
             deadline = time.monotonic() + GPU_RELEASE_WAIT
-            while self._gpus.free < launch.task.gpus:
+            while allocator.free < launch.task.gpus:
                 self._gpus_released.clear()
                 left = deadline - time.monotonic()
                 try:
@@ -193,9 +201,9 @@ class LocalBackend(Backend):
                 except asyncio.TimeoutError:
                     raise ResourceError(
                         f"task {launch.task.name}: {launch.task.gpus} GPUs asked, "
-                        f"{self._gpus.free} free; an earlier attempt still holds the rest"
+                        f"{allocator.free} free; an earlier attempt still holds the rest"
                     ) from None
-            gpus = self._gpus.allocate(launch.task.gpus)
+            gpus = allocator.allocate(launch.task.gpus)
         port = self._ports.allocate()
         try:
             await self._start_agent(launch, port, gpus)
