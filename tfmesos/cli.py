@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfmesos import runs, wire
+from tfmesos.backends import BACKENDS
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.slurm import options as slurm_options
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
@@ -220,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = parser.add_argument_group("where tasks run")
     where.add_argument(
         "--backend",
-        choices=["local", "mesos", "slurm"],
+        choices=list(BACKENDS),
         help="local: this machine; mesos: a Mesos cluster; slurm: a Slurm cluster (default: mesos when -m or MESOS_MASTER is given, slurm when a Slurm flag is, else local)",
     )
     where.add_argument(
@@ -461,13 +462,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     # kazoo narrates every ZooKeeper connection step at INFO.
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    from tfmesos.backends import backend_options
     from tfmesos.run import run_replica_job
 
     try:
-        return run_replica_job(
-            spec,
+        # Each backend takes what is its own of these (BackendOptions.from_given).
+        options = backend_options(
             args.backend,
-            started=started,
             master=args.master,
             log_dir=args.log_dir,
             reconnect_timeout=args.reconnect_timeout,
@@ -475,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             user=args.user,
             slurm=args.slurm,
         )
+        return run_replica_job(spec, args.backend, options, started=started)
     except (ResourceError, SpecError) as exc:
         # Bad usage, found when the backend looked (a job this machine can
         # never hold, a certificate that cannot be used): said as usage is.

@@ -21,10 +21,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tfmesos import agent, procfs, runs
-from tfmesos.backends.base import Backend, EventSink, Launch, TaskEnded, TaskPlaced
+from tfmesos.backends.base import (
+    Backend,
+    BackendOptions,
+    EventSink,
+    Launch,
+    TaskEnded,
+    TaskPlaced,
+)
 from tfmesos.backends.forking import (
     OWN_PROCESS_GROUP,
     AgentProcess,
@@ -37,7 +45,7 @@ from tfmesos.ports import PortAllocator
 from tfmesos.resources import GpuAllocator, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "LocalOptions"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -66,8 +74,16 @@ def _mebibytes(mib: float) -> str:
     return f"{mib:g} MiB"
 
 
+@dataclass(frozen=True)
+class LocalOptions(BackendOptions):
+    """The local backend's options: only where the tasks' logs go (``--log-dir``)."""
+
+
 class LocalBackend(Backend):
     name = "local"
+    options_type = LocalOptions
+    chief_beside_launcher = False
+    """The chief is one of its tasks: every task runs on this machine."""
     rendezvous_bind = "127.0.0.1"
 
     def __init__(

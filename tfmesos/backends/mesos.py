@@ -24,6 +24,7 @@ from tfmesos.advertise import is_loopback_name
 from tfmesos.backends.base import (
     Backend,
     BackendFailed,
+    BackendOptions,
     EventSink,
     Launch,
     TaskEnded,
@@ -169,8 +170,21 @@ def task_info(
     return info
 
 
+@dataclass(frozen=True)
+class MesosOptions(BackendOptions):
+    """The Mesos backend's options. Its tasks' output stays in their sandboxes
+    on the agents: ``log_dir`` is only where the chief's goes."""
+
+    master: str | None = None
+    """host:port, a comma list, or zk://...; None: $MESOS_MASTER."""
+    reconnect_timeout: float = 120.0
+    checkpoint: bool = False
+    user: str | None = None
+
+
 class MesosBackend(Backend):
     name = "mesos"
+    options_type = MesosOptions
 
     def __init__(
         self,
@@ -182,11 +196,8 @@ class MesosBackend(Backend):
         principal: str | None = None,
         secret: str | None = None,
         checkpoint: bool = False,
-        log_dir: str | None = None,
         user: str | None = None,
     ) -> None:
-        # log_dir: task output stays in each task's sandbox on Mesos.
-        del log_dir
         super().__init__(spec)
         master = master or os.environ.get("MESOS_MASTER")
         if not master:
@@ -246,6 +257,17 @@ class MesosBackend(Backend):
         self._gang_shortfall = ""
         """What the held offers lack, said by progress()."""
         self._random = random.Random()
+
+    @classmethod
+    def from_options(cls, spec: ClusterSpec, options: BackendOptions) -> MesosBackend:
+        assert isinstance(options, MesosOptions), options
+        return cls(
+            spec,
+            master=options.master,
+            reconnect_timeout=options.reconnect_timeout,
+            checkpoint=options.checkpoint,
+            user=options.user,
+        )
 
     # -- Backend ---------------------------------------------------------
 

@@ -90,6 +90,7 @@ class _Job:
 
 class SlurmBackend(Backend):
     name = "slurm"
+    options_type = slurm_options.SlurmOptions
 
     def __init__(
         self,
