@@ -8,19 +8,20 @@ What the framework does with events lives here; talking to the master lives in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import getpass
 import logging
 import os
 import random
 import sys
 import time
+import traceback
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfmesos import agent
 from tfmesos.advertise import is_loopback_name
+from tfmesos.aio import reap
 from tfmesos.backends.base import (
     Backend,
     BackendFailed,
@@ -31,7 +32,7 @@ from tfmesos.backends.base import (
     TaskPlaced,
     advertised_host,
 )
-from tfmesos.errors import SpecError
+from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.mesos.placement import (
     OfferCapacity,
     describe_need,
@@ -244,6 +245,8 @@ class MesosBackend(Backend):
         self._resubscribed = False
         self._reviving: asyncio.Task[None] | None = None
         self._closing = False
+        self._failed = False
+        """The backend reported it can no longer run the job (_fail)."""
         self._accept_failure: tuple[int, str] | None = None
         """How many tasks the last failed ACCEPT sent back to waiting, and why
         it failed; cleared when an ACCEPT succeeds."""
@@ -286,8 +289,7 @@ class MesosBackend(Backend):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            assert self._sink is not None
-            self._sink(BackendFailed(str(exc)))
+            self._fail(exc)
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:
         # What fits is only known from offers; the diagnosis comes with progress().
@@ -328,8 +330,7 @@ class MesosBackend(Backend):
         await self.client.close(teardown=True)
         if self._runner is not None:
             self._runner.cancel()
-            with contextlib.suppress(BaseException):
-                await self._runner
+            await reap(self._runner)
 
     def progress(self) -> str:
         if not self.client.subscribed.is_set():
@@ -382,7 +383,7 @@ class MesosBackend(Backend):
 
     async def _revive_outcome(self, future: asyncio.Future[str | None], delay: float) -> None:
         problem = await self._outcome(future)
-        if problem is None or self._closing or self._suppressed:
+        if problem is None or self._closing or self._suppressed or self._failed:
             return
         logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
         await asyncio.sleep(delay)
@@ -407,7 +408,7 @@ class MesosBackend(Backend):
 
     async def _report(self, call: dict[str, Any], future: asyncio.Future[str | None]) -> None:
         problem = await self._outcome(future)
-        if problem is not None:
+        if problem is not None and not self._failed:
             # What depends on the call recovers by itself: the stream's own
             # failure handling re-subscribes and reconciles; offers come back.
             logger.warning("Mesos: %s call failed: %s", call.get("type"), problem)
@@ -420,9 +421,25 @@ class MesosBackend(Backend):
             # closing) leaves the call itself in the client's queue.
             return await asyncio.shield(future)
         except Exception as exc:
-            assert self._sink is not None
-            self._sink(BackendFailed(str(exc)))
-            return None
+            # Not None, which says the master took the call.
+            return self._fail(exc)
+
+    def _fail(self, exc: Exception) -> str:
+        """Report that the backend can no longer run the job because of
+        ``exc``; return what is said. A failure tfmesos foresaw (a
+        TFMesosError: the master lost, a call refused) is said in its words,
+        its traceback at debug (-v); anything else is a bug, and its
+        traceback is part of what the user sees, to report it."""
+        logger.debug("the Mesos backend failed", exc_info=exc)
+        if isinstance(exc, TFMesosError):
+            message = str(exc)
+        else:
+            trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            message = f"{type(exc).__name__}: {exc} (a bug in tfmesos)\n{trace.rstrip()}"
+        self._failed = True
+        assert self._sink is not None
+        self._sink(BackendFailed(message))
+        return message
 
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -654,8 +671,7 @@ class MesosBackend(Backend):
             # answers 400 to a call made on a stream it has just replaced.
             problem = str(exc)
         except Exception as exc:
-            assert self._sink is not None
-            self._sink(BackendFailed(str(exc)))
+            self._fail(exc)
             return
         if problem is None:
             self._accept_failure = None
