@@ -87,7 +87,7 @@ def test_closing_the_rendezvous_keeps_the_callers_cancellation() -> None:
     async def scenario() -> None:
         server = RendezvousServer(b"s" * 32, lambda task_id: False, lambda event: None)
         port = await server.start("127.0.0.1")
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         await until(lambda: server._handlers)
         closing = asyncio.create_task(server.close())
         # close() stops serving, cancels the handlers, and waits for them:
