@@ -53,9 +53,28 @@ def test_help_documents_every_flag() -> None:
     [
         (["-s", "1", "--", "true"], "-w is required"),
         (["--", "true"], "-w and -s are required"),
-        (["-w", "x", "-s", "1", "--", "true"], "argument -w/--nworker: invalid"),
-        (["-w", "1", "-s", "-1", "--", "true"], "must not be negative"),
-        (["-w", "1", "-s", "0", "-Cw", "0", "--", "true"], "must be more than 0"),
+        # The user's flag, and what it takes: never argparse's "argument
+        # -w/--nworker: invalid _positive_int value", which names a helper.
+        (
+            ["-w", "x", "-s", "1", "--", "true"],
+            r"tfrun: error: -w/--nworker must be a whole number \(0 or more\), not 'x' ",
+        ),
+        (
+            ["-w", "1", "-s", "-1", "--", "true"],
+            r"error: -s/--nserver must be a whole number \(0 or more\), not '-1' ",
+        ),
+        (
+            ["-w", "1", "-s", "0", "-Cw", "0", "--", "true"],
+            r"error: -Cw/--worker-cpus must be a number above 0, not '0' ",
+        ),
+        (
+            ["-w", "1", "-s", "0", "--timeout", "soon", "--", "true"],
+            r"error: --timeout must be a number above 0, not 'soon' ",
+        ),
+        (
+            ["-w", "1", "-s", "0", "-Gw", "1.5", "--", "true"],
+            r"error: -Gw/--worker-gpus must be a whole number \(0 or more\), not '1.5' ",
+        ),
         (["-w", "1", "-s", "0"], "no command given"),
         (["-w", "0", "-s", "1", "--", "true"], "at least one worker"),
         (

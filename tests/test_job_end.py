@@ -222,7 +222,9 @@ def test_what_tfrun_itself_reports_has_statuses_of_its_own(
 ) -> None:
     from tfmesos import cli, run
 
-    monkeypatch.setattr(run, "create_backend", lambda _, spec, **options: backend(spec, **options))
+    monkeypatch.setattr(
+        run, "create_backend", lambda _, spec, options: backend.from_options(spec, options)
+    )
     code = cli.main(
         ["-w", "1", "-s", "0", "--timeout", "1", "--", PY, "-c", "import time; time.sleep(30)"]
     )

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfmesos import runs, wire
+from tfmesos.backends import BACKENDS
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.slurm import options as slurm_options
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
@@ -59,6 +60,10 @@ class _Parser(argparse.ArgumentParser):
         unknown = message.removeprefix(_UNRECOGNIZED)
         if unknown != message:
             message = self._unknown_flag(unknown.split()[0]) or message
+        # "argument -w/--nworker: must be ..." -> "-w/--nworker must be ...".
+        flag, colon, said = message.removeprefix(_ARGUMENT).partition(": ")
+        if message.startswith(_ARGUMENT) and colon and said.startswith("must "):
+            message = f"{flag} {said}"
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _unknown_flag(self, word: str) -> str | None:
@@ -77,22 +82,33 @@ class _Parser(argparse.ArgumentParser):
 
 
 _UNRECOGNIZED = "unrecognized arguments: "
+_ARGUMENT = "argument "
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
+# argparse names the flag in front of what these raise, and names the
+# function when it raises anything else ("invalid _count value"): each says
+# what its flags take, and _Parser.error puts it after the flag.
+
+
+def _count(text: str) -> int:
+    """A whole number of 0 or more: tasks, GPUs, restarts."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+        raise argparse.ArgumentTypeError(f"must be a whole number (0 or more), not {text!r}")
     return value
 
 
-def _positive_float(text: str) -> float:
+def _positive_number(text: str) -> float:
+    """A finite number above 0: CPUs, MiB, seconds."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        value = 0.0
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be more than 0: {text}")
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
     return value
 
 
@@ -131,20 +147,20 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-w",
         "--nworker",
-        type=_positive_int,
+        type=_count,
         metavar="N",
         help="number of workers (worker 0 is the chief)",
     )
     job.add_argument(
         "-s",
         "--nserver",
-        type=_positive_int,
+        type=_count,
         metavar="N",
         help="number of parameter servers (ps)",
     )
     job.add_argument(
         "--max-restarts",
-        type=_positive_int,
+        type=_count,
         default=0,
         metavar="N",
         help="start the whole job again, up to N times, when a task fails or is lost "
@@ -153,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Cw",
         "--worker-cpus",
-        type=_positive_float,
+        type=_positive_number,
         default=1.0,
         metavar="CPUS",
         help="CPUs per worker (default 1)",
@@ -161,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Gw",
         "--worker-gpus",
-        type=_positive_int,
+        type=_count,
         default=0,
         metavar="GPUS",
         help="GPUs per worker (default 0)",
@@ -169,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Mw",
         "--worker-mem",
-        type=_positive_float,
+        type=_positive_number,
         default=1024.0,
         metavar="MIB",
         help="memory per worker in MiB (default 1024)",
@@ -177,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Cs",
         "--server-cpus",
-        type=_positive_float,
+        type=_positive_number,
         default=1.0,
         metavar="CPUS",
         help="CPUs per ps (default 1)",
@@ -185,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Gs",
         "--server-gpus",
-        type=_positive_int,
+        type=_count,
         default=0,
         metavar="GPUS",
         help="GPUs per ps (default 0)",
@@ -193,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Ms",
         "--server-mem",
-        type=_positive_float,
+        type=_positive_number,
         default=1024.0,
         metavar="MIB",
         help="memory per ps in MiB (default 1024)",
@@ -212,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=_positive_number,
         metavar="SECONDS",
         help="give up if the cluster is not up after this long (default: wait)",
     )
@@ -220,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = parser.add_argument_group("where tasks run")
     where.add_argument(
         "--backend",
-        choices=["local", "mesos", "slurm"],
+        choices=list(BACKENDS),
         help="local: this machine; mesos: a Mesos cluster; slurm: a Slurm cluster (default: mesos when -m or MESOS_MASTER is given, slurm when a Slurm flag is, else local)",
     )
     where.add_argument(
@@ -254,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--image", help="Docker image for the tasks (default: $DOCKER_IMAGE)")
     where.add_argument(
         "--reconnect-timeout",
-        type=_positive_float,
+        type=_positive_number,
         default=120.0,
         metavar="SECONDS",
         help="Mesos: how long to keep trying to re-subscribe after losing the master (default 120)",
@@ -461,13 +477,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     # kazoo narrates every ZooKeeper connection step at INFO.
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    from tfmesos.backends import backend_options
     from tfmesos.run import run_replica_job
 
     try:
-        return run_replica_job(
-            spec,
+        # Each backend takes what is its own of these (BackendOptions.from_given).
+        options = backend_options(
             args.backend,
-            started=started,
             master=args.master,
             log_dir=args.log_dir,
             reconnect_timeout=args.reconnect_timeout,
@@ -475,6 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             user=args.user,
             slurm=args.slurm,
         )
+        return run_replica_job(spec, args.backend, options, started=started)
     except (ResourceError, SpecError) as exc:
         # Bad usage, found when the backend looked (a job this machine can
         # never hold, a certificate that cannot be used): said as usage is.

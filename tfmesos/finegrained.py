@@ -17,11 +17,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tfmesos.backends import create_backend
+from tfmesos.backends import BackendOptions, backend_options, create_backend
 from tfmesos.console import binary_stream
 from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.launcher import Launcher
-from tfmesos.run import backend_options
 from tfmesos.spec import ClusterSpec, Job, coerce_jobs, parse_volume
 
 __all__ = ["Cluster", "cluster"]
@@ -34,9 +33,9 @@ JobsArg = Job | Mapping[str, Any] | Iterable[Job | Mapping[str, Any]]
 class Cluster:
     """A running set of TF servers. Use :func:`cluster`, which stops it for you."""
 
-    def __init__(self, spec: ClusterSpec, backend: str, backend_options: Mapping[str, Any]) -> None:
+    def __init__(self, spec: ClusterSpec, backend: str, options: BackendOptions) -> None:
         self.spec = spec
-        self._backend = create_backend(backend, spec, **backend_options)
+        self._backend = create_backend(backend, spec, options)
         self._launcher = Launcher(spec, self._backend, output=binary_stream(sys.stderr))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -190,13 +189,14 @@ def cluster(
                 f"job {job.name!r} has a cmd: fine-grained mode runs TF servers; use tfrun"
             )
     _quiet_logging(quiet)
+    # Each backend takes what is its own of these (BackendOptions.from_given).
     options = backend_options(
         backend,
         master=master,
         log_dir=log_dir,
         checkpoint=checkpoint,
         user=user,
-        slurm=dict(slurm or {}),
+        slurm=slurm,
     )
     running = Cluster(spec, backend, options)
     running.start()

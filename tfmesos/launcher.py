@@ -8,13 +8,16 @@ report. Every task moves through
 A task that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per
 task, as the original allowed); once the cluster is up, a task that fails ends
 the job, but in fine-grained mode, where a dead worker's server may come back
-at its address (:mod:`tfmesos.server_relaunch`). Every way out of :meth:`Launcher.run` and of :meth:`Launcher.stop`
-goes through teardown.
+at its address (:mod:`tfmesos.server_relaunch`). Those rules are decided in
+:mod:`tfmesos.policy`, as pure functions; this module carries them out. Every
+way out of :meth:`Launcher.run` and of :meth:`Launcher.stop` goes through
+teardown.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import enum
 import logging
 import os
@@ -23,7 +26,7 @@ import ssl
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
@@ -52,6 +55,15 @@ from tfmesos.errors import (
     TFMesosError,
     task_status,
 )
+from tfmesos.policy import (
+    MAX_ATTEMPTS,
+    Action,
+    Phase,
+    TaskView,
+    on_backend_failure,
+    on_registered,
+    on_task_end,
+)
 from tfmesos.rendezvous import (
     Connection,
     Disconnected,
@@ -68,7 +80,6 @@ __all__ = ["MAX_ATTEMPTS", "Launcher", "TaskState"]
 
 logger = logging.getLogger("tfmesos")
 
-MAX_ATTEMPTS = 3
 TAIL_BYTES = 4096
 """How much of each task's latest output is kept to explain a failure."""
 TAIL_LINES = 15
@@ -96,12 +107,6 @@ class TaskState(enum.Enum):
     @property
     def over(self) -> bool:
         return self in (TaskState.FINISHED, TaskState.FAILED, TaskState.STOPPED)
-
-
-class Phase(enum.Enum):
-    STARTING = "starting"
-    RUNNING = "running"
-    STOPPING = "stopping"
 
 
 @dataclass
@@ -145,6 +150,28 @@ class _Tick:
 
 Event = RendezvousEvent | BackendEvent | _Tick
 
+RendezvousFactory = Callable[
+    [
+        bytes,
+        Callable[[str], bool],
+        Callable[[RendezvousEvent], None],
+        Callable[[str], Awaitable[None]],
+    ],
+    RendezvousServer,
+]
+"""Makes the launcher's rendezvous from its secret, its ``admit``, its event
+sink and its output ``flow`` (:class:`RendezvousServer`'s own arguments): the
+seam through which :mod:`tfmesos.testing.fake` stands in for the network."""
+
+
+def _real_rendezvous(
+    secret: bytes,
+    admit: Callable[[str], bool],
+    sink: Callable[[RendezvousEvent], None],
+    flow: Callable[[str], Awaitable[None]],
+) -> RendezvousServer:
+    return RendezvousServer(secret, admit, sink, flow=flow)
+
 
 class Launcher:
     def __init__(
@@ -158,13 +185,15 @@ class Launcher:
         restart: int = 0,
         colour: bool | None = None,
         notes_after_output: bool | None = None,
+        rendezvous: RendezvousFactory = _real_rendezvous,
     ) -> None:
         self.spec = spec
         self.backend = backend
         self.restart = restart
         """Which run of the job this is (``--max-restarts``): 0 for the first."""
-        # Replica mode runs the chief (worker 0) beside the launcher, on this
-        # machine, whatever runs the rest: its exit decides the job's.
+        # Where the backend runs its tasks elsewhere, replica mode runs the
+        # chief beside the launcher (Backend.chief_beside_launcher): its exit
+        # decides the job's.
         self.chief_backend = chief_backend
         stream = output if output is not None else binary_stream(sys.stdout)
         self._console = ConsoleWriter(stream)
@@ -187,10 +216,12 @@ class Launcher:
         at once, so that a stdout nobody reads cannot hold it back."""
         self._secret = secret or os.urandom(32)
         self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._held: collections.deque[Event] = collections.deque()
+        """Events taken off the queue when the pump was cancelled (_next_event)."""
         self._tasks: dict[str, _Task] = {}
         self._current: dict[str, _Task] = {}
-        self._rendezvous = RendezvousServer(
-            self._secret, self._admit, self._on_rendezvous, flow=self._output_flow
+        self._rendezvous = rendezvous(
+            self._secret, self._admit, self._on_rendezvous, self._output_flow
         )
         self._phase = Phase.STARTING
         self._started_backend = False
@@ -232,7 +263,7 @@ class Launcher:
         return context
 
     def _backend_for(self, task: TaskSpec) -> Backend:
-        if self.chief_backend is not None and self.spec.replica and task.name == "worker:0":
+        if self.chief_backend is not None and self.spec.is_chief(task):
             return self.chief_backend
         return self.backend
 
@@ -502,9 +533,8 @@ class Launcher:
                     on_timeout()
                 return
             wait = next_progress - now if deadline is None else min(deadline, next_progress) - now
-            try:
-                event = await asyncio.wait_for(self._events.get(), max(wait, 0.0))
-            except asyncio.TimeoutError:
+            event = await self._next_event(max(wait, 0.0))
+            if event is None:
                 if time.monotonic() >= next_progress:
                     self._report_progress()
                     next_progress = time.monotonic() + PROGRESS_INTERVAL
@@ -518,12 +548,36 @@ class Launcher:
                 for earlier, decision in relaunch_at:
                     await self._launch_at(earlier, decision)
 
+    async def _next_event(self, timeout: float) -> Event | None:
+        """The next event, or None after ``timeout`` seconds. Not
+        ``asyncio.wait_for``: on Python 3.10 and 3.11 it returns the event
+        and drops the caller's cancellation when both come on one turn of the
+        loop, and a Ctrl-C (run.py cancels the job) would be lost."""
+        if self._held:
+            return self._held.popleft()
+        if not self._events.empty():
+            return self._events.get_nowait()
+        getter = asyncio.ensure_future(self._events.get())
+        try:
+            await asyncio.wait({getter}, timeout=timeout)
+        except asyncio.CancelledError:
+            if getter.done() and not getter.cancelled():
+                # Taken off the queue as the caller was cancelled: the pump
+                # that stops the job handles it first.
+                self._held.append(getter.result())
+            getter.cancel()
+            raise
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+        return None
+
     def _handle(self, event: Event) -> None:
         if isinstance(event, _Tick):
             self._check_grace(event.task_id)
             return
         if isinstance(event, BackendFailed):
-            if self._phase is Phase.STOPPING:
+            if on_backend_failure(self._phase) is Action.CARRY_ON:
                 # The job's verdict is already made; teardown goes on.
                 logger.warning(
                     "the %s backend failed while stopping: %s", self.backend.name, event.message
@@ -546,10 +600,10 @@ class Launcher:
                 task.addr,
                 "relaunched" if task.keep_address else f"{registered}/{len(self._current)}",
             )
-            current = task is self._current.get(task.spec.name)
-            if current and task.keep_address and self._phase is Phase.RUNNING:
+            action = on_registered(self._view(task))
+            if action is Action.REJOIN:
                 self._rejoin(task)
-            elif not current or self._phase is not Phase.STARTING:
+            elif action is Action.STOP:
                 event.connection.send({"type": "stop", "reason": "superseded"})
         elif isinstance(event, Ready):
             task.ready = True
@@ -646,22 +700,33 @@ class Launcher:
 
     # -- endings -----------------------------------------------------------
 
+    def _view(self, task: _Task) -> TaskView:
+        """What the rules (tfmesos.policy) know of ``task``."""
+        return TaskView(
+            phase=self._phase,
+            current=self._current.get(task.spec.name) is task,
+            attempt=task.attempt,
+            replica=self.spec.replica,
+            relaunched_at_address=bool(task.keep_address),
+        )
+
     def _over(self, task: _Task, code: int | None, reason: str) -> None:
         if task.state.over:
             return
         task.exit_code = code
         if task.connection is not None:
             task.connection.close()
-        if self._phase is Phase.STOPPING or self._current.get(task.spec.name) is not task:
+        action = on_task_end(self._view(task), code)
+        if action is Action.STOP:
             task.state = TaskState.STOPPED
             return
         # The task's own log (the backend's tail) has all it printed; what
         # came over the connection may stop short of the end.
         tail = (task.ended.output_tail if task.ended else ()) or task.tail_lines()
         failure = TaskFailure(task.spec.name, reason, task.host, tail)
-        if self._phase is Phase.STARTING:
+        if action in (Action.RELAUNCH, Action.GIVE_UP):
             task.state = TaskState.FAILED
-            if task.attempt >= MAX_ATTEMPTS:
+            if action is Action.GIVE_UP:
                 hint = ""
                 if not failure.output_tail:
                     hint = (
@@ -682,7 +747,7 @@ class Launcher:
             )
             self._relaunch.append((task.spec, task.attempt + 1))
             return
-        if code == 0 and self.spec.replica:
+        if action is Action.FINISH:
             task.state = TaskState.FINISHED
             # Its output came in before its exit report, on the same
             # connection, and is on its way to the terminal from the

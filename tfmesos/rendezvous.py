@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfmesos import wire
+from tfmesos.aio import reap
 
 __all__ = [
     "Connection",
@@ -209,8 +210,7 @@ class RendezvousServer:
         for handler in list(self._handlers):
             handler.cancel()
         for handler in list(self._handlers):
-            with contextlib.suppress(BaseException):
-                await handler
+            await reap(handler)
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)

@@ -8,10 +8,9 @@ import logging
 import signal
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
 
-from tfmesos import runs
-from tfmesos.backends import create_backend
+from tfmesos.backends import BackendOptions, backend_class, create_backend
 from tfmesos.console import use_colour
 from tfmesos.errors import (
     EXIT_NEVER_UP,
@@ -23,49 +22,67 @@ from tfmesos.errors import (
 from tfmesos.launcher import Launcher
 from tfmesos.spec import ClusterSpec
 
-__all__ = ["backend_options", "run_replica_job"]
+__all__ = ["launcher_factory", "run_replica_job", "run_with_restarts"]
 
 logger = logging.getLogger("tfmesos")
 
-
-def backend_options(
-    backend: str,
-    *,
-    master: str | None = None,
-    log_dir: str | None = None,
-    reconnect_timeout: float = 120.0,
-    checkpoint: bool = False,
-    user: str | None = None,
-    slurm: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The options each backend takes, from the ones the user may give."""
-    if backend == "local":
-        return {"log_dir": log_dir}
-    if backend == "slurm":
-        # The Slurm backend's own options (tfmesos.slurm.options) pass as given.
-        return {"log_dir": log_dir, **(slurm or {})}
-    return {
-        "master": master,
-        "log_dir": log_dir,
-        "reconnect_timeout": reconnect_timeout,
-        "checkpoint": checkpoint,
-        "user": user,
-    }
+LauncherFactory = Callable[[int], Launcher]
+"""Makes the launcher (and its backends) for one run of the job, by its
+restart number: 0 for the first."""
 
 
 def run_replica_job(
-    spec: ClusterSpec, backend: str, *, started: float | None = None, **options: Any
+    spec: ClusterSpec,
+    backend: str,
+    options: BackendOptions | None = None,
+    *,
+    started: float | None = None,
 ) -> int:
-    """Run the job to its end and return ``tfrun``'s exit status
-    (tfmesos.errors says which). ``started``: when tfrun started, by
-    ``time.monotonic()``, for the time the verdict gives."""
+    """Run the job to its end on backend ``backend`` (by its registered name)
+    and return ``tfrun``'s exit status (tfmesos.errors says which).
+    ``started``: when tfrun started, by ``time.monotonic()``, for the time the
+    verdict gives."""
     started = time.monotonic() if started is None else started
-    return asyncio.run(_run(spec, backend, backend_options(backend, **options), started))
+    make = launcher_factory(spec, backend, options)
+    return asyncio.run(run_with_restarts(spec, make, started))
 
 
-async def _run(
-    spec: ClusterSpec, backend_name: str, options: dict[str, Any], started: float
+def launcher_factory(
+    spec: ClusterSpec, backend_name: str, options: BackendOptions | None = None
+) -> LauncherFactory:
+    """A fresh backend and launcher for each run; the chief beside the
+    launcher, on this machine, where the backend says so."""
+    backend_type = backend_class(backend_name)
+    given = options or backend_type.options_type()
+    # Every run of the job keeps its logs in the same directory.
+    chosen = given.for_restarts() if spec.max_restarts else given
+
+    def make(restart: int) -> Launcher:
+        backend = create_backend(backend_name, spec, chosen)
+        chief = None
+        if backend.chief_beside_launcher:
+            from tfmesos.backends.local import LocalBackend
+
+            # Remote tasks must reach the chief: it listens on this host's
+            # name. Its log beside the other tasks' where the backend keeps
+            # them on this machine.
+            chief = LocalBackend(
+                spec,
+                host=backend.rendezvous_host,
+                log_dir=getattr(backend, "log_dir", None) or chosen.log_dir,
+                chief_only=True,
+            )
+        return Launcher(spec, backend, chief_backend=chief, restart=restart)
+
+    return make
+
+
+async def run_with_restarts(
+    spec: ClusterSpec, make_launcher: LauncherFactory, started: float
 ) -> int:
+    """Run the job, and again after a failure up to ``spec.max_restarts``
+    times, each run with a launcher from ``make_launcher``; stop it on
+    SIGINT, SIGTERM, SIGHUP. Returns ``tfrun``'s exit status."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -88,26 +105,10 @@ async def _run(
     # SIGHUP: the terminal closed; the tasks must not outlive it either.
     for signum in INTERRUPTING_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
-    if spec.max_restarts and backend_name == "local" and not options.get("log_dir"):
-        # Every run of the job keeps its logs in the same directory.
-        options = {**options, "log_dir": str(runs.new_run_dir())}
     causes: list[str] = []
     """Why each run of the job that was restarted ended (--max-restarts)."""
     for restart in range(spec.max_restarts + 1):
-        backend = create_backend(backend_name, spec, **options)
-        chief = None
-        if backend_name != "local":
-            from tfmesos.backends.local import LocalBackend
-
-            # Remote tasks must reach the chief: it listens on this host's name.
-            # Its log beside the other tasks' where the backend keeps them here.
-            log_dir = getattr(backend, "log_dir", None) or options.get("log_dir")
-            chief = LocalBackend(
-                spec, host=backend.rendezvous_host, log_dir=log_dir, chief_only=True
-            )
-            if spec.max_restarts and not options.get("log_dir"):
-                options = {**options, "log_dir": str(chief.log_dir)}
-        launcher = Launcher(spec, backend, chief_backend=chief, restart=restart)
+        launcher = make_launcher(restart)
         status = 0
         verdict = ""
         again = False

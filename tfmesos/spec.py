@@ -18,6 +18,7 @@ from tfmesos.errors import SpecError
 from tfmesos.mesos.roles import validate_role
 
 __all__ = [
+    "CHIEF",
     "MAX_COMMAND_LINE",
     "MAX_RESTARTS",
     "MAX_TASKS",
@@ -176,6 +177,10 @@ def parse_volume(text: str) -> Volume:
     return Volume(parts[0], parts[1], read_only=mode == "ro")
 
 
+CHIEF = "worker:0"
+"""The chief's task name in replica mode (TensorFlow's convention)."""
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     """A whole job: its task groups and how to run them."""
@@ -307,6 +312,12 @@ class ClusterSpec:
 
     def forwards(self, task: TaskSpec) -> bool:
         return self.forward_logs is None or task.name in self.forward_logs
+
+    def is_chief(self, task: TaskSpec) -> bool:
+        """Whether ``task`` is the job's chief: worker 0, in replica mode. Its
+        exit decides the job's; a backend whose tasks run elsewhere has it run
+        beside the launcher (``Backend.chief_beside_launcher``)."""
+        return self.replica and task.name == CHIEF
 
 
 def coerce_jobs(

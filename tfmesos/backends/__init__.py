@@ -1,14 +1,24 @@
-"""Backends, looked up by name; each is imported only when it is used."""
+"""Backends, looked up by name; each is imported only when it is used.
+
+The registry below is the one place that names them: a backend declares its
+own options (:attr:`Backend.options_type`, a frozen dataclass) and whether the
+chief runs beside the launcher (:attr:`Backend.chief_beside_launcher`); the
+CLI, :mod:`tfmesos.run` and :func:`tfmesos.cluster` ask it by name.
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
-from tfmesos.backends.base import Backend
+from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
-from tfmesos.spec import ClusterSpec
 
-__all__ = ["BACKENDS", "Backend", "create_backend"]
+if TYPE_CHECKING:
+    from tfmesos.backends.base import Backend
+    from tfmesos.spec import ClusterSpec
+
+__all__ = ["BACKENDS", "BackendOptions", "backend_class", "backend_options", "create_backend"]
 
 BACKENDS = {
     "local": "tfmesos.backends.local:LocalBackend",
@@ -17,7 +27,8 @@ BACKENDS = {
 }
 
 
-def create_backend(name: str, spec: ClusterSpec, **options: object) -> Backend:
+def backend_class(name: str) -> type[Backend]:
+    """The backend called ``name``, its module imported now."""
     try:
         module_name, class_name = BACKENDS[name].split(":")
     except KeyError:
@@ -29,5 +40,16 @@ def create_backend(name: str, spec: ClusterSpec, **options: object) -> Backend:
             f"the {name} backend needs {exc.name}, which is not installed: "
             f"pip install 'tfmesos[{name}]'"
         ) from None
-    backend_class: type[Backend] = getattr(module, class_name)
-    return backend_class(spec, **options)
+    found: type[Backend] = getattr(module, class_name)
+    return found
+
+
+def backend_options(name: str, **given: Any) -> BackendOptions:
+    """The options of backend ``name`` from those a user gave (the CLI's flags,
+    :func:`tfmesos.cluster`'s keywords); ``None`` is "not given"."""
+    return backend_class(name).options_type.from_given(given)
+
+
+def create_backend(name: str, spec: ClusterSpec, options: BackendOptions | None = None) -> Backend:
+    backend_type = backend_class(name)
+    return backend_type.from_options(spec, options or backend_type.options_type())

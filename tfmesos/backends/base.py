@@ -7,11 +7,13 @@ launcher owns everything else (states, retries, teardown order, exit status).
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from tfmesos.advertise import advertised_host
+from tfmesos.backends.options import BackendOptions
 from tfmesos.rendezvous import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -20,6 +22,7 @@ __all__ = [
     "Backend",
     "BackendEvent",
     "BackendFailed",
+    "BackendOptions",
     "EventSink",
     "Launch",
     "TaskEnded",
@@ -76,11 +79,23 @@ EventSink = Callable[[BackendEvent], None]
 
 class Backend(abc.ABC):
     name: ClassVar[str]
+    options_type: ClassVar[type[BackendOptions]] = BackendOptions
+    """The options this backend takes (:meth:`from_options`)."""
+    chief_beside_launcher: ClassVar[bool] = True
+    """Whether replica mode runs the chief (worker 0) beside the launcher, on
+    this machine, rather than as one of this backend's tasks: its exit decides
+    the job's, and its output is the user's to watch."""
     rendezvous_bind: str = "0.0.0.0"
     """Where the launcher's rendezvous listens so that this backend's tasks reach it."""
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
+
+    @classmethod
+    def from_options(cls, spec: ClusterSpec, options: BackendOptions) -> Backend:
+        """This backend for ``spec``, with ``options`` (of :attr:`options_type`)."""
+        fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        return cls(spec, **fields)
 
     @property
     def rendezvous_host(self) -> str:

@@ -20,12 +20,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tfmesos import procfs, runs, wire
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
+    BackendOptions,
     EventSink,
     Launch,
     TaskEnded,
@@ -44,7 +46,7 @@ from tfmesos.proctree import bootstrap_command, kill_until_gone, signal_group
 from tfmesos.resources import GpuAllocator, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "LocalOptions"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -76,8 +78,16 @@ def _mebibytes(mib: float) -> str:
     return f"{mib:g} MiB"
 
 
+@dataclass(frozen=True)
+class LocalOptions(BackendOptions):
+    """The local backend's options: only where the tasks' logs go (``--log-dir``)."""
+
+
 class LocalBackend(Backend):
     name = "local"
+    options_type = LocalOptions
+    chief_beside_launcher = False
+    """The chief is one of its tasks: every task runs on this machine."""
     rendezvous_bind = "127.0.0.1"
     keeps_addresses = True
 
@@ -154,6 +164,13 @@ class LocalBackend(Backend):
                     f"{found}{here}: {self._fewer(task, 'gpus')}"
                 )
 
+    def _gpu_allocator(self) -> GpuAllocator:
+        """The machine's GPUs, looked up on the first launch that needs one
+        when check() has not looked already: a launch never depends on it."""
+        if self._gpus is None:
+            self._gpus = GpuAllocator(machine_resources(gpus=True).gpus)
+        return self._gpus
+
     def _fewer(self, task: TaskSpec, resource: str) -> str:
         """What to do about a task that asks for more than this machine has."""
         if self.spec.replica and task.job_name in ("ps", "worker"):
@@ -223,11 +240,12 @@ class LocalBackend(Backend):
 
     async def _take_gpus(self, launch: Launch) -> list[str]:
         gpus: list[str] = []
-        if self._gpus is not None and launch.task.gpus:
+        if launch.task.gpus:
+            allocator = self._gpu_allocator()
             # A relaunch can come before the attempt it replaces has exited
             # and given its GPUs back; check() made sure they will suffice.
             deadline = time.monotonic() + GPU_RELEASE_WAIT
-            while self._gpus.free < launch.task.gpus:
+            while allocator.free < launch.task.gpus:
                 self._gpus_released.clear()
                 left = deadline - time.monotonic()
                 try:
@@ -235,9 +253,9 @@ class LocalBackend(Backend):
                 except asyncio.TimeoutError:
                     raise ResourceError(
                         f"task {launch.task.name}: {launch.task.gpus} GPUs asked, "
-                        f"{self._gpus.free} free; an earlier attempt still holds the rest"
+                        f"{allocator.free} free; an earlier attempt still holds the rest"
                     ) from None
-            gpus = self._gpus.allocate(launch.task.gpus)
+            gpus = allocator.allocate(launch.task.gpus)
         return gpus
 
     async def _start_holding(self, launch: Launch, port: int, gpus: list[str]) -> None:

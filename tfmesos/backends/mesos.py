@@ -8,30 +8,32 @@ What the framework does with events lives here; talking to the master lives in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import getpass
 import logging
 import os
 import random
 import sys
 import time
+import traceback
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tfmesos import wire
 from tfmesos.advertise import is_loopback_name
+from tfmesos.aio import reap
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
     BackendFailed,
+    BackendOptions,
     EventSink,
     Launch,
     TaskEnded,
     TaskPlaced,
     advertised_host,
 )
-from tfmesos.errors import SpecError
+from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.mesos.placement import GangFit, OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.states import TaskState, describe_reason, exit_status
@@ -182,9 +184,22 @@ def task_info(
     return info
 
 
+@dataclass(frozen=True)
+class MesosOptions(BackendOptions):
+    """The Mesos backend's options. Its tasks' output stays in their sandboxes
+    on the agents: ``log_dir`` is only where the chief's goes."""
+
+    master: str | None = None
+    """host:port, a comma list, or zk://...; None: $MESOS_MASTER."""
+    reconnect_timeout: float = 120.0
+    checkpoint: bool = False
+    user: str | None = None
+
+
 class MesosBackend(Backend):
     name = "mesos"
     keeps_addresses = True
+    options_type = MesosOptions
 
     def __init__(
         self,
@@ -196,11 +211,8 @@ class MesosBackend(Backend):
         principal: str | None = None,
         secret: str | None = None,
         checkpoint: bool = False,
-        log_dir: str | None = None,
         user: str | None = None,
     ) -> None:
-        # log_dir: task output stays in each task's sandbox on Mesos.
-        del log_dir
         super().__init__(spec)
         master = master or os.environ.get("MESOS_MASTER")
         if not master:
@@ -247,6 +259,8 @@ class MesosBackend(Backend):
         self._resubscribed = False
         self._reviving: asyncio.Task[None] | None = None
         self._closing = False
+        self._failed = False
+        """The backend reported it can no longer run the job (_fail)."""
         self._accept_failure: tuple[int, str] | None = None
         """How many tasks the last failed ACCEPT sent back to waiting, and why
         it failed; cleared when an ACCEPT succeeds."""
@@ -269,6 +283,17 @@ class MesosBackend(Backend):
         self._pins_placed: dict[str, _Pin] = {}
         """Pinned tasks launched: pinned again should their ACCEPT fail."""
 
+    @classmethod
+    def from_options(cls, spec: ClusterSpec, options: BackendOptions) -> MesosBackend:
+        assert isinstance(options, MesosOptions), options
+        return cls(
+            spec,
+            master=options.master,
+            reconnect_timeout=options.reconnect_timeout,
+            checkpoint=options.checkpoint,
+            user=options.user,
+        )
+
     # -- Backend ---------------------------------------------------------
 
     @property
@@ -286,8 +311,7 @@ class MesosBackend(Backend):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            assert self._sink is not None
-            self._sink(BackendFailed(str(exc)))
+            self._fail(exc)
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:
         # What fits is only known from offers; the diagnosis comes with progress().
@@ -371,8 +395,7 @@ class MesosBackend(Backend):
         await self.client.close(teardown=True)
         if self._runner is not None:
             self._runner.cancel()
-            with contextlib.suppress(BaseException):
-                await self._runner
+            await reap(self._runner)
 
     def progress(self) -> str:
         if not self.client.subscribed.is_set():
@@ -427,7 +450,7 @@ class MesosBackend(Backend):
 
     async def _revive_outcome(self, future: asyncio.Future[str | None], delay: float) -> None:
         problem = await self._outcome(future)
-        if problem is None or self._closing or self._suppressed:
+        if problem is None or self._closing or self._suppressed or self._failed:
             return
         logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
         await asyncio.sleep(delay)
@@ -452,7 +475,7 @@ class MesosBackend(Backend):
 
     async def _report(self, call: dict[str, Any], future: asyncio.Future[str | None]) -> None:
         problem = await self._outcome(future)
-        if problem is not None:
+        if problem is not None and not self._failed:
             # What depends on the call recovers by itself: the stream's own
             # failure handling re-subscribes and reconciles; offers come back.
             logger.warning("Mesos: %s call failed: %s", call.get("type"), problem)
@@ -465,9 +488,25 @@ class MesosBackend(Backend):
             # closing) leaves the call itself in the client's queue.
             return await asyncio.shield(future)
         except Exception as exc:
-            assert self._sink is not None
-            self._sink(BackendFailed(str(exc)))
-            return None
+            # Not None, which says the master took the call.
+            return self._fail(exc)
+
+    def _fail(self, exc: Exception) -> str:
+        """Report that the backend can no longer run the job because of
+        ``exc``; return what is said. A failure tfmesos foresaw (a
+        TFMesosError: the master lost, a call refused) is said in its words,
+        its traceback at debug (-v); anything else is a bug, and its
+        traceback is part of what the user sees, to report it."""
+        logger.debug("the Mesos backend failed", exc_info=exc)
+        if isinstance(exc, TFMesosError):
+            message = str(exc)
+        else:
+            trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            message = f"{type(exc).__name__}: {exc} (a bug in tfmesos)\n{trace.rstrip()}"
+        self._failed = True
+        assert self._sink is not None
+        self._sink(BackendFailed(message))
+        return message
 
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
@@ -766,8 +805,7 @@ class MesosBackend(Backend):
             # answers 400 to a call made on a stream it has just replaced.
             problem = str(exc)
         except Exception as exc:
-            assert self._sink is not None
-            self._sink(BackendFailed(str(exc)))
+            self._fail(exc)
             return
         if problem is None:
             self._accept_failure = None

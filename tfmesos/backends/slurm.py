@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tfmesos import runs, wire
+from tfmesos.aio import reap
 from tfmesos.backends.base import (
     Backend,
     EventSink,
@@ -90,6 +91,7 @@ class _Job:
 
 class SlurmBackend(Backend):
     name = "slurm"
+    options_type = slurm_options.SlurmOptions
 
     def __init__(
         self,
@@ -260,8 +262,7 @@ class SlurmBackend(Backend):
             # and the poller would go on (and this wait with it) for ever.
             self._poll_now.set()
             self._poller.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(self._poller), COMMAND_TIMEOUT)
+            await reap(self._poller, COMMAND_TIMEOUT)
         live = [job for job in self._jobs.values() if not job.over]
         # The launcher closes the backend once its tasks are over: their
         # steps end, each job's script reports them and ends its job. That is

@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
 
-__all__ = ["OPTIONS", "add_arguments", "from_args", "given", "validate"]
+__all__ = ["OPTIONS", "SlurmOptions", "add_arguments", "from_args", "given", "validate"]
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$|^(UNLIMITED|INFINITE)$", re.I)
 
@@ -45,6 +47,31 @@ OPTIONS = (
         "(--sbatch-args='--constraint=a100 --mail-type=END')",
     ),
 )
+
+
+@dataclass(frozen=True)
+class SlurmOptions(BackendOptions):
+    """The Slurm backend's options: its flags above, checked (:func:`validate`),
+    and where the tasks' logs go (a directory the compute nodes share)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None
+    sbatch_args: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_given(cls, given: Mapping[str, Any]) -> SlurmOptions:
+        """``given["slurm"]``, when there, holds these options by name (the
+        CLI's Slurm flags, ``cluster(slurm={...})``); any other name is refused."""
+        own = dict(given.get("slurm") or {})
+        unknown = sorted(set(own) - {o.name for o in OPTIONS})
+        if unknown:
+            raise SpecError(
+                f"unknown Slurm option {unknown[0]!r} (known: {', '.join(o.name for o in OPTIONS)})"
+            )
+        log_dir = given.get("log_dir")
+        return cls(log_dir=str(log_dir) if log_dir else None, **validate(own))
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

@@ -3,8 +3,10 @@
 :mod:`tfmesos.testing.master` is a stand-in for an Apache Mesos master that
 speaks the v1 scheduler HTTP API and runs accepted tasks as local processes.
 It is a package of modules by responsibility (``docs/test-master.md`` lists
-them). Its classes are importable from here too; the import is lazy, so that
-importing :mod:`tfmesos.testing` alone does not load aiohttp.
+them). :mod:`tfmesos.testing.fake` is an in-memory backend that plays scripted
+tasks, for testing the launcher's rules without a process. Their classes are
+importable from here too; the imports are lazy, so that importing
+:mod:`tfmesos.testing` alone does not load aiohttp.
 """
 
 from __future__ import annotations
@@ -12,14 +14,54 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tfmesos.testing.fake import (
+        BreaksBackend,
+        DiesEarly,
+        FakeBackend,
+        FakeNetwork,
+        FakeRuns,
+        Hangs,
+        Lost,
+        Plan,
+        Runs,
+    )
     from tfmesos.testing.master import MasterConfig, TestMaster, ThreadedTestMaster
 
-__all__ = ["MasterConfig", "TestMaster", "ThreadedTestMaster"]
+_MASTER = ("MasterConfig", "TestMaster", "ThreadedTestMaster")
+_FAKE = (
+    "BreaksBackend",
+    "DiesEarly",
+    "FakeBackend",
+    "FakeNetwork",
+    "FakeRuns",
+    "Hangs",
+    "Lost",
+    "Plan",
+    "Runs",
+)
+__all__ = [
+    "BreaksBackend",
+    "DiesEarly",
+    "FakeBackend",
+    "FakeNetwork",
+    "FakeRuns",
+    "Hangs",
+    "Lost",
+    "MasterConfig",
+    "Plan",
+    "Runs",
+    "TestMaster",
+    "ThreadedTestMaster",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _MASTER:
         from tfmesos.testing import master
 
         return getattr(master, name)
+    if name in _FAKE:
+        from tfmesos.testing import fake
+
+        return getattr(fake, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,89 @@
+"""Each backend's options: typed, declared by the backend, found by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from tfmesos import ClusterSpec, Job, advertise
+from tfmesos.backends import BACKENDS, backend_class, backend_options
+from tfmesos.backends.local import LocalBackend, LocalOptions
+from tfmesos.backends.mesos import MesosBackend, MesosOptions
+from tfmesos.errors import SpecError
+from tfmesos.run import launcher_factory
+from tfmesos.slurm.options import SlurmOptions
+
+# What the CLI hands every backend (cli.main); each takes its own.
+GIVEN = {
+    "master": "m1:5050",
+    "log_dir": "/logs",
+    "reconnect_timeout": 30.0,
+    "checkpoint": True,
+    "user": None,
+    "slurm": {"partition": "gpu", "sbatch_args": "--exclusive"},
+}
+
+
+def test_each_backend_takes_its_own_options_from_what_the_user_gave() -> None:
+    assert backend_options("local", **GIVEN) == LocalOptions(log_dir="/logs")
+    assert backend_options("mesos", **GIVEN) == MesosOptions(
+        log_dir="/logs", master="m1:5050", reconnect_timeout=30.0, checkpoint=True
+    )
+    assert backend_options("slurm", **GIVEN) == SlurmOptions(
+        log_dir="/logs", partition="gpu", sbatch_args=("--exclusive",)
+    )
+
+
+def test_options_are_frozen_dataclasses_declared_by_each_registered_backend() -> None:
+    for name in BACKENDS:
+        options = backend_class(name).options_type
+        assert dataclasses.is_dataclass(options), name
+        assert options.__dataclass_params__.frozen, name  # type: ignore[attr-defined]
+
+
+def test_a_bad_slurm_option_is_refused_by_name() -> None:
+    with pytest.raises(SpecError, match=r"unknown Slurm option 'partitoin'"):
+        backend_options("slurm", slurm={"partitoin": "gpu"})
+    with pytest.raises(SpecError, match=r"--time: 'soon' is not a time limit"):
+        backend_options("slurm", slurm={"time": "soon"})
+
+
+def test_an_unknown_backend_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(SpecError, match=r"unknown backend 'k8s' \(known: local, mesos, slurm\)"):
+        backend_options("k8s")
+
+
+def test_every_run_of_a_restarting_job_keeps_its_logs_in_one_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    chosen = LocalOptions().for_restarts()
+    assert chosen.log_dir is not None and Path(chosen.log_dir).is_dir()
+    assert chosen.for_restarts() == chosen
+    assert LocalOptions(log_dir="/mine").for_restarts() == LocalOptions(log_dir="/mine")
+
+
+def test_the_chief_runs_beside_the_launcher_where_the_backend_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv(advertise.ADVERTISE_ENV, "launcher.example")
+    spec = ClusterSpec((Job("worker", 2, cmd="true"),), replica=True, max_restarts=1)
+    assert not LocalBackend.chief_beside_launcher and MesosBackend.chief_beside_launcher
+
+    local = launcher_factory(spec, "local")(0)
+    assert isinstance(local.backend, LocalBackend) and local.chief_backend is None
+
+    make = launcher_factory(spec, "mesos", MesosOptions(master="127.0.0.1:1"))
+    first, second = make(0), make(1)
+    assert isinstance(first.backend, MesosBackend)
+    chief = first.chief_backend
+    assert isinstance(chief, LocalBackend) and chief.chief_only
+    # Remote tasks dial the chief by this machine's advertised name.
+    assert chief.host == "launcher.example"
+    # The chief's log stays in one directory across restarts.
+    assert isinstance(second.chief_backend, LocalBackend)
+    assert second.chief_backend.log_dir == chief.log_dir
+    assert (first.restart, second.restart) == (0, 1)
