@@ -242,11 +242,16 @@ class RendezvousServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE) and self.in_handshake:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._silent:
                     # Out of descriptors: a flood's oldest goes, not the door.
                     self._evict_oldest()
                     continue
                 logger.debug("rendezvous: accept failed: %s", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Nothing to close at once: the listener stays readable,
+                    # so wait a moment rather than spin on it.
+                    loop.remove_reader(listener.fileno())
+                    loop.call_later(1.0, self._resume_accepting, listener)
                 return
             sock.setblocking(False)
             peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
@@ -271,6 +276,10 @@ class RendezvousServer:
             loop.add_reader(sock.fileno(), self._spoke, sock)
             if self._sweep is None:
                 self._sweep = loop.call_later(self._first_byte_timeout, self._sweep_silent)
+
+    def _resume_accepting(self, listener: socket.socket) -> None:
+        if self._listener is listener and listener.fileno() >= 0:
+            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept, listener)
 
     def _spoke(self, sock: socket.socket) -> None:
         """``sock`` has sent its first bytes (or closed): give it a handler."""
