@@ -166,7 +166,7 @@ def import_breakdown() -> list[dict[str, Any]]:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=9)
-    sleep = 1.0 if args.quick else 2.0
+    sleep = 0.5 if args.smoke else 1.0 if args.quick else 2.0
     result = Result(
         "agent_cost",
         command_line("agent_cost.py", args),

@@ -12,6 +12,7 @@ Nothing here asserts a timing: a benchmark fails only when a job it runs fails.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import importlib.metadata
 import json
@@ -269,6 +270,11 @@ def parse_args(
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="one repetition, small sizes")
     parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a check that the benchmark runs, in seconds: --quick at the smallest sizes",
+    )
+    parser.add_argument(
         "--reps", type=int, default=None, help=f"repetitions (default {reps}; 1 with --quick)"
     )
     parser.add_argument(
@@ -280,6 +286,9 @@ def parse_args(
     if add is not None:
         add(parser)
     args = parser.parse_args()
+    if args.smoke:
+        # What the test suite runs: every code path once, nothing measured.
+        args.quick = True
     if args.reps is None:
         args.reps = 1 if args.quick else reps
     args.warmup = not args.quick
@@ -398,6 +407,30 @@ def spawn(argv: Sequence[str], *, stderr: int = subprocess.DEVNULL) -> subproces
         env=bench_env(),
         cwd=ROOT,
     )
+
+
+class OutputLines:
+    """A command started with its stdout and stderr together in one pipe,
+    read line by line as they come: ``for arrived, line in output``, with
+    ``arrived`` from ``time.perf_counter()``. ``tail`` keeps the last lines,
+    for the message of a failure."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], keep: int = 40) -> None:
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=dict(env),
+            cwd=ROOT,
+        )
+        self.tail: collections.deque[bytes] = collections.deque(maxlen=keep)
+
+    def __iter__(self) -> Iterator[tuple[float, bytes]]:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail.append(line)
+            yield time.perf_counter(), line
 
 
 def median(values: Sequence[float]) -> float:

@@ -72,7 +72,7 @@ def plot(result: Result, sizes: list[int], path: Path) -> str | None:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=3)
-    sizes = [1, 10] if args.quick else [1, 10, 50, 100, 200]
+    sizes = [1, 2] if args.smoke else [1, 10] if args.quick else [1, 10, 50, 100, 200]
     result = Result(
         "bringup_scale",
         command_line("bringup_scale.py", args),

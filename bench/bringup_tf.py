@@ -149,7 +149,7 @@ def main() -> None:
         reps=5,
         add=lambda p: p.add_argument("--train-steps", type=int, default=200),
     )
-    steps = ["--train_steps", str(args.train_steps)]
+    steps = ["--train_steps", str(20 if args.smoke else args.train_steps)]
     result = Result(
         "bringup_tf" if args.train_steps == 200 else f"bringup_tf_{args.train_steps}_steps",
         command_line("bringup_tf.py", args)

@@ -56,6 +56,7 @@ from benchlib import (
     PYTHON,
     ROOT,
     JobFailed,
+    OutputLines,
     Result,
     alternate,
     command_line,
@@ -171,20 +172,11 @@ def run_job(argv: list[str], env: dict[str, str], cold: bool) -> Run:
     if cold:
         evict([*installed_trees(), ROOT / EXAMPLE])
     run = Run()
-    tail: list[bytes] = []
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=ROOT,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        now = time.perf_counter() - started
-        tail = [*tail[-30:], line]
+    output = OutputLines(argv, env, keep=31)
+    proc = output.proc
+    for arrived, line in output:
+        now = arrived - started
         for name, mark in MARKS:
             if name not in run.stamps and mark.search(line):
                 run.stamps[name] = now
@@ -198,7 +190,8 @@ def run_job(argv: list[str], env: dict[str, str], cold: bool) -> Run:
     run.cpu["exit"] = usage.ru_utime + usage.ru_stime
     if code != 0 or "first step" not in run.stamps:
         raise JobFailed(
-            f"{argv[0]} exited with status {code}:\n" + b"".join(tail).decode(errors="replace")
+            f"{argv[0]} exited with status {code}:\n"
+            + b"".join(output.tail).decode(errors="replace")
         )
     return run
 
@@ -264,7 +257,7 @@ def main() -> None:
             p.add_argument("--train-steps", type=int, default=200),
         ),
     )
-    steps = ["--train_steps", str(20 if args.quick else args.train_steps)]
+    steps = ["--train_steps", str(4 if args.smoke else 20 if args.quick else args.train_steps)]
     name = "first_step_cold" if args.cold else "first_step"
     result = Result(
         name,

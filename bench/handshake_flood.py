@@ -15,6 +15,7 @@ bring-up without.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -37,9 +38,15 @@ TASKS = 20
 FLOOD = 1500
 
 
-def bring_up(logs: str, flood: bool, relaunches: list[int]) -> float:
-    """Seconds from tfrun's start to ``cluster up``; the job must exit 0."""
-    argv = [*tfrun(), "-w", str(TASKS), "-s", "0", "--log-dir", logs, "--", PYTHON, "-c", "pass"]
+SMOKE_TASKS = 2
+SMOKE_FLOOD = 50
+"""With --smoke: the same code path, small enough for the test suite."""
+
+
+def bring_up(logs: str, tasks: int, flood: int, relaunches: list[int]) -> float:
+    """Seconds from tfrun's start to ``cluster up`` with ``flood`` silent
+    connections held (none: 0); the job must exit 0."""
+    argv = [*tfrun(), "-w", str(tasks), "-s", "0", "--log-dir", logs, "--", PYTHON, "-c", "pass"]
     started = time.perf_counter()
     proc = subprocess.Popen(
         argv,
@@ -52,7 +59,7 @@ def bring_up(logs: str, flood: bool, relaunches: list[int]) -> float:
     flooder = None
     if flood:
         flooder = subprocess.Popen(
-            [PYTHON, str(BENCH / "flood_rendezvous.py"), str(proc.pid), str(FLOOD)],
+            [PYTHON, str(BENCH / "flood_rendezvous.py"), str(proc.pid), str(flood)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             env=bench_env(),
@@ -79,26 +86,33 @@ def bring_up(logs: str, flood: bool, relaunches: list[int]) -> float:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=7)
+    tasks, flood = (SMOKE_TASKS, SMOKE_FLOOD) if args.smoke else (TASKS, FLOOD)
     result = Result(
         "handshake_flood",
         command_line("handshake_flood.py", args),
         args.quick,
-        {"reps": args.reps, "tasks": TASKS, "flood": FLOOD, "fork_server": False},
+        {
+            "reps": args.reps,
+            "tasks": tasks,
+            "flood": flood,
+            "fork_server": False,
+            "load_average_1min_before": os.getloadavg()[0],
+        },
     )
     relaunched: dict[str, list[int]] = {"no flood": [], "flood": []}
     with scratch("flood") as logs:
         walls = alternate(
             args.reps,
             {
-                "no flood": lambda: bring_up(str(logs), False, relaunched["no flood"]),
-                "flood": lambda: bring_up(str(logs), True, relaunched["flood"]),
+                "no flood": lambda: bring_up(str(logs), tasks, 0, relaunched["no flood"]),
+                "flood": lambda: bring_up(str(logs), tasks, flood, relaunched["flood"]),
             },
             warmup=args.warmup,
         )
     for name, samples in walls.items():
-        result.add(f"bring-up, {TASKS} tasks, {name}", "s", samples)
+        result.add(f"bring-up, {tasks} tasks, {name}", "s", samples)
     ratio = result.ratio(
-        "flood / no flood", f"bring-up, {TASKS} tasks, flood", f"bring-up, {TASKS} tasks, no flood"
+        "flood / no flood", f"bring-up, {tasks} tasks, flood", f"bring-up, {tasks} tasks, no flood"
     )
     result.target(
         "8: bring-up under a handshake flood",
@@ -109,6 +123,11 @@ def main() -> None:
     for name, counts in relaunched.items():
         # The warm-up's job counts too: it was refused or not like any other.
         result.note(f"{name}: {sum(counts)} relaunches in {len(counts)} jobs")
+    # Other people's work shares this machine's cores: say how busy it was.
+    result.note(
+        f"1-minute load average: {result.params['load_average_1min_before']:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after"
+    )
     result.write(args.results_dir)
 
 

@@ -106,7 +106,7 @@ def measure(tasks: int, sleep: float, logs: str) -> Sample:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=3)
-    sizes = [10, 50] if args.quick else [10, 100, 500]
+    sizes = [2] if args.smoke else [10, 50] if args.quick else [10, 100, 500]
     sleep = 2.0 if args.quick else 3.0
     result = Result(
         "launcher_memory",

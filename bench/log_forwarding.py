@@ -207,9 +207,9 @@ def slow_reader(argv: list[str], progress: Path, seconds: float) -> Flight:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=5)
-    lines = 100_000 if args.quick else 2_000_000
-    slow_seconds = 1.5 if args.quick else 4.0
-    slow_lines = 200_000 if args.quick else 2_000_000
+    lines = 2_000 if args.smoke else 100_000 if args.quick else 2_000_000
+    slow_seconds = 0.3 if args.smoke else 1.5 if args.quick else 4.0
+    slow_lines = 2_000 if args.smoke else 200_000 if args.quick else 2_000_000
     result = Result(
         "log_forwarding",
         command_line("log_forwarding.py", args),

@@ -194,7 +194,7 @@ def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=3)
-    sizes = [10] if args.quick else [10, 100, 500]
+    sizes = [2] if args.smoke else [10] if args.quick else [10, 100, 500]
     result = Result(
         "mesos_scale",
         command_line("mesos_scale.py", args),

@@ -35,6 +35,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from benchlib import (
     PYTHON,
     ROOT,
     JobFailed,
+    OutputLines,
     Result,
     alternate,
     bench_env,
@@ -148,22 +150,13 @@ class Watch:
         self.noticed: float | None = None
         self.ups: list[float] = []
         self.starts: list[tuple[float, int]] = []
-        self.tail: list[bytes] = []
+        self.tail: Sequence[bytes] = ()
         self.own: list[tuple[float, bytes]] = []
 
     def run(self, argv: list[str], env: dict[str, str]) -> int:
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            cwd=ROOT,
-        )
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            now = time.perf_counter()
-            self.tail = [*self.tail[-40:], line]
+        output = OutputLines(argv, env, keep=41)
+        self.tail = output.tail
+        for now, line in output:
             # tfrun's own lines: "[tfrun] ..." (with -v), its warnings and verdict.
             ours = line.startswith(b"[tfrun]") or not line.startswith(b"[")
             if ours and len(self.own) < 200:
@@ -175,7 +168,7 @@ class Watch:
             resumed = RESUMED.search(line)
             if resumed:
                 self.starts.append((now, int(resumed.group(1))))
-        return proc.wait(timeout=600)
+        return output.proc.wait(timeout=600)
 
     def failure(self, why: str) -> JobFailed:
         return JobFailed(why + ":\n" + b"".join(self.tail).decode(errors="replace"))

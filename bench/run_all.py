@@ -3,8 +3,10 @@
 With ``--quick`` each runs once at small sizes (the whole lot in about a
 minute on 2 cores, besides the three MNIST jobs of ``restart_resume``): a check that every benchmark still works, not a
 measurement. Results go to ``--results-dir`` (default ``bench/results``, or
-``bench/results/quick`` with ``--quick``). Exits non-zero if any benchmark
-failed; no timing decides the exit status.
+``bench/results/quick`` with ``--quick``). With ``--smoke``, each at its
+smallest sizes (what tests/test_bench_smoke.py runs): a check that it runs, in
+seconds. Exits non-zero if any benchmark failed; no timing decides the exit
+status.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ cores): tests/test_bench_smoke.py runs them on their own, as heavy tests."""
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repetition, small sizes")
+    parser.add_argument(
+        "--smoke", action="store_true", help="each at its smallest: a check that they run"
+    )
     parser.add_argument("--results-dir", type=Path, default=None)
     parser.add_argument(
         "--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS), metavar="NAME"
@@ -49,6 +54,8 @@ def main() -> int:
         argv = [sys.executable, str(BENCH / f"{name}.py"), "--results-dir", str(results_dir)]
         if args.quick:
             argv.append("--quick")
+        if args.smoke:
+            argv.append("--smoke")
         print(f"=== {name}", flush=True)
         started = time.perf_counter()
         code = subprocess.run(argv, check=False).returncode

@@ -52,7 +52,8 @@ from benchlib import (
 EXAMPLE = "examples/torch_ddp.py"
 PROCESSES = 4
 QUICK_PROCESSES = 2
-"""With --quick, a check that the benchmark runs: fewer processes to start."""
+"""With --quick, a check that the benchmark runs: fewer processes to start
+(with --smoke, one: each process's ``import torch`` is most of a smoke run)."""
 RATE = re.compile(rb"steps per second = ([0-9.]+)")
 FINAL = re.compile(rb"final loss = ([0-9.eE+-]+)")
 SESSIONS = "tfrun, a session per task"
@@ -116,7 +117,7 @@ def main() -> None:
         add=lambda p: p.add_argument("--epochs", type=int, default=None),
     )
     epochs = args.epochs or (1 if args.quick else 30)
-    processes = QUICK_PROCESSES if args.quick else PROCESSES
+    processes = 1 if args.smoke else QUICK_PROCESSES if args.quick else PROCESSES
     result = Result(
         "torch_ddp",
         command_line("torch_ddp.py", args),

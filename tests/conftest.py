@@ -97,6 +97,14 @@ def marked_master(
         yield m
 
 
+@pytest.fixture
+def master(job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A test Mesos master with two agents of 4 CPUs and 8 GiB each, its tasks
+    marked for job_procs: what the Mesos job tests run on."""
+    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
+        yield m
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Runs' logs go under XDG_STATE_HOME: never the real user's, in tests.

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -94,14 +93,12 @@ class FakeLauncher:
 def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProcesses) -> None:
     launcher = FakeLauncher(job_procs, "sleep 60")
     try:
-        started = time.monotonic()
         # Both in one write: the agent reads them together.
         launcher.conn.sendall(
             wire.encode_json(launcher.sealed(launcher.cluster))
             + wire.encode_json({"type": "stop", "reason": "test"})
         )
-        code = launcher.proc.wait(timeout=30)
-        elapsed = time.monotonic() - started
+        code = launcher.proc.wait(timeout=30)  # a hang guard: SIGTERM ends it at once
         exits = [m for m in launcher.messages_until_closed() if m["type"] == "exit"]
     finally:
         launcher.close()
@@ -109,7 +106,6 @@ def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProces
     # The report says the command was killed by SIGTERM, not "status 143".
     assert exits == [{"type": "exit", "code": 143, "signal": 15}]
     assert code == 143
-    assert elapsed < wire.STOP_GRACE
     assert job_procs.wait_gone(5) == []
 
 

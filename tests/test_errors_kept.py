@@ -88,11 +88,14 @@ def test_closing_the_rendezvous_keeps_the_callers_cancellation() -> None:
         server = RendezvousServer(b"s" * 32, lambda task_id: False, lambda event: None)
         port = await server.start("127.0.0.1")
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # A connection gets its handler once it speaks: one byte of a frame.
+        writer.write(b"\0")
+        await writer.drain()
         await until(lambda: server._handlers)
         closing = asyncio.create_task(server.close())
-        # close() stops serving, cancels the handlers, and waits for them:
+        # close() stops listening, cancels the handlers, and waits for them:
         # its first wait.
-        await until(lambda: server._server is not None and not server._server.is_serving())
+        await until(lambda: server._listener is not None and server._listener.fileno() == -1)
         closing.cancel()
         await asyncio.wait({closing})
         writer.close()

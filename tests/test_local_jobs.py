@@ -79,15 +79,14 @@ def test_a_failing_worker_fails_the_job_naming_it(job_procs: JobProcesses) -> No
         "import sys, time\n"
         "if '{job_name}' == 'worker' and '{task_index}' == '1':\n"
         "    print('about to fail', flush=True); print('boom', file=sys.stderr); sys.exit(3)\n"
-        "time.sleep(60)\n"
+        "time.sleep(3600)\n"
     )
-    started = time.monotonic()
+    # The others are stopped at once: were they left to their sleep, tfrun
+    # would outlive run_tfrun's hang guard.
     result = run_tfrun("-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
     assert result.returncode == 3
     assert "task worker:1 on 127.0.0.1 exited with status 3" in result.stderr
     assert "| about to fail" in result.stderr and "| boom" in result.stderr
-    # The others were stopped at once, not after their 60 s sleep.
-    assert time.monotonic() - started < 30
     assert job_procs.wait_gone(5) == []
 
 

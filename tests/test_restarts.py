@@ -11,23 +11,14 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, marked_master, run_tfrun, start_tfrun
+from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun
 from tfmesos.testing.master import ThreadedTestMaster
 
 PY = sys.executable
-
-
-@pytest.fixture
-def master(
-    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ThreadedTestMaster]:
-    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
-        yield m
 
 
 def on(backend: ThreadedTestMaster | None) -> tuple[str, ...]:

@@ -187,14 +187,12 @@ def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
         "import sys, time\n"
         "if '{job_name}:{task_index}' == 'worker:1':\n"
         "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(3)\n"
-        "time.sleep(300)\n"
+        "time.sleep(3600)\n"  # past run_tfrun's hang guard: the others must be stopped
     )
-    started = time.monotonic()
     result = run_tfrun(
         "--backend", "slurm", "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
-    assert time.monotonic() - started < 60
     last = result.stderr.strip().splitlines()
     verdict = next(line for line in last if "job failed:" in line)
     assert re.search(r"job failed: task worker:1 on \S+ exited with status 3", verdict), verdict
@@ -218,13 +216,11 @@ def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
     while states([held]).get(held) != "RUNNING":
         assert time.monotonic() < deadline, "the blocking job never ran"
         time.sleep(0.2)
-    started = time.monotonic()
     result = run_tfrun(
         "--backend", "slurm", "--timeout", "6", "-w", "3", "-s", "0", "-Mw", "2048", "--",
         "true", env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 124, result.stderr  # the cluster never came up
-    assert time.monotonic() - started < 60
     (job,) = submitted(result.stderr)
     assert re.search(
         r"the cluster was not up after 6s: still waiting for worker:1, worker:2 \(Slurm job "

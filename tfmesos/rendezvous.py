@@ -13,14 +13,12 @@ closes only that one connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
+import errno
 import logging
 import os
+import resource
 import socket
 import ssl
-import sys
-import termios
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,12 +47,18 @@ FIRST_BYTE_TIMEOUT = 5.0
 long after it is dropped, long before the whole handshake's deadline."""
 READ_SIZE = 1 << 16
 RECEIVE_BUFFER = 1 << 18
-MAX_UNPROVEN = 1024
-"""Connections allowed in their handshake at once: room for every task of a
-large job dialling in together, far below the launcher's descriptor limit.
-Past it, the oldest connection that has sent nothing is closed to make room
-for the new one (a real task answers the hello within milliseconds; a flood
-of silent connections only ever evicts itself)."""
+MAX_UNPROVEN = 4096
+"""Connections allowed in their handshake at once, at most a quarter of the
+launcher's descriptor limit (see ``unproven_cap``): room for every task of a
+large job dialling in together. Past it, the oldest connection that has sent
+nothing is closed to make room for the new one (a real task answers the hello
+within milliseconds; a flood of silent connections only ever evicts itself).
+A silent connection costs a descriptor and no more (no task, no timer of its
+own): holding one is cheaper than closing it and accepting its flooder's next,
+so the cap is as high as the descriptors allow."""
+ACCEPT_BATCH = 64
+"""Connections accepted in one turn of the event loop: between turns, the
+handshakes of the tasks already accepted go on, however fast a flood dials."""
 LISTEN_BACKLOG = 4096
 """Connections the kernel holds for the launcher to accept (capped by
 ``net.core.somaxconn``). asyncio's default of 100 is full all the time under a
@@ -159,17 +163,21 @@ class RendezvousServer:
         *,
         handshake_timeout: float = HANDSHAKE_TIMEOUT,
         flow: Callable[[str], Awaitable[None]] | None = None,
-        max_unproven: int = MAX_UNPROVEN,
+        max_unproven: int | None = None,
         first_byte_timeout: float = FIRST_BYTE_TIMEOUT,
     ) -> None:
         self._secret = secret
         self._admit = admit
         self._sink = sink
         self._flow = flow
-        self._max_unproven = max_unproven
-        self._silent: dict[asyncio.Task[Any], tuple[asyncio.StreamReader, int, str]] = {}
-        """Handlers of connections that have sent nothing yet, oldest first,
-        with their readers, descriptors and peers."""
+        self._max_unproven = max_unproven if max_unproven is not None else unproven_cap()
+        self._silent: dict[socket.socket, _Silent] = {}
+        """Connections that have sent nothing yet, oldest first: no handler
+        runs for them until their first bytes come."""
+        self._sweep: asyncio.TimerHandle | None = None
+        """When the oldest silent connection's first-byte deadline is up."""
+        self._listener: socket.socket | None = None
+        self._tls: ssl.SSLContext | None = None
         self._speaking: dict[asyncio.Task[Any], str] = {}
         """Handlers of connections that have sent something but not yet
         proven the secret, oldest first, with their peers."""
@@ -177,7 +185,6 @@ class RendezvousServer:
         """Connections closed to make room for newer ones, in all."""
         self._handshake_timeout = handshake_timeout
         self._first_byte_timeout = min(first_byte_timeout, handshake_timeout)
-        self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._said_at: dict[str, float] = {}
         """When each kind of refusal was last said."""
@@ -186,22 +193,36 @@ class RendezvousServer:
         self._summaries: dict[str, asyncio.TimerHandle] = {}
         self.port = 0
 
+    @property
+    def in_handshake(self) -> int:
+        """Connections accepted that have not proven the secret yet."""
+        return len(self._silent) + len(self._speaking)
+
     async def start(self, host: str, port: int = 0, tls: ssl.SSLContext | None = None) -> int:
-        extra: dict[str, Any] = {}
-        if tls is not None:
-            extra = {"ssl": tls, "ssl_handshake_timeout": self._handshake_timeout}
-        self._server = await asyncio.start_server(
-            self._handle, host, port, limit=READ_SIZE, backlog=LISTEN_BACKLOG, **extra
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        # The accept loop is this server's own rather than asyncio's
+        # start_server: a connection gets a stream and a task only once it
+        # speaks, so that a flood of silent ones costs next to nothing.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+        listener.setblocking(False)
+        self._tls = tls
+        self._listener = listener
+        asyncio.get_running_loop().add_reader(listener.fileno(), self._accept, listener)
+        self.port = listener.getsockname()[1]
         return self.port
 
     async def close(self, linger: float = 0.0) -> None:
         """Stop accepting; give the open connections up to ``linger`` seconds
         to end by themselves (their last output still coming in), then drop
         them."""
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+            self._listener.close()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for sock in list(self._silent):
+            self._drop_silent(sock)
         for kind in list(self._summaries):
             self._summaries.pop(kind).cancel()
             self._say_unsaid(kind)
@@ -211,25 +232,107 @@ class RendezvousServer:
             handler.cancel()
         for handler in list(self._handlers):
             await reap(handler)
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, address = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._silent:
+                    # Out of descriptors: a flood's oldest goes, not the door.
+                    self._evict_oldest()
+                    continue
+                logger.debug("rendezvous: accept failed: %s", exc)
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Nothing to close at once: the listener stays readable,
+                    # so wait a moment rather than spin on it.
+                    loop.remove_reader(listener.fileno())
+                    loop.call_later(1.0, self._resume_accepting, listener)
+                return
+            sock.setblocking(False)
+            peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+            if self.in_handshake >= self._max_unproven:
+                # A flood of connections that never prove anything must not
+                # eat the launcher's descriptors, nor keep real tasks out:
+                # past the cap, the oldest silent one (else the oldest) makes
+                # room.
+                self._evict_oldest()
+            nonce = None
+            if self._tls is None:
+                # The hello at once, as the task waits for it; under TLS it
+                # follows the TLS handshake, which the task begins.
+                nonce = os.urandom(16).hex()
+                hello = {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce}
+                try:
+                    sock.send(wire.encode_json(hello))  # a few bytes: the buffer takes them
+                except OSError:
+                    sock.close()
+                    continue
+            self._silent[sock] = _Silent(nonce, time.monotonic(), peer)
+            loop.add_reader(sock.fileno(), self._spoke, sock)
+            if self._sweep is None:
+                self._sweep = loop.call_later(self._first_byte_timeout, self._sweep_silent)
+
+    def _resume_accepting(self, listener: socket.socket) -> None:
+        if self._listener is listener and listener.fileno() >= 0:
+            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept, listener)
+
+    def _spoke(self, sock: socket.socket) -> None:
+        """``sock`` has sent its first bytes (or closed): give it a handler."""
+        silent = self._silent.pop(sock, None)
+        if silent is None:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())
+        handler = loop.create_task(self._handle(sock, silent))
+        self._handlers.add(handler)
+        self._speaking[handler] = silent.peer
+
+    def _drop_silent(self, sock: socket.socket) -> None:
+        self._silent.pop(sock, None)
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        sock.close()
+
+    def _sweep_silent(self) -> None:
+        """Close the connections that sent nothing by the first-byte
+        deadline: one timer for them all, as they are kept in the order of
+        their deadlines."""
+        self._sweep = None
+        now = time.monotonic()
+        while self._silent:
+            sock, silent = next(iter(self._silent.items()))
+            due = silent.since + self._first_byte_timeout
+            if due > now:
+                self._sweep = asyncio.get_running_loop().call_later(due - now, self._sweep_silent)
+                return
+            if _has_data(sock):
+                self._spoke(sock)
+            else:
+                logger.debug("rendezvous: dropped %s: nothing sent", silent.peer)
+                self._drop_silent(sock)
+
+    async def _handle(self, sock: socket.socket, silent: _Silent) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._handlers.add(task)
-        peer = writer.get_extra_info("peername")
+        peer = silent.peer
         task_id: str | None = None
-        if len(self._silent) + len(self._speaking) >= self._max_unproven:
-            # A flood of connections that never prove anything must not eat
-            # the launcher's descriptors, nor keep real tasks out: past the
-            # cap, the oldest silent one (else the oldest) makes room.
-            self._evict_oldest()
-        sock = writer.get_extra_info("socket")
-        self._silent[task] = (reader, sock.fileno() if sock is not None else -1, peer_name(writer))
+        writer: asyncio.StreamWriter | None = None
         try:
-            task_id = await self._serve(reader, writer)
+            loop = asyncio.get_running_loop()
+            reader = asyncio.StreamReader(limit=READ_SIZE)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            left = self._handshake_timeout - (time.monotonic() - silent.since)
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol,
+                sock,
+                ssl=self._tls,
+                ssl_handshake_timeout=max(left, 0.001) if self._tls is not None else None,
+            )
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            task_id = await self._serve(reader, writer, silent)
         except asyncio.CancelledError:
             pass
         except (
@@ -243,26 +346,30 @@ class RendezvousServer:
         except Exception:  # a bug must cost one connection, never the launcher
             logger.exception("rendezvous: unexpected error with %s", peer)
         finally:
-            self._silent.pop(task, None)
             self._speaking.pop(task, None)
             self._handlers.discard(task)
-            writer.close()
+            if writer is not None:
+                writer.close()
+            else:
+                sock.close()
             if task_id is not None:
                 self._sink(Disconnected(task_id))
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, silent: _Silent
     ) -> str | None:
-        nonce = os.urandom(16).hex()
-        writer.write(
-            wire.encode_json({"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce})
-        )
+        nonce = silent.nonce
+        if nonce is None:
+            nonce = os.urandom(16).hex()
+            writer.write(
+                wire.encode_json(
+                    {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce}
+                )
+            )
         decoder = wire.FrameDecoder(wire.MAX_HANDSHAKE_FRAME)
-        # The handler, named here: wait_for may run the coroutine as a task
-        # of its own.
-        handler = asyncio.current_task()
+        left = self._handshake_timeout - (time.monotonic() - silent.since)
         register, early = await asyncio.wait_for(
-            self._first_message(reader, decoder, handler), self._handshake_timeout
+            self._first_message(reader, decoder), max(left, 0.001)
         )
         task_id = register.get("task_id")
         client_nonce = register.get("nonce")
@@ -313,7 +420,6 @@ class RendezvousServer:
         connection = Connection(writer, self._secret, client_nonce, nonce)
         handler = asyncio.current_task()
         if handler is not None:  # proven: no longer counted
-            self._silent.pop(handler, None)
             self._speaking.pop(handler, None)
         self._sink(Registered(task_id, addr, connection))
         for kind, payload in early + decoder.feed(b""):
@@ -328,22 +434,24 @@ class RendezvousServer:
                 await self._flow(task_id)
 
     def _evict_oldest(self) -> None:
-        victim = None
+        peer = ""
         while self._silent:
-            oldest, (reader, fd, peer) = next(iter(self._silent.items()))
-            del self._silent[oldest]
-            if _has_data(reader, fd):
-                # It has spoken; its handler has not run since. Under a
-                # flood the loop accepts faster than handlers run: a real
+            oldest, silent = next(iter(self._silent.items()))
+            if _has_data(oldest):
+                # It has spoken; the loop has not run its callback since.
+                # Under a flood the loop accepts faster than it reads: a real
                 # task's registration waiting here must not cost it its place.
-                self._speaking[oldest] = peer
+                self._spoke(oldest)
                 continue
-            victim = oldest
+            peer = silent.peer
+            self._drop_silent(oldest)
             break
-        if victim is None:
+        else:
+            if not self._speaking:
+                return
             victim = next(iter(self._speaking))
             peer = self._speaking.pop(victim)
-        victim.cancel()  # its handler closes the connection
+            victim.cancel()  # its handler closes the connection
         self.evicted += 1
         self._refused(
             "that sent nothing in their handshake, closed to make room for new ones",
@@ -351,12 +459,6 @@ class RendezvousServer:
             f"oldest that have sent nothing to make room for new ones (first {peer})",
             peer,
         )
-
-    def _spoke(self, task: asyncio.Task[Any] | None) -> None:
-        """The connection ``task`` handles has sent its first bytes."""
-        if task is not None and task in self._silent:
-            *_, peer = self._silent.pop(task)
-            self._speaking[task] = peer
 
     def _refused(self, kind: str, message: str, peer: str) -> None:
         """Say a refusal: at once if none of its kind was said lately, else
@@ -393,16 +495,10 @@ class RendezvousServer:
             self._said_at[kind] = time.monotonic()
 
     async def _first_message(
-        self,
-        reader: asyncio.StreamReader,
-        decoder: wire.FrameDecoder,
-        handler: asyncio.Task[Any] | None,
+        self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder
     ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
         """The registration, and any frames that came right behind it."""
-        data = await asyncio.wait_for(
-            reader.read(wire.MAX_HANDSHAKE_FRAME), self._first_byte_timeout
-        )
-        self._spoke(handler)
+        data = await reader.read(wire.MAX_HANDSHAKE_FRAME)
         while True:
             if not data:
                 raise ConnectionError("closed during the handshake")
@@ -435,19 +531,36 @@ class RendezvousServer:
             self._sink(Message(task_id, message))
 
 
-def _has_data(reader: asyncio.StreamReader, fd: int) -> bool:
-    """Whether bytes have arrived that the reader's owner has not read yet:
-    in the reader's buffer, or still in the kernel's (the loop, busy
-    accepting, has not read the socket yet)."""
-    if getattr(reader, "_buffer", b"") or reader.at_eof():
-        return True
-    if fd < 0:
-        return False
+@dataclass(frozen=True)
+class _Silent:
+    """A connection accepted that has sent nothing yet."""
+
+    nonce: str | None
+    """The nonce of the hello it was sent; ``None`` under TLS, where the
+    hello waits for the TLS handshake."""
+    since: float
+    """When it was accepted (``time.monotonic()``): its deadlines count from here."""
+    peer: str
+
+
+def unproven_cap() -> int:
+    """``MAX_UNPROVEN``, or a quarter of this process's descriptor limit if
+    that is less: the rest are for the tasks' connections and the backend."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_UNPROVEN
+    return max(16, min(MAX_UNPROVEN, soft // 4))
+
+
+def _has_data(sock: socket.socket) -> bool:
+    """Whether bytes (or the peer's end) have arrived that the loop has not
+    read yet: under a flood it accepts faster than it reads."""
     try:
-        pending = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
-    except OSError:
+        return bool(sock.recv(1, socket.MSG_PEEK))  # b"": the peer has gone
+    except (BlockingIOError, InterruptedError):
         return False
-    return int.from_bytes(pending, sys.byteorder) > 0
+    except OSError:  # reset: nothing worth keeping
+        return False
 
 
 def peer_name(writer: asyncio.StreamWriter) -> str:
