@@ -8,11 +8,10 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, marked_master, run_tfrun
+from tests.conftest import ROOT, JobProcesses, run_tfrun
 from tfmesos.testing.master import ThreadedTestMaster
 
 PY = sys.executable
@@ -22,14 +21,6 @@ EPOCHS = "8"
 
 def _needs(module: str) -> None:
     pytest.importorskip(module, reason=f"{module} is a test extra: pip install -e '.[test]'")
-
-
-@pytest.fixture
-def master(
-    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ThreadedTestMaster]:
-    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
-        yield m
 
 
 def _lines(stdout: str, pattern: str) -> dict[str, str]:

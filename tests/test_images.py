@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,14 +136,6 @@ def task_image() -> str:
     )
     assert result.returncode == 0, "scripts/build-image cpu failed"
     return result.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture
-def master(
-    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ThreadedTestMaster]:
-    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
-        yield m
 
 
 def containers_of(master: ThreadedTestMaster) -> list[str]:

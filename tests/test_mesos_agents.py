@@ -12,18 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TWO_WORKERS_TRUE, JobProcesses, marked_master, run_tfrun, start_tfrun
+from tests.conftest import TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
 from tfmesos.testing.master import ThreadedTestMaster
 
 NO_USER = "no-such-user-xyz"
-
-
-@pytest.fixture
-def master(
-    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ThreadedTestMaster]:
-    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
-        yield m
 
 
 def mesos_tasks(master: ThreadedTestMaster) -> list[dict]:  # type: ignore[type-arg]
