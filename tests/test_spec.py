@@ -82,3 +82,11 @@ def test_volumes() -> None:
     for bad in ("a:/b", "/a", "/a:/b:xx", "/a:/b:/c"):
         with pytest.raises(SpecError, match="must be /host/path:/container/path"):
             parse_volume(bad)
+
+
+@pytest.mark.parametrize("bad", [-1, 1001, 1.5, True])
+def test_a_bad_max_restarts_names_the_flag_and_the_keyword(bad: object) -> None:
+    # cluster(max_restarts=...) reaches the same check as tfrun --max-restarts:
+    # the message must read right to either user.
+    with pytest.raises(SpecError, match=r"^--max-restarts / max_restarts= must be a whole number"):
+        ClusterSpec(jobs=(Job("worker", 1),), max_restarts=bad)  # type: ignore[arg-type]

@@ -244,7 +244,7 @@ class ClusterSpec:
             or not 0 <= self.max_restarts <= MAX_RESTARTS
         ):
             raise SpecError(
-                f"--max-restarts must be a whole number from 0 to {MAX_RESTARTS}, "
+                f"--max-restarts / max_restarts= must be a whole number from 0 to {MAX_RESTARTS}, "
                 f"not {self.max_restarts!r}"
             )
         for key, value in self.env.items():
