@@ -514,6 +514,32 @@ async def test_a_relaunch_whose_port_is_never_offered_ends_after_the_bound(
     assert harness.accepted() == []
 
 
+@in_loop
+async def test_a_relaunch_whose_agent_is_lost_ends_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(one_worker(), monkeypatch)
+    await placed_worker(harness)
+    again = Launch("id-worker:0-again", one_worker().tasks()[0], {})
+    await harness.backend.launch_at(again, "id-worker:0", 31000)
+    harness.backend._on_event({"type": "FAILURE", "failure": {"agent_id": {"value": "a1"}}})
+    ended = [e for e in harness.events if isinstance(e, TaskEnded)]
+    assert (
+        TaskEnded(
+            "id-worker:0-again",
+            NOT_PLACED,
+            None,
+            "its agent (a1) was lost, and port 31000 with it",
+            "10.0.0.2",
+        )
+        in ended
+    )
+    # Its agent's offer, should one still come, launches nothing.
+    harness.offers(offer("a1"))
+    await harness.settle()
+    assert harness.accepted() == []
+
+
 def test_a_launcher_fails_a_relaunch_not_placed_naming_the_task_and_address(
     said: Said, tmp_path: Path
 ) -> None:

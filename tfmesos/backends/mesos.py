@@ -922,3 +922,20 @@ class MesosBackend(Backend):
                         task_id, "AGENT_LOST", None, f"agent {agent_id} was lost", placed.host
                     )
                 )
+        # A relaunch waiting for this agent's offer of its port would wait out
+        # PINNED_OFFER_WAIT for an agent the master has just given up on: it
+        # ends now, naming the loss, rather than a minute later naming a
+        # missing offer.
+        for task_id, pin in list(self._pins.items()):
+            if pin.agent_id == agent_id:
+                self._unpin(task_id)
+                assert self._sink is not None
+                self._sink(
+                    TaskEnded(
+                        task_id,
+                        NOT_PLACED,
+                        None,
+                        f"its agent ({agent_id}) was lost, and port {pin.port} with it",
+                        pin.host,
+                    )
+                )
