@@ -19,13 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfmesos import runs, wire
-from tfmesos.backends import (
-    BACKENDS,
-    chosen_backends,
-    default_backend,
-    foreign_options,
-    options_class,
-)
+from tfmesos.backends import BACKENDS, choose_backend, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job
 
@@ -426,20 +420,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     # (tfmesos.backends.OPTIONS) names its own, and those that choose it.
     for name in BACKENDS:
         options_class(name).gather_arguments(args)
-    given = vars(args)
-    if args.backend is None:
-        chosen = chosen_backends(given)
-        if len(chosen) > 1:
-            (first, (_, first_flag)), (second, (_, second_flag)) = chosen[-1], chosen[0]
-            parser.error(
-                f"{first_flag} is a {options_class(first).label} flag and {second_flag} a "
-                f"{options_class(second).label} one: give --backend"
-            )
-        args.backend = chosen[0][0] if chosen else default_backend()
-    foreign = foreign_options(args.backend, given)
-    if foreign is not None:
-        _, flag, owner = foreign
-        parser.error(f"{flag} is a {options_class(owner).label} flag: it needs --backend {owner}")
+    try:
+        args.backend = choose_backend(args.backend, vars(args), as_flags=True)
+    except SpecError as exc:
+        parser.error(str(exc))
     options_type = options_class(args.backend)
     problem = options_type.task_limit(args.nworker + args.nserver)
     if problem is not None:

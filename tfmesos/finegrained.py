@@ -17,14 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tfmesos.backends import (
-    BackendOptions,
-    backend_options,
-    chosen_backends,
-    create_backend,
-    default_backend,
-    foreign_options,
-)
+from tfmesos.backends import BackendOptions, backend_options, choose_backend, create_backend
 from tfmesos.console import binary_stream
 from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.launcher import Launcher
@@ -179,19 +172,7 @@ def cluster(
         "force_pull_image": force_pull_image,
         "slurm": slurm,
     }
-    if backend is None:
-        chosen = chosen_backends(given)
-        if len(chosen) > 1:
-            (first, (first_name, _)), (second, (second_name, _)) = chosen[-1], chosen[0]
-            raise SpecError(
-                f"{first_name}= is for the {first} backend and {second_name}= for the "
-                f"{second} one: give backend="
-            )
-        backend = chosen[0][0] if chosen else default_backend()
-    foreign = foreign_options(backend, given)
-    if foreign is not None:
-        name, _, owner = foreign
-        raise SpecError(f"{name}= is for the {owner} backend, not {backend!r}")
+    backend = choose_backend(backend, given, as_flags=False)
     extra = dict(extra_config or {})
     unknown = sorted(set(extra) - {"initializer", "finalizer"})
     if unknown:

@@ -25,6 +25,7 @@ __all__ = [
     "BackendOptions",
     "backend_class",
     "backend_options",
+    "choose_backend",
     "chosen_backends",
     "create_backend",
     "default_backend",
@@ -110,6 +111,38 @@ def foreign_options(name: str, given: Mapping[str, Any]) -> tuple[str, str, str]
             for keyword, flag in options_class(other).given_flags(given):
                 return keyword, flag, other
     return None
+
+
+def choose_backend(named: str | None, given: Mapping[str, Any], *, as_flags: bool) -> str:
+    """The backend for a job: ``named`` (``--backend``, ``backend=``), else the
+    one ``given`` chooses (:func:`chosen_backends`), else the default. Raises
+    :class:`SpecError` when options choose two backends or one of them belongs
+    to another backend than the job's, naming what the user wrote: tfrun's
+    flags (``as_flags``) or ``tfmesos.cluster``'s keywords."""
+    if named is None:
+        chosen = chosen_backends(given)
+        if len(chosen) > 1:
+            (first, (first_name, first_flag)), (second, (second_name, second_flag)) = (
+                chosen[-1],
+                chosen[0],
+            )
+            raise SpecError(
+                f"{first_flag} is a {options_class(first).label} flag and {second_flag} a "
+                f"{options_class(second).label} one: give --backend"
+                if as_flags
+                else f"{first_name}= is for the {first} backend and {second_name}= for the "
+                f"{second} one: give backend="
+            )
+        named = chosen[0][0] if chosen else default_backend()
+    foreign = foreign_options(named, given)
+    if foreign is not None:
+        name, flag, owner = foreign
+        raise SpecError(
+            f"{flag} is a {options_class(owner).label} flag: it needs --backend {owner}"
+            if as_flags
+            else f"{name}= is for the {owner} backend, not {named!r}"
+        )
+    return named
 
 
 def create_backend(name: str, spec: ClusterSpec, options: BackendOptions | None = None) -> Backend:
