@@ -7,13 +7,23 @@ from pathlib import Path
 
 import pytest
 
+import tfmesos
 from tfmesos import ClusterSpec, Job, advertise
-from tfmesos.backends import BACKENDS, backend_class, backend_options
+from tfmesos.backends import (
+    BACKENDS,
+    backend_class,
+    backend_options,
+    chosen_backends,
+    default_backend,
+    foreign_options,
+    options_class,
+)
 from tfmesos.backends.local import LocalBackend, LocalOptions
 from tfmesos.backends.mesos import MesosBackend, MesosOptions
 from tfmesos.errors import SpecError
 from tfmesos.run import launcher_factory
 from tfmesos.slurm.options import SlurmOptions
+from tfmesos.spec import Volume
 
 # What the CLI hands every backend (cli.main); each takes its own.
 GIVEN = {
@@ -41,6 +51,78 @@ def test_options_are_frozen_dataclasses_declared_by_each_registered_backend() ->
         options = backend_class(name).options_type
         assert dataclasses.is_dataclass(options), name
         assert options.__dataclass_params__.frozen, name  # type: ignore[attr-defined]
+
+
+def test_the_registry_finds_each_backends_options_without_the_backend() -> None:
+    for name in BACKENDS:
+        assert options_class(name) is backend_class(name).options_type, name
+
+
+def test_the_mesos_options_take_the_users_spellings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_IMAGE", "from/env")
+    options = backend_options(
+        "mesos", role="ml", volumes={"/a": "/b"}, containerizer_type="docker", image=None
+    )
+    assert options == MesosOptions(
+        role="ml", volumes=(Volume("/a", "/b"),), containerizer="DOCKER", image="from/env"
+    )
+    assert backend_options("mesos", volumes=["/a:/b:ro"]) == MesosOptions(
+        volumes=(Volume("/a", "/b", read_only=True),), image="from/env"
+    )
+    with pytest.raises(SpecError, match=r"bad Mesos role 'a b'"):
+        backend_options("mesos", role="a b")
+    with pytest.raises(SpecError, match=r"containerizer must be MESOS or DOCKER, not 'LXC'"):
+        backend_options("mesos", containerizer_type="lxc")
+
+
+def test_each_option_belongs_to_one_backend_and_some_choose_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MESOS_MASTER", raising=False)
+    assert chosen_backends({"master": "m:5050", "image": "i"}) == [("mesos", ("master", "-m"))]
+    # Only -m chooses Mesos: an image alone is refused elsewhere, not taken for Mesos.
+    assert chosen_backends({"image": "i"}) == []
+    assert chosen_backends({"slurm": {"qos": "high"}}) == [("slurm", ("slurm", "--qos"))]
+    assert default_backend() == "local"
+    monkeypatch.setenv("MESOS_MASTER", "m:5050")
+    assert default_backend() == "mesos"
+    assert foreign_options("local", {"force_pull_image": True}) == (
+        "force_pull_image",
+        "-f",
+        "mesos",
+    )
+    assert foreign_options("slurm", {"volumes": {"/a": "/b"}}) == ("volumes", "-V", "mesos")
+    assert foreign_options("mesos", {"slurm": {"time": "1"}}) == ("slurm", "--time", "slurm")
+    # Not given: None, False, nothing.
+    assert (
+        foreign_options("local", {"image": None, "force_pull_image": False, "volumes": []}) is None
+    )
+
+
+def test_the_local_backend_declares_its_task_limit() -> None:
+    assert options_class("local").task_limit(1) is None
+    assert options_class("mesos").task_limit(10**4) is None
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"backend": "local", "image": "img"}, r"image= is for the mesos backend, not 'local'"),
+        ({"backend": "slurm", "role": "ml"}, r"role= is for the mesos backend, not 'slurm'"),
+        ({"slurm": {"qos": "q"}, "volumes": {"/a": "/b"}}, r"volumes= is for the mesos backend"),
+        ({"master": "m:5050", "slurm": {}}, r"slurm= is for the slurm backend and master= for"),
+        ({"backend": "mesos", "slurm": {}}, r"slurm= is for the slurm backend, not 'mesos'"),
+    ],
+)
+def test_cluster_refuses_another_backends_option_before_anything_starts(
+    keywords: dict[str, object], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MESOS_MASTER", raising=False)
+    with (
+        pytest.raises(SpecError, match=message),
+        tfmesos.cluster({"name": "ps", "num": 1}, **keywords),  # type: ignore[arg-type]
+    ):
+        raise AssertionError("the cluster started")
 
 
 def test_a_bad_slurm_option_is_refused_by_name() -> None:

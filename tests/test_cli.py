@@ -83,7 +83,50 @@ def test_help_documents_every_flag() -> None:
         ),
         (["-w", "2", "-s", "0", "--worker-logs", "5", "--", "true"], "no worker 5"),
         (["-w", "1", "-s", "0", "--worker-logs", "a", "--", "true"], "is not a worker index"),
-        (["-w", "1", "-s", "0", "-V", "nope", "--", "true"], "must be /host/path:/container/path"),
+        (
+            ["-w", "1", "-s", "0", "--backend", "mesos", "-V", "nope", "--", "true"],
+            "must be /host/path:/container/path",
+        ),
+        # A Mesos flag given to another backend is named, with its backend.
+        (
+            ["-w", "1", "-s", "0", "--backend", "local", "--image", "img", "--", "true"],
+            "--image is a Mesos flag: it needs --backend mesos",
+        ),
+        (
+            ["-w", "1", "-s", "0", "--backend", "slurm", "-r", "ml", "--", "true"],
+            "-r is a Mesos flag: it needs --backend mesos",
+        ),
+        (
+            ["-w", "1", "-s", "0", "-V", "/a:/b", "--", "true"],
+            "-V is a Mesos flag: it needs --backend mesos",
+        ),
+        (
+            ["-w", "1", "-s", "0", "--backend", "mesos", "--partition", "gpu", "--", "true"],
+            "--partition is a Slurm flag: it needs --backend slurm",
+        ),
+        (
+            ["-w", "1", "-s", "0", "--backend", "mesos", "-C", "docker", "--", "true"],
+            "the Docker containerizer runs Docker images only: give --image",
+        ),
+        (
+            [
+                "-w",
+                "1",
+                "-s",
+                "0",
+                "-Gw",
+                "1",
+                "-m",
+                "h:5050",
+                "-C",
+                "docker",
+                "--image",
+                "i",
+                "--",
+                "true",
+            ],
+            "GPUs only to tasks of the Mesos containerizer",
+        ),
         (["-w", "1", "-s", "0", "-e", "/does/not/exist", "--", "true"], "cannot read"),
         (["-w", "1", "-s", "0", "--backend", "k8s", "--", "true"], "invalid choice"),
         (["-w", "1", "-s", "0", "--bogus", "--", "true"], "unknown flag --bogus"),
@@ -178,8 +221,10 @@ def test_original_flags_map_to_the_spec(tmp_path: Path) -> None:
         512.0,
         1,
     )
-    assert spec.role == "ml" and spec.containerizer == "MESOS" and spec.force_pull_image
-    assert spec.volumes[0].host_path == "/a" and spec.volumes[0].read_only
+    options = args.options
+    assert options.role == "ml" and options.containerizer == "MESOS" and options.force_pull_image
+    assert options.volumes[0].host_path == "/a" and options.volumes[0].read_only
+    assert options.master == "zk://h:2181/mesos"
     assert spec.name == "myjob"
     assert (spec.initializer, spec.finalizer, dict(spec.env)) == ("echo in", "echo out", {"A": "1"})
     assert spec.forward_logs == frozenset({"worker:0", "worker:2"})

@@ -19,7 +19,7 @@ import pytest
 
 from tfmesos import advertise
 from tfmesos.backends.base import BackendEvent, BackendFailed, Launch, TaskEnded, TaskPlaced
-from tfmesos.backends.mesos import GPU_AGENT_GRACE, MesosBackend, task_info
+from tfmesos.backends.mesos import GPU_AGENT_GRACE, MesosBackend, MesosOptions, task_info
 from tfmesos.errors import SpecError
 from tfmesos.mesos.placement import GangFit, OfferCapacity
 from tfmesos.mesos.roles import validate_role
@@ -311,20 +311,19 @@ def test_terminal_states_are_mesos_own() -> None:
 def test_roles_are_validated_as_mesos_does(role: str, accepted: bool) -> None:
     assert (validate_role(role) is None) == accepted
     if accepted:
-        ClusterSpec((Job("worker", 1, cmd="x"),), replica=True, role=role)
+        MesosOptions(role=role)
     else:
         with pytest.raises(SpecError, match="bad Mesos role"):
-            ClusterSpec((Job("worker", 1, cmd="x"),), replica=True, role=role)
+            MesosOptions(role=role)
 
 
 def test_volumes_without_an_image_are_sent() -> None:
-    spec = ClusterSpec(
-        (Job("worker", 1, cmd="x"),),
-        replica=True,
-        volumes=(Volume("/data", "/data", read_only=True), Volume("/scratch", "/tmp/scratch")),
+    spec = ClusterSpec((Job("worker", 1, cmd="x"),), replica=True)
+    options = MesosOptions(
+        volumes=(Volume("/data", "/data", read_only=True), Volume("/scratch", "/tmp/scratch"))
     )
     launch = Launch("t1", spec.tasks()[0], {})
-    info = task_info(launch, spec, offer("a1"), [], 31000, "alice")
+    info = task_info(launch, spec, options, offer("a1"), [], 31000, "alice")
     assert info["container"] == {
         "type": "MESOS",
         "volumes": [
@@ -336,7 +335,27 @@ def test_volumes_without_an_image_are_sent() -> None:
 
 def test_the_docker_containerizer_without_an_image_is_refused() -> None:
     with pytest.raises(SpecError, match="give --image"):
-        ClusterSpec((Job("worker", 1, cmd="x"),), replica=True, containerizer="DOCKER")
+        MesosOptions(containerizer="DOCKER")
+
+
+def test_the_docker_containerizer_with_gpus_is_refused_by_the_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = ClusterSpec((Job("worker", 1, gpus=1),))
+    with pytest.raises(SpecError, match="GPUs only to tasks of the Mesos containerizer"):
+        Harness(spec, monkeypatch, containerizer="DOCKER", image="img")
+
+
+def test_the_role_and_container_come_from_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = ClusterSpec((Job("worker", 1, cmd="x"),), replica=True)
+    options = MesosOptions(master="127.0.0.1:1", role="ml", image="img", force_pull_image=True)
+    monkeypatch.setenv(advertise.ADVERTISE_ENV, "launcher.example")
+    backend = MesosBackend.from_options(spec, options)
+    assert backend.framework_info["roles"] == ["ml"]
+    launch = Launch("t1", spec.tasks()[0], {})
+    info = task_info(launch, spec, backend.options, offer("a1"), [], 31000, "alice")
+    assert info["container"]["mesos"]["image"]["docker"] == {"name": "img"}
+    assert info["container"]["mesos"]["image"]["cached"] is False
 
 
 @pytest.mark.parametrize(

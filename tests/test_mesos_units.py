@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tfmesos import ClusterSpec, Job, SpecError
 from tfmesos.backends.base import Launch
-from tfmesos.backends.mesos import task_info
+from tfmesos.backends.mesos import MesosOptions, task_info
 from tfmesos.mesos.masters import (
     MasterAddress,
     ZooKeeperSource,
@@ -175,15 +175,13 @@ def test_gpus_are_whole_and_required() -> None:
 
 
 def test_task_info_with_a_docker_image_on_the_mesos_containerizer() -> None:
-    spec = ClusterSpec(
-        (Job("worker", 1, cmd="x"),),
-        name="job",
-        image="tfmesos/tfmesos:2",
-        volumes=(Volume("/data", "/data", read_only=True),),
+    spec = ClusterSpec((Job("worker", 1, cmd="x"),), name="job")
+    options = MesosOptions(
+        image="tfmesos/tfmesos:2", volumes=(Volume("/data", "/data", read_only=True),)
     )
     launch = Launch("t1", spec.tasks()[0], {"TFMESOS_SECRET": "s"})
     resources, port = OfferCapacity.of(offer(4, 4096)).take(spec.tasks()[0])
-    info = task_info(launch, spec, offer(4, 4096), resources, port, "alice")
+    info = task_info(launch, spec, options, offer(4, 4096), resources, port, "alice")
     assert info["task_id"] == {"value": "t1"}
     assert info["agent_id"] == {"value": "a1"}
     assert info["command"]["user"] == "alice"
@@ -203,12 +201,11 @@ def test_task_info_with_a_docker_image_on_the_mesos_containerizer() -> None:
 
 
 def test_task_info_with_the_docker_containerizer_uses_host_networking() -> None:
-    spec = ClusterSpec(
-        (Job("worker", 1, cmd="x"),), image="img", containerizer="DOCKER", force_pull_image=True
-    )
+    spec = ClusterSpec((Job("worker", 1, cmd="x"),))
+    options = MesosOptions(image="img", containerizer="DOCKER", force_pull_image=True)
     launch = Launch("t1", spec.tasks()[0], {})
     resources, port = OfferCapacity.of(offer(4, 4096)).take(spec.tasks()[0])
-    info = task_info(launch, spec, offer(4, 4096), resources, port, "bob")
+    info = task_info(launch, spec, options, offer(4, 4096), resources, port, "bob")
     assert info["container"]["docker"] == {
         "image": "img",
         "network": "HOST",

@@ -16,7 +16,7 @@ from tfmesos.slurm.commands import (
     sbatch_argv,
     srun_prefix,
 )
-from tfmesos.slurm.options import validate
+from tfmesos.slurm.options import SlurmOptions, validate
 from tfmesos.spec import TaskSpec
 
 
@@ -147,9 +147,9 @@ def test_a_slurm_flag_chooses_the_slurm_backend(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("MESOS_MASTER", raising=False)
     args, _ = parse_args(["-w", "2", "-s", "0", "--partition", "gpu", "--", "true"])
     assert args.backend == "slurm"
-    assert args.slurm == {"partition": "gpu"}
+    assert args.options == SlurmOptions(partition="gpu")
     args, _ = parse_args(["-w", "2", "-s", "0", "--backend", "slurm", "--", "true"])
-    assert args.backend == "slurm" and args.slurm == {}
+    assert args.backend == "slurm" and args.options == SlurmOptions()
     # Even with MESOS_MASTER set: a flag on the command line is the stronger word.
     monkeypatch.setenv("MESOS_MASTER", "m:5050")
     args, _ = parse_args(["-w", "2", "-s", "0", "--qos", "high", "--", "true"])

@@ -60,8 +60,6 @@ def test_cluster_checks() -> None:
         ClusterSpec((Job("a", 0),))
     with pytest.raises(SpecError, match="at least one worker"):
         ClusterSpec((Job("ps", 1, cmd="x"), Job("worker", 0, cmd="x")), replica=True)
-    with pytest.raises(SpecError, match="GPUs only to tasks of the Mesos containerizer"):
-        ClusterSpec((Job("worker", 1, gpus=1),), containerizer="DOCKER")
     with pytest.raises(SpecError, match="only 'ps' and 'worker'"):
         ClusterSpec((Job("chief", 1, cmd="x"),), replica=True)
 

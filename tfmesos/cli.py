@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfmesos import runs, wire
-from tfmesos.backends import BACKENDS
+from tfmesos.backends import BACKENDS, choose_backend, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
-from tfmesos.slurm import options as slurm_options
-from tfmesos.spec import MAX_TASKS, ClusterSpec, Job, parse_volume
+from tfmesos.spec import MAX_TASKS, ClusterSpec, Job
 
 __all__ = ["build_parser", "main", "parse_args"]
 
@@ -262,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "-V",
         "--volume",
+        dest="volumes",
         action="append",
         default=[],
         metavar="HOST:CONTAINER[:ro]",
@@ -271,7 +271,6 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--reconnect-timeout",
         type=_positive_number,
-        default=120.0,
         metavar="SECONDS",
         help="Mesos: how long to keep trying to re-subscribe after losing the master (default 120)",
     )
@@ -286,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Mesos: ask agents to checkpoint the tasks, so that they survive an agent restart",
     )
-    slurm_options.add_arguments(where)
+    for name in BACKENDS:
+        options_class(name).add_arguments(where)
     where.add_argument(
         "--log-dir",
         metavar="DIR",
@@ -416,24 +416,18 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             f"a job can have at most {MAX_TASKS} tasks in all, not {args.nworker + args.nserver} "
             f"(-w {args.nworker} -s {args.nserver})"
         )
-    slurm_flags = slurm_options.given(args)
-    if args.backend is None and args.master and slurm_flags:
-        parser.error(f"{slurm_flags[0]} is a Slurm flag and -m a Mesos one: give --backend")
-    if args.backend not in (None, "slurm") and slurm_flags:
-        parser.error(f"{slurm_flags[0]} is a Slurm flag: it needs --backend slurm")
-    if args.backend is None:
-        if args.master:
-            args.backend = "mesos"
-        elif slurm_flags:
-            args.backend = "slurm"
-        else:
-            args.backend = "mesos" if os.environ.get("MESOS_MASTER") else "local"
-    if args.backend == "local":
-        from tfmesos.resources import local_task_limit
-
-        problem = local_task_limit(args.nworker + args.nserver)
-        if problem is not None:
-            parser.error(problem)
+    # The registry says which flags are whose: each backend's options class
+    # (tfmesos.backends.OPTIONS) names its own, and those that choose it.
+    for name in BACKENDS:
+        options_class(name).gather_arguments(args)
+    try:
+        args.backend = choose_backend(args.backend, vars(args), as_flags=True)
+    except SpecError as exc:
+        parser.error(str(exc))
+    options_type = options_class(args.backend)
+    problem = options_type.task_limit(args.nworker + args.nserver)
+    if problem is not None:
+        parser.error(problem)
     try:
         cmd = _command(command)
         initializer, finalizer, env = _extra_config(args.extra_config)
@@ -451,17 +445,14 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             finalizer=finalizer,
             forward_logs=_worker_logs(args.worker_logs, args.nworker),
             start_timeout=args.timeout,
-            role=args.role,
-            volumes=tuple(parse_volume(v) for v in args.volume),
-            containerizer=args.containerizer_type,
-            image=args.image or os.environ.get("DOCKER_IMAGE"),
-            force_pull_image=args.force_pull_image,
             tls_cert=_readable(args.tls_cert, "--tls-cert"),
             tls_key=_readable(args.tls_key, "--tls-key"),
             max_restarts=args.max_restarts,
         )
         args.log_dir = _log_dir(args.log_dir)
-        args.slurm = slurm_options.from_args(args)
+        # Each backend takes what is its own of the flags (BackendOptions.from_given).
+        args.options = options_type.from_given(vars(args))
+        args.options.check_spec(spec)
         runs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start
         runs.task_log_max()
     except SpecError as exc:
@@ -477,21 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     # kazoo narrates every ZooKeeper connection step at INFO.
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    from tfmesos.backends import backend_options
     from tfmesos.run import run_replica_job
 
     try:
-        # Each backend takes what is its own of these (BackendOptions.from_given).
-        options = backend_options(
-            args.backend,
-            master=args.master,
-            log_dir=args.log_dir,
-            reconnect_timeout=args.reconnect_timeout,
-            checkpoint=args.checkpoint,
-            user=args.user,
-            slurm=args.slurm,
-        )
-        return run_replica_job(spec, args.backend, options, started=started)
+        return run_replica_job(spec, args.backend, args.options, started=started)
     except (ResourceError, SpecError) as exc:
         # Bad usage, found when the backend looked (a job this machine can
         # never hold, a certificate that cannot be used): said as usage is.

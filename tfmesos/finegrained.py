@@ -17,11 +17,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from tfmesos.backends import BackendOptions, backend_options, create_backend
+from tfmesos.backends import BackendOptions, backend_options, choose_backend, create_backend
 from tfmesos.console import binary_stream
 from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.launcher import Launcher
-from tfmesos.spec import ClusterSpec, Job, coerce_jobs, parse_volume
+from tfmesos.spec import ClusterSpec, Job, coerce_jobs
 
 __all__ = ["Cluster", "cluster"]
 
@@ -158,10 +158,21 @@ def cluster(
     worker to answer again there, carries on. A ps is never relaunched: its
     variables die with it. See :mod:`tfmesos.server_relaunch`.
     """
-    master = master or os.environ.get("MESOS_MASTER")
-    backend = backend or ("mesos" if master else "slurm" if slurm is not None else "local")
-    if slurm is not None and backend != "slurm":
-        raise SpecError(f"slurm= options are for the slurm backend, not {backend!r}")
+    # Each backend takes what is its own of these (BackendOptions.from_given);
+    # the registry says whose each is, and which choose a backend.
+    given: dict[str, Any] = {
+        "master": master,
+        "log_dir": log_dir,
+        "checkpoint": checkpoint,
+        "user": user,
+        "role": role,
+        "volumes": volumes,
+        "containerizer_type": containerizer_type,
+        "image": image,
+        "force_pull_image": force_pull_image,
+        "slurm": slurm,
+    }
+    backend = choose_backend(backend, given, as_flags=False)
     extra = dict(extra_config or {})
     unknown = sorted(set(extra) - {"initializer", "finalizer"})
     if unknown:
@@ -176,11 +187,6 @@ def cluster(
         forward_logs=frozenset(),
         start_timeout=timeout,
         protocol=protocol,
-        role=role,
-        volumes=tuple(parse_volume(f"{src}:{dst}") for src, dst in (volumes or {}).items()),
-        containerizer=containerizer_type.upper() if containerizer_type else None,
-        image=image or os.environ.get("DOCKER_IMAGE"),
-        force_pull_image=force_pull_image,
         max_restarts=max_restarts,
     )
     for job in spec.jobs:
@@ -189,15 +195,8 @@ def cluster(
                 f"job {job.name!r} has a cmd: fine-grained mode runs TF servers; use tfrun"
             )
     _quiet_logging(quiet)
-    # Each backend takes what is its own of these (BackendOptions.from_given).
-    options = backend_options(
-        backend,
-        master=master,
-        log_dir=log_dir,
-        checkpoint=checkpoint,
-        user=user,
-        slurm=slurm,
-    )
+    options = backend_options(backend, **given)
+    options.check_spec(spec)
     running = Cluster(spec, backend, options)
     running.start()
     try:

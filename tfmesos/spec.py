@@ -15,7 +15,6 @@ from typing import Any
 
 from tfmesos import taskenv, wire
 from tfmesos.errors import SpecError
-from tfmesos.mesos.roles import validate_role
 
 __all__ = [
     "CHIEF",
@@ -198,11 +197,6 @@ class ClusterSpec:
     start_timeout: float | None = None
     """Seconds to wait for every task to register before giving up."""
     protocol: str = "grpc"
-    role: str | None = None
-    volumes: tuple[Volume, ...] = ()
-    containerizer: str | None = None
-    image: str | None = None
-    force_pull_image: bool = False
     tls_cert: str | None = None
     """PEM certificate the rendezvous serves TLS with (tasks pin it)."""
     tls_key: str | None = None
@@ -252,22 +246,6 @@ class ClusterSpec:
                 raise SpecError(f"environment variable {key!r} must be a name with a string value")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise SpecError("TLS needs both a certificate and its key")
-        if self.role is not None:
-            problem = validate_role(self.role)
-            if problem is not None:
-                raise SpecError(f"bad Mesos role {self.role!r}: {problem}")
-        if self.containerizer not in (None, "MESOS", "DOCKER"):
-            raise SpecError(f"containerizer must be MESOS or DOCKER, not {self.containerizer!r}")
-        if self.containerizer == "DOCKER" and any(job.gpus for job in jobs):
-            raise SpecError(
-                "Mesos gives GPUs only to tasks of the Mesos containerizer (which runs Docker "
-                "images too): drop -C DOCKER / containerizer_type='DOCKER' for GPU jobs"
-            )
-        if self.containerizer == "DOCKER" and not self.image:
-            raise SpecError(
-                "the Docker containerizer runs Docker images only: give --image "
-                "(or image=...), or drop -C DOCKER / containerizer_type='DOCKER'"
-            )
 
         self._check_sizes()
 

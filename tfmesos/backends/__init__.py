@@ -9,6 +9,7 @@ CLI, :mod:`tfmesos.run` and :func:`tfmesos.cluster` ask it by name.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tfmesos.backends.options import BackendOptions
@@ -18,13 +19,39 @@ if TYPE_CHECKING:
     from tfmesos.backends.base import Backend
     from tfmesos.spec import ClusterSpec
 
-__all__ = ["BACKENDS", "BackendOptions", "backend_class", "backend_options", "create_backend"]
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "BackendOptions",
+    "backend_class",
+    "backend_options",
+    "choose_backend",
+    "chosen_backends",
+    "create_backend",
+    "default_backend",
+    "foreign_options",
+    "options_class",
+]
 
 BACKENDS = {
     "local": "tfmesos.backends.local:LocalBackend",
     "mesos": "tfmesos.backends.mesos:MesosBackend",
     "slurm": "tfmesos.backends.slurm:SlurmBackend",
 }
+OPTIONS = {
+    "local": "tfmesos.backends.options:LocalOptions",
+    "mesos": "tfmesos.mesos.options:MesosOptions",
+    "slurm": "tfmesos.slurm.options:SlurmOptions",
+}
+"""Each backend's options class (its :attr:`Backend.options_type`), in a
+module light enough for tfrun to check a job against before it starts."""
+DEFAULT_BACKEND = "local"
+"""The backend used when nothing given chooses one."""
+
+
+def _load(path: str) -> Any:
+    module_name, name = path.split(":")
+    return getattr(importlib.import_module(module_name), name)
 
 
 def backend_class(name: str) -> type[Backend]:
@@ -44,10 +71,78 @@ def backend_class(name: str) -> type[Backend]:
     return found
 
 
+def options_class(name: str) -> type[BackendOptions]:
+    """The options of the backend called ``name``, without importing the backend."""
+    if name not in OPTIONS:
+        raise SpecError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
+    found: type[BackendOptions] = _load(OPTIONS[name])
+    return found
+
+
 def backend_options(name: str, **given: Any) -> BackendOptions:
     """The options of backend ``name`` from those a user gave (the CLI's flags,
     :func:`tfmesos.cluster`'s keywords); ``None`` is "not given"."""
-    return backend_class(name).options_type.from_given(given)
+    return options_class(name).from_given(given)
+
+
+def chosen_backends(given: Mapping[str, Any]) -> list[tuple[str, tuple[str, str]]]:
+    """The backends that options among ``given`` choose when none is named
+    (``-m``: Mesos; a Slurm option: Slurm), each with the first that does, as
+    (name given under, tfrun flag). More than one is the user's to settle."""
+    chosen = []
+    for name in OPTIONS:
+        choosing = options_class(name).chosen_by(given)
+        if choosing:
+            chosen.append((name, choosing[0]))
+    return chosen
+
+
+def default_backend() -> str:
+    """The backend used when no option chooses one: one that says so itself
+    (Mesos, when ``$MESOS_MASTER`` is set), else :data:`DEFAULT_BACKEND`."""
+    return next((n for n in OPTIONS if options_class(n).chosen_by_default()), DEFAULT_BACKEND)
+
+
+def foreign_options(name: str, given: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The first of ``given`` that belongs to a backend other than ``name``:
+    (the name it was given under, its tfrun flag, that backend); None if none."""
+    for other in OPTIONS:
+        if other != name:
+            for keyword, flag in options_class(other).given_flags(given):
+                return keyword, flag, other
+    return None
+
+
+def choose_backend(named: str | None, given: Mapping[str, Any], *, as_flags: bool) -> str:
+    """The backend for a job: ``named`` (``--backend``, ``backend=``), else the
+    one ``given`` chooses (:func:`chosen_backends`), else the default. Raises
+    :class:`SpecError` when options choose two backends or one of them belongs
+    to another backend than the job's, naming what the user wrote: tfrun's
+    flags (``as_flags``) or ``tfmesos.cluster``'s keywords."""
+    if named is None:
+        chosen = chosen_backends(given)
+        if len(chosen) > 1:
+            (first, (first_name, first_flag)), (second, (second_name, second_flag)) = (
+                chosen[-1],
+                chosen[0],
+            )
+            raise SpecError(
+                f"{first_flag} is a {options_class(first).label} flag and {second_flag} a "
+                f"{options_class(second).label} one: give --backend"
+                if as_flags
+                else f"{first_name}= is for the {first} backend and {second_name}= for the "
+                f"{second} one: give backend="
+            )
+        named = chosen[0][0] if chosen else default_backend()
+    foreign = foreign_options(named, given)
+    if foreign is not None:
+        name, flag, owner = foreign
+        raise SpecError(
+            f"{flag} is a {options_class(owner).label} flag: it needs --backend {owner}"
+            if as_flags
+            else f"{name}= is for the {owner} backend, not {named!r}"
+        )
+    return named
 
 
 def create_backend(name: str, spec: ClusterSpec, options: BackendOptions | None = None) -> Backend:

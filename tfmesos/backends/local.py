@@ -20,14 +20,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from tfmesos import procfs, runs, wire
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
-    BackendOptions,
     EventSink,
     Launch,
     TaskEnded,
@@ -40,6 +38,7 @@ from tfmesos.backends.forking import (
     ForkServerGone,
     exit_status,
 )
+from tfmesos.backends.options import LocalOptions
 from tfmesos.errors import ResourceError, SpecError
 from tfmesos.ports import PortAllocator
 from tfmesos.proctree import bootstrap_command, kill_until_gone, signal_group
@@ -76,11 +75,6 @@ def _mebibytes(mib: float) -> str:
         if mib >= size:
             return f"{mib / size:.3g} {unit}" if mib / size < 1000 else f"{mib / size:,.0f} {unit}"
     return f"{mib:g} MiB"
-
-
-@dataclass(frozen=True)
-class LocalOptions(BackendOptions):
-    """The local backend's options: only where the tasks' logs go (``--log-dir``)."""
 
 
 class LocalBackend(Backend):

@@ -8,6 +8,7 @@ What the framework does with events lives here; talking to the master lives in
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import getpass
 import logging
 import os
@@ -34,12 +35,13 @@ from tfmesos.backends.base import (
     advertised_host,
 )
 from tfmesos.errors import SpecError, TFMesosError
+from tfmesos.mesos.options import MesosOptions
 from tfmesos.mesos.placement import GangFit, OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.states import TaskState, describe_reason, exit_status
-from tfmesos.spec import ClusterSpec, TaskSpec
+from tfmesos.spec import ClusterSpec, TaskSpec, Volume
 
-__all__ = ["MesosBackend", "framework_capabilities", "task_info"]
+__all__ = ["MesosBackend", "MesosOptions", "framework_capabilities", "task_info"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -111,30 +113,32 @@ def framework_capabilities(spec: ClusterSpec) -> list[dict[str, str]]:
     return capabilities
 
 
-def _volumes(spec: ClusterSpec) -> list[dict[str, Any]]:
+def _volumes(options: MesosOptions) -> list[dict[str, Any]]:
     return [
         {
             "host_path": v.host_path,
             "container_path": v.container_path,
             "mode": "RO" if v.read_only else "RW",
         }
-        for v in spec.volumes
+        for v in options.volumes
     ]
 
 
 def task_info(
     launch: Launch,
     spec: ClusterSpec,
+    options: MesosOptions,
     offer: dict[str, Any],
     resources: list[dict[str, Any]],
     port: int,
     user: str | None,
 ) -> dict[str, Any]:
-    """The ``TaskInfo`` (Mesos JSON) that runs ``launch``'s agent on ``offer``."""
+    """The ``TaskInfo`` (Mesos JSON) that runs ``launch``'s agent on ``offer``,
+    in ``options``' container (image, volumes) if any."""
     env = dict(launch.env)
     env[wire.ENV_HOST] = offer["hostname"]
     env[wire.ENV_PORT] = str(port)
-    python = "python3" if spec.image else sys.executable
+    python = "python3" if options.image else sys.executable
     info: dict[str, Any] = {
         "name": f"{spec.name[:60]} {launch.task.target}",
         "task_id": {"value": launch.task_id},
@@ -148,23 +152,23 @@ def task_info(
     }
     if user is not None:
         info["command"]["user"] = user
-    if not spec.image and spec.volumes:
+    if not options.image and options.volumes:
         # The Mesos containerizer mounts host paths without an image too
         # (filesystem/linux for absolute container paths, filesystem/posix
         # for ones relative to the sandbox): docs/container-volumes.md.
-        info["container"] = {"type": "MESOS", "volumes": _volumes(spec)}
-    if spec.image:
+        info["container"] = {"type": "MESOS", "volumes": _volumes(options)}
+    if options.image:
         volumes = [
             {"host_path": path, "container_path": path, "mode": "RO"}
             for path in ("/etc/passwd", "/etc/group")
-        ] + _volumes(spec)
-        if spec.containerizer == "DOCKER":
+        ] + _volumes(options)
+        if options.containerizer == "DOCKER":
             info["container"] = {
                 "type": "DOCKER",
                 "docker": {
-                    "image": spec.image,
+                    "image": options.image,
                     "network": "HOST",
-                    "force_pull_image": spec.force_pull_image,
+                    "force_pull_image": options.force_pull_image,
                 },
                 "volumes": volumes,
             }
@@ -174,26 +178,14 @@ def task_info(
                 "mesos": {
                     "image": {
                         "type": "DOCKER",
-                        "docker": {"name": spec.image},
+                        "docker": {"name": options.image},
                         # "cached" is the opposite of "force pull".
-                        "cached": not spec.force_pull_image,
+                        "cached": not options.force_pull_image,
                     }
                 },
                 "volumes": volumes,
             }
     return info
-
-
-@dataclass(frozen=True)
-class MesosOptions(BackendOptions):
-    """The Mesos backend's options. Its tasks' output stays in their sandboxes
-    on the agents: ``log_dir`` is only where the chief's goes."""
-
-    master: str | None = None
-    """host:port, a comma list, or zk://...; None: $MESOS_MASTER."""
-    reconnect_timeout: float = 120.0
-    checkpoint: bool = False
-    user: str | None = None
 
 
 class MesosBackend(Backend):
@@ -212,8 +204,26 @@ class MesosBackend(Backend):
         secret: str | None = None,
         checkpoint: bool = False,
         user: str | None = None,
+        role: str | None = None,
+        volumes: Sequence[Volume] = (),
+        containerizer: str | None = None,
+        image: str | None = None,
+        force_pull_image: bool = False,
     ) -> None:
         super().__init__(spec)
+        self.options = MesosOptions(
+            master=master,
+            reconnect_timeout=reconnect_timeout,
+            checkpoint=checkpoint,
+            user=user,
+            role=role,
+            volumes=tuple(volumes),
+            containerizer=containerizer,
+            image=image,
+            force_pull_image=force_pull_image,
+        )
+        """What the user chose (checked): the tasks' container, role and user."""
+        self.options.check_spec(spec)
         master = master or os.environ.get("MESOS_MASTER")
         if not master:
             raise SpecError("the mesos backend needs a master: -m HOST:5050 or MESOS_MASTER")
@@ -223,7 +233,7 @@ class MesosBackend(Backend):
         """Who the tasks run as: agents switch to this user (their default
         --switch_user) and fail a task whose user they do not have."""
         self.host = advertised_host()
-        roles = [spec.role or "*"]
+        roles = [role or "*"]
         framework: dict[str, Any] = {
             "user": self.user,
             "name": spec.name,
@@ -286,13 +296,11 @@ class MesosBackend(Backend):
     @classmethod
     def from_options(cls, spec: ClusterSpec, options: BackendOptions) -> MesosBackend:
         assert isinstance(options, MesosOptions), options
-        return cls(
-            spec,
-            master=options.master,
-            reconnect_timeout=options.reconnect_timeout,
-            checkpoint=options.checkpoint,
-            user=options.user,
-        )
+        # The tasks' output stays in their sandboxes: log_dir is the chief's
+        # (its local backend's), not this backend's.
+        fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+        del fields["log_dir"]
+        return cls(spec, **fields)
 
     # -- Backend ---------------------------------------------------------
 
@@ -622,7 +630,9 @@ class MesosBackend(Backend):
         task_infos = []
         for pin, resources in launched:
             task_infos.append(
-                task_info(pin.launch, self.spec, offer, resources, pin.port, self.user)
+                task_info(
+                    pin.launch, self.spec, self.options, offer, resources, pin.port, self.user
+                )
             )
             self._placed[pin.launch.task_id] = _Placed(
                 pin.launch, agent_id, offer.get("hostname", "")
@@ -673,7 +683,9 @@ class MesosBackend(Backend):
             task_infos = []
             launches = []
             for launch, resources, port in by_offer[offer_id]:
-                task_infos.append(task_info(launch, self.spec, offer, resources, port, self.user))
+                task_infos.append(
+                    task_info(launch, self.spec, self.options, offer, resources, port, self.user)
+                )
                 self._placed[launch.task_id] = _Placed(
                     launch, offer["agent_id"]["value"], offer.get("hostname", "")
                 )

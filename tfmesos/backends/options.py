@@ -6,14 +6,18 @@ which derive from these.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from tfmesos import runs
 
-__all__ = ["BackendOptions"]
+if TYPE_CHECKING:
+    from tfmesos.spec import ClusterSpec
+
+__all__ = ["BackendOptions", "LocalOptions"]
 
 _Options = TypeVar("_Options", bound="BackendOptions")
 
@@ -30,6 +34,51 @@ class BackendOptions:
     tasks' own where they share its file system (local, Slurm), else the
     chief's (it runs beside tfrun). None: a new directory per run."""
 
+    label: ClassVar[str] = ""
+    """The backend's name as messages say it ("Mesos")."""
+    flags: ClassVar[Mapping[str, str]] = {}
+    """This backend's own options, by the name they are given under
+    (``tfmesos.cluster``'s keyword, tfrun's argparse destination), each with
+    its tfrun flag: given to another backend, they are refused, naming both."""
+    choosing: ClassVar[frozenset[str]] = frozenset()
+    """Those of :attr:`flags` that choose this backend when none is named."""
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        """Add to tfrun's parser the flags this backend declares itself."""
+
+    @classmethod
+    def gather_arguments(cls, args: argparse.Namespace) -> None:
+        """Put this backend's parsed flags (:meth:`add_arguments`) in ``args``
+        under the names :meth:`from_given` and :attr:`flags` read them by."""
+
+    @classmethod
+    def given_flags(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """This backend's own options among ``given``, as (name, flag); an
+        empty or false value is not given (``-f`` not there, no ``-V``)."""
+        return [(name, flag) for name, flag in cls.flags.items() if given.get(name)]
+
+    @classmethod
+    def chosen_by(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Those of :meth:`given_flags` that choose this backend."""
+        return [(name, flag) for name, flag in cls.given_flags(given) if name in cls.choosing]
+
+    @classmethod
+    def chosen_by_default(cls) -> bool:
+        """Whether this backend is the one to use when no flag chooses one
+        (Mesos: ``$MESOS_MASTER`` is set)."""
+        return False
+
+    @classmethod
+    def task_limit(cls, tasks: int) -> str | None:
+        """Why a job of ``tasks`` tasks can never run on this backend, said
+        before anything is built per task; None: it may."""
+        return None
+
+    def check_spec(self, spec: ClusterSpec) -> None:
+        """Raise :class:`~tfmesos.errors.SpecError` where these options
+        cannot run ``spec`` (Mesos: the Docker containerizer with GPUs)."""
+
     @classmethod
     def from_given(cls: type[_Options], given: Mapping[str, Any]) -> _Options:
         """The options among ``given`` (the CLI's or ``cluster()``'s keywords)
@@ -44,3 +93,16 @@ class BackendOptions:
         if self.log_dir:
             return self
         return dataclasses.replace(self, log_dir=str(runs.new_run_dir()))
+
+
+@dataclass(frozen=True)
+class LocalOptions(BackendOptions):
+    """The local backend's options: only where the tasks' logs go (``--log-dir``).
+    Declared here, not in :mod:`tfmesos.backends.local`, so that tfrun checks
+    a job against it without importing the backend."""
+
+    @classmethod
+    def task_limit(cls, tasks: int) -> str | None:
+        from tfmesos.resources import local_task_limit
+
+        return local_task_limit(tasks)

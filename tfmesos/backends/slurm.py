@@ -123,8 +123,6 @@ class SlurmBackend(Backend):
                 f"the slurm backend needs Slurm's commands on PATH ({', '.join(missing)} not "
                 "found): run tfrun on a machine that can submit jobs (a login node)"
             )
-        if spec.image:
-            raise SpecError("the slurm backend runs no Docker image (--image is for Mesos)")
         self.host = advertised_host()
         self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
         self.log_max = runs.task_log_max()

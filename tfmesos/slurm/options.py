@@ -10,12 +10,12 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
 
-__all__ = ["OPTIONS", "SlurmOptions", "add_arguments", "from_args", "given", "validate"]
+__all__ = ["OPTIONS", "SlurmOptions", "add_arguments", "from_args", "validate"]
 
 _TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$|^(UNLIMITED|INFINITE)$", re.I)
 
@@ -60,6 +60,29 @@ class SlurmOptions(BackendOptions):
     time: str | None = None
     sbatch_args: tuple[str, ...] | None = None
 
+    label: ClassVar[str] = "Slurm"
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        add_arguments(group)
+
+    @classmethod
+    def gather_arguments(cls, args: argparse.Namespace) -> None:
+        args.slurm = from_args(args) or None
+
+    @classmethod
+    def given_flags(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Its options come together, as ``slurm`` (``cluster(slurm={...})``,
+        tfrun's Slurm flags): each given one by its flag."""
+        own = given.get("slurm")
+        if own is None:
+            return []
+        return [("slurm", o.flag) for o in OPTIONS if o.name in own] or [("slurm", "slurm=")]
+
+    @classmethod
+    def chosen_by(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return cls.given_flags(given)
+
     @classmethod
     def from_given(cls, given: Mapping[str, Any]) -> SlurmOptions:
         """``given["slurm"]``, when there, holds these options by name (the
@@ -81,19 +104,15 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         )
 
 
-def given(args: argparse.Namespace) -> list[str]:
-    """The Slurm flags given on the command line."""
-    return [o.flag for o in OPTIONS if getattr(args, f"slurm_{o.name}", None) is not None]
-
-
 def from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The backend's keyword arguments from the parsed flags (those given)."""
+    """The options given as flags, by name, not yet checked
+    (:meth:`SlurmOptions.from_given` checks them)."""
     options: dict[str, Any] = {}
     for option in OPTIONS:
         value = getattr(args, f"slurm_{option.name}", None)
         if value is not None:
             options[option.name] = value
-    return validate(options)
+    return options
 
 
 def validate(options: dict[str, Any]) -> dict[str, Any]:
