@@ -352,20 +352,20 @@ class MesosBackend(Backend):
         self._revive()
 
     def _pin_expired(self, task_id: str) -> None:
-        pin = self._pins.pop(task_id, None)
+        pin = self._pins.get(task_id)
         if pin is None or self._closing:
             return
-        assert self._sink is not None
-        self._sink(
-            TaskEnded(
-                task_id,
-                NOT_PLACED,
-                None,
-                f"no offer from its agent ({pin.agent_id}) held port {pin.port} within "
-                f"{PINNED_OFFER_WAIT:g}s",
-                pin.host,
-            )
+        self._not_placed(
+            pin,
+            f"no offer from its agent ({pin.agent_id}) held port {pin.port} within "
+            f"{PINNED_OFFER_WAIT:g}s",
         )
+
+    def _not_placed(self, pin: _Pin, why: str) -> None:
+        """The relaunch ``pin`` waits for will not be placed: it ends, saying ``why``."""
+        self._unpin(pin.launch.task_id)
+        assert self._sink is not None
+        self._sink(TaskEnded(pin.launch.task_id, NOT_PLACED, None, why, pin.host))
 
     def _unpin(self, task_id: str) -> None:
         pin = self._pins.pop(task_id, None)
@@ -627,29 +627,7 @@ class MesosBackend(Backend):
             launched.append((pin, resources))
         if not launched:
             return False
-        task_infos = []
-        for pin, resources in launched:
-            task_infos.append(
-                task_info(
-                    pin.launch, self.spec, self.options, offer, resources, pin.port, self.user
-                )
-            )
-            self._placed[pin.launch.task_id] = _Placed(
-                pin.launch, agent_id, offer.get("hostname", "")
-            )
-            assert self._sink is not None
-            self._sink(TaskPlaced(pin.launch.task_id, offer.get("hostname", "")))
-        accept = {
-            "type": "ACCEPT",
-            "accept": {
-                "offer_ids": [offer["id"]],
-                "operations": [{"type": "LAUNCH", "launch": {"task_infos": task_infos}}],
-                "filters": {"refuse_seconds": DECLINE_SECONDS},
-            },
-        }
-        future = self._submit(accept)
-        if future is not None:
-            self._track(self._accept(future, offer["id"], [pin.launch for pin, _ in launched]))
+        self._launch_on(offer, [(pin.launch, resources, pin.port) for pin, resources in launched])
         return True
 
     def _place_gang(self) -> None:
@@ -680,30 +658,35 @@ class MesosBackend(Backend):
             if offer_id not in by_offer:
                 self._decline(offer["id"], DECLINE_IDLE_SECONDS)
                 continue
-            task_infos = []
-            launches = []
-            for launch, resources, port in by_offer[offer_id]:
-                task_infos.append(
-                    task_info(launch, self.spec, self.options, offer, resources, port, self.user)
-                )
-                self._placed[launch.task_id] = _Placed(
-                    launch, offer["agent_id"]["value"], offer.get("hostname", "")
-                )
-                self._waiting_since.pop(launch.task_id, None)
-                launches.append(launch)
-                assert self._sink is not None
-                self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
-            accept = {
-                "type": "ACCEPT",
-                "accept": {
-                    "offer_ids": [offer["id"]],
-                    "operations": [{"type": "LAUNCH", "launch": {"task_infos": task_infos}}],
-                    "filters": {"refuse_seconds": DECLINE_SECONDS},
-                },
-            }
-            future = self._submit(accept)
-            if future is not None:
-                self._track(self._accept(future, offer["id"], launches))
+            self._launch_on(offer, by_offer[offer_id])
+
+    def _launch_on(
+        self, offer: dict[str, Any], placed: list[tuple[Launch, list[dict[str, Any]], int]]
+    ) -> None:
+        """Accept ``offer`` with one LAUNCH of the tasks placed on it: each
+        task with the resources and the port it takes of the offer."""
+        task_infos = []
+        for launch, resources, port in placed:
+            task_infos.append(
+                task_info(launch, self.spec, self.options, offer, resources, port, self.user)
+            )
+            self._placed[launch.task_id] = _Placed(
+                launch, offer["agent_id"]["value"], offer.get("hostname", "")
+            )
+            self._waiting_since.pop(launch.task_id, None)
+            assert self._sink is not None
+            self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
+        accept = {
+            "type": "ACCEPT",
+            "accept": {
+                "offer_ids": [offer["id"]],
+                "operations": [{"type": "LAUNCH", "launch": {"task_infos": task_infos}}],
+                "filters": {"refuse_seconds": DECLINE_SECONDS},
+            },
+        }
+        future = self._submit(accept)
+        if future is not None:
+            self._track(self._accept(future, offer["id"], [launch for launch, _, _ in placed]))
 
     def _fit_held(self) -> GangFit:
         """The fit of the waiting tasks over the held offers, brought up to
@@ -938,16 +921,8 @@ class MesosBackend(Backend):
         # PINNED_OFFER_WAIT for an agent the master has just given up on: it
         # ends now, naming the loss, rather than a minute later naming a
         # missing offer.
-        for task_id, pin in list(self._pins.items()):
+        for pin in list(self._pins.values()):
             if pin.agent_id == agent_id:
-                self._unpin(task_id)
-                assert self._sink is not None
-                self._sink(
-                    TaskEnded(
-                        task_id,
-                        NOT_PLACED,
-                        None,
-                        f"its agent ({agent_id}) was lost, and port {pin.port} with it",
-                        pin.host,
-                    )
+                self._not_placed(
+                    pin, f"its agent ({agent_id}) was lost, and port {pin.port} with it"
                 )
