@@ -456,14 +456,20 @@ def one_worker() -> ClusterSpec:
     return ClusterSpec((Job("worker", 1),), max_restarts=1)
 
 
-@in_loop
-async def test_a_relaunch_takes_only_its_agents_offer_that_holds_its_port(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def relaunching_worker(monkeypatch: pytest.MonkeyPatch) -> Harness:
+    """Worker 0 placed on agent a1 at port 31000, and its relaunch pinned there."""
     harness = Harness(one_worker(), monkeypatch)
     await placed_worker(harness)
     again = Launch("id-worker:0-again", one_worker().tasks()[0], {})
     await harness.backend.launch_at(again, "id-worker:0", 31000)
+    return harness
+
+
+@in_loop
+async def test_a_relaunch_takes_only_its_agents_offer_that_holds_its_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = await relaunching_worker(monkeypatch)
     assert harness.client.types() == ["REVIVE"]  # the role was suppressed: offers again
     # Another agent, then its own agent before the port is back: declined,
     # with a short filter (a later offer that adds the port is not filtered).
@@ -491,10 +497,7 @@ async def test_a_relaunch_whose_port_is_never_offered_ends_after_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(mesos_backend, "PINNED_OFFER_WAIT", 0.05)
-    harness = Harness(one_worker(), monkeypatch)
-    await placed_worker(harness)
-    again = Launch("id-worker:0-again", one_worker().tasks()[0], {})
-    await harness.backend.launch_at(again, "id-worker:0", 31000)
+    harness = await relaunching_worker(monkeypatch)
     harness.offers(with_ports(offer("a1"), (31001, 31010)))
     while not any(isinstance(e, TaskEnded) for e in harness.events):
         await asyncio.sleep(0.01)
@@ -518,10 +521,7 @@ async def test_a_relaunch_whose_port_is_never_offered_ends_after_the_bound(
 async def test_a_relaunch_whose_agent_is_lost_ends_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    harness = Harness(one_worker(), monkeypatch)
-    await placed_worker(harness)
-    again = Launch("id-worker:0-again", one_worker().tasks()[0], {})
-    await harness.backend.launch_at(again, "id-worker:0", 31000)
+    harness = await relaunching_worker(monkeypatch)
     harness.backend._on_event({"type": "FAILURE", "failure": {"agent_id": {"value": "a1"}}})
     ended = [e for e in harness.events if isinstance(e, TaskEnded)]
     assert (
