@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -169,3 +170,15 @@ def test_the_chief_runs_beside_the_launcher_where_the_backend_says_so(
     assert isinstance(second.chief_backend, LocalBackend)
     assert second.chief_backend.log_dir == chief.log_dir
     assert (first.restart, second.restart) == (0, 1)
+
+
+def test_each_backend_declares_its_own_flags_for_tfrun() -> None:
+    """tfrun's parser has each backend's flags from that backend's options
+    class, not from cli.py: every flag a class says is its own (``flags``,
+    what another backend refuses) is one its ``add_arguments`` declares."""
+    for name in BACKENDS:
+        options = options_class(name)
+        parser = argparse.ArgumentParser()
+        options.add_arguments(parser.add_argument_group(name))
+        declared = set(parser._option_string_actions) - {"-h", "--help"}
+        assert set(options.flags.values()) <= declared, name

@@ -21,6 +21,7 @@ from typing import NoReturn
 from tfmesos import runs, wire
 from tfmesos.backends import BACKENDS, choose_backend, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
+from tfmesos.flagtypes import count, positive_number
 from tfmesos.spec import MAX_TASKS, ClusterSpec, Job
 
 __all__ = ["build_parser", "main", "parse_args"]
@@ -84,33 +85,6 @@ _UNRECOGNIZED = "unrecognized arguments: "
 _ARGUMENT = "argument "
 
 
-# argparse names the flag in front of what these raise, and names the
-# function when it raises anything else ("invalid _count value"): each says
-# what its flags take, and _Parser.error puts it after the flag.
-
-
-def _count(text: str) -> int:
-    """A whole number of 0 or more: tasks, GPUs, restarts."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number (0 or more), not {text!r}")
-    return value
-
-
-def _positive_number(text: str) -> float:
-    """A finite number above 0: CPUs, MiB, seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
-    return value
-
-
 class _VersionAction(argparse.Action):
     """``--version``, looked up only when asked for: reading the installed
     distributions' metadata would cost every tfrun a few milliseconds."""
@@ -146,20 +120,20 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-w",
         "--nworker",
-        type=_count,
+        type=count,
         metavar="N",
         help="number of workers (worker 0 is the chief)",
     )
     job.add_argument(
         "-s",
         "--nserver",
-        type=_count,
+        type=count,
         metavar="N",
         help="number of parameter servers (ps)",
     )
     job.add_argument(
         "--max-restarts",
-        type=_count,
+        type=count,
         default=0,
         metavar="N",
         help="start the whole job again, up to N times, when a task fails or is lost "
@@ -168,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Cw",
         "--worker-cpus",
-        type=_positive_number,
+        type=positive_number,
         default=1.0,
         metavar="CPUS",
         help="CPUs per worker (default 1)",
@@ -176,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Gw",
         "--worker-gpus",
-        type=_count,
+        type=count,
         default=0,
         metavar="GPUS",
         help="GPUs per worker (default 0)",
@@ -184,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Mw",
         "--worker-mem",
-        type=_positive_number,
+        type=positive_number,
         default=1024.0,
         metavar="MIB",
         help="memory per worker in MiB (default 1024)",
@@ -192,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Cs",
         "--server-cpus",
-        type=_positive_number,
+        type=positive_number,
         default=1.0,
         metavar="CPUS",
         help="CPUs per ps (default 1)",
@@ -200,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Gs",
         "--server-gpus",
-        type=_count,
+        type=count,
         default=0,
         metavar="GPUS",
         help="GPUs per ps (default 0)",
@@ -208,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "-Ms",
         "--server-mem",
-        type=_positive_number,
+        type=positive_number,
         default=1024.0,
         metavar="MIB",
         help="memory per ps in MiB (default 1024)",
@@ -227,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job.add_argument(
         "--timeout",
-        type=_positive_number,
+        type=positive_number,
         metavar="SECONDS",
         help="give up if the cluster is not up after this long (default: wait)",
     )
@@ -239,51 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="local: this machine; mesos: a Mesos cluster; slurm: a Slurm cluster (default: mesos when -m or MESOS_MASTER is given, slurm when a Slurm flag is, else local)",
     )
     where.add_argument(
-        "-m",
-        "--master",
-        help="Mesos master: host:port, a comma list, or zk://host:2181/mesos (default: $MESOS_MASTER)",
-    )
-    where.add_argument("-n", "--name", help="Mesos framework name")
-    where.add_argument("-r", "--role", help="Mesos role to take resources from")
-    where.add_argument(
-        "-C",
-        "--containerizer_type",
-        type=str.upper,
-        choices=["MESOS", "DOCKER"],
-        help="Mesos containerizer for the Docker image (default MESOS)",
-    )
-    where.add_argument(
-        "-f",
-        "--force_pull_image",
-        action="store_true",
-        help="pull the Docker image even when the agent has it",
-    )
-    where.add_argument(
-        "-V",
-        "--volume",
-        dest="volumes",
-        action="append",
-        default=[],
-        metavar="HOST:CONTAINER[:ro]",
-        help="a volume to mount in each task's container (repeatable)",
-    )
-    where.add_argument("--image", help="Docker image for the tasks (default: $DOCKER_IMAGE)")
-    where.add_argument(
-        "--reconnect-timeout",
-        type=_positive_number,
-        metavar="SECONDS",
-        help="Mesos: how long to keep trying to re-subscribe after losing the master (default 120)",
-    )
-    where.add_argument(
-        "--user",
-        metavar="NAME",
-        help="Mesos: the user the tasks run as on the agents, which must have it "
-        "(default: your login name on this machine)",
-    )
-    where.add_argument(
-        "--checkpoint",
-        action="store_true",
-        help="Mesos: ask agents to checkpoint the tasks, so that they survive an agent restart",
+        "-n",
+        "--name",
+        help="the job's name: the Mesos framework's, the Slurm job's (default: [tfrun] and the command)",
     )
     for name in BACKENDS:
         options_class(name).add_arguments(where)

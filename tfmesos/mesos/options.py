@@ -7,6 +7,7 @@ them before it starts anything.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
+from tfmesos.flagtypes import positive_number
 from tfmesos.mesos.roles import validate_role
 from tfmesos.spec import ClusterSpec, Volume, parse_volume
 
@@ -51,6 +53,57 @@ class MesosOptions(BackendOptions):
         "checkpoint": "--checkpoint",
     }
     choosing: ClassVar[frozenset[str]] = frozenset({"master"})
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        group.add_argument(
+            "-m",
+            "--master",
+            help="Mesos master: host:port, a comma list, or zk://host:2181/mesos "
+            "(default: $MESOS_MASTER)",
+        )
+        group.add_argument("-r", "--role", help="Mesos role to take resources from")
+        group.add_argument(
+            "-C",
+            "--containerizer_type",
+            type=str.upper,
+            choices=["MESOS", "DOCKER"],
+            help="Mesos containerizer for the Docker image (default MESOS)",
+        )
+        group.add_argument(
+            "-f",
+            "--force_pull_image",
+            action="store_true",
+            help="pull the Docker image even when the agent has it",
+        )
+        group.add_argument(
+            "-V",
+            "--volume",
+            dest="volumes",
+            action="append",
+            default=[],
+            metavar="HOST:CONTAINER[:ro]",
+            help="a volume to mount in each task's container (repeatable)",
+        )
+        group.add_argument("--image", help="Docker image for the tasks (default: $DOCKER_IMAGE)")
+        group.add_argument(
+            "--reconnect-timeout",
+            type=positive_number,
+            metavar="SECONDS",
+            help="Mesos: how long to keep trying to re-subscribe after losing the master "
+            "(default 120)",
+        )
+        group.add_argument(
+            "--user",
+            metavar="NAME",
+            help="Mesos: the user the tasks run as on the agents, which must have it "
+            "(default: your login name on this machine)",
+        )
+        group.add_argument(
+            "--checkpoint",
+            action="store_true",
+            help="Mesos: ask agents to checkpoint the tasks, so that they survive an agent restart",
+        )
 
     @classmethod
     def chosen_by_default(cls) -> bool:
