@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 import time
@@ -438,3 +439,59 @@ def test_real_tasks_register_while_a_flood_of_silent_connections_is_held() -> No
             await server.close()
 
     asyncio.run(scenario())
+
+
+def test_out_of_descriptors_with_nothing_to_evict_pauses_accepting_instead_of_spinning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With every descriptor taken and no silent connection to close, accept()
+    # keeps failing while the listener stays readable: the loop must step back
+    # from it for a moment rather than call accept() on every turn, and take
+    # the task in once descriptors are free again.
+    import resource
+
+    accepts = 0
+    real_accept = RendezvousServer._accept
+
+    def counted(self: RendezvousServer, listener: socket.socket) -> None:
+        nonlocal accepts
+        accepts += 1
+        real_accept(self, listener)
+
+    monkeypatch.setattr(RendezvousServer, "_accept", counted)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    async def scenario() -> None:
+        events: list[RendezvousEvent] = []
+        server = RendezvousServer(SECRET, lambda task_id: True, events.append)
+        await server.start("127.0.0.1")
+        await in_thread(int)  # the executor, whose module is a file to open, ready beforehand
+        client = socket.socket()  # its descriptor, before there are none left
+        filler: list[int] = []
+        try:
+            with contextlib.suppress(OSError):  # EMFILE: every descriptor is taken
+                while True:
+                    filler.append(os.open(os.devnull, os.O_RDONLY))
+            await in_thread(client.connect, ("127.0.0.1", server.port))
+            while accepts == 0:  # the first accept, which fails
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(
+                0.3
+            )  # a window in which a spinning loop calls it thousands of times
+            calls_while_out = accepts
+        finally:
+            for fd in filler:
+                os.close(fd)
+        client.settimeout(10)
+        hello = wire.FrameDecoder().feed(await in_thread(client.recv, 65536))
+        assert wire.parse_json(hello[0][1])["type"] == "hello"
+        client.close()
+        await server.close()
+        assert calls_while_out <= 2, calls_while_out
+
+    # A low limit, so that filling it is quick.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        asyncio.run(scenario())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
