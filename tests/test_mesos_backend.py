@@ -19,7 +19,14 @@ import pytest
 
 from tfmesos import advertise
 from tfmesos.backends.base import BackendEvent, BackendFailed, Launch, TaskEnded, TaskPlaced
-from tfmesos.backends.mesos import GPU_AGENT_GRACE, MesosBackend, MesosOptions, task_info
+from tfmesos.backends.mesos import (
+    DECLINE_IDLE_SECONDS,
+    DECLINE_SECONDS,
+    GPU_AGENT_GRACE,
+    MesosBackend,
+    MesosOptions,
+    task_info,
+)
 from tfmesos.errors import SpecError
 from tfmesos.mesos.placement import GangFit, OfferCapacity
 from tfmesos.mesos.roles import validate_role
@@ -409,6 +416,64 @@ async def test_offers_that_fit_part_of_the_job_are_held_until_the_whole_job_fits
     await harness.settle()
     assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:0"]), ("a2", ["id-worker:1"])]
     assert harness.client.types() == ["ACCEPT", "ACCEPT", "SUPPRESS"]
+
+
+@in_loop
+async def test_offers_that_come_before_the_tasks_are_used_for_them_when_they_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The subscription can beat the launcher's first launches (the chief's
+    # local backend starts between the two): the job fits the first offers
+    # and is launched on them, without declining them and asking again.
+    harness = Harness(three_task_spec(), monkeypatch)
+    harness.offers(offer("a1", cpus=4), offer("a2", cpus=2), offer("small", cpus=1))
+    await harness.settle()
+    assert harness.client.types() == []
+    await harness.backend.launch_many(
+        [Launch(f"id-{t.name}", t, {}) for t in harness.backend.spec.tasks()]
+    )
+    await harness.settle()
+    assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:0"]), ("a2", ["id-worker:1"])]
+    # The offer that fits no task goes back with the short filter.
+    assert harness.client.types() == ["DECLINE", "ACCEPT", "ACCEPT", "SUPPRESS"]
+    assert harness.client.sent[0]["decline"]["offer_ids"] == [{"value": "offer-small"}]
+    assert harness.client.sent[0]["decline"]["filters"]["refuse_seconds"] == DECLINE_SECONDS
+
+
+@in_loop
+async def test_offers_that_come_before_tasks_that_they_do_not_all_fit_launch_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    harness = Harness(three_task_spec(), monkeypatch)
+    harness.offers(offer("a1", cpus=4))
+    await harness.backend.launch_many(
+        [Launch(f"id-{t.name}", t, {}) for t in harness.backend.spec.tasks()]
+    )
+    await harness.settle()
+    assert harness.client.types() == []
+    assert "fit 2 of the 3 tasks waiting" in harness.backend.progress()
+    harness.offers(offer("a2", cpus=2))
+    await harness.settle()
+    assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:0"]), ("a2", ["id-worker:1"])]
+
+
+@in_loop
+async def test_offers_held_for_tasks_that_never_come_are_given_back_after_the_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tfmesos.backends import mesos
+
+    monkeypatch.setattr(mesos, "GANG_HOLD_SECONDS", 0.01)
+    harness = Harness(three_task_spec(), monkeypatch)
+    harness.offers(offer("a1", cpus=4))
+    while "SUPPRESS" not in harness.client.types():
+        await asyncio.sleep(0.01)
+    await harness.settle()
+    assert harness.client.types() == ["DECLINE", "SUPPRESS"]
+    assert harness.client.sent[0]["decline"]["filters"]["refuse_seconds"] == DECLINE_IDLE_SECONDS
+    # Tasks that come later ask for offers again.
+    await harness.launch_all()
+    assert harness.client.types()[-1] == "REVIVE"
 
 
 @in_loop

@@ -259,6 +259,13 @@ class MesosBackend(Backend):
         )
         self._sink: EventSink | None = None
         self._pending: list[Launch] = []
+        self._handed_tasks = False
+        """Whether the launcher has handed this backend a task yet. Offers that
+        come before are held for the tasks about to come: the subscription can
+        beat the launcher's first launches (the chief's local backend starts
+        between the two, waiting for its fork server), and offers declined then
+        would be filtered for an hour, the role suppressed, and offers asked
+        for again once the tasks came."""
         self._waiting_since: dict[str, float] = {}
         """When each pending task began to wait (for GPU_AGENT_GRACE)."""
         self._placed: dict[str, _Placed] = {}
@@ -327,10 +334,21 @@ class MesosBackend(Backend):
 
     async def launch(self, launch: Launch) -> None:
         logger.debug("Mesos: %s waits for offers", launch.task.name)
+        self._handed_tasks = True
         self._pending.append(launch)
         self._waiting_since[launch.task_id] = time.monotonic()
         if self._suppressed and self._backoff is None:
             self._revive()
+
+    async def launch_many(self, launches: Sequence[Launch]) -> None:
+        for launch in launches:
+            await self.launch(launch)
+        if self._held and self._pending:
+            # Offers held before the launcher handed over these tasks: those
+            # that fit none of them go back, the rest may fit the whole gang.
+            self._decline_unfit()
+            self._place_gang()
+            self._suppress_if_idle()
 
     async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
         placed = self._placed.get(earlier)
@@ -597,8 +615,9 @@ class MesosBackend(Backend):
                 continue
             if self._pins and self._place_pinned(offer, capacity):
                 continue
-            if self._backoff is None and any(
-                capacity.fits(self._pending[i].task) for i in self._candidates_for(capacity)
+            if self._backoff is None and (
+                not self._handed_tasks
+                or any(capacity.fits(self._pending[i].task) for i in self._candidates_for(capacity))
             ):
                 self._held[offer["id"]["value"]] = offer
             else:
@@ -607,9 +626,23 @@ class MesosBackend(Backend):
                     DECLINE_SECONDS if self._pending or self._pins else DECLINE_IDLE_SECONDS,
                 )
         self._place_gang()
-        if not self._pending and not self._pins and not self._suppressed:
+        self._suppress_if_idle()
+
+    def _suppress_if_idle(self) -> None:
+        """Every task handed over is placed: no more offers, until REVIVE."""
+        if self._handed_tasks and not self._pending and not self._pins and not self._suppressed:
             self._suppressed = True
             self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+
+    def _decline_unfit(self) -> None:
+        """Decline the held offers that fit no task waiting."""
+        for offer_id, offer in list(self._held.items()):
+            capacity = OfferCapacity.of(offer)
+            if not any(
+                capacity.fits(self._pending[i].task) for i in self._candidates_for(capacity)
+            ):
+                del self._held[offer_id]
+                self._decline(offer["id"], DECLINE_SECONDS)
 
     def _place_pinned(self, offer: dict[str, Any], capacity: OfferCapacity) -> bool:
         """Launch the pinned tasks this offer holds the agent and port of;
@@ -635,13 +668,14 @@ class MesosBackend(Backend):
         if not self._held:
             return
         if not self._pending:
-            self._give_back(DECLINE_IDLE_SECONDS)
+            if self._handed_tasks:
+                self._give_back(DECLINE_IDLE_SECONDS)
+            else:
+                self._hold_for_the_rest()  # the tasks are yet to come
             return
         fit = self._fit_held()
         if not fit.complete:
-            if self._hold_expiry is None:
-                hold = GANG_HOLD_SECONDS * self._random.uniform(1.0, 1.5)
-                self._hold_expiry = asyncio.get_running_loop().call_later(hold, self._hold_expired)
+            self._hold_for_the_rest()
             return
         self._cancel_hold()
         self._gang_shortfall = ""
@@ -720,6 +754,13 @@ class MesosBackend(Backend):
             fit.add(capacity, candidates)
         return fit
 
+    def _hold_for_the_rest(self) -> None:
+        """Bound the hold of the offers held: given back if they still do not
+        fit the job in GANG_HOLD_SECONDS (stretched at random)."""
+        if self._hold_expiry is None:
+            hold = GANG_HOLD_SECONDS * self._random.uniform(1.0, 1.5)
+            self._hold_expiry = asyncio.get_running_loop().call_later(hold, self._hold_expired)
+
     def _cancel_hold(self) -> None:
         if self._hold_expiry is not None:
             self._hold_expiry.cancel()
@@ -729,10 +770,18 @@ class MesosBackend(Backend):
         self._hold_expiry = None
         if self._closing or not self._held:
             return
+        if not self._pending:
+            # Held for tasks that never came (or were killed meanwhile): idle
+            # until some come (launch revives), unless relaunches wait.
+            self._give_back(DECLINE_SECONDS if self._pins else DECLINE_IDLE_SECONDS)
+            if not self._pins and not self._suppressed:
+                self._suppressed = True
+                self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+            return
         delay = min(GANG_BACKOFF_SECONDS * 2**self._give_backs, GANG_BACKOFF_MAX)
         delay *= self._random.uniform(0.5, 1.5)
         self._give_backs += 1
-        self._gang_shortfall = self._fit_held().shortfall() if self._pending else ""
+        self._gang_shortfall = self._fit_held().shortfall()
         logger.info(
             "Mesos: %s; giving them back, asking again in %.1fs", self._gang_shortfall, delay
         )
