@@ -89,9 +89,13 @@ def test_jax_psum_across_three_processes_is_exact(job_procs: JobProcesses) -> No
 
 
 # Prints the variables a launcher sets, as JSON: the same script under both.
+# One write(2) of the whole line: torchrun's processes share one pipe, and
+# print() under PYTHONUNBUFFERED writes the text and its newline apart, so
+# two processes' lines could interleave ("{...}{...}\n\n").
 ENV_DUMP = (
     "import json, os; skip = json.loads(os.environ['BEFORE']); "
-    "print(json.dumps({k: v for k, v in os.environ.items() if k not in skip}))"
+    "os.write(1, (json.dumps({k: v for k, v in os.environ.items() if k not in skip}) "
+    "+ '\\n').encode())"
 )
 NOT_GIVEN = {
     # Where torchrun's agent has a failed process write its error, for the
