@@ -155,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"final loss = {full_loss(net, data, device)}", flush=True)
         print(f"steps per second = {steps / elapsed:.2f}", flush=True)
     if distributed:
+        # Every rank leaves together, once rank 0 (which hosts the store the
+        # ranks met through) has its final loss: a rank that tore its
+        # process group down and exited while rank 0 was still at it was once
+        # seen to abort in gloo's teardown ("terminate called without an
+        # active exception").
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 
