@@ -25,14 +25,25 @@ every session is a CPU share of its own: on a machine where other programs
 run, torchrun's four processes then hold four shares to tfrun's one. With
 ``setsid -w`` each of tfrun's tasks is a session too, as under torchrun, and
 what is left between the two is the launchers themselves.
+
+``--background-load N`` makes that case on purpose: N busy processes in one
+session of their own (another user's program with N threads) run beside every
+job, so that the launchers are compared beside a known load rather than
+whatever else the machine happens to run. Its results are
+``torch_ddp_loaded_N``.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
 import re
+import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +97,25 @@ def torchrun() -> list[str]:
     return [str(script)] if script.exists() else [PYTHON, "-m", "torch.distributed.run"]
 
 
+@contextlib.contextmanager
+def background_load(processes: int) -> Iterator[None]:
+    """``processes`` busy loops in one session of their own while the block
+    runs: one share of the CPU under autogroup, as another user's
+    multi-threaded program would hold."""
+    if processes == 0:
+        yield
+        return
+    spin = "import os\nfor _ in range(%d - 1):\n    if os.fork() == 0: break\nwhile True: pass\n"
+    leader = subprocess.Popen(
+        [sys.executable, "-c", spin % processes], start_new_session=True, stdin=subprocess.DEVNULL
+    )
+    try:
+        yield
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()
+
+
 def run_job(argv: list[str]) -> Run:
     started = time.perf_counter()
     proc = subprocess.run(
@@ -110,19 +140,37 @@ def run_job(argv: list[str]) -> Run:
     return Run(wall, float(rate.group(1)), float(final.group(1)))
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N busy processes in one session of their own beside every job",
+    )
+
+
 def main() -> None:
     args = parse_args(
         __doc__.splitlines()[0],
         reps=5,
-        add=lambda p: p.add_argument("--epochs", type=int, default=None),
+        add=add_arguments,
     )
     epochs = args.epochs or (1 if args.quick else 30)
     processes = 1 if args.smoke else QUICK_PROCESSES if args.quick else PROCESSES
+    loaded = args.background_load
     result = Result(
-        "torch_ddp",
-        command_line("torch_ddp.py", args),
+        f"torch_ddp_loaded_{loaded}" if loaded else "torch_ddp",
+        command_line("torch_ddp.py", args) + (f" --background-load {loaded}" if loaded else ""),
         args.quick,
-        {"reps": args.reps, "processes": processes, "epochs": epochs, "example": EXAMPLE},
+        {
+            "reps": args.reps,
+            "processes": processes,
+            "epochs": epochs,
+            "example": EXAMPLE,
+            "background_load": loaded,
+        },
     )
     load_before = os.getloadavg()[0]
     reason = torch_reason()
@@ -151,7 +199,8 @@ def main() -> None:
                 ]
             ),
         }
-        runs = alternate(args.reps, contenders, warmup=args.warmup)
+        with background_load(loaded):
+            runs = alternate(args.reps, contenders, warmup=args.warmup)
     for name in contenders:
         result.add(f"wall time, {name}", "s", [r.wall for r in runs[name]])
     for name in contenders:
@@ -180,6 +229,8 @@ def main() -> None:
         f"{processes} processes, {epochs} epochs of examples/torch_ddp.py (gloo on CPU); "
         "steps/s as rank 0 timed them"
     )
+    if loaded:
+        result.note(f"{loaded} busy processes in one session of their own ran beside every job")
     result.note(
         f"sched_autogroup_enabled = {result.machine.get('sched_autogroup')}; 1-minute load "
         f"average {load_before:.1f} when the run began, {os.getloadavg()[0]:.1f} when it ended "
