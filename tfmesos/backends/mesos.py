@@ -631,8 +631,11 @@ class MesosBackend(Backend):
     def _suppress_if_idle(self) -> None:
         """Every task handed over is placed: no more offers, until REVIVE."""
         if self._handed_tasks and not self._pending and not self._pins and not self._suppressed:
-            self._suppressed = True
-            self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+            self._suppress()
+
+    def _suppress(self) -> None:
+        self._suppressed = True
+        self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
 
     def _decline_unfit(self) -> None:
         """Decline the held offers that fit no task waiting."""
@@ -775,8 +778,7 @@ class MesosBackend(Backend):
             # until some come (launch revives), unless relaunches wait.
             self._give_back(DECLINE_SECONDS if self._pins else DECLINE_IDLE_SECONDS)
             if not self._pins and not self._suppressed:
-                self._suppressed = True
-                self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+                self._suppress()
             return
         delay = min(GANG_BACKOFF_SECONDS * 2**self._give_backs, GANG_BACKOFF_MAX)
         delay *= self._random.uniform(0.5, 1.5)
@@ -788,8 +790,7 @@ class MesosBackend(Backend):
         self._give_back(delay)
         # Suppressed meanwhile: the offers given back go to other frameworks
         # rather than straight back to this one.
-        self._suppressed = True
-        self._call({"type": "SUPPRESS", "suppress": {"roles": self.roles}})
+        self._suppress()
         self._backoff = asyncio.get_running_loop().call_later(delay, self._backoff_over)
 
     def _backoff_over(self) -> None:
