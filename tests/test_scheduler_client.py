@@ -93,6 +93,7 @@ class FakeTransport:
     streams: list[FakeStream] = field(default_factory=list)
     received: list[tuple[str, dict[str, Any], dict[str, str]]] = field(default_factory=list)
     closed: bool = False
+    _answering: set[asyncio.Future[tuple[int, str]]] = field(default_factory=set)
 
     async def open_stream(self, url: str, body: bytes, headers: Mapping[str, str]) -> EventStream:
         self.subscribes.append((url, json.loads(body)))
@@ -106,12 +107,25 @@ class FakeTransport:
         self, url: str, body: bytes, headers: Mapping[str, str], timeout: float
     ) -> tuple[int, str]:
         call = json.loads(body)
-        status, text = await self.answer(call)
+        answering = asyncio.ensure_future(self.answer(call))
+        self._answering.add(answering)
+        try:
+            status, text = await answering
+        except asyncio.CancelledError:
+            if self.closed:
+                # As aiohttp does when its session closes under a request.
+                raise TransportError("ServerDisconnectedError: Server disconnected") from None
+            raise
+        finally:
+            self._answering.discard(answering)
         self.received.append((url, call, dict(headers)))
         return status, text
 
     async def aclose(self) -> None:
+        """Closing drops the connections: a call not yet answered fails."""
         self.closed = True
+        for answering in list(self._answering):
+            answering.cancel()
 
     def types(self) -> list[str]:
         return [call["type"] for _, call, _ in self.received]
@@ -475,6 +489,46 @@ def test_teardown_jumps_the_queue_and_the_queued_calls_are_dropped() -> None:
         assert transport.closed
 
     run(scenario())
+
+
+def test_teardown_answered_after_the_master_ends_the_stream_is_no_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A real master ends the framework's event stream while it handles
+    TEARDOWN (``Master::removeFramework``), before its ``202`` is written:
+    the client must not close its connections under the call, nor warn that
+    TEARDOWN failed (seen against Mesos 1.12: "TEARDOWN call failed:
+    ServerDisconnectedError")."""
+
+    async def scenario() -> None:
+        subscription = stream()
+        written = asyncio.Event()
+
+        async def answer(call: dict[str, Any]) -> tuple[int, str]:
+            if call["type"] == "TEARDOWN":
+                subscription.end()
+                await written.wait()
+            return 202, ""
+
+        transport = FakeTransport([subscription], answer=answer)
+        client = make_client(transport)
+        runner = asyncio.create_task(client.run())
+        subscription.subscribed()
+        await within(client.subscribed.wait())
+        closing = asyncio.create_task(client.close(teardown=True))
+        # The stream's end reaches the client before the answer does.
+        await until(lambda: subscription.closed and bool(transport._answering))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        written.set()
+        await within(closing)
+        await within(runner)
+        assert transport.types() == ["TEARDOWN"]
+        assert transport.closed
+
+    with caplog.at_level(logging.WARNING, logger="tfmesos"):
+        run(scenario())
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 # -- giving up --------------------------------------------------------------------

@@ -150,6 +150,9 @@ class SchedulerClient:
         self._removed = False
         """The master sent ERROR: the framework is gone for good."""
         self._tearing_down = False
+        self._teardown_answered = asyncio.Event()
+        """Set once TEARDOWN's answer is in (or given up on): the connections
+        stay open until then."""
         self.last_error = ""
         """Why the last attempt to subscribe or stay subscribed failed."""
         self._response: EventStream | None = None
@@ -244,6 +247,12 @@ class SchedulerClient:
                 except _MalformedStream as exc:
                     reason = str(exc)
                     malformed = True
+                if self._tearing_down and not self._closing:
+                    # The master ends the stream while it handles TEARDOWN,
+                    # before it answers (Master::removeFramework closes the
+                    # framework's connection): closing ours now would cut
+                    # that answer off.
+                    await self._teardown_answered.wait()
                 if self._closing or self._tearing_down or self._removed:
                     # The master ends the stream on TEARDOWN, as asked, and
                     # after an ERROR, which the backend has been told of.
@@ -518,10 +527,15 @@ class SchedulerClient:
             # The master ends the stream on TEARDOWN: that end is expected.
             self._tearing_down = True
             self._drop_queued(None)
-            with contextlib.suppress(TFMesosError, asyncio.TimeoutError):
-                problem = await asyncio.wait_for(self._send({"type": "TEARDOWN"}), TEARDOWN_TIMEOUT)
-                if problem is not None:
-                    logger.warning("Mesos: TEARDOWN call failed: %s", problem)
+            try:
+                with contextlib.suppress(TFMesosError, asyncio.TimeoutError):
+                    problem = await asyncio.wait_for(
+                        self._send({"type": "TEARDOWN"}), TEARDOWN_TIMEOUT
+                    )
+                    if problem is not None:
+                        logger.warning("Mesos: TEARDOWN call failed: %s", problem)
+            finally:
+                self._teardown_answered.set()
         self._closing = True
         self._drop_queued(None)
         if self._in_flight is not None and not self._in_flight.future.done():
