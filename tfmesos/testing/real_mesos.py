@@ -1,0 +1,475 @@
+"""Real Apache Mesos on this machine: one master and several agents, started
+and stopped by pid, for tests and for trying a job before submitting it.
+
+The test master (:mod:`tfmesos.testing.master`) is a reading of Mesos; this is
+Mesos itself (``mesos-master`` and ``mesos-agent`` binaries, found as
+:func:`find_home` says), run the way ``docs/test-master.md`` ("Real Mesos")
+describes: the posix launcher and isolators, each agent with its own port,
+work and runtime directories, port range and resources.
+
+Only the standard library: ``scripts/start-mesos`` runs it before any virtual
+environment exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_AGENTS",
+    "AgentSpec",
+    "MesosNotAvailable",
+    "RealMesos",
+    "find_home",
+    "prepare",
+]
+
+HOME_ENV = "TFMESOS_MESOS_HOME"
+"""A folder with ``sbin/mesos-master``: the Mesos to use, before any other."""
+TARBALL_ENV = "TFMESOS_MESOS_TARBALL"
+"""A tarball of such a folder (``.tar.zst``), unpacked once into the cache."""
+CLUSTER_MARK = "TFMESOS_REAL_MESOS"
+"""Set in every daemon's and executor's environment (and so in every task's):
+how :meth:`RealMesos.stop` finds what the cluster started, executors left
+behind by a killed agent included."""
+
+RUNTIME_PACKAGES = (
+    "libapr1",
+    "libarchive13",
+    "libcurl4",
+    "libgrpc++1.51",
+    "libgrpc29",
+    "libprotobuf32",
+    "libsasl2-2",
+    "libsvn1",
+    "libunwind8",
+    "libzookeeper-mt2",
+    "zlib1g",
+)
+"""Debian 12's packages that the 1.12.0 build in ``../shared/mesos/`` needs at
+run time (its ``RUNTIME-DEPS.txt``, used instead when it is beside the tarball)."""
+
+
+class MesosNotAvailable(Exception):
+    """No Mesos could be found, installed or started here; the message says why."""
+
+
+def _checkout_shared() -> Path:
+    # The repository's sibling folder ../shared/mesos/, where this project
+    # keeps the build of Apache Mesos for its machines.
+    return Path(__file__).resolve().parents[3] / "shared" / "mesos"
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tfmesos"
+
+
+def _is_home(path: Path) -> bool:
+    return (path / "sbin" / "mesos-master").is_file() and (path / "sbin" / "mesos-agent").is_file()
+
+
+def _tarballs() -> list[Path]:
+    named = os.environ.get(TARBALL_ENV)
+    if named:
+        return [Path(named)]
+    return sorted(_checkout_shared().glob("mesos-*.tar.zst"))
+
+
+def find_home() -> Path | None:
+    """The Mesos to run, if one is here already: ``$TFMESOS_MESOS_HOME``,
+    then ``mesos-master`` on ``PATH``, then a tarball unpacked by an earlier
+    :func:`prepare` in ``$XDG_CACHE_HOME/tfmesos/``."""
+    named = os.environ.get(HOME_ENV)
+    if named:
+        return Path(named) if _is_home(Path(named)) else None
+    on_path = shutil.which("mesos-master")
+    if on_path:
+        home = Path(on_path).resolve().parent.parent
+        if _is_home(home):
+            return home
+    for tarball in _tarballs():
+        home = _cache_dir() / tarball.name.removesuffix(".tar.zst")
+        if _is_home(home):
+            return home
+    return None
+
+
+def _missing_libraries(home: Path) -> list[str]:
+    missing: set[str] = set()
+    binaries = [home / "sbin" / "mesos-master", home / "sbin" / "mesos-agent"]
+    binaries += sorted((home / "lib").glob("libmesos*.so"))
+    for binary in binaries:
+        out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True).stdout
+        missing.update(
+            line.split()[0] for line in out.splitlines() if "not found" in line and line.split()
+        )
+    return sorted(missing)
+
+
+def _runtime_packages() -> list[str]:
+    for tarball in _tarballs():
+        listed = tarball.parent / "RUNTIME-DEPS.txt"
+        if listed.is_file():
+            lines = listed.read_text().splitlines()
+            return [w for w in (line.split("#", 1)[0].strip() for line in lines) if w]
+    return list(RUNTIME_PACKAGES)
+
+
+def _apt_install(packages: Sequence[str]) -> None:
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise MesosNotAvailable(
+            "Mesos needs these Debian packages, and only root can install them: "
+            + " ".join(packages)
+        )
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
+    if subprocess.run(command, env=env, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise MesosNotAvailable(
+                f"apt-get could not install {' '.join(packages)}: {done.stderr.strip()[-500:]}"
+            )
+
+
+def prepare() -> Path:
+    """A Mesos that can run here: :func:`find_home`'s, or the tarball's
+    (``$TFMESOS_MESOS_TARBALL``, else ``../shared/mesos/mesos-*.tar.zst``
+    beside this checkout) unpacked into the cache; its runtime packages
+    installed when missing (as root, with apt-get)."""
+    home = find_home()
+    if home is None:
+        tarballs = _tarballs()
+        if not tarballs or not tarballs[0].is_file():
+            raise MesosNotAvailable(
+                f"no Mesos here: neither ${HOME_ENV}, nor mesos-master on PATH, nor a tarball "
+                f"(${TARBALL_ENV}, or {_checkout_shared()}/mesos-*.tar.zst)"
+            )
+        tarball = tarballs[0]
+        home = _cache_dir() / tarball.name.removesuffix(".tar.zst")
+        if not shutil.which("zstd"):
+            _apt_install(["zstd"])
+        unpacking = Path(tempfile.mkdtemp(prefix=".unpacking-", dir=_mkdir(_cache_dir())))
+        done = subprocess.run(
+            ["tar", "--zstd", "-xf", str(tarball), "-C", str(unpacking)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 or not _is_home(unpacking):
+            shutil.rmtree(unpacking, ignore_errors=True)
+            raise MesosNotAvailable(f"could not unpack {tarball}: {done.stderr.strip()[-500:]}")
+        # Whole or not at all: a half-unpacked folder would be found next time.
+        shutil.rmtree(home, ignore_errors=True)
+        unpacking.rename(home)
+    missing = _missing_libraries(home)
+    if missing:
+        _apt_install(_runtime_packages())
+        missing = _missing_libraries(home)
+        if missing:
+            raise MesosNotAvailable(f"{home}: libraries still missing: {' '.join(missing)}")
+    return home
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent: its ``--resources`` (Mesos's text form: ``cpus(role):2``
+    reserves for a role) and ``--attributes``."""
+
+    resources: str
+    attributes: str = ""
+
+
+DEFAULT_AGENTS = (
+    AgentSpec("cpus:4;mem:8192;ports:[31000-31499]", "rack:r1"),
+    AgentSpec("cpus:4;mem:8192;ports:[31500-31999]", "rack:r2"),
+    # Reserved for the role "ml", with few ports: a job in any other role
+    # is never offered it.
+    AgentSpec("cpus(ml):2;mem(ml):2048;ports(ml):[32000-32003]", "rack:r3"),
+)
+"""Two agents like the test master's (4 CPUs, 8 GiB, disjoint port ranges:
+they share one host) and one reserved for a role."""
+
+
+@dataclass
+class _Daemon:
+    name: str
+    argv: list[str]
+    log: Path
+    port: int
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+
+@dataclass
+class RealMesos:
+    """One ``mesos-master`` and ``len(agents)`` ``mesos-agent``\\ s on free
+    ports of 127.0.0.1, under ``base`` (a new temporary folder by default),
+    each logging to ``base/NAME.log``.
+
+    ``executor_env`` is what tasks get as their environment (a real agent
+    gives them ``--executor_environment_variables`` only, not its own):
+    ``PATH`` by default leads to this interpreter's folder.
+    ``master_flags``/``agent_flags`` are added to (and override) the defaults.
+    """
+
+    home: Path
+    agents: Sequence[AgentSpec] = DEFAULT_AGENTS
+    executor_env: dict[str, str] = field(default_factory=dict)
+    master_flags: dict[str, str] = field(default_factory=dict)
+    agent_flags: dict[str, str] = field(default_factory=dict)
+    base: Path | None = None
+    mark: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _master: _Daemon | None = None
+    _agents: list[_Daemon] = field(default_factory=list)
+    _own_base: bool = False
+
+    # -- start and stop ----------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> RealMesos:
+        if self.base is None:
+            self.base = Path(tempfile.mkdtemp(prefix="tfmesos-real-mesos-"))
+            self._own_base = True
+        port = free_port()
+        master_flags = {
+            "ip": "127.0.0.1",
+            "port": str(port),
+            "work_dir": str(_mkdir(self.base / "master")),
+            "registry": "in_memory",
+            "webui_dir": str(self.home / "share" / "mesos" / "webui"),
+            # Fast rounds and a quickly noticed dead agent, for tests; the
+            # rest is Mesos's defaults.
+            "allocation_interval": "200ms",
+            "agent_ping_timeout": "1secs",
+            "max_agent_ping_timeouts": "3",
+            **self.master_flags,
+        }
+        self._master = _Daemon(
+            "master", self._argv("mesos-master", master_flags), self.base / "master.log", port
+        )
+        self._spawn(self._master)
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
+        env.update(self.executor_env)
+        env[CLUSTER_MARK] = self.mark
+        for index, agent in enumerate(self.agents):
+            agent_port = free_port()
+            name = f"agent{index}"
+            flags = {
+                "master": f"127.0.0.1:{port}",
+                "ip": "127.0.0.1",
+                "hostname": "127.0.0.1",
+                "port": str(agent_port),
+                "work_dir": str(_mkdir(self.base / name)),
+                "runtime_dir": str(_mkdir(self.base / f"{name}-run")),
+                "launcher_dir": str(self.home / "libexec" / "mesos"),
+                "launcher": "posix",
+                "isolation": "posix/cpu,posix/mem",
+                "resources": agent.resources,
+                "executor_environment_variables": json.dumps(env),
+                **self.agent_flags,
+            }
+            if agent.attributes:
+                flags["attributes"] = agent.attributes
+            argv = [*self._argv("mesos-agent", flags), "--no-systemd_enable_support"]
+            daemon = _Daemon(name, argv, self.base / f"{name}.log", agent_port)
+            self._agents.append(daemon)
+            self._spawn(daemon)
+        try:
+            self.wait_agents(len(self._agents), timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _argv(self, program: str, flags: dict[str, str]) -> list[str]:
+        return [str(self.home / "sbin" / program), *(f"--{k}={v}" for k, v in flags.items())]
+
+    def _spawn(self, daemon: _Daemon) -> None:
+        env = dict(os.environ)
+        env[CLUSTER_MARK] = self.mark
+        # libprocess would advertise the host name, which may not resolve.
+        env["LIBPROCESS_IP"] = "127.0.0.1"
+        with open(daemon.log, "ab") as log:
+            if daemon.starts:
+                log.write(f"\n--- started again ({daemon.name}) ---\n".encode())
+                log.flush()
+            daemon.proc = subprocess.Popen(
+                daemon.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        daemon.starts += 1
+
+    def stop(self) -> None:
+        """Stop every daemon by pid (SIGTERM, then SIGKILL), then every process
+        that carries the cluster's mark (executors and tasks an agent left)."""
+        for daemon in [*self._agents, *([self._master] if self._master else [])]:
+            _terminate(daemon.proc)
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self._own_base and self.base is not None and not os.environ.get("TFMESOS_KEEP_MESOS"):
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> RealMesos:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- what tests and users look at -------------------------------------
+
+    @property
+    def url(self) -> str:
+        assert self._master is not None, "not started"
+        return f"http://127.0.0.1:{self._master.port}"
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("http://")
+
+    def daemon_pids(self) -> list[int]:
+        daemons = [*self._agents, *([self._master] if self._master else [])]
+        return [d.proc.pid for d in daemons if d.proc is not None and d.proc.poll() is None]
+
+    def processes(self) -> list[int]:
+        """Pids carrying the mark other than the daemons: executors, tasks."""
+        own = set(self.daemon_pids()) | {os.getpid()}
+        found = []
+        needle = f"{CLUSTER_MARK}={self.mark}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) in own:
+                continue
+            try:
+                environ = (entry / "environ").read_bytes()
+                status = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if status != "Z" and needle in environ.split(b"\0"):
+                found.append(int(entry.name))
+        return found
+
+    def get(self, path: str, port: int | None = None) -> Any:
+        port = port or (self._master.port if self._master else 0)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def state(self) -> Any:
+        """The master's ``/state``."""
+        return self.get("/state")
+
+    def agent_state(self, index: int) -> Any:
+        """Agent ``index``'s own ``/state`` (its frameworks and executors)."""
+        return self.get("/state", self._agents[index].port)
+
+    def agent_id(self, index: int) -> str:
+        pid = f"@127.0.0.1:{self._agents[index].port}"
+        for agent in self.state()["slaves"]:
+            if agent["pid"].endswith(pid):
+                return str(agent["id"])
+        raise KeyError(f"agent{index} is not registered")
+
+    def wait_agents(self, count: int, timeout: float = 60.0) -> None:
+        """Until ``count`` agents are active in the master's ``/state``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for daemon in [self._master, *self._agents]:
+                if (
+                    daemon is not None
+                    and daemon.proc is not None
+                    and daemon.proc.poll() is not None
+                ):
+                    raise MesosNotAvailable(
+                        f"mesos {daemon.name} exited with status {daemon.proc.returncode}:\n"
+                        + self.log_tail(daemon.name)
+                    )
+            with contextlib.suppress(OSError, ValueError):
+                if sum(a.get("active", False) for a in self.state()["slaves"]) >= count:
+                    return
+            if time.monotonic() > deadline:
+                raise MesosNotAvailable(
+                    f"fewer than {count} agents registered in {timeout:g}s:\n" + self.logs()
+                )
+            time.sleep(0.1)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = (self.base or Path(".")) / f"{name}.log"
+        try:
+            text = path.read_text(errors="replace").splitlines()
+        except OSError:
+            return f"({path}: no log)"
+        return "\n".join(f"  {name}| {line}" for line in text[-lines:])
+
+    def logs(self, lines: int = 30) -> str:
+        """The last lines of the master's and each agent's log, for a failing test."""
+        names = ["master", *(d.name for d in self._agents)]
+        return "\n".join(self.log_tail(name, lines) for name in names)
+
+    # -- agents going away and coming back ---------------------------------
+
+    def kill_agent(self, index: int) -> None:
+        """SIGKILL agent ``index`` (its executors, under the posix launcher, live on)."""
+        proc = self._agents[index].proc
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+    def start_agent(self, index: int) -> None:
+        """Start agent ``index`` again, with its work directory as it was: it
+        recovers (``--recover=reconnect``, Mesos's default) what it checkpointed."""
+        daemon = self._agents[index]
+        assert daemon.proc is None or daemon.proc.poll() is not None, "still running"
+        self._spawn(daemon)
+
+    def frameworks(self) -> Iterator[dict[str, Any]]:
+        yield from self.state()["frameworks"]
+
+    def teardown_frameworks(self) -> list[str]:
+        """Tear down every framework still registered (what a failed test left)."""
+        ended = []
+        for framework in self.frameworks():
+            data = f"frameworkId={framework['id']}".encode()
+            request = urllib.request.Request(f"{self.url}/master/teardown", data=data)
+            with (
+                contextlib.suppress(urllib.error.URLError),
+                urllib.request.urlopen(request, timeout=10),
+            ):
+                ended.append(str(framework["id"]))
+        return ended
+
+
+def _terminate(proc: subprocess.Popen[bytes] | None, grace: float = 5.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
