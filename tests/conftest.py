@@ -105,6 +105,43 @@ def master(job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch) -> Iterator
         yield m
 
 
+MESOS_KINDS = ("test-master", "real-mesos")
+
+
+@pytest.fixture(params=MESOS_KINDS)
+def mesos(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[Any]:
+    """The Mesos scenarios' cluster, once as the test master and once as real
+    Apache Mesos (a master and the three agents of ``real_mesos.DEFAULT_AGENTS``,
+    started for the test): a :class:`tests.mesos_clusters.MesosUnderTest`."""
+    from tests.mesos_clusters import MesosUnderTest, real_mesos_home
+    from tfmesos.testing.real_mesos import RealMesos
+
+    if request.param == "test-master":
+        with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
+            yield MesosUnderTest(double=m)
+        return
+    home = real_mesos_home()
+    # Tasks get the executor environment only: the mark goes there.
+    with RealMesos(home, executor_env={MARK: job_procs.mark}, base=tmp_path / "mesos") as real:
+        job_procs.ignored.update(real.daemon_pids())
+        yield MesosUnderTest(real=real)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failing test on real Mesos shows the master's and agents' last log lines."""
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("mesos")
+    if report.failed and cluster is not None and cluster.real is not None:
+        report.sections.append(("real Mesos logs", cluster.real.logs(40)))
+    return report
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Runs' logs go under XDG_STATE_HOME: never the real user's, in tests.

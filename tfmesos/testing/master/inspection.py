@@ -141,6 +141,7 @@ class Inspector:
                 "connected": framework.connected,
                 "recovered": False,
                 "failover_timeout": framework.failover_timeout,
+                "checkpoint": bool(framework.info.get("checkpoint", False)),
                 "capabilities": sorted(framework.capabilities),
                 "hostname": framework.info.get("hostname", ""),
                 "webui_url": framework.info.get("webui_url", ""),
