@@ -118,18 +118,10 @@ def mesos(
     """The Mesos scenarios' cluster, once as the test master and once as real
     Apache Mesos (a master and the three agents of ``real_mesos.DEFAULT_AGENTS``,
     started for the test): a :class:`tests.mesos_clusters.MesosUnderTest`."""
-    from tests.mesos_clusters import MesosUnderTest, real_mesos_home
-    from tfmesos.testing.real_mesos import RealMesos
+    from tests.mesos_clusters import open_cluster
 
-    if request.param == "test-master":
-        with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192) as m:
-            yield MesosUnderTest(double=m)
-        return
-    home = real_mesos_home()
-    # Tasks get the executor environment only: the mark goes there.
-    with RealMesos(home, executor_env={MARK: job_procs.mark}, base=tmp_path / "mesos") as real:
-        job_procs.ignored.update(real.daemon_pids())
-        yield MesosUnderTest(real=real)
+    with open_cluster(request.param, job_procs, monkeypatch, tmp_path / "mesos") as cluster:
+        yield cluster
 
 
 @pytest.hookimpl(wrapper=True)

@@ -9,18 +9,21 @@ agents that can be killed and started again. What only the double can show
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import MARK, JobProcesses, marked_master
 from tfmesos.testing.master import ThreadedTestMaster
-from tfmesos.testing.real_mesos import MesosNotAvailable, RealMesos, prepare
+from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos, prepare
 
 JSON = dict[str, Any]
 
@@ -44,6 +47,49 @@ def real_mesos_home() -> Any:
         print(f"\nskipping a real-Mesos run: {_home}", file=sys.stderr)
         pytest.skip(str(_home))
     return _home
+
+
+def _double_agent(agent: AgentSpec) -> dict[str, Any]:
+    """``add_agent``'s keywords for the double, from a real agent's ``--resources``."""
+    shape: dict[str, Any] = {}
+    for item in agent.resources.split(";"):
+        name, value = item.split(":", 1)
+        if name == "ports":
+            shape["ports"] = value.strip("[]")
+        else:
+            shape[name] = float(value)
+    return shape
+
+
+@contextlib.contextmanager
+def open_cluster(
+    kind: str,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    base: Path,
+    agents: Sequence[AgentSpec] | None = None,
+) -> Iterator[MesosUnderTest]:
+    """A master and ``agents`` (unreserved resources only, for the double),
+    of ``kind``; by default the double's two agents of 4 CPUs and 8 GiB, or
+    real Mesos's ``DEFAULT_AGENTS`` (those two and one reserved for "ml")."""
+    if kind == "test-master":
+        options: dict[str, Any] = {"agents": 2, "cpus": 4, "mem": 8192}
+        if agents is not None:
+            options = {"agents": 0}
+        with marked_master(job_procs, monkeypatch, **options) as double:
+            for agent in agents or ():
+                shape = _double_agent(agent)
+                double.call(lambda m, shape=shape: m.add_agent(**shape))
+            yield MesosUnderTest(double=double)
+        return
+    home = real_mesos_home()
+    # Tasks get the executor environment only: the mark goes there.
+    real = RealMesos(home, executor_env={MARK: job_procs.mark}, base=base)
+    if agents is not None:
+        real.agents = tuple(agents)
+    with real:
+        job_procs.ignored.update(real.daemon_pids())
+        yield MesosUnderTest(real=real)
 
 
 class MesosUnderTest:
@@ -122,6 +168,19 @@ class MesosUnderTest:
                 self.real.kill_agent(index)
                 return agent_id
         raise AssertionError(f"no agent {agent_id}")
+
+    def add_agents(self, *agents: AgentSpec) -> None:
+        """Agents that come while the jobs run, at once (the double: in one
+        turn of its loop; real Mesos: started together)."""
+        if self.double is not None:
+            shapes = [_double_agent(a) for a in agents]
+            self.double.call(lambda m: [m.add_agent(**shape) for shape in shapes])
+            return
+        assert self.real is not None
+        before = len(self.real.agents)
+        for agent in agents:
+            self.real.add_agent(agent)
+        self.real.wait_agents(before + len(agents))
 
     def logs(self) -> str:
         return "" if self.real is None else "real Mesos logs:\n" + self.real.logs()

@@ -14,32 +14,47 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import JobProcesses, marked_master, run_tfrun, tfrun_argv
-from tfmesos.testing.master import TestMaster, ThreadedTestMaster
+from tests.conftest import MESOS_KINDS, JobProcesses, run_tfrun, tfrun_argv
+from tests.mesos_clusters import MesosUnderTest, open_cluster
+from tfmesos.testing.real_mesos import AgentSpec
 
 # Worker 0 runs beside tfrun; workers 1 and 2 need one CPU each, remotely.
 JOB = ("-w", "3", "-s", "0", "-Cw", "1", "-Mw", "256", "--timeout", "90", "--", "sleep", "2")
+ONE_CPU_AGENTS = (
+    AgentSpec("cpus:1;mem:1024;ports:[31000-31099]"),
+    AgentSpec("cpus:1;mem:1024;ports:[31100-31199]"),
+)
+"""A cluster that fits exactly one such job: two agents with one CPU each."""
 
 
-@pytest.fixture
+@pytest.fixture(params=MESOS_KINDS)
 def two_agents(
-    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ThreadedTestMaster]:
-    """A cluster that fits exactly one such job: two agents with one CPU each."""
-    with marked_master(job_procs, monkeypatch, agents=2, cpus=1, mem=1024) as master:
-        yield master
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[MesosUnderTest]:
+    with open_cluster(
+        request.param, job_procs, monkeypatch, tmp_path / "mesos", ONE_CPU_AGENTS
+    ) as cluster:
+        yield cluster
 
 
-@pytest.fixture
+@pytest.fixture(params=MESOS_KINDS)
 def agents_later(
-    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[ThreadedTestMaster]:
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[MesosUnderTest]:
     """A master with no agents yet: the test adds them once both jobs subscribed."""
-    with marked_master(job_procs, monkeypatch, agents=0, cpus=1, mem=1024) as master:
-        yield master
+    with open_cluster(request.param, job_procs, monkeypatch, tmp_path / "mesos", ()) as cluster:
+        yield cluster
 
 
 def _read_until(job: subprocess.Popen[str], text: str) -> str:
@@ -55,16 +70,20 @@ def _read_until(job: subprocess.Popen[str], text: str) -> str:
     raise AssertionError(f"the job ended before saying {text!r}:\n{said}")
 
 
-def _busy_interval(master: ThreadedTestMaster, framework_id: str) -> tuple[float, float]:
-    tasks = master.tasks(framework_id)
-    assert tasks, f"framework {framework_id} launched no task"
-    ends = [t["ended_at"] for t in tasks]
-    assert None not in ends, f"a task of {framework_id} never ended: {tasks}"
-    return min(t["launched_at"] for t in tasks), max(ends)
+def _busy_interval(framework: dict[str, Any]) -> tuple[float, float]:
+    """From its first task's first status to its last task's last, as the
+    master's /state has them."""
+    tasks = framework["tasks"] + framework["completed_tasks"]
+    assert tasks, f"framework {framework['id']} launched no task"
+    for task in tasks:
+        assert task["state"] in ("TASK_FINISHED", "TASK_KILLED"), task
+    starts = [t["statuses"][0]["timestamp"] for t in tasks]
+    ends = [t["statuses"][-1]["timestamp"] for t in tasks]
+    return min(starts), max(ends)
 
 
 def test_two_jobs_started_together_on_a_cluster_that_fits_one_both_finish_one_after_the_other(
-    agents_later: ThreadedTestMaster, job_procs: JobProcesses
+    agents_later: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
     master = agents_later
     env = job_procs.env()
@@ -79,32 +98,29 @@ def test_two_jobs_started_together_on_a_cluster_that_fits_one_both_finish_one_af
         for name in ("gang-a", "gang-b")
     ]
     said = [_read_until(job, "worker:2 waits for offers") for job in jobs]
-
-    def add_both(m: TestMaster) -> None:
-        # In one turn of the master's loop: the next allocation round offers
-        # the two agents together, one to each job (the lower share first).
-        m.add_agent(cpus=1, mem=1024, ports="31000-31099")
-        m.add_agent(cpus=1, mem=1024, ports="31100-31199")
-
-    master.call(add_both)
+    # Together: the allocator offers the two agents one to each job (the
+    # lower share first), each holding half of what it needs.
+    master.add_agents(*ONE_CPU_AGENTS)
     results = [(job.wait(timeout=300), *job.communicate()) for job in jobs]
     for (returncode, _, stderr), before in zip(results, said, strict=True):
         assert returncode == 0, before + stderr
     assert not job_procs.wait_gone(10)
 
-    frameworks = master.frameworks(include_completed=True)
+    state = master.state()
+    assert state["frameworks"] == []
+    frameworks = state["completed_frameworks"]
     assert len(frameworks) == 2
-    intervals = sorted(_busy_interval(master, f["id"]) for f in frameworks)
+    intervals = sorted(_busy_interval(f) for f in frameworks)
     # Neither ever had tasks on the cluster while the other did: each ran
     # whole, one after the other.
     (_, first_end), (second_start, _) = intervals
     assert first_end <= second_start, f"the jobs' tasks overlapped: {intervals}"
     for framework in frameworks:
-        assert len(master.tasks(framework["id"])) == 2
+        assert len(framework["tasks"] + framework["completed_tasks"]) == 2
 
 
 def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
-    two_agents: ThreadedTestMaster, job_procs: JobProcesses
+    two_agents: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
     # Three remote tasks of one CPU each: every one fits an agent, the job
     # does not fit the cluster.

@@ -276,38 +276,50 @@ class RealMesos:
             "master", self._argv("mesos-master", master_flags), self.base / "master.log", port
         )
         self._spawn(self._master)
-        env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
-        env.update(self.executor_env)
-        env[CLUSTER_MARK] = self.mark
-        for index, agent in enumerate(self.agents):
-            agent_port = free_port()
-            name = f"agent{index}"
-            flags = {
-                "master": f"127.0.0.1:{port}",
-                "ip": "127.0.0.1",
-                "hostname": "127.0.0.1",
-                "port": str(agent_port),
-                "work_dir": str(_mkdir(self.base / name)),
-                "runtime_dir": str(_mkdir(self.base / f"{name}-run")),
-                "launcher_dir": str(self.home / "libexec" / "mesos"),
-                "launcher": "posix",
-                "isolation": "posix/cpu,posix/mem",
-                "resources": agent.resources,
-                "executor_environment_variables": json.dumps(env),
-                **self.agent_flags,
-            }
-            if agent.attributes:
-                flags["attributes"] = agent.attributes
-            argv = [*self._argv("mesos-agent", flags), "--no-systemd_enable_support"]
-            daemon = _Daemon(name, argv, self.base / f"{name}.log", agent_port)
-            self._agents.append(daemon)
-            self._spawn(daemon)
+        for agent in self.agents:
+            self._add_agent(agent)
         try:
             self.wait_agents(len(self._agents), timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def add_agent(self, agent: AgentSpec) -> int:
+        """Start one more agent (it registers soon after); its index."""
+        self.agents = (*self.agents, agent)
+        return self._add_agent(agent)
+
+    def _add_agent(self, agent: AgentSpec) -> int:
+        assert self._master is not None, "not started"
+        assert self.base is not None
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
+        env.update(self.executor_env)
+        env[CLUSTER_MARK] = self.mark
+        index = len(self._agents)
+        agent_port = free_port()
+        name = f"agent{index}"
+        flags = {
+            "master": f"127.0.0.1:{self._master.port}",
+            "ip": "127.0.0.1",
+            "hostname": "127.0.0.1",
+            "port": str(agent_port),
+            "work_dir": str(_mkdir(self.base / name)),
+            "runtime_dir": str(_mkdir(self.base / f"{name}-run")),
+            "launcher_dir": str(self.home / "libexec" / "mesos"),
+            "launcher": "posix",
+            "isolation": "posix/cpu,posix/mem",
+            "resources": agent.resources,
+            "executor_environment_variables": json.dumps(env),
+            **self.agent_flags,
+        }
+        if agent.attributes:
+            flags["attributes"] = agent.attributes
+        argv = [*self._argv("mesos-agent", flags), "--no-systemd_enable_support"]
+        daemon = _Daemon(name, argv, self.base / f"{name}.log", agent_port)
+        self._agents.append(daemon)
+        self._spawn(daemon)
+        return index
 
     def _argv(self, program: str, flags: dict[str, str]) -> list[str]:
         return [str(self.home / "sbin" / program), *(f"--{k}={v}" for k, v in flags.items())]
