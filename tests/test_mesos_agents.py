@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
+from tests.mesos_clusters import MesosUnderTest
 from tfmesos.testing.master import ThreadedTestMaster
 
 NO_USER = "no-such-user-xyz"
@@ -23,9 +24,9 @@ def mesos_tasks(master: ThreadedTestMaster) -> list[dict]:  # type: ignore[type-
 
 
 def test_a_task_user_the_agents_lack_fails_the_job_naming_the_task(
-    master: ThreadedTestMaster, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
-    result = run_tfrun("-m", master.url, "--user", NO_USER, *TWO_WORKERS_TRUE, env=job_procs.env())
+    result = run_tfrun("-m", mesos.url, "--user", NO_USER, *TWO_WORKERS_TRUE, env=job_procs.env())
     assert result.returncode != 0
     assert "worker:1" in result.stderr
     assert f"Failed to chown directory to '{NO_USER}': No such user '{NO_USER}'" in result.stderr
@@ -60,12 +61,12 @@ def nobody_can_run_tfmesos() -> bool:
     reason="needs root, and an interpreter and tfmesos that user nobody can run",
 )
 def test_tasks_run_as_the_user_the_job_names(
-    master: ThreadedTestMaster, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
     nobody = pwd.getpwnam("nobody").pw_uid
     result = run_tfrun(
         "-m",
-        master.url,
+        mesos.url,
         "--user",
         "nobody",
         "-w",
@@ -83,8 +84,11 @@ def test_tasks_run_as_the_user_the_job_names(
     assert result.returncode == 0, result.stderr
     # worker 0 runs beside tfrun; worker 1 on an agent, which switched to nobody.
     assert f"[worker:1] worker:1 uid={nobody}" in result.stdout.splitlines()
-    [task] = [t for t in master.tasks() if t["name"].endswith("/job:worker/task:1")]
-    assert Path(task["sandbox"]).stat().st_uid == nobody
+    [task] = [t for t in mesos.tasks() if t["name"].endswith("/job:worker/task:1")]
+    assert task["user"] == "nobody"
+    if mesos.double is not None:
+        [task] = [t for t in mesos.double.tasks() if t["name"].endswith("/job:worker/task:1")]
+        assert Path(task["sandbox"]).stat().st_uid == nobody
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
@@ -112,15 +116,15 @@ def on_worker_1(command: str) -> tuple[str, ...]:
 
 @as_root
 def test_a_read_only_volume_without_an_image_is_mounted_for_the_task(
-    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path, mount_point: Path
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path, mount_point: Path
 ) -> None:
     (tmp_path / "greeting").write_text("hello from the host\n")
     volume = ("-V", f"{tmp_path}:{mount_point}:ro")
-    common = ("-m", master.url, *volume, "-w", "2", "-s", "0", "--worker-logs", "*", "--")
+    common = ("-m", mesos.url, *volume, "-w", "2", "-s", "0", "--worker-logs", "*", "--")
     read = run_tfrun(*common, *on_worker_1(f"cat {mount_point}/greeting"), env=job_procs.env())
     assert read.returncode == 0, read.stderr
     assert "[worker:1] hello from the host" in read.stdout.splitlines()
-    [task] = [t for t in master.tasks() if t["name"].endswith("/job:worker/task:1")]
+    [task] = [t for t in mesos.tasks() if t["name"].endswith("/job:worker/task:1")]
     assert task["container"]["volumes"] == [
         {"host_path": str(tmp_path), "container_path": str(mount_point), "mode": "RO"}
     ]
@@ -133,21 +137,23 @@ def test_a_read_only_volume_without_an_image_is_mounted_for_the_task(
 
 
 def test_a_volume_whose_host_path_is_missing_fails_the_task_with_the_agent_s_message(
-    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     missing = tmp_path / "missing"
     result = run_tfrun(
         "-m",
-        master.url,
+        mesos.url,
         "-V",
         f"{missing}:/mnt/tfmesos-test-vol",
         *TWO_WORKERS_TRUE,
         env=job_procs.env(),
     )
     assert result.returncode != 0
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and mesos.double is not None:
         message = f"Path '{missing}' in HOST_PATH volume does not exist"
     else:
+        # The agent has no filesystem/linux isolator: the double's when not
+        # root, real Mesos's agents here (posix isolation).
         message = "Volumes in ContainerInfo is not supported"
     assert (
         f"task worker:1 on 127.0.0.1 ended in state TASK_FAILED: Failed to launch container: {message}"
