@@ -17,6 +17,7 @@ import getpass
 import http.server
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -839,3 +840,53 @@ def test_a_refused_revive_is_tried_again(
     assert revives[:2] == [503, 202], revives
     assert "REVIVE call failed: 503 Master has not finished recovery; again in 1s" in result.stderr
     assert job_procs.wait_gone(10) == []
+
+
+def test_a_task_killed_by_a_signal_is_named_with_its_signal_and_last_lines(
+    mesos: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    code = (
+        "import os, signal, time\n"
+        "if '{job_name}:{task_index}' == 'worker:1':\n"
+        "    print('about to die', flush=True); os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(120)\n"
+    )
+    result = run_tfrun("-m", mesos.url, "-w", "2", "-s", "0", "--", *py(code), env=job_procs.env())
+    assert result.returncode == 137, result.stderr
+    # The command runs behind a shell, which reports its child's signal as 137.
+    assert re.search(
+        r"task worker:1 on 127\.0\.0\.1 (killed by SIGKILL|exited with status 137)", result.stderr
+    ), result.stderr
+    assert "| about to die" in result.stderr
+    assert mesos.torn_down()
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_of_tfrun_stops_every_task_and_tears_down(
+    mesos: MesosUnderTest, job_procs: JobProcesses, signum: int, status: int
+) -> None:
+    proc, _ = start_tfrun(
+        "-m", mesos.url, "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
+        env=job_procs.env(),
+    )  # fmt: skip
+    proc.send_signal(signum)
+    assert proc.wait(timeout=60) == status
+    assert job_procs.wait_gone(15) == []
+    assert mesos.torn_down()
+    # Nothing of the job left on the agents: no task running, none unreachable.
+    assert {t["state"] for t in mesos.tasks()} <= {"TASK_KILLED", "TASK_FINISHED", "TASK_FAILED"}
+
+
+def test_a_job_in_a_role_is_offered_and_runs_in_that_role(
+    mesos: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    result = run_tfrun(
+        "-m", mesos.url, "--role", "ml", "-w", "3", "-s", "0", "--", "true", env=job_procs.env()
+    )
+    assert result.returncode == 0, result.stderr
+    framework = mesos.framework()
+    assert framework["roles"] == ["ml"]
+    roles = [t["role"] for t in mesos.tasks()]
+    assert roles == ["ml", "ml"], roles
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
