@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,10 +38,11 @@ from tests.conftest import (
     run_tfrun,
     start_tfrun,
 )
-from tests.mesos_clusters import MesosUnderTest
+from tests.mesos_clusters import MesosUnderTest, real_mesos_home
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
+from tfmesos.testing.real_mesos import RealMesos
 
 PY = sys.executable
 
@@ -890,3 +892,48 @@ def test_a_job_in_a_role_is_offered_and_runs_in_that_role(
     roles = [t["role"] for t in mesos.tasks()]
     assert roles == ["ml", "ml"], roles
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpoint", "no-checkpoint"])
+def test_an_agent_restarted_mid_job(
+    checkpoint: bool, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Real Mesos only: the double has no agent process to restart (its
+    agents are the master's own; docs/test-master.md, "Real Mesos"). With
+    ``--checkpoint`` the executor waits for its agent (``--recover=reconnect``)
+    and the job goes on; without, the executor ends its task when the agent
+    goes, and the job fails naming it."""
+    home = real_mesos_home()
+    done = tmp_path / "done"
+    # The chief ends once the test says so; ps:0 runs on an agent until then.
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    # The agent has ten pings (10 s), not three, to come back before the
+    # master calls it unreachable.
+    flags = {"max_agent_ping_timeouts": "10"}
+    with RealMesos(
+        home, executor_env={MARK: job_procs.mark}, base=tmp_path / "mesos", master_flags=flags
+    ) as real:
+        job_procs.ignored.update(real.daemon_pids())
+        cluster = MesosUnderTest(real=real)
+        args = ["-m", real.url, "-w", "1", "-s", "1"] + (["--checkpoint"] if checkpoint else [])
+        proc, _ = start_tfrun(*args, "--", *py(chief), env=job_procs.env())
+        try:
+            (task,) = [t for t in cluster.tasks() if t["name"].endswith("/job:ps/task:0")]
+            index = next(i for i in range(3) if real.agent_id(i) == task["slave_id"])
+            real.kill_agent(index)
+            real.start_agent(index)
+            job_procs.ignored.update(real.daemon_pids())
+            real.wait_agents(3)
+            done.touch()
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        if checkpoint:
+            assert proc.returncode == 0, err + real.logs()
+            assert "job succeeded" in err
+        else:
+            assert proc.returncode != 0, err
+            assert re.search(r"task ps:0 on 127\.0\.0\.1 killed by SIGTERM", err), err
+        assert cluster.torn_down()
+        assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
