@@ -8,9 +8,11 @@ A. The scheduler's own CPU time to place 1,000 tasks on 200 offers: the Mesos
    the job holds each offer until the last one lets every task fit.
 B. Bring-up: time from tfrun's start to every task registered ("cluster up")
    for 10, 100 and 500 trivial tasks (``sleep``) over 50 agents of a test
-   master running in its own process, against the local backend starting the
-   same tasks; and tfrun's own CPU time in each. The target: bring-up of 500
-   tasks bounded by process start, not by the framework.
+   master running in its own process, over 10 agents of real Apache Mesos
+   (``tfmesos.testing.real_mesos``, when one can be prepared here), against
+   the local backend starting the same tasks; and tfrun's own CPU time in
+   each. The target: bring-up of 500 tasks bounded by process start, not by
+   the framework.
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ sys.path.insert(0, str(ROOT))
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import Launch
 from tfmesos.backends.mesos import MesosBackend
+from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos, prepare
+
+REAL_AGENTS = 10
+"""Real agents are processes of their own (with an executor per task): 10
+of them, 100 ports each, hold 500 tasks."""
 
 
 def offers(count: int) -> list[dict[str, Any]]:
@@ -160,6 +167,22 @@ def start_master(agents: int) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the test master did not start")
 
 
+def start_real_mesos() -> RealMesos | str:
+    """Real Mesos with REAL_AGENTS agents, or why there is none here."""
+    try:
+        home = prepare()
+    except MesosNotAvailable as exc:
+        return str(exc)
+    env = bench_env()
+    # A real agent gives tasks its executor environment only.
+    executor_env = {k: env[k] for k in ("PATH", "PYTHONPYCACHEPREFIX", "TF_CPP_MIN_LOG_LEVEL")}
+    agents = [
+        AgentSpec(f"cpus:64;mem:65536;ports:[{31000 + 100 * i}-{31099 + 100 * i}]")
+        for i in range(REAL_AGENTS)
+    ]
+    return RealMesos(home, agents=agents, executor_env=executor_env).start()
+
+
 def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
     """Seconds from tfrun's start to "cluster up", and tfrun's CPU seconds until then."""
     argv = [*tfrun()]
@@ -215,17 +238,19 @@ def main() -> None:
             [placement_cpu(1000, 200, events) for _ in range(max(args.reps, 3))],
         )
     master, url = start_master(50)
+    real = start_real_mesos()
+    if isinstance(real, str):
+        result.note(f"no real Mesos here, so no real-mesos rows: {real}")
     try:
         for size in sizes:
-            runs = alternate(
-                args.reps,
-                {
-                    f"mesos {size}": functools.partial(bring_up, size, url),
-                    f"local {size}": functools.partial(bring_up, size, None),
-                },
-                warmup=args.warmup and size == sizes[0],
-            )
-            for where in ("mesos", "local"):
+            kinds = {
+                f"mesos {size}": functools.partial(bring_up, size, url),
+                f"local {size}": functools.partial(bring_up, size, None),
+            }
+            if not isinstance(real, str):
+                kinds[f"real-mesos {size}"] = functools.partial(bring_up, size, real.url)
+            runs = alternate(args.reps, kinds, warmup=args.warmup and size == sizes[0])
+            for where in [k.rsplit(" ", 1)[0] for k in kinds]:
                 samples = runs[f"{where} {size}"]
                 result.add(
                     f"start to cluster up, {where}, {size} tasks", "s", [s[0] for s in samples]
@@ -238,9 +263,22 @@ def main() -> None:
                 f"start to cluster up, mesos, {size} tasks",
                 f"start to cluster up, local, {size} tasks",
             )
+            if not isinstance(real, str):
+                result.ratio(
+                    f"real-mesos / local, {size} tasks",
+                    f"start to cluster up, real-mesos, {size} tasks",
+                    f"start to cluster up, local, {size} tasks",
+                )
+                result.ratio(
+                    f"real-mesos / test master, {size} tasks",
+                    f"start to cluster up, real-mesos, {size} tasks",
+                    f"start to cluster up, mesos, {size} tasks",
+                )
     finally:
         master.terminate()
         master.wait(timeout=60)
+        if not isinstance(real, str):
+            real.stop()
     biggest = sizes[-1]
     mesos = result.row(f"start to cluster up, mesos, {biggest} tasks").median
     local = result.row(f"start to cluster up, local, {biggest} tasks").median
@@ -256,6 +294,12 @@ def main() -> None:
         "both backends start one Python agent per task on this 2-core machine; the test "
         "master's agents are this machine too, so process start bounds both"
     )
+    if not isinstance(real, str):
+        result.note(
+            f"real Mesos: Apache Mesos {real.home.name} (built at -O0), {REAL_AGENTS} agents "
+            "with the posix launcher on this machine; each task is also a mesos-executor "
+            "and a mesos-containerizer process"
+        )
     result.note(
         f"load average (1 min) on this machine at the start and the end: {load_before:.1f}, "
         f"{os.getloadavg()[0]:.1f} (other work on its {os.cpu_count()} cores)"
