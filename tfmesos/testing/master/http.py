@@ -49,6 +49,11 @@ from tfmesos.testing.master.updates import StatusUpdates
 
 MASTER_PREFIX = "/master"
 """The master's libprocess process ID, the first component of its routes' paths."""
+STREAM_END_WAIT = 5.0
+"""The longest a TEARDOWN's answer waits for the stream it ends to be written to its end."""
+TEARDOWN_ANSWER_DELAY = 0.05
+"""How long after the stream's end TEARDOWN is answered (Mesos 1.12 here: the
+framework read the end first in 4 runs of 5)."""
 
 
 def accepts_json(header: str | None) -> bool:
@@ -208,7 +213,17 @@ class HttpApi:
         if kind == "UPDATE_FRAMEWORK":
             self.subscriptions.update_framework(framework, call["update_framework"])
             return web.Response(status=200)
+        subscription = framework.subscription
         self._dispatch(framework, kind, call)
+        if kind == "TEARDOWN" and subscription is not None:
+            # Mesos's master ends the framework's stream while it handles
+            # TEARDOWN (Master::removeFramework), so the stream's end reaches
+            # the framework before the call's 202 does.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(subscription.ended.wait(), STREAM_END_WAIT)
+            # ...and its tasks are killed and its agents told before the
+            # answer goes out: a framework sees the stream end first.
+            await asyncio.sleep(TEARDOWN_ANSWER_DELAY)
         return web.Response(status=202)
 
     def _dispatch(self, framework: Framework, kind: str, call: JSON) -> None:
@@ -315,6 +330,7 @@ class HttpApi:
             return response
         finally:
             subscription.closed = True
+            subscription.ended.set()
             if subscription.heartbeat is not None:
                 subscription.heartbeat.cancel()
             self.subscriptions.stream_ended(subscription)

@@ -203,6 +203,8 @@ class Subscription:
         self.stream_id = stream_id
         self.queue: asyncio.Queue[bytes | CloseStream] = asyncio.Queue()
         self.closed = False
+        self.ended = asyncio.Event()
+        """Set once the stream's end is written (or its connection dropped)."""
         self.heartbeat: asyncio.Task[None] | None = None
         self.framework_id: str | None = None
 
