@@ -195,7 +195,10 @@ class Operations:
                 total = total + executor_resources.resources
                 foreign += executor_resources.foreign
         if foreign or not remaining.contains(total):
-            needed = total.describe(role)
+            # As the task (then its executor) lists them: Mesos sums them in that order.
+            listed = [r["name"] for r in info["resources"]]
+            listed += [r["name"] for r in info.get("executor", {}).get("resources", [])]
+            needed = total.describe(role, listed)
             if foreign:
                 needed += "; " + "; ".join(foreign)
             return (
@@ -244,9 +247,11 @@ class Operations:
             if parsed.error is not None or parsed.foreign:
                 error = f"Executor uses invalid resources: {parsed.error or parsed.foreign}"
             elif not available.contains(parsed.resources):
+                listed = [r["name"] for r in executor.get("resources", [])]
                 error = (
-                    f"Total resources {parsed.resources.describe(role)} required by task group "
-                    f"and its executor are more than available {available.describe(role)}"
+                    f"Total resources {parsed.resources.describe(role, listed)} required by "
+                    f"task group and its executor are more than available "
+                    f"{available.describe(role)}"
                 )
             else:
                 executor_resources = parsed.resources

@@ -23,6 +23,8 @@ _MIN_CPUS_MILLI = 10
 _MIN_MEM_MILLI = 32 * MILLI
 
 Ranges = list[tuple[int, int]]
+AGENT_SCALAR_ORDER = ("gpus", "cpus", "mem", "disk")
+"""The scalars an agent has, in the order it lists them (see :meth:`Resources.names`)."""
 
 
 def normalize_ranges(ranges: Iterable[tuple[int, int]]) -> Ranges:
@@ -108,47 +110,58 @@ class Resources:
         out.ranges.pop(name, None)
         return out
 
+    def names(self, order: Sequence[str] = ()) -> list[str]:
+        """The names of what is here, in the order Mesos keeps them: ``order``'s
+        first (a task's resources as the task lists them), then as an agent's
+        offer has them. The allocator puts non-scalar resources (ports) before
+        the scalars (``HierarchicalAllocatorProcess::generateOffers``), which
+        keep the agent's order: GPUs, then cpus, mem and disk
+        (``Containerizer::resources``, src/slave/containerizer/containerizer.cpp),
+        then any other, by name. (Mesos's ``Resources`` also moves the last
+        resource into the place of one that runs out; that is not modelled.)"""
+        present = [n for n, v in self.scalars.items() if v > 0]
+        present += [n for n, r in self.ranges.items() if r]
+        agent_scalars = {name: index for index, name in enumerate(AGENT_SCALAR_ORDER)}
+
+        def offered(name: str) -> tuple[int, int, str]:
+            if name in self.ranges:
+                return (0, 0, name)
+            return (1, agent_scalars.get(name, len(agent_scalars)), name)
+
+        first = [name for name in dict.fromkeys(order) if name in present]
+        return first + sorted((n for n in present if n not in first), key=offered)
+
     def to_json(self, allocation_role: str | None) -> list[JSON]:
         """The ``repeated Resource`` an offer carries (role "*": unreserved)."""
         out: list[JSON] = []
-        for name in sorted(self.scalars):
-            if self.scalars[name] <= 0:
-                continue
-            resource: JSON = {
-                "name": name,
-                "type": "SCALAR",
-                "scalar": {"value": self.scalars[name] / MILLI},
-                "role": "*",
-            }
-            if allocation_role is not None:
-                resource["allocation_info"] = {"role": allocation_role}
-            out.append(resource)
-        for name in sorted(self.ranges):
-            if not self.ranges[name]:
-                continue
-            resource = {
-                "name": name,
-                "type": "RANGES",
-                "ranges": {"range": [{"begin": b, "end": e} for b, e in self.ranges[name]]},
-                "role": "*",
-            }
+        for name in self.names():
+            resource: JSON = {"name": name}
+            if name in self.ranges:
+                resource["type"] = "RANGES"
+                resource["ranges"] = {
+                    "range": [{"begin": b, "end": e} for b, e in self.ranges[name]]
+                }
+            else:
+                resource["type"] = "SCALAR"
+                resource["scalar"] = {"value": self.scalars[name] / MILLI}
+            resource["role"] = "*"
             if allocation_role is not None:
                 resource["allocation_info"] = {"role": allocation_role}
             out.append(resource)
         return out
 
-    def describe(self, allocation_role: str | None = None) -> str:
-        """Like Mesos's ``stringify(Resources)``: ``cpus(allocated: r):1; ports(...):[1-2]``."""
+    def describe(self, allocation_role: str | None = None, order: Sequence[str] = ()) -> str:
+        """Like Mesos's ``stringify(Resources)``: ``cpus(allocated: r):1; ports(...):[1-2]``,
+        in the order of :meth:`names`."""
         tag = f"(allocated: {allocation_role})" if allocation_role is not None else ""
         parts = [
-            f"{name}{tag}:{_format_scalar(value)}"
-            for name, value in sorted(self.scalars.items())
-            if value > 0
-        ]
-        parts += [
-            f"{name}{tag}:{_format_ranges(ranges)}"
-            for name, ranges in sorted(self.ranges.items())
-            if ranges
+            f"{name}{tag}:"
+            + (
+                _format_ranges(self.ranges[name])
+                if name in self.ranges
+                else _format_scalar(self.scalars[name])
+            )
+            for name in self.names(order)
         ]
         return "; ".join(parts) if parts else "{}"
 

@@ -529,8 +529,10 @@ def validate_call(call: JSON) -> None:
         raise fail(f"Expecting '{payload}' to be present")
     if kind in ("ACKNOWLEDGE", "ACKNOWLEDGE_OPERATION_STATUS"):
         raw = base64.b64decode(call[payload or ""]["uuid"])
-        if len(raw) != 16:
-            raise fail(f"Invalid UUID: expected 16 bytes, got {len(raw)}")
+        # stout's UUID::fromBytes: 16 bytes whose version nibble boost knows
+        # (1 to 5); anything else is one message, whatever is wrong with it.
+        if len(raw) != 16 or not 1 <= raw[6] >> 4 <= 5:
+            raise fail("Not a valid UUID")
         if kind == "ACKNOWLEDGE_OPERATION_STATUS" and "agent_id" not in call[payload or ""]:
             raise fail("Expecting 'agent_id' to be present")
     if (

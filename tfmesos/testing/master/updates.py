@@ -38,11 +38,12 @@ class StatusUpdates:
 
     def _container_status(self, task: Task) -> JSON:
         agent = self.state.agents_by_id[task.agent_id]
+        address = resolve(agent.hostname, self.state.config.ip)
+        # The agent names the address's family too (NetworkInfo.IPAddress.protocol).
+        protocol = "IPv6" if ":" in address else "IPv4"
         status: JSON = {
             "container_id": mesos_id(task.container_id),
-            "network_infos": [
-                {"ip_addresses": [{"ip_address": resolve(agent.hostname, self.state.config.ip)}]}
-            ],
+            "network_infos": [{"ip_addresses": [{"protocol": protocol, "ip_address": address}]}],
         }
         if task.pid is not None:
             status["executor_pid"] = task.pid
@@ -263,7 +264,12 @@ class StatusUpdates:
             )
 
     def _send_latest(self, framework: Framework, task: Task) -> None:
-        extra: JSON = {"executor_id": mesos_id(task.executor_id)}
+        # The master's Task has an executor_id only when the TaskInfo named an
+        # executor (a custom one, or a task group's): a command task's answer
+        # has none, though the agent's own updates name the command executor.
+        extra: JSON = {}
+        if task.group_executor is not None or "executor" in task.info:
+            extra["executor_id"] = mesos_id(task.executor_id)
         for status in reversed(task.statuses):
             if "container_status" in status:
                 extra["container_status"] = status["container_status"]
