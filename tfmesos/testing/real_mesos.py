@@ -258,7 +258,7 @@ class RealMesos:
         if self.base is None:
             self.base = Path(tempfile.mkdtemp(prefix="tfmesos-real-mesos-"))
             self._own_base = True
-        port = free_port()
+        port = int(self.master_flags.get("port") or free_port())
         master_flags = {
             "ip": "127.0.0.1",
             "port": str(port),
