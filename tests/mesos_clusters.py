@@ -150,6 +150,22 @@ class MesosUnderTest:
         state = self.state()
         return not any(name_part in (f.get("name") or "") for f in state["frameworks"])
 
+    def left_on_agents(self) -> list[str]:
+        """What the agents still run: their executors (real Mesos, from each
+        agent's own /state) or the tasks not over (the double's agents are
+        the master's)."""
+        if self.real is None:
+            return [
+                f"{t['name']}: {t['state']}"
+                for t in self.tasks()
+                if t["state"] in ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING")
+            ]
+        left = []
+        for index in range(len(self.real.agents)):
+            for framework in self.real.agent_state(index)["frameworks"]:
+                left += [f"agent{index}: executor {e['id']}" for e in framework["executors"]]
+        return left
+
     def agent_ids(self) -> list[str]:
         return sorted(a["id"] for a in self.state()["slaves"] if a.get("active"))
 

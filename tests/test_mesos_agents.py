@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
-from tests.mesos_clusters import MesosUnderTest
+from tests.conftest import MARK, MESOS_KINDS, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
+from tests.mesos_clusters import MesosUnderTest, open_cluster, real_mesos_home
 from tfmesos.testing.master import ThreadedTestMaster
+from tfmesos.testing.real_mesos import AgentSpec, RealMesos
 
 NO_USER = "no-such-user-xyz"
 
@@ -114,10 +115,58 @@ def on_worker_1(command: str) -> tuple[str, ...]:
     return ("sh", "-c", f"test {{task_index}} = 0 || {{ {command}; }}")
 
 
+@pytest.fixture(params=MESOS_KINDS)
+def volume_mesos(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[MesosUnderTest]:
+    """Agents that mount host paths for tasks without an image: the double
+    (as root), or one real agent with the Linux launcher and the
+    filesystem/linux isolator, in a mount namespace of its own
+    (tests/test_real_mesos_images.py says why)."""
+    if request.param == "test-master":
+        with open_cluster("test-master", job_procs, monkeypatch, tmp_path / "mesos") as cluster:
+            yield cluster
+        return
+    from tests.test_real_mesos_images import (
+        mesos_route_prerequisites,
+        remove_cgroups,
+        wrapped_home,
+    )
+
+    why = mesos_route_prerequisites()
+    if why:
+        print(f"\nskipping the real-Mesos volume run: {why}", file=sys.stderr)
+        pytest.skip(why)
+    home = wrapped_home(real_mesos_home(), tmp_path / "home", sysrq_workaround=False)
+    root = f"tfmesos-test-{uuid.uuid4().hex[:12]}"
+    # With filesystem/linux alone the agent aborted here, in its cgroups isolator
+    # ("cgroups.cpp:155] Check failed: !subsystemSet.empty()"): name two.
+    isolation = "cgroups/cpu,cgroups/mem,filesystem/linux"
+    flags = {"launcher": "linux", "isolation": isolation, "cgroups_root": root}
+    agents = [AgentSpec("cpus:4;mem:8192;ports:[30600-30699]")]
+    real = RealMesos(
+        home,
+        agents=agents,
+        agent_flags=flags,
+        executor_env={MARK: job_procs.mark},
+        base=tmp_path / "mesos",
+    )
+    try:
+        with real:
+            job_procs.ignored.update(real.daemon_pids())
+            yield MesosUnderTest(real=real)
+    finally:
+        remove_cgroups(root)
+
+
 @as_root
 def test_a_read_only_volume_without_an_image_is_mounted_for_the_task(
-    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path, mount_point: Path
+    volume_mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path, mount_point: Path
 ) -> None:
+    mesos = volume_mesos
     (tmp_path / "greeting").write_text("hello from the host\n")
     volume = ("-V", f"{tmp_path}:{mount_point}:ro")
     common = ("-m", mesos.url, *volume, "-w", "2", "-s", "0", "--worker-logs", "*", "--")

@@ -380,6 +380,7 @@ def test_killing_the_launcher_outright_leaves_no_task_on_mesos(
             {t["state"] for t in mesos.tasks()} <= {"TASK_FAILED", "TASK_FINISHED", "TASK_KILLED"}
         ),
     )
+    assert mesos.wait_for("no executor left", lambda: not mesos.left_on_agents())
     # The framework itself waits out its failover_timeout, disconnected.
     (framework,) = mesos.state()["frameworks"]
     assert framework["failover_timeout"] == 60
@@ -876,8 +877,9 @@ def test_ctrl_c_or_sigterm_of_tfrun_stops_every_task_and_tears_down(
     assert proc.wait(timeout=60) == status
     assert job_procs.wait_gone(15) == []
     assert mesos.torn_down()
-    # Nothing of the job left on the agents: no task running, none unreachable.
+    # Nothing of the job left on the agents: no executor, no task running.
     assert {t["state"] for t in mesos.tasks()} <= {"TASK_KILLED", "TASK_FINISHED", "TASK_FAILED"}
+    assert mesos.wait_for("no executor left", lambda: not mesos.left_on_agents())
 
 
 def test_a_job_in_a_role_is_offered_and_runs_in_that_role(

@@ -348,7 +348,12 @@ def run_ps_strategy_killing_worker_1(
     try:
         address = said(r"task worker:1 registered at (\S+)").group(1)
         out = [example.stdout.readline()]
-        assert out[0].startswith("epoch 1: loss = "), out
+        if not out[0].startswith("epoch 1: loss = "):
+            example.wait(timeout=60)
+            reader.join(timeout=10)
+            while not errors.empty():
+                lines.append(errors.get())
+            raise AssertionError(f"no first epoch: {out}\n" + "".join(lines)[-5000:])
         running = servers()
         paused, killed = tf_server(running, 0), tf_server(running, 1)
         paused.suspend()
