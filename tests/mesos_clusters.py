@@ -17,7 +17,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -42,11 +42,16 @@ def real_mesos_home() -> Any:
         except MesosNotAvailable as exc:
             _home = exc
     if isinstance(_home, MesosNotAvailable):
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs scripts/start-mesos --prepare, yet {_home}")
-        print(f"\nskipping a real-Mesos run: {_home}", file=sys.stderr)
-        pytest.skip(str(_home))
+        real_mesos_unavailable(str(_home))
     return _home
+
+
+def real_mesos_unavailable(reason: str) -> NoReturn:
+    """Under CI, real Mesos must run: fail; elsewhere skip, saying why."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs scripts/start-mesos --prepare, yet {reason}")
+    print(f"\nskipping a real-Mesos run: {reason}", file=sys.stderr)
+    pytest.skip(reason)
 
 
 def _double_agent(agent: AgentSpec) -> dict[str, Any]:
@@ -87,9 +92,15 @@ def open_cluster(
     real = RealMesos(home, executor_env={MARK: job_procs.mark}, base=base)
     if agents is not None:
         real.agents = tuple(agents)
-    with real:
+    try:
+        real.start()
+    except MesosNotAvailable as exc:
+        real_mesos_unavailable(f"it did not start: {exc}")
+    try:
         job_procs.ignored.update(real.daemon_pids())
         yield MesosUnderTest(real=real)
+    finally:
+        real.stop()
 
 
 class MesosUnderTest:
