@@ -211,3 +211,20 @@ def test_task_info_with_the_docker_containerizer_uses_host_networking() -> None:
         "network": "HOST",
         "force_pull_image": True,
     }
+
+
+# -- the failover timeout ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("reconnect", [1.0, 120.0, 600.0, 86400.0])
+def test_the_master_keeps_the_tasks_longer_than_tfrun_keeps_trying(reconnect: float) -> None:
+    from tfmesos.backends.mesos import MesosBackend
+    from tfmesos.mesos.scheduler import DEFAULT_HEARTBEAT_SECONDS, MISSED_HEARTBEATS
+
+    spec = ClusterSpec((Job("worker", 2, cmd="true"),), replica=True)
+    backend = MesosBackend(spec, master="127.0.0.1:5050", reconnect_timeout=reconnect)
+    failover = backend.framework_info["failover_timeout"]
+    # tfrun notices a dead stream only after five missed heartbeats, then
+    # re-subscribes for the whole budget: the master must wait out both.
+    assert failover > MISSED_HEARTBEATS * DEFAULT_HEARTBEAT_SECONDS + reconnect
+    assert failover >= 60

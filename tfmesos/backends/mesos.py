@@ -37,7 +37,12 @@ from tfmesos.backends.base import (
 from tfmesos.errors import SpecError, TFMesosError
 from tfmesos.mesos.options import MesosOptions
 from tfmesos.mesos.placement import GangFit, OfferCapacity, describe_need
-from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
+from tfmesos.mesos.scheduler import (
+    DEFAULT_HEARTBEAT_SECONDS,
+    MISSED_HEARTBEATS,
+    SchedulerClient,
+    SchedulerError,
+)
 from tfmesos.mesos.states import TaskState, describe_reason, exit_status
 from tfmesos.spec import ClusterSpec, TaskSpec, Volume
 
@@ -50,7 +55,22 @@ DECLINE_SECONDS = 5.0
 DECLINE_IDLE_SECONDS = 3600.0
 """...and once every task is placed (SUPPRESS is sent too)."""
 FAILOVER_TIMEOUT = 60.0
-"""How long the master keeps our tasks if the launcher vanishes without TEARDOWN."""
+"""The least time the master keeps our tasks if the launcher vanishes without
+TEARDOWN (see failover_timeout_for)."""
+
+
+def failover_timeout_for(reconnect_timeout: float) -> float:
+    """The framework's ``failover_timeout``: longer than the launcher may go on
+    trying to regain the master. The master's clock starts when it loses the
+    framework's connection (``Master::disconnect``, then ``failoverFramework``
+    removes the framework and kills its tasks once it runs out); the
+    launcher may notice only five missed heartbeats later, and then keeps
+    re-subscribing for ``reconnect_timeout``. A shorter failover timeout
+    would have the tasks killed while tfrun still says it is re-subscribing."""
+    noticing = MISSED_HEARTBEATS * DEFAULT_HEARTBEAT_SECONDS
+    return max(FAILOVER_TIMEOUT, noticing + reconnect_timeout + DEFAULT_HEARTBEAT_SECONDS)
+
+
 REVIVE_RETRY_MAX = 15.0
 """The longest wait between tries of a REVIVE the master refused."""
 GANG_HOLD_SECONDS = 5.0
@@ -198,7 +218,7 @@ class MesosBackend(Backend):
         spec: ClusterSpec,
         *,
         master: str | None = None,
-        failover_timeout: float = FAILOVER_TIMEOUT,
+        failover_timeout: float | None = None,
         reconnect_timeout: float = 120.0,
         principal: str | None = None,
         secret: str | None = None,
@@ -239,7 +259,11 @@ class MesosBackend(Backend):
             "name": spec.name,
             "hostname": self.host,
             "roles": roles,
-            "failover_timeout": failover_timeout,
+            "failover_timeout": (
+                failover_timeout_for(reconnect_timeout)
+                if failover_timeout is None
+                else failover_timeout
+            ),
             # Agents keep checkpointed tasks running across their own restarts.
             "checkpoint": checkpoint,
             "capabilities": framework_capabilities(spec),

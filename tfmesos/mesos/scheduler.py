@@ -55,6 +55,9 @@ logger = logging.getLogger("tfmesos")
 
 API_PATH = "/api/v1/scheduler"
 MISSED_HEARTBEATS = 5
+DEFAULT_HEARTBEAT_SECONDS = 15.0
+"""Mesos's heartbeat interval (``DEFAULT_HEARTBEAT_INTERVAL``, src/master/constants.hpp),
+until SUBSCRIBED says another."""
 INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 15.0
 CALL_TIMEOUT = 75.0
@@ -143,7 +146,7 @@ class SchedulerClient:
         """Set whenever :attr:`subscribed` is not: a call in flight when the
         subscription is lost is given up (see :meth:`_send`)."""
         self._unsubscribed.set()
-        self.heartbeat_interval = 15.0
+        self.heartbeat_interval = DEFAULT_HEARTBEAT_SECONDS
         self._stopped: str | None = None
         """Why :meth:`run` ended other than by :meth:`close`, once it has."""
         self._closing = False
@@ -387,7 +390,9 @@ class SchedulerClient:
         if kind == "SUBSCRIBED":
             subscribed = event.get("subscribed", {})
             self.framework_id = subscribed.get("framework_id", {}).get("value", self.framework_id)
-            self.heartbeat_interval = float(subscribed.get("heartbeat_interval_seconds", 15.0))
+            self.heartbeat_interval = float(
+                subscribed.get("heartbeat_interval_seconds", DEFAULT_HEARTBEAT_SECONDS)
+            )
             self._subscribed_at = asyncio.get_running_loop().time()
             self._ever_subscribed = True
             self._unsubscribed.clear()
