@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -211,3 +213,73 @@ class MesosUnderTest:
 
     def logs(self) -> str:
         return "" if self.real is None else "real Mesos logs:\n" + self.real.logs()
+
+
+class CuttableProxy:
+    """A TCP forwarder to 127.0.0.1:``target`` on a port of its own, whose
+    :meth:`cut` drops every connection and refuses new ones until
+    :meth:`restore`: a network between a launcher and its master that fails."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self._lock = threading.Lock()
+        self._connections: list[socket.socket] = []
+        self._listener: socket.socket | None = None
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port: int = probe.getsockname()[1]
+        probe.close()
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut or closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._connections += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                with contextlib.suppress(OSError):
+                    end.shutdown(2)
+
+    def cut(self) -> None:
+        if self._listener is not None:
+            # shutdown() wakes the accept() blocked in the other thread and
+            # stops the listening; close() alone would leave it accepting.
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(2)
+            connection.close()
+
+    def close(self) -> None:
+        self.cut()

@@ -38,7 +38,7 @@ from tests.conftest import (
     run_tfrun,
     start_tfrun,
 )
-from tests.mesos_clusters import MesosUnderTest, real_mesos_home
+from tests.mesos_clusters import CuttableProxy, MesosUnderTest, real_mesos_home
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
@@ -939,5 +939,60 @@ def test_an_agent_restarted_mid_job(
         else:
             assert proc.returncode != 0, err
             assert re.search(r"task ps:0 on 127\.0\.0\.1 killed by SIGTERM", err), err
+        assert cluster.torn_down()
+        assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
+
+
+OLD_FAILOVER_TIMEOUT = 60.0
+"""tfrun's failover_timeout until it was made to outlast the reconnect budget."""
+
+
+def test_a_launcher_cut_off_from_a_real_master_for_over_a_minute_keeps_its_job(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Real Mesos only (the double's failover is the same code path the unit
+    tests cover). The network between tfrun and the master fails for longer
+    than the old 60 s failover timeout, within the reconnect budget: the
+    master must not have removed the framework, nor killed ps:0, by the time
+    tfrun re-subscribes."""
+    home = real_mesos_home()
+    done = tmp_path / "done"
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    with RealMesos(home, executor_env={MARK: job_procs.mark}, base=tmp_path / "mesos") as real:
+        job_procs.ignored.update(real.daemon_pids())
+        cluster = MesosUnderTest(real=real)
+        proxy = CuttableProxy(int(real.address.rsplit(":", 1)[1]))
+        proc, _ = start_tfrun(
+            "-m", f"127.0.0.1:{proxy.port}", "-w", "1", "-s", "1", "--", *py(chief),
+            env=job_procs.env(),
+        )  # fmt: skip
+        try:
+            proxy.cut()
+            cluster.wait_for(
+                "the framework disconnected",
+                lambda: not cluster.state()["frameworks"][0]["connected"],
+            )
+            # The outage is the scenario: it must last longer than the old
+            # failover timeout, whatever either side does meanwhile.
+            time.sleep(OLD_FAILOVER_TIMEOUT + 5)
+            proxy.restore()
+            # A framework the master removed meanwhile is gone from the list.
+            cluster.wait_for(
+                "the framework re-subscribed",
+                lambda: any(f["connected"] for f in cluster.state()["frameworks"]),
+                timeout=60,
+            )
+            ps_runs = [t for t in cluster.tasks() if t["name"].endswith("/job:ps/task:0")]
+            # Still running: not killed with a removed framework.
+            assert [t["state"] for t in ps_runs][-1:] == ["TASK_RUNNING"], ps_runs
+            assert "TASK_KILLED" not in {t["state"] for t in ps_runs}, ps_runs
+            done.touch()
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proxy.close()
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err + real.logs()
+        assert "job succeeded" in err
         assert cluster.torn_down()
         assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
