@@ -124,6 +124,12 @@ def make_job_volume(root: Path) -> Path:
 @pytest.fixture(scope="session")
 def task_image() -> str:
     """The CPU task image of this checkout (built once, then found built)."""
+    return checkout_image()
+
+
+def checkout_image() -> str:
+    """$TFMESOS_TEST_IMAGE, or the CPU task image scripts/build-image makes
+    of this checkout (built once, then found built)."""
     named = os.environ.get("TFMESOS_TEST_IMAGE")
     if named:
         return named

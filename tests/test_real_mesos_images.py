@@ -69,7 +69,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from tests.conftest import MARK, ROOT, JobProcesses, run_tfrun
+from tests.conftest import MARK, JobProcesses, run_tfrun
 from tests.mesos_clusters import real_mesos_home
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
@@ -140,17 +140,9 @@ def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def task_image() -> str:
     """The CPU task image of this checkout, as tests/test_images.py gets it:
     $TFMESOS_TEST_IMAGE, or built (once; then found built)."""
-    named = os.environ.get("TFMESOS_TEST_IMAGE")
-    if not named:
-        base = os.environ.get("TFMESOS_IMAGE_BASE") or "local"
-        result = subprocess.run(
-            [sys.executable, str(ROOT / "scripts" / "build-image"), "cpu", "--base", base],
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=1800,
-        )
-        assert result.returncode == 0, "scripts/build-image cpu failed"
-        named = result.stdout.strip().splitlines()[-1]
+    from tests.test_images import checkout_image
+
+    named = checkout_image()
     if podman("image", "exists", named, check=False).returncode != 0:
         reason = f"the task image {named} is not in podman's store"
         if os.environ.get("CI"):
