@@ -164,9 +164,11 @@ class MesosUnderTest:
         return not any(name_part in (f.get("name") or "") for f in state["frameworks"])
 
     def left_on_agents(self) -> list[str]:
-        """What the agents still run: their executors (real Mesos, from each
-        agent's own /state) or the tasks not over (the double's agents are
-        the master's)."""
+        """What the agents still run: tasks not over in their executors (real
+        Mesos, from each agent's own /state: an executor whose task is over
+        stays listed there until the framework acknowledges the task's end,
+        or is removed) or the tasks not over (the double's agents are the
+        master's)."""
         if self.real is None:
             return [
                 f"{t['name']}: {t['state']}"
@@ -176,7 +178,11 @@ class MesosUnderTest:
         left = []
         for index in range(len(self.real.agents)):
             for framework in self.real.agent_state(index)["frameworks"]:
-                left += [f"agent{index}: executor {e['id']}" for e in framework["executors"]]
+                left += [
+                    f"agent{index}: executor {e['id']}: {t['id']} {t.get('state')}"
+                    for e in framework["executors"]
+                    for t in e.get("tasks", []) + e.get("queued_tasks", [])
+                ]
         return left
 
     def agent_ids(self) -> list[str]:
