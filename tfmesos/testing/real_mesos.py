@@ -248,9 +248,9 @@ class RealMesos:
     agent_flags: dict[str, str] = field(default_factory=dict)
     base: Path | None = None
     mark: str = field(default_factory=lambda: uuid.uuid4().hex)
-    _master: _Daemon | None = None
-    _agents: list[_Daemon] = field(default_factory=list)
-    _own_base: bool = False
+    _master: _Daemon | None = field(default=None, init=False, repr=False)
+    _agents: list[_Daemon] = field(default_factory=list, init=False, repr=False)
+    _own_base: bool = field(default=False, init=False, repr=False)
 
     # -- start and stop ----------------------------------------------------
 
