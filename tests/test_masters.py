@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -144,3 +145,81 @@ def test_the_scheme_follows_libprocess_ssl(environ: dict[str, str], scheme: str)
 def test_a_bad_ssl_setting_is_a_spec_error() -> None:
     with pytest.raises(SpecError, match="LIBPROCESS_SSL_ENABLED='yes'"):
         parse_masters("zk://z1:2181/mesos", {"LIBPROCESS_SSL_ENABLED": "yes"})
+
+
+# -- zk:// credentials and file:// masters, read as Mesos reads them ------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts", "path", "auth"),
+    [
+        # zookeeper::URL::parse (include/mesos/zookeeper/url.hpp): the
+        # credentials end at the LAST '@' before the path's first '/'.
+        ("zk://u:p@ss@z1:2181,z2:2181/mesos", "z1:2181,z2:2181", "/mesos", "u:p@ss"),
+        ("zk://u:a:b@@c@z1:2181/a/b/", "z1:2181", "/a/b", "u:a:b@@c"),
+        ("zk://u:secret@z1:2181/mesos", "z1:2181", "/mesos", "u:secret"),
+        ("zk://z1:2181/mesos", "z1:2181", "/mesos", None),
+    ],
+)
+def test_zk_credentials_end_at_the_last_at_sign(
+    url: str, hosts: str, path: str, auth: str | None
+) -> None:
+    source = parse_masters(url)
+    assert source == ZooKeeperSource(hosts, path, auth)
+    assert isinstance(source, ZooKeeperSource)
+    assert source.auth == auth
+    if auth:
+        assert auth.partition(":")[2] not in repr(source)  # the password is never shown
+
+
+@pytest.mark.parametrize(
+    "url", ["zk://u:hunter2@z1:2181", "zk://u:hunter2@/mesos", "zk://@z1:2181/mesos"]
+)
+def test_a_bad_zk_url_is_a_spec_error_that_hides_the_password(url: str) -> None:
+    with pytest.raises(SpecError, match="bad ZooKeeper URL") as caught:
+        parse_masters(url)
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("10.0.0.1:5050\n", [MasterAddress("http", "10.0.0.1", 5050)]),
+        (
+            "  m1:5050,https://m2:5051  \n",
+            [MasterAddress("http", "m1", 5050), MasterAddress("https", "m2", 5051)],
+        ),
+        ("zk://u:p@w@z1:2181/mesos\n", ZooKeeperSource("z1:2181", "/mesos", "u:p@w")),
+    ],
+)
+def test_a_file_url_is_read_once_and_its_content_parsed(
+    tmp_path: Path, content: str, expected: object
+) -> None:
+    # MasterDetector::create (src/master/detector/detector.cpp): all after
+    # file:// is the path; the content, trimmed, is a master spec itself.
+    spec = tmp_path / "master"
+    spec.write_text(content)
+    assert parse_masters(f"file://{spec}") == expected
+    # A file naming another file is followed too.
+    outer = tmp_path / "outer"
+    outer.write_text(f"file://{spec}\n")
+    assert parse_masters(f" file://{outer} ") == expected
+
+
+def test_a_file_url_that_cannot_be_read_is_one_spec_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(SpecError) as caught:
+        parse_masters(f"file://{missing}")
+    assert str(caught.value) == (
+        f"Mesos master file://{missing}: cannot read {missing}: No such file or directory"
+    )
+    empty = tmp_path / "empty"
+    empty.write_text(" \n")
+    with pytest.raises(SpecError, match=rf"{empty} is empty \(it should name the master\)$"):
+        parse_masters(f"file://{empty}")
+    with pytest.raises(SpecError, match="Is a directory"):
+        parse_masters(f"file://{tmp_path}")
+    loop = tmp_path / "loop"
+    loop.write_text(f"file://{loop}")
+    with pytest.raises(SpecError, match="file:// in a row"):
+        parse_masters(f"file://{loop}")

@@ -35,7 +35,13 @@ from tests.conftest import (
     start_tfrun,
     tfrun_argv,
 )
-from tfmesos.mesos.masters import MasterAddress, ZooKeeperLeader, ZooKeeperSource, parse_masters
+from tfmesos.mesos.masters import (
+    MasterAddress,
+    ZooKeeperAuthError,
+    ZooKeeperLeader,
+    ZooKeeperSource,
+    parse_masters,
+)
 from tfmesos.testing.master import ThreadedTestMaster
 
 ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
@@ -506,3 +512,202 @@ def test_an_unreachable_zookeeper_ends_the_job_within_the_reconnect_budget(
         result.stderr,
     ), result.stderr
     assert job_procs.wait_gone(10) == []
+
+
+# -- credentials (zk://user:password@...) ------------------------------------------
+
+USER = "tfmesos"
+PASSWORD = "p@ss:w0rd@"
+"""A password with what splits URLs: '@' (the credentials end at the last
+one, include/mesos/zookeeper/url.hpp) and ':' (the user ends at the first)."""
+
+
+def authed_client(password: str = PASSWORD) -> Any:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=ZK_HOSTS, timeout=5, auth_data=[("digest", f"{USER}:{password}")])
+    client.start(timeout=5)
+    return client
+
+
+@pytest.fixture
+def restricted(zk: Any) -> Iterator[tuple[str, Any]]:
+    """A group only ``USER:PASSWORD`` may read (an ACL an operator sets), and
+    a client holding those credentials, to write in it."""
+    from kazoo.security import make_digest_acl
+
+    client = authed_client()
+    path = f"/tfmesos-test-{uuid.uuid4().hex}"
+    client.create(path, b"", acl=[make_digest_acl(USER, PASSWORD, all=True)])
+    yield path, client
+    client.delete(path, recursive=True)
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def mesos_acl_group(zk: Any) -> Iterator[tuple[str, Any]]:
+    """A group as masters given credentials leave it: readable by anyone,
+    all else to its creator (EVERYONE_READ_CREATOR_ALL, src/zookeeper/group.cpp)."""
+    from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
+
+    client = authed_client()
+    path = f"/tfmesos-test-{uuid.uuid4().hex}"
+    client.create(path, b"", acl=READ_ACL_UNSAFE + CREATOR_ALL_ACL)
+    yield path, client
+    client.delete(path, recursive=True)
+    client.stop()
+    client.close()
+
+
+def zk_url(path: str, password: str | None = PASSWORD) -> str:
+    credentials = f"{USER}:{password}@" if password is not None else ""
+    return f"zk://{credentials}{ZK_HOSTS}{path}"
+
+
+def test_credentials_are_sent_once_connected_and_read_a_restricted_group(
+    restricted: tuple[str, Any],
+) -> None:
+    path, client = restricted
+    client.create(
+        f"{path}/json.info_",
+        master_info("m.invalid", 5050, ip="10.0.0.5", pid_host="10.0.0.5"),
+        ephemeral=True,
+        sequence=True,
+        acl=client.default_acl,
+    )
+    source = parse_masters(zk_url(path))
+    assert isinstance(source, ZooKeeperSource)
+    leaders = Leaders()
+    leader = ZooKeeperLeader(source, leaders)
+    try:
+        leader.start(timeout=10)
+        leaders.wait_for("http://10.0.0.5:5050")
+    finally:
+        leader.stop()
+
+
+@pytest.mark.parametrize("password", ["wrong@pass", None])
+def test_a_restricted_group_refuses_a_wrong_password_or_none(
+    restricted: tuple[str, Any], password: str | None
+) -> None:
+    path, _ = restricted
+    source = parse_masters(zk_url(path, password))
+    assert isinstance(source, ZooKeeperSource)
+    leader = ZooKeeperLeader(source, Leaders())
+    with pytest.raises(ZooKeeperAuthError) as caught:
+        leader.start(timeout=10)
+    message = str(caught.value)
+    if password is None:
+        assert message == (
+            f"ZooKeeper at {ZK_HOSTS} refuses to let a client without credentials read {path} "
+            "(NoAuth): give them in the URL, zk://USER:PASSWORD@HOSTS/PATH"
+        )
+    else:
+        assert message == (
+            f"ZooKeeper at {ZK_HOSTS} refuses to let user {USER!r} read {path} (NoAuth): "
+            "check the user and password in the zk:// URL (zk://USER:PASSWORD@HOSTS/PATH)"
+        )
+        assert password not in message
+    leader.stop()  # stopped already: a second stop is harmless
+
+
+def test_a_job_with_zk_credentials_runs(
+    mesos_acl_group: tuple[str, Any], master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    # What masters with credentials leave: anyone may read, so any password
+    # works; before the fix every zk:// URL with credentials failed at start.
+    path, client = mesos_acl_group
+    client.create(
+        f"{path}/json.info_",
+        master_info("127.0.0.1", master.port),
+        ephemeral=True,
+        sequence=True,
+        acl=client.default_acl,
+    )
+    result = run_tfrun(
+        "-m", zk_url(path), "--timeout", "30", *TWO_WORKERS_TRUE, env=job_procs.env(), timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"leading master is now http://127.0.0.1:{master.port}" in result.stderr
+    assert PASSWORD not in result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_job_with_the_right_password_reads_a_restricted_group_and_runs(
+    restricted: tuple[str, Any], master: ThreadedTestMaster, job_procs: JobProcesses
+) -> None:
+    path, client = restricted
+    client.create(
+        f"{path}/json.info_",
+        master_info("127.0.0.1", master.port),
+        ephemeral=True,
+        sequence=True,
+        acl=client.default_acl,
+    )
+    result = run_tfrun(
+        "-m", zk_url(path), "--timeout", "30", *TWO_WORKERS_TRUE, env=job_procs.env(), timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"leading master is now http://127.0.0.1:{master.port}" in result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_wrong_password_is_one_line_and_ends_the_job_at_once(
+    restricted: tuple[str, Any], job_procs: JobProcesses
+) -> None:
+    path, _ = restricted
+    # A reconnect budget no test would wait for: the job must not retry.
+    result = run_tfrun(
+        "-m",
+        zk_url(path, "not-it@all"),
+        "--reconnect-timeout",
+        "3600",
+        *TWO_WORKERS_TRUE,
+        env=job_procs.env(),
+        timeout=120,
+    )
+    assert result.returncode == 125, result.stderr
+    expected = (
+        f"ZooKeeper at {ZK_HOSTS} refuses to let user {USER!r} read {path} (NoAuth): "
+        "check the user and password in the zk:// URL (zk://USER:PASSWORD@HOSTS/PATH)"
+    )
+    problem = [line for line in result.stderr.splitlines() if "NoAuth" in line]
+    assert len(problem) == 1 and problem[0].endswith(expected), result.stderr
+    assert "Traceback" not in result.stderr and "bug in tfmesos" not in result.stderr
+    assert "re-subscribing" not in result.stderr, result.stderr
+    assert "not-it@all" not in result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_file_master_names_the_master(
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Any
+) -> None:
+    # -m file:///path: the file holds the master's address (here behind a
+    # file that names that file), read once at the start.
+    (tmp_path / "address").write_text(f"127.0.0.1:{master.port}\n")
+    (tmp_path / "pointer").write_text(f"file://{tmp_path / 'address'}\n")
+    result = run_tfrun(
+        "-m",
+        f"file://{tmp_path / 'pointer'}",
+        "--timeout",
+        "30",
+        *TWO_WORKERS_TRUE,
+        env=job_procs.env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(master.calls("SUBSCRIBE")) >= 1
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_file_master_that_cannot_be_read_is_a_usage_error(
+    job_procs: JobProcesses, tmp_path: Any
+) -> None:
+    missing = tmp_path / "no-such-file"
+    result = run_tfrun("-m", f"file://{missing}", *TWO_WORKERS_TRUE, env=job_procs.env())
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"tfrun: error: Mesos master file://{missing}: cannot read {missing}: "
+        "No such file or directory"
+    ), result.stderr

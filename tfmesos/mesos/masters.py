@@ -1,10 +1,13 @@
 """Where the Mesos master is: URL parsing and leader detection.
 
 ``-m`` takes ``host:port``, ``http(s)://host:port``, a comma-separated list of
-either (tried in turn; a non-leader redirects to the leader), or
-``zk://[user:pass@]host1:2181,host2:2181/mesos``, where the leader is found as
-Mesos's own scheduler library finds it (references are to Apache Mesos's
-source):
+either (tried in turn; a non-leader redirects to the leader),
+``file:///path`` (a file holding any of these, read once at the start, as
+``MasterDetector::create`` in ``src/master/detector/detector.cpp`` reads it), or
+``zk://[user:password@]host1:2181,host2:2181/mesos``, where the credentials
+are ZooKeeper ``digest`` ones, sent once each session is up, and the leader is
+found as Mesos's own scheduler library finds it (references are to Apache
+Mesos's source):
 
 * The group's members are the children named ``[<label>_]<sequence>``
   (``src/zookeeper/group.cpp``, ``GroupProcess::cache``: the label is the
@@ -54,7 +57,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +67,7 @@ __all__ = [
     "MasterAddress",
     "MasterInfo",
     "Member",
+    "ZooKeeperAuthError",
     "ZooKeeperError",
     "ZooKeeperLeader",
     "ZooKeeperSource",
@@ -142,32 +146,72 @@ def default_scheme(environ: Mapping[str, str] | None = None) -> str:
 class ZooKeeperSource:
     hosts: str
     path: str
-    auth: str | None
+    auth: str | None = field(repr=False)
+    """``user:password`` for ZooKeeper's ``digest`` scheme, or None; never
+    shown (``repr``) or logged."""
     scheme: str = "http"
     """How the leader is dialled: ``https`` with libprocess SSL enabled."""
 
 
-_ZK = re.compile(r"^zk://(?:(?P<auth>[^@/]+)@)?(?P<hosts>[^/]+)(?P<path>/.*)$")
+MAX_FILE_DEPTH = 8
+"""How many ``file://`` may lead to one another before a master spec (Mesos
+follows them without a limit: a file naming itself would never end)."""
+
+
+def _parse_zk(text: str, environ: Mapping[str, str] | None) -> ZooKeeperSource:
+    """``zk://[credentials@]servers/path`` as ``zookeeper::URL::parse`` reads
+    it (``include/mesos/zookeeper/url.hpp``): the path starts at the first
+    ``/``, and the credentials (``user:password`` for the ``digest`` scheme)
+    end at the last ``@`` before it, so a password may hold ``@`` or ``:``
+    (ZooKeeper's digest takes the user to the first ``:``), never ``/``."""
+    rest = text[len("zk://") :]
+    servers, slash, after = rest.partition("/")
+    auth, at, hosts = servers.rpartition("@")
+    path = f"/{after}".rstrip("/")
+    if not slash or not path or not hosts or (at and not auth):
+        shown = f"zk://{'***@' if at else ''}{hosts}{slash}{after}"  # no password shown
+        raise SpecError(
+            f"bad ZooKeeper URL {shown!r}: expected zk://[user:password@]host:2181[,host:2181]/path"
+        )
+    for host in hosts.split(","):
+        MasterAddress.parse(host)  # validates host:port
+    return ZooKeeperSource(hosts, path, auth if at else None, default_scheme(environ))
+
+
+def _read_master_file(text: str) -> str:
+    """What a ``file://PATH`` names: the file's content, trimmed, itself a
+    master spec (``MasterDetector::create``, ``src/master/detector/detector.cpp``:
+    the path is all after ``file://``, ``file:///etc/mesos/zk`` is
+    ``/etc/mesos/zk``)."""
+    path = text[len("file://") :]
+    try:
+        with open(path, encoding="utf-8") as file:
+            content = file.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise SpecError(f"Mesos master {text}: cannot read {path}: {why}") from None
+    if not content:
+        raise SpecError(f"Mesos master {text}: {path} is empty (it should name the master)")
+    return content
 
 
 def parse_masters(
     text: str, environ: Mapping[str, str] | None = None
 ) -> list[MasterAddress] | ZooKeeperSource:
     """``-m``'s masters; those given without a scheme, and a ``zk://``
-    leader, are dialled with :func:`default_scheme`."""
+    leader, are dialled with :func:`default_scheme`. ``file://PATH`` is read
+    once, here, and its content parsed in its place."""
     text = text.strip()
-    if text.startswith("zk://"):
-        match = _ZK.match(text)
-        if not match or match.group("path") in ("", "/"):
-            raise SpecError(f"bad ZooKeeper URL {text!r}: expected zk://host:2181[,host:2181]/path")
-        for host in match.group("hosts").split(","):
-            MasterAddress.parse(host)  # validates host:port
-        return ZooKeeperSource(
-            match.group("hosts"),
-            match.group("path").rstrip("/"),
-            match.group("auth"),
-            default_scheme(environ),
+    for _ in range(MAX_FILE_DEPTH):
+        if not text.startswith("file://"):
+            break
+        text = _read_master_file(text)
+    else:
+        raise SpecError(
+            f"Mesos master: more than {MAX_FILE_DEPTH} file:// in a row (does a file name itself?)"
         )
+    if text.startswith("zk://"):
+        return _parse_zk(text, environ)
     parts = [part for part in text.split(",") if part.strip()]
     if not parts:
         raise SpecError("no Mesos master given")
@@ -392,6 +436,33 @@ class ZooKeeperError(TFMesosError):
     """ZooKeeper could not be reached, or the masters' group could not be read."""
 
 
+class ZooKeeperAuthError(TFMesosError):
+    """ZooKeeper refuses to let these credentials (or a client without any)
+    read the masters' group (``NoAuth``): the path's ACL does not allow them.
+
+    Not a :class:`ZooKeeperError`, which the scheduler client retries within
+    its reconnect budget: asking again with the same credentials cannot help,
+    so the job ends at once. (ZooKeeper's digest scheme takes any password:
+    a wrong one only shows where an ACL asks for the right one. Masters given
+    credentials create their group readable by anyone and writable by
+    themselves, ``EVERYONE_READ_CREATOR_ALL`` in src/zookeeper/group.cpp; an
+    operator may restrict reading too.)"""
+
+    @classmethod
+    def refused(cls, source: ZooKeeperSource, path: str) -> ZooKeeperAuthError:
+        where = f"ZooKeeper at {source.hosts}"
+        if source.auth:
+            user = source.auth.partition(":")[0]
+            return cls(
+                f"{where} refuses to let user {user!r} read {path} (NoAuth): check the user "
+                "and password in the zk:// URL (zk://USER:PASSWORD@HOSTS/PATH)"
+            )
+        return cls(
+            f"{where} refuses to let a client without credentials read {path} (NoAuth): "
+            "give them in the URL, zk://USER:PASSWORD@HOSTS/PATH"
+        )
+
+
 class ZooKeeperLeader:
     """Follows the leading master in ZooKeeper; ``on_change`` hears each new one.
 
@@ -409,13 +480,18 @@ class ZooKeeperLeader:
         self._on_change = on_change
         # Commands retry a few times within a deadline, not forever (kazoo's
         # default): the reconnect budget must bound every step.
+        #
+        # The credentials go with every session, once it is up (kazoo sends
+        # them on each connection before any request, and again after a
+        # reconnection), as Mesos's group authenticates when it is connected
+        # (``GroupProcess::authenticate``, src/zookeeper/group.cpp). kazoo's
+        # add_auth() before start() would fail: there is no connection yet.
         self._client = KazooClient(
             hosts=source.hosts,
             timeout=10.0,
             command_retry={"max_tries": 3, "deadline": 10.0, "max_delay": 2.0},
+            auth_data=[("digest", source.auth)] if source.auth else None,
         )
-        if source.auth:
-            self._client.add_auth("digest", source.auth)
         self._lock = threading.Lock()
         self._client_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -428,8 +504,9 @@ class ZooKeeperLeader:
     def start(self, timeout: float = 15.0) -> None:
         """Connect and watch the group; raise :class:`ZooKeeperError`, with the
         client stopped, if no server answers within ``timeout`` or the group
-        cannot be read."""
-        from kazoo.exceptions import KazooException
+        cannot be read, :class:`ZooKeeperAuthError` if ZooKeeper refuses
+        us the group."""
+        from kazoo.exceptions import KazooException, NoAuthError
 
         with self._client_lock:
             if self._stopping.is_set():
@@ -451,6 +528,9 @@ class ZooKeeperLeader:
             # exist; a DataWatch sees the path come and go, and starts the
             # ChildrenWatch once it is there.
             self._client.DataWatch(self.source.path, self._path_changed)
+        except NoAuthError:
+            self.stop()
+            raise ZooKeeperAuthError.refused(self.source, self.source.path) from None
         except (KazooException, self._client.handler.timeout_exception) as exc:
             self.stop()
             raise ZooKeeperError(
@@ -486,6 +566,8 @@ class ZooKeeperLeader:
         return f"no master has registered under {self.source.path} in {where}"
 
     def _children_changed(self, children: list[str]) -> None:
+        from kazoo.exceptions import NoAuthError
+
         member = leading_member(children)
         leader: MasterAddress | None = None
         problem: str | None = None
@@ -497,6 +579,9 @@ class ZooKeeperLeader:
                 leader = info.address(self.source.scheme)
             except ValueError as exc:  # UnicodeDecodeError too
                 problem = f"the lowest member, {path}, cannot be read: {exc}"
+            except NoAuthError:
+                refused = ZooKeeperAuthError.refused(self.source, path)
+                problem = f"the lowest member cannot be read: {refused}"
             except Exception:  # the node may vanish between list and get
                 leader = None  # the watch fires again with the children left
         with self._lock:
