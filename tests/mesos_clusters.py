@@ -113,6 +113,8 @@ class MesosUnderTest:
         self.double = double
         self.real = real
         self.kind = "test-master" if double is not None else "real-mesos"
+        self._killed: dict[str, int] = {}
+        """Real Mesos: the index of each agent :meth:`kill_agent_of` killed."""
 
     @property
     def url(self) -> str:
@@ -201,8 +203,20 @@ class MesosUnderTest:
         for index in range(len(self.real.agents)):
             if self.real.agent_id(index) == agent_id:
                 self.real.kill_agent(index)
+                self._killed[agent_id] = index
                 return agent_id
         raise AssertionError(f"no agent {agent_id}")
+
+    def end_orphans_of(self, agent_id: str, job_procs: JobProcesses) -> None:
+        """Real Mesos: start again the agent :meth:`kill_agent_of` killed. A
+        checkpointed task outlives its agent (its executor waits the agent's
+        ``--recovery_timeout`` for it); the agent, back, hears from the master
+        that the task's framework is gone and ends it. The double's tasks end
+        with their agent: nothing to do."""
+        if self.real is None:
+            return
+        self.real.start_agent(self._killed.pop(agent_id))
+        job_procs.ignored.update(self.real.daemon_pids())
 
     def add_agents(self, *agents: AgentSpec) -> None:
         """Agents that come while the jobs run, at once (the double: in one

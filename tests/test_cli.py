@@ -100,6 +100,11 @@ def test_help_documents_every_flag() -> None:
             ["-w", "1", "-s", "0", "-V", "/a:/b", "--", "true"],
             "-V is a Mesos flag: it needs --backend mesos",
         ),
+        # Off, an option that is on by default is given too.
+        (
+            ["-w", "1", "-s", "0", "--no-checkpoint", "--", "true"],
+            "--no-checkpoint is a Mesos flag: it needs --backend mesos",
+        ),
         (
             ["-w", "1", "-s", "0", "--backend", "mesos", "--partition", "gpu", "--", "true"],
             "--partition is a Slurm flag: it needs --backend slurm",

@@ -105,7 +105,8 @@ def test_a_replica_job_runs_on_offers_and_is_torn_down(
     # Longer than tfrun may go on trying to regain the master: five missed
     # heartbeats (75 s), then the reconnect budget (120 s), and a heartbeat more.
     assert framework["failover_timeout"] == 210
-    assert framework["checkpoint"] is False
+    # On by default: a task outlives its agent's restart (README, --checkpoint).
+    assert framework["checkpoint"] is True
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
     if mesos.double is None:
         return
@@ -124,7 +125,7 @@ def test_a_replica_job_runs_on_offers_and_is_torn_down(
     assert {c["type"] for c in framework["capabilities"]} == {"MULTI_ROLE", "PARTITION_AWARE"}
     assert framework["roles"] == ["*"]
     assert framework["failover_timeout"] == 210
-    assert framework["checkpoint"] is False
+    assert framework["checkpoint"] is True
     assert framework["user"]
     assert framework_calls(master, "SUPPRESS"), "no SUPPRESS once every task was placed"
     assert framework_calls(master, "TEARDOWN"), "no TEARDOWN at the end of the job"
@@ -228,12 +229,19 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpoint", "no-checkpoint"])
 def test_a_lost_agent_fails_the_job_naming_the_task(
-    mesos: MesosUnderTest, job_procs: JobProcesses
+    checkpoint: bool, mesos: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
+    """By default (checkpointing) a task outlives its agent: the master calls
+    it unreachable once the agent misses its pings. With ``--no-checkpoint``
+    the double reports it so at once, and on real Mesos the command executor
+    sees its agent go and ends the task (SIGTERM) before the master says
+    anything (docs/test-master.md, "Real Mesos")."""
     proc, _ = start_tfrun(
         "-m",
         mesos.url,
+        *([] if checkpoint else ["--no-checkpoint"]),
         "-w",
         "1",
         "-s",
@@ -242,19 +250,17 @@ def test_a_lost_agent_fails_the_job_naming_the_task(
         *py("import time; time.sleep(120)"),
         env=job_procs.env(),
     )
-    mesos.kill_agent_of("/job:ps/task:0")
+    agent_id = mesos.kill_agent_of("/job:ps/task:0")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
-    # The double reports the agent lost at once. On real Mesos the command
-    # executor of a framework without checkpointing sees its agent go and
-    # ends the task (SIGTERM) before the master reports anything
-    # (docs/test-master.md, "Real Mesos").
     lost = r"ended in state (TASK_UNREACHABLE|AGENT_LOST)"
-    if mesos.real is not None:
+    if mesos.real is not None and not checkpoint:
         lost = r"killed by SIGTERM"
     assert re.search(rf"task ps:0 on 127\.0\.0\.1 {lost}", err), err
     assert mesos.torn_down()
-    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+    if checkpoint:
+        mesos.end_orphans_of(agent_id, job_procs)
+    assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
 
 
 def test_mnist_replica_through_the_master(mesos: MesosUnderTest, job_procs: JobProcesses) -> None:
@@ -399,7 +405,7 @@ def test_sigterm_stops_every_task_and_tears_down(
     proc, _ = start_tfrun(
         "-m",
         mesos.url,
-        "--checkpoint",
+        "--no-checkpoint",
         "-w",
         "2",
         "-s",
@@ -411,7 +417,7 @@ def test_sigterm_stops_every_task_and_tears_down(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
     assert mesos.torn_down()
-    assert mesos.framework()["checkpoint"] is True
+    assert mesos.framework()["checkpoint"] is False
     assert job_procs.wait_gone(10) == []
 
 
@@ -903,9 +909,9 @@ def test_an_agent_restarted_mid_job(
     checkpoint: bool, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     """Real Mesos only: the double has no agent process to restart (its
-    agents are the master's own; docs/test-master.md, "Real Mesos"). With
-    ``--checkpoint`` the executor waits for its agent (``--recover=reconnect``)
-    and the job goes on; without, the executor ends its task when the agent
+    agents are the master's own; docs/test-master.md, "Real Mesos"). By
+    default (checkpointing) the executor waits for its agent (``--recover=reconnect``)
+    and the job goes on; with ``--no-checkpoint``, the executor ends its task when the agent
     goes, and the job fails naming it."""
     home = real_mesos_home()
     done = tmp_path / "done"
@@ -919,7 +925,7 @@ def test_an_agent_restarted_mid_job(
     ) as real:
         job_procs.ignored.update(real.daemon_pids())
         cluster = MesosUnderTest(real=real)
-        args = ["-m", real.url, "-w", "1", "-s", "1"] + (["--checkpoint"] if checkpoint else [])
+        args = ["-m", real.url, "-w", "1", "-s", "1"] + ([] if checkpoint else ["--no-checkpoint"])
         proc, _ = start_tfrun(*args, "--", *py(chief), env=job_procs.env())
         try:
             (task,) = [t for t in cluster.tasks() if t["name"].endswith("/job:ps/task:0")]

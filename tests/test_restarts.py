@@ -126,20 +126,17 @@ def test_a_lost_agent_restarts_the_job_on_mesos(
         'if [ "$TFMESOS_RESTART" = 0 ]; then sleep 120; fi',
         env=job_procs.env(),
     )
-    mesos.kill_agent_of("/job:ps/task:0")
+    agent_id = mesos.kill_agent_of("/job:ps/task:0")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    # As in test_mesos_jobs' lost agent: real Mesos's executor ends the task first.
-    lost = (
-        "killed by SIGTERM"
-        if mesos.real is not None
-        else "ended in state (TASK_UNREACHABLE|AGENT_LOST)"
-    )
+    # As in test_mesos_jobs' lost agent: the checkpointed task is unreachable.
+    lost = "ended in state (TASK_UNREACHABLE|AGENT_LOST)"
     assert re.search(
         rf"task ps:0 on 127\.0\.0\.1 {lost}[^\n]*to start the job again \(restart 1 of 1\)",
         err,
     ), err
-    assert not job_procs.wait_gone(10)
+    mesos.end_orphans_of(agent_id, job_procs)
+    assert not job_procs.wait_gone(30)
 
 
 def test_restarts_are_checked_before_anything_starts() -> None:

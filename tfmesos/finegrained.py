@@ -137,7 +137,7 @@ def cluster(
     backend: str | None = None,
     log_dir: str | None = None,
     image: str | None = None,
-    checkpoint: bool = False,
+    checkpoint: bool | None = None,
     user: str | None = None,
     slurm: Mapping[str, Any] | None = None,
     max_restarts: int = 0,

@@ -222,7 +222,7 @@ class MesosBackend(Backend):
         reconnect_timeout: float = 120.0,
         principal: str | None = None,
         secret: str | None = None,
-        checkpoint: bool = False,
+        checkpoint: bool = True,
         user: str | None = None,
         role: str | None = None,
         volumes: Sequence[Volume] = (),

@@ -55,8 +55,18 @@ class BackendOptions:
     @classmethod
     def given_flags(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:
         """This backend's own options among ``given``, as (name, flag); an
-        empty or false value is not given (``-f`` not there, no ``-V``)."""
-        return [(name, flag) for name, flag in cls.flags.items() if given.get(name)]
+        empty or false value is not given (``-f`` not there, no ``-V``), bar
+        ``False`` for an option that is on by default: that is its
+        ``--no-`` flag, given (``--no-checkpoint``)."""
+        on = {f.name for f in dataclasses.fields(cls) if f.default is True}
+        found = []
+        for name, flag in cls.flags.items():
+            value = given.get(name)
+            if value is False and name in on:
+                found.append((name, "--no-" + flag.removeprefix("--")))
+            elif value:
+                found.append((name, flag))
+        return found
 
     @classmethod
     def chosen_by(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:

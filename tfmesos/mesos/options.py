@@ -30,7 +30,10 @@ class MesosOptions(BackendOptions):
     master: str | None = None
     """host:port, a comma list, or zk://...; None: $MESOS_MASTER."""
     reconnect_timeout: float = 120.0
-    checkpoint: bool = False
+    checkpoint: bool = True
+    """Agents checkpoint the tasks, which then survive an agent restart, as
+    Marathon and Aurora do by default; ``--no-checkpoint`` trades that for a
+    task that ends at once with its agent (see the README's ``--checkpoint``)."""
     user: str | None = None
     role: str | None = None
     volumes: tuple[Volume, ...] = ()
@@ -101,8 +104,9 @@ class MesosOptions(BackendOptions):
         )
         group.add_argument(
             "--checkpoint",
-            action="store_true",
-            help="Mesos: ask agents to checkpoint the tasks, so that they survive an agent restart",
+            action=argparse.BooleanOptionalAction,
+            help="Mesos: agents checkpoint the tasks, which then survive an agent restart "
+            "(default); --no-checkpoint: a task ends at once when its agent stops",
         )
 
     @classmethod
