@@ -182,6 +182,38 @@ def test_a_dropped_subscription_is_renewed_without_losing_the_job(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
+def test_a_job_whose_tasks_are_placed_is_suppressed_again_after_resubscribing(
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """A SUBSCRIBE sets the framework's suppressed roles to its own, none:
+    the roles the job had suppressed are offered again (Master::_subscribe,
+    which the double models). tfrun suppresses them anew rather than decline
+    every agent's offer for an hour while it believes them suppressed."""
+    done = tmp_path / "done"
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    proc, _ = start_tfrun(
+        "-m", master.url, "-w", "1", "-s", "1", "--", *py(chief), env=job_procs.env()
+    )
+    try:
+
+        def suppressed(m: Any) -> list[dict[str, Any]]:
+            return [f for f in m.state()["frameworks"] if f["suppressed_roles"] == ["*"]]
+
+        assert len(master.wait_for(suppressed, timeout=60)) == 1
+        assert len(framework_calls(master, "SUPPRESS")) == 1
+        master.drop_subscription()
+        master.wait_for(lambda m: len(m.calls("SUBSCRIBE")) == 2, timeout=60)
+        master.wait_for(suppressed, timeout=60)
+        assert len(framework_calls(master, "SUPPRESS")) == 2
+        done.touch()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
 def test_a_non_leading_master_redirects_to_the_leader(
     master: ThreadedTestMaster, job_procs: JobProcesses
 ) -> None:

@@ -601,6 +601,11 @@ class MesosBackend(Backend):
                 if not p.settled
             ]
             self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
+            # A SUBSCRIBE replaces the framework's suppressed roles with its
+            # own (none here: Master::_subscribe, updateFramework): the roles
+            # are offered again, and declined for an hour each, unless
+            # suppressed anew below.
+            self._suppressed = False
         self._resubscribed = True
         # Offers do not outlive a subscription (the master rescinds them when a
         # framework fails over or re-subscribes: Master::_subscribe).
@@ -608,6 +613,8 @@ class MesosBackend(Backend):
         self._cancel_hold()
         if self._pending or self._pins:
             self._revive()
+        else:
+            self._suppress_if_idle()
 
     # Gang placement: a job's tasks are launched together or not at all. A
     # job that took each offer as it came could hold half a cluster while
