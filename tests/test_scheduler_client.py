@@ -260,7 +260,19 @@ def test_missed_heartbeats_resubscribe_with_the_framework_id(
 
 # -- the order of calls -------------------------------------------------------------
 
-DECIDED = ["DECLINE", "SUPPRESS", "REVIVE", "ACCEPT", "KILL", "ACKNOWLEDGE", "RECONCILE"]
+def task_call(kind: str, task_id: str) -> dict[str, Any]:
+    """A call about one task: an ACCEPT launching it, a KILL, an ACKNOWLEDGE
+    or a RECONCILE of it."""
+    ref = {"task_id": {"value": task_id}}
+    if kind == "ACCEPT":
+        return {"type": kind, "accept": {"operations": [{"launch": {"task_infos": [ref]}}]}}
+    if kind == "RECONCILE":
+        return {"type": kind, "reconcile": {"tasks": [ref]}}
+    return {"type": kind, kind.lower(): ref}
+
+
+# Each depends on the one before: the offer and role state, then task t1.
+DECIDED = ["DECLINE", "SUPPRESS", "REVIVE", "ACCEPT", "KILL", "RECONCILE"]
 
 
 def random_delays(seed: int) -> Answer:
@@ -282,7 +294,7 @@ def test_calls_reach_the_master_in_the_order_submitted(seed: int) -> None:
         async with running(client):
             subscription.subscribed()
             await within(client.subscribed.wait())
-            futures = [client.submit({"type": kind}) for kind in DECIDED]
+            futures = [client.submit(task_call(kind, "t1")) for kind in DECIDED]
             assert await within(asyncio.gather(*futures)) == [None] * len(DECIDED)
             assert transport.types() == DECIDED
 

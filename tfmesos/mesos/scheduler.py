@@ -8,16 +8,22 @@ a seam that the tests fill with a scripted fake).
 - ``SUBSCRIBE`` is one long POST whose ``200`` answer is a chunked RecordIO
   stream of events, with the ``Mesos-Stream-Id`` header that every other call
   must carry; other calls are short POSTs answered ``202``.
-- Calls reach the master in the order they were decided. Mesos's own library
-  (``src/scheduler/scheduler.cpp``) keeps two connections (``struct
-  Connections``: ``subscribe`` and ``nonSubscribe``) and sends every call but
-  SUBSCRIBE on the second, one after another (``Connection::send`` in
+- A call never overtakes one decided before it that it depends on. Mesos's
+  own library (``src/scheduler/scheduler.cpp``) keeps two connections
+  (``struct Connections``: ``subscribe`` and ``nonSubscribe``) and sends every
+  call but SUBSCRIBE on the second (``Connection::send`` in
   ``3rdparty/libprocess/include/process/http.hpp`` pipelines them on that one
-  connection, so the master reads them in order). Here one sender sends the
-  queued calls one at a time, each after the answer to the one before: a
-  REVIVE overtaken by the SUPPRESS decided before it would leave the role
-  suppressed for good. Where Mesos's library drops a call made while not
-  subscribed (``SchedulerProcess::_send``), ours waits for the subscription.
+  connection, so the master reads them in order, and reads the next before it
+  has answered the one before). Here a call waits for the answer to every
+  earlier call it shares a subject with (:func:`call_subjects`): the offer
+  and role state for DECLINE, SUPPRESS, REVIVE and ACCEPT (a REVIVE overtaken
+  by the SUPPRESS decided before it would leave the role suppressed for good),
+  a task for the ACCEPT that launches it and a KILL or RECONCILE of it. Calls
+  with no subject in common go out at once, side by side: a call the master
+  is slow to answer holds up only those that depend on it, not every
+  ACKNOWLEDGE and KILL behind it for up to the call timeout. Where Mesos's
+  library drops a call made while not subscribed (``SchedulerProcess::_send``),
+  ours waits for the subscription.
 - A non-leading master answers ``307`` with a ``Location`` that may have no
   scheme and may have a path (``//host:5050/master/api/v1/scheduler``): only
   its scheme, host and port are kept.
@@ -92,10 +98,41 @@ class MasterLostError(TFMesosError):
     """No master could be reached for longer than the reconnect budget."""
 
 
-@dataclass
+OFFERS_SUBJECT = "offers"
+"""The subject of the calls that change what the master offers us."""
+
+
+def call_subjects(call: dict[str, Any]) -> frozenset[str]:
+    """What a call is about: it is sent only once every earlier call that
+    shares a subject with it is answered. Acknowledgements of one task are
+    in order already (an agent sends a task's next update only once the last
+    is acknowledged) and depend on nothing else; a call of a type not named
+    here is ordered with the offer calls."""
+    kind = call.get("type")
+
+    def task(body: Any) -> str:
+        return f"task:{body.get('task_id', {}).get('value')}"
+
+    if kind == "ACKNOWLEDGE":
+        return frozenset({"acknowledge:" + task(call.get("acknowledge", {}))})
+    if kind == "KILL":
+        return frozenset({task(call.get("kill", {}))})
+    if kind == "RECONCILE":
+        return frozenset(task(t) for t in call.get("reconcile", {}).get("tasks", []))
+    subjects = {OFFERS_SUBJECT}
+    if kind == "ACCEPT":
+        for operation in call.get("accept", {}).get("operations", []):
+            launched = operation.get("launch", {}).get("task_infos", [])
+            grouped = operation.get("launch_group", {}).get("task_group", {}).get("tasks", [])
+            subjects.update(task(info) for info in [*launched, *grouped])
+    return frozenset(subjects)
+
+
+@dataclass(eq=False)
 class _Queued:
     call: dict[str, Any]
     future: asyncio.Future[str | None]
+    subjects: frozenset[str] = frozenset()
 
 
 class SchedulerClient:
@@ -161,7 +198,8 @@ class SchedulerClient:
         self._response: EventStream | None = None
         self._queue: deque[_Queued] = deque()
         self._queued = asyncio.Event()
-        self._in_flight: _Queued | None = None
+        self._in_flight: dict[_Queued, asyncio.Task[None]] = {}
+        """The calls sent and not yet answered, each with the task sending it."""
         self._sender: asyncio.Task[None] | None = None
 
     # -- masters ---------------------------------------------------------
@@ -436,7 +474,7 @@ class SchedulerClient:
         elif self._stopped is not None:
             future.set_result(f"not sent: {self._stopped}")
         else:
-            self._queue.append(_Queued(call, future))
+            self._queue.append(_Queued(call, future, call_subjects(call)))
             self._queued.set()
         return future
 
@@ -445,29 +483,43 @@ class SchedulerClient:
         return await self.submit(call)
 
     async def _send_calls(self) -> None:
-        """The one sender: the queue, in order, one call at a time."""
+        """The dispatcher: sends each queued call once no call before it on
+        the same subject (:func:`call_subjects`) is waiting or unanswered.
+        Woken by a call queued and by a call answered."""
         while True:
-            if not self._queue:
-                self._queued.clear()
-                await self._queued.wait()
-                continue
             await self.subscribed.wait()
-            if not self._queue:  # dropped while we waited (TEARDOWN, closing)
-                continue
-            item = self._queue.popleft()
+            self._queued.clear()
+            self._send_ready()
+            await self._queued.wait()
+
+    def _send_ready(self) -> None:
+        busy: set[str] = set()
+        for sent in self._in_flight:
+            busy |= sent.subjects
+        waiting: deque[_Queued] = deque()
+        for item in self._queue:
             if item.future.done():  # its caller stopped waiting for it
                 continue
-            self._in_flight = item
-            try:
-                result = await self._send(item.call)
-            except SchedulerError as exc:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+            if item.subjects & busy:
+                waiting.append(item)
             else:
-                if not item.future.done():
-                    item.future.set_result(result)
-            finally:
-                self._in_flight = None
+                self._in_flight[item] = asyncio.create_task(self._send_one(item))
+            # Later calls on its subjects wait for it, sent or not.
+            busy |= item.subjects
+        self._queue = waiting
+
+    async def _send_one(self, item: _Queued) -> None:
+        try:
+            result = await self._send(item.call)
+        except SchedulerError as exc:
+            if not item.future.done():
+                item.future.set_exception(exc)
+        else:
+            if not item.future.done():
+                item.future.set_result(result)
+        finally:
+            self._in_flight.pop(item, None)
+            self._queued.set()
 
     async def _send(self, call: dict[str, Any]) -> str | None:
         """Send one call on the current subscription and wait for its answer;
@@ -543,9 +595,10 @@ class SchedulerClient:
                 self._teardown_answered.set()
         self._closing = True
         self._drop_queued(None)
-        if self._in_flight is not None and not self._in_flight.future.done():
-            self._in_flight.future.set_result(None)
-        self._unsubscribed.set()  # gives up the call in flight, if any
+        for item in self._in_flight:
+            if not item.future.done():
+                item.future.set_result(None)
+        self._unsubscribed.set()  # gives up the calls in flight, if any
         if self._response is not None:
             self._response.close()
 
@@ -553,17 +606,22 @@ class SchedulerClient:
         if not self._closing:
             self._stopped = stopped
         result = None if self._closing else f"not sent: {stopped}"
-        if self._sender is not None:
-            self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None and not in_flight.future.done():
-            in_flight.future.set_result(result)
-        self._drop_queued(result)
-        await self._transport.aclose()
-        if self._zookeeper is not None:
-            await asyncio.to_thread(self._zookeeper.stop)
+        in_flight, self._in_flight = self._in_flight, {}
+        senders = [*in_flight.values(), *([self._sender] if self._sender else [])]
+        for task in senders:
+            task.cancel()
+        try:
+            if senders:
+                await asyncio.wait(senders)
+        finally:
+            # Even when cancelled while it waits: the connections must close.
+            for item in in_flight:
+                if not item.future.done():
+                    item.future.set_result(result)
+            self._drop_queued(result)
+            await self._transport.aclose()
+            if self._zookeeper is not None:
+                await asyncio.to_thread(self._zookeeper.stop)
 
 
 class _NoMaster(Exception):
