@@ -1,5 +1,6 @@
-"""Real Apache Mesos on this machine: one master and several agents, started
-and stopped by pid, for tests and for trying a job before submitting it.
+"""Real Apache Mesos on this machine: one master (or several, electing their
+leader in ZooKeeper) and several agents, started and stopped by pid, for tests
+and for trying a job before submitting it.
 
 The test master (:mod:`tfmesos.testing.master`) is a reading of Mesos; this is
 Mesos itself (``mesos-master`` and ``mesos-agent`` binaries, found as
@@ -227,6 +228,19 @@ class _Daemon:
     port: int
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    killed: bool = False
+    """Killed on purpose (:meth:`RealMesos.kill_agent`, ``kill_master``): its
+    being down is no failure to start."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_direct = urllib.request.build_opener(_NoRedirect)
+"""Asks one master itself: a master that is not the leader answers ``/state``
+with a 307 to the leader (``Master::Http::redirect``, src/master/http.cpp)."""
 
 
 @dataclass
@@ -234,6 +248,14 @@ class RealMesos:
     """One ``mesos-master`` and ``len(agents)`` ``mesos-agent``\\ s on free
     ports of 127.0.0.1, under ``base`` (a new temporary folder by default),
     each logging to ``base/NAME.log``.
+
+    With ``zk`` (``zk://[user:password@]host:port/path``) the masters, then
+    ``masters`` of them (``master0``, ``master1``, ...; one master is
+    ``master`` whatever ``zk``), elect their leader in ZooKeeper (``--zk``)
+    and keep their registry in a replicated log (``--registry=replicated_log``,
+    ``--quorum`` a majority of them), each in its own work directory; the
+    agents find the leader there (``--master=zk://...``). More than one
+    master needs ``zk``.
 
     ``executor_env`` is what tasks get as their environment (a real agent
     gives them ``--executor_environment_variables`` only, not its own):
@@ -248,34 +270,51 @@ class RealMesos:
     agent_flags: dict[str, str] = field(default_factory=dict)
     base: Path | None = None
     mark: str = field(default_factory=lambda: uuid.uuid4().hex)
-    _master: _Daemon | None = field(default=None, init=False, repr=False)
+    masters: int = 1
+    zk: str | None = field(default=None, repr=False)  # it may hold a password
+    _masters: list[_Daemon] = field(default_factory=list, init=False, repr=False)
     _agents: list[_Daemon] = field(default_factory=list, init=False, repr=False)
     _own_base: bool = field(default=False, init=False, repr=False)
 
     # -- start and stop ----------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> RealMesos:
+        if self.masters < 1 or (self.masters > 1 and not self.zk):
+            raise ValueError("more than one master elect their leader in ZooKeeper: give zk")
         if self.base is None:
             self.base = Path(tempfile.mkdtemp(prefix="tfmesos-real-mesos-"))
             self._own_base = True
-        port = int(self.master_flags.get("port") or free_port())
-        master_flags = {
-            "ip": "127.0.0.1",
-            "port": str(port),
-            "work_dir": str(_mkdir(self.base / "master")),
-            "registry": "in_memory",
-            "webui_dir": str(self.home / "share" / "mesos" / "webui"),
-            # Fast rounds and a quickly noticed dead agent, for tests; the
-            # rest is Mesos's defaults.
-            "allocation_interval": "200ms",
-            "agent_ping_timeout": "1secs",
-            "max_agent_ping_timeouts": "3",
-            **self.master_flags,
-        }
-        self._master = _Daemon(
-            "master", self._argv("mesos-master", master_flags), self.base / "master.log", port
-        )
-        self._spawn(self._master)
+        for index in range(self.masters):
+            name = "master" if self.masters == 1 else f"master{index}"
+            given = self.master_flags.get("port") if self.masters == 1 else None
+            port = int(given or free_port())
+            master_flags = {
+                "ip": "127.0.0.1",
+                "port": str(port),
+                "work_dir": str(_mkdir(self.base / name)),
+                "registry": "in_memory",
+                "webui_dir": str(self.home / "share" / "mesos" / "webui"),
+                # Fast rounds and a quickly noticed dead agent, for tests; the
+                # rest is Mesos's defaults.
+                "allocation_interval": "200ms",
+                "agent_ping_timeout": "1secs",
+                "max_agent_ping_timeouts": "3",
+            }
+            if self.zk:
+                master_flags.update(
+                    zk=self.zk,
+                    quorum=str(self.masters // 2 + 1),
+                    registry="replicated_log",
+                    # What a standby's 307 and the leader's MasterInfo name.
+                    hostname="127.0.0.1",
+                )
+            master_flags.update(self.master_flags)
+            master_flags["port"] = str(port)
+            daemon = _Daemon(
+                name, self._argv("mesos-master", master_flags), self.base / f"{name}.log", port
+            )
+            self._masters.append(daemon)
+            self._spawn(daemon)
         for agent in self.agents:
             self._add_agent(agent)
         try:
@@ -291,7 +330,7 @@ class RealMesos:
         return self._add_agent(agent)
 
     def _add_agent(self, agent: AgentSpec) -> int:
-        assert self._master is not None, "not started"
+        assert self._masters, "not started"
         assert self.base is not None
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
         env.update(self.executor_env)
@@ -300,7 +339,7 @@ class RealMesos:
         agent_port = free_port()
         name = f"agent{index}"
         flags = {
-            "master": f"127.0.0.1:{self._master.port}",
+            "master": self.zk or f"127.0.0.1:{self._masters[0].port}",
             "ip": "127.0.0.1",
             "hostname": "127.0.0.1",
             "port": str(agent_port),
@@ -341,7 +380,7 @@ class RealMesos:
     def stop(self) -> None:
         """Stop every daemon by pid (SIGTERM, then SIGKILL), then every process
         that carries the cluster's mark (executors and tasks an agent left)."""
-        for daemon in [*self._agents, *([self._master] if self._master else [])]:
+        for daemon in [*self._agents, *self._masters]:
             _terminate(daemon.proc)
         for pid in self.processes():
             with contextlib.suppress(ProcessLookupError):
@@ -359,16 +398,27 @@ class RealMesos:
 
     @property
     def url(self) -> str:
-        assert self._master is not None, "not started"
-        return f"http://127.0.0.1:{self._master.port}"
+        """The master's URL; of several, the leader's (or, while none leads,
+        a running one's, which sends what it cannot answer to the leader)."""
+        assert self._masters, "not started"
+        if len(self._masters) == 1:
+            return f"http://127.0.0.1:{self._masters[0].port}"
+        leader = self.leader_index()
+        if leader is None:
+            running = [i for i, d in enumerate(self._masters) if _running(d)] or [0]
+            leader = running[0]
+        return self.master_url(leader)
 
     @property
     def address(self) -> str:
         return self.url.removeprefix("http://")
 
+    def master_url(self, index: int) -> str:
+        return f"http://127.0.0.1:{self._masters[index].port}"
+
     def daemon_pids(self) -> list[int]:
-        daemons = [*self._agents, *([self._master] if self._master else [])]
-        return [d.proc.pid for d in daemons if d.proc is not None and d.proc.poll() is None]
+        daemons = [*self._agents, *self._masters]
+        return [d.proc.pid for d in daemons if _running(d) and d.proc is not None]
 
     def processes(self) -> list[int]:
         """Pids carrying the mark other than the daemons: executors, tasks."""
@@ -388,13 +438,69 @@ class RealMesos:
         return found
 
     def get(self, path: str, port: int | None = None) -> Any:
-        port = port or (self._master.port if self._master else 0)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+        """``path`` of the daemon at ``port`` (by default the master: of several,
+        the leader, through a standby's redirect if need be), as JSON."""
+        url = f"http://127.0.0.1:{port}{path}" if port else self.url + path
+        with urllib.request.urlopen(url, timeout=10) as answer:
             return json.loads(answer.read())
 
     def state(self) -> Any:
-        """The master's ``/state``."""
+        """The (leading) master's ``/state``."""
         return self.get("/state")
+
+    # -- several masters: the leader, killed and started again ---------------
+
+    def master_state(self, index: int) -> Any:
+        """Master ``index``'s own ``/state``, not the leader's; ``None`` if it
+        does not lead (it answers with a 307 to the leader, or a 503 while
+        none is elected) or does not answer."""
+        if not _running(self._masters[index]):
+            return None
+        try:
+            with _direct.open(f"{self.master_url(index)}/state", timeout=10) as answer:
+                return json.loads(answer.read())
+        except (OSError, ValueError):  # HTTPError for a 307 or a 503 too
+            return None
+
+    def leader_index(self) -> int | None:
+        """Which master leads now: the running one that answers ``/state``
+        itself, as only an elected master does (``Master::Http::state``)."""
+        for index in range(len(self._masters)):
+            state = self.master_state(index)
+            if state is not None and state.get("leader") == state.get("pid"):
+                return index
+        return None
+
+    def wait_leader(self, timeout: float = 60.0, other_than: int | None = None) -> int:
+        """Until a master (not ``other_than``) leads; its index."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_running()
+            leader = self.leader_index()
+            if leader is not None and leader != other_than:
+                return leader
+            if time.monotonic() > deadline:
+                raise MesosNotAvailable(
+                    f"no master (other than {other_than}) led within {timeout:g}s:\n" + self.logs()
+                )
+            time.sleep(0.1)
+
+    def kill_master(self, index: int) -> None:
+        """SIGKILL master ``index``: it leaves its ZooKeeper group when its
+        session there expires (``--zk_session_timeout``, 10 s by default)."""
+        daemon = self._masters[index]
+        daemon.killed = True
+        if daemon.proc is not None:
+            daemon.proc.kill()
+            daemon.proc.wait()
+
+    def start_master(self, index: int) -> None:
+        """Start master ``index`` again on its port and work directory: it
+        recovers its replica of the registry's log and stands by."""
+        daemon = self._masters[index]
+        assert not _running(daemon), "still running"
+        daemon.killed = False
+        self._spawn(daemon)
 
     def agent_state(self, index: int) -> Any:
         """Agent ``index``'s own ``/state`` (its frameworks and executors)."""
@@ -411,16 +517,7 @@ class RealMesos:
         """Until ``count`` agents are active in the master's ``/state``."""
         deadline = time.monotonic() + timeout
         while True:
-            for daemon in [self._master, *self._agents]:
-                if (
-                    daemon is not None
-                    and daemon.proc is not None
-                    and daemon.proc.poll() is not None
-                ):
-                    raise MesosNotAvailable(
-                        f"mesos {daemon.name} exited with status {daemon.proc.returncode}:\n"
-                        + self.log_tail(daemon.name)
-                    )
+            self._check_running()
             with contextlib.suppress(OSError, ValueError):
                 if sum(a.get("active", False) for a in self.state()["slaves"]) >= count:
                     return
@@ -429,6 +526,15 @@ class RealMesos:
                     f"fewer than {count} agents registered in {timeout:g}s:\n" + self.logs()
                 )
             time.sleep(0.1)
+
+    def _check_running(self) -> None:
+        """Raise if a daemon not killed on purpose has exited."""
+        for daemon in [*self._masters, *self._agents]:
+            if not daemon.killed and daemon.proc is not None and daemon.proc.poll() is not None:
+                raise MesosNotAvailable(
+                    f"mesos {daemon.name} exited with status {daemon.proc.returncode}:\n"
+                    + self.log_tail(daemon.name)
+                )
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = (self.base or Path(".")) / f"{name}.log"
@@ -440,23 +546,25 @@ class RealMesos:
 
     def logs(self, lines: int = 30) -> str:
         """The last lines of the master's and each agent's log, for a failing test."""
-        names = ["master", *(d.name for d in self._agents)]
+        names = [d.name for d in [*self._masters, *self._agents]] or ["master"]
         return "\n".join(self.log_tail(name, lines) for name in names)
 
     # -- agents going away and coming back ---------------------------------
 
     def kill_agent(self, index: int) -> None:
         """SIGKILL agent ``index`` (its executors, under the posix launcher, live on)."""
-        proc = self._agents[index].proc
-        if proc is not None:
-            proc.kill()
-            proc.wait()
+        daemon = self._agents[index]
+        daemon.killed = True
+        if daemon.proc is not None:
+            daemon.proc.kill()
+            daemon.proc.wait()
 
     def start_agent(self, index: int) -> None:
         """Start agent ``index`` again, with its work directory as it was: it
         recovers (``--recover=reconnect``, Mesos's default) what it checkpointed."""
         daemon = self._agents[index]
-        assert daemon.proc is None or daemon.proc.poll() is not None, "still running"
+        assert not _running(daemon), "still running"
+        daemon.killed = False
         self._spawn(daemon)
 
     def frameworks(self) -> Iterator[dict[str, Any]]:
@@ -474,6 +582,10 @@ class RealMesos:
             ):
                 ended.append(str(framework["id"]))
         return ended
+
+
+def _running(daemon: _Daemon) -> bool:
+    return daemon.proc is not None and daemon.proc.poll() is None
 
 
 def _terminate(proc: subprocess.Popen[bytes] | None, grace: float = 5.0) -> None:

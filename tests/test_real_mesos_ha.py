@@ -1,0 +1,298 @@
+"""Real Mesos masters in ZooKeeper, as operators run them: three masters
+electing their leader (``--zk``, ``--quorum=2``, ``--registry=replicated_log``)
+with the leader killed mid-job, and a master registered with ZooKeeper
+credentials (``--zk=zk://user:password@.../path``).
+
+Needs real Mesos (tests/mesos_clusters.py: ``real_mesos_home``) and a
+ZooKeeper server (scripts/start-zookeeper). The agents' ports lie in
+33000-33999, apart from every other cluster's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MARK, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
+from tests.mesos_clusters import real_mesos_home, real_mesos_unavailable
+from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
+
+ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
+AGENTS = (
+    AgentSpec("cpus:4;mem:8192;ports:[33000-33499]", "rack:r1"),
+    AgentSpec("cpus:4;mem:8192;ports:[33500-33999]", "rack:r2"),
+)
+USER = "tfmesos"
+PASSWORD = "s3cr@t:pw@"
+"""With '@' (the credentials end at the last one, include/mesos/zookeeper/url.hpp)."""
+
+JSON = dict[str, Any]
+
+
+def zookeeper(auth: str | None = None) -> Any:
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=ZK_HOSTS, timeout=5, auth_data=[("digest", auth)] if auth else None)
+    try:
+        client.start(timeout=5)
+    except KazooTimeoutError:
+        message = f"no ZooKeeper server at {ZK_HOSTS}: start one with scripts/start-zookeeper"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run it)")
+        pytest.skip(reason=message)
+    return client
+
+
+@pytest.fixture
+def zk() -> Iterator[Any]:
+    client = zookeeper()
+    yield client
+    client.stop()
+    client.close()
+
+
+def start(real: RealMesos, job_procs: JobProcesses) -> RealMesos:
+    try:
+        real.start(timeout=120)
+    except MesosNotAvailable as exc:
+        real_mesos_unavailable(f"it did not start: {exc}")
+    job_procs.ignored.update(real.daemon_pids())
+    return real
+
+
+def wait_for(what: str, condition: Any, real: RealMesos, timeout: float = 120.0) -> Any:
+    """Poll ``condition`` until it gives something true; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s\n{real.logs(40)}")
+        time.sleep(0.1)
+
+
+def framework_in(state: JSON | None, framework_id: str) -> JSON | None:
+    if state is None:
+        return None
+    for framework in state["frameworks"] + state["completed_frameworks"]:
+        if framework["id"] == framework_id:
+            found: JSON = framework
+            return found
+    return None
+
+
+@pytest.fixture
+def ha(zk: Any, job_procs: JobProcesses, tmp_path: Path) -> Iterator[RealMesos]:
+    """Three masters electing their leader under a fresh znode, two agents."""
+    home = real_mesos_home()
+    path = f"/tfmesos-test-{uuid.uuid4().hex}"
+    real = RealMesos(
+        home,
+        agents=AGENTS,
+        executor_env={MARK: job_procs.mark},
+        base=tmp_path / "mesos",
+        masters=3,
+        zk=f"zk://{ZK_HOSTS}{path}",
+    )
+    try:
+        yield start(real, job_procs)
+    finally:
+        real.stop()
+        if zk.exists(path):
+            zk.delete(path, recursive=True)
+
+
+def test_a_job_outlives_the_leading_masters_death(
+    ha: RealMesos, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    real = ha
+    old = real.wait_leader()
+    assert real.zk is not None
+    # The tasks on Mesos (workers 1 and 2) end once the file is there: it is
+    # written after the new leader has the framework and its tasks back.
+    release = tmp_path / "release"
+    command = f'while [ ! -e {release} ]; do sleep 0.1; done; echo "done {{task_index}}"'
+    proc, seen = start_tfrun(
+        *("-m", real.zk, "-w", "3", "-s", "0", "--worker-logs", "*", "--", command),
+        env=job_procs.env(),
+    )
+    try:
+        (framework,) = real.master_state(old)["frameworks"]
+        framework_id = framework["id"]
+        assert len(framework["tasks"]) == 2, framework["tasks"]
+
+        killed_at = time.time()
+        real.kill_master(old)
+        new = real.wait_leader(timeout=120, other_than=old)
+
+        def back() -> JSON | None:
+            # The framework re-subscribed to the new leader, and both agents
+            # re-registered with it, bringing the tasks.
+            state = real.master_state(new)
+            found = framework_in(state, framework_id)
+            if (
+                state is None
+                or found is None
+                or not found.get("active")
+                or "reregistered_time" not in found
+                or sum(a.get("active", False) for a in state["slaves"]) < len(AGENTS)
+                or sorted(t["state"] for t in found["tasks"]) != ["TASK_RUNNING"] * 2
+            ):
+                return None
+            return state
+
+        state = wait_for("the framework and its tasks back on the new leader", back, real)
+        found = framework_in(state, framework_id)
+        assert found is not None
+        elected = state["elected_time"] - killed_at
+        resubscribed = found["reregistered_time"] - killed_at
+        agents_back = max(a["reregistered_time"] for a in state["slaves"]) - killed_at
+        print(
+            f"\nmaster failover: new leader elected {elected:.2f}s after the SIGKILL, "
+            f"framework re-subscribed after {resubscribed:.2f}s, agents re-registered "
+            f"after {agents_back:.2f}s",
+            file=sys.stderr,
+        )
+        release.touch()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    said = "".join(seen) + err
+    # What tfrun said of it, beside the figures (pytest -s shows both).
+    print(
+        "".join(
+            line for line in said.splitlines(True) if "Mesos: " in line or "ZooKeeper: " in line
+        ),
+        file=sys.stderr,
+    )
+    assert proc.returncode == 0, said
+    assert sorted(out.splitlines()) == [
+        "[worker:0] done 0",
+        "[worker:1] done 1",
+        "[worker:2] done 2",
+    ], said
+    assert f"leading master is now {real.master_url(new)}" in said, said
+    for task in range(3):
+        assert f"task worker:{task} finished (exit 0)" in said, said
+    # No task lost or started again: the new leader has the two tasks the old
+    # one launched, and nothing else; each went from running to its end.
+    # (TASK_KILLED is every real-Mesos job's end, failover or not: tfrun
+    # hears a worker's exit from the worker itself and tears the framework
+    # down before the command executor's TASK_FINISHED.)
+    final = framework_in(real.master_state(new), framework_id)
+    assert final is not None
+    tasks = final["tasks"] + final["completed_tasks"]
+    assert sorted(t["id"] for t in tasks) == sorted(t["id"] for t in framework["tasks"]), final
+    assert not final.get("unreachable_tasks"), final
+    for task in tasks:
+        states = [s["state"] for s in task["statuses"]]
+        assert set(states[:-1]) <= {"TASK_STARTING", "TASK_RUNNING"}, task
+        assert states[-1] in ("TASK_FINISHED", "TASK_KILLED"), task
+    assert not job_procs.wait_gone(30)
+
+    # The killed master, started again, stands by behind the new leader.
+    real.start_master(old)
+    job_procs.ignored.update(real.daemon_pids())
+    wait_for(
+        "the restarted master sending /state to the new leader",
+        lambda: _leader_seen_by(real, old) == real.master_url(new),
+        real,
+    )
+    assert real.leader_index() == new
+
+
+def _leader_seen_by(real: RealMesos, index: int) -> str | None:
+    """Where master ``index`` sends ``/state`` (it follows its own 307)."""
+    try:
+        state = real.get("/state", int(real.master_url(index).rsplit(":", 1)[1]))
+    except (OSError, ValueError):
+        return None
+    pid = str(state.get("pid", ""))
+    return "http://" + pid.split("@", 1)[1] if "@" in pid else None
+
+
+# -- a master registered with ZooKeeper credentials ---------------------------------
+
+
+@pytest.fixture
+def restricted_group(zk: Any) -> Iterator[tuple[str, Any]]:
+    """A znode only ``USER:PASSWORD`` may use (as an operator restricts it),
+    and a client holding those credentials."""
+    from kazoo.security import make_digest_acl
+
+    client = zookeeper(f"{USER}:{PASSWORD}")
+    path = f"/tfmesos-test-{uuid.uuid4().hex}"
+    client.create(path, b"", acl=[make_digest_acl(USER, PASSWORD, all=True)])
+    try:
+        yield path, client
+    finally:
+        if client.exists(path):
+            client.delete(path, recursive=True)
+        client.stop()
+        client.close()
+
+
+def test_a_master_registered_with_zk_credentials_is_found_with_them(
+    restricted_group: tuple[str, Any], job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    from kazoo.security import Permissions
+
+    path, client = restricted_group
+    url = f"zk://{USER}:{PASSWORD}@{ZK_HOSTS}{path}"
+    real = RealMesos(
+        real_mesos_home(),
+        agents=AGENTS[:1],
+        executor_env={MARK: job_procs.mark},
+        base=tmp_path / "mesos",
+        zk=url,
+    )
+    start(real, job_procs)
+    try:
+        real.wait_leader()
+        # The master's member: readable by anyone, all else to its creator
+        # (EVERYONE_READ_CREATOR_ALL, src/zookeeper/group.cpp).
+        members = [c for c in client.get_children(path) if c.startswith("json.info_")]
+        assert len(members) == 1, client.get_children(path)
+        acls, _ = client.get_acls(f"{path}/{members[0]}")
+        assert sorted((a.id.scheme, a.id.id, a.perms) for a in acls) == sorted(
+            [("world", "anyone", Permissions.READ), ("digest", _digest_id(), Permissions.ALL)]
+        )
+
+        result = run_tfrun("-m", url, "--timeout", "60", *TWO_WORKERS_TRUE, env=job_procs.env())
+        assert result.returncode == 0, result.stderr
+        assert f"leading master is now {real.url}" in result.stderr
+        assert PASSWORD not in result.stderr
+
+        wrong = f"zk://{USER}:wr@ng@{ZK_HOSTS}{path}"
+        refused = run_tfrun(
+            "-m", wrong, "--reconnect-timeout", "3600", *TWO_WORKERS_TRUE, env=job_procs.env()
+        )
+        assert refused.returncode == 125, refused.stderr
+        assert refused.stderr.splitlines()[-1] == (
+            f"tfrun: error: the mesos backend failed: ZooKeeper at {ZK_HOSTS} refuses to let "
+            f"user {USER!r} read {path} (NoAuth): check the user and password in the zk:// "
+            "URL (zk://USER:PASSWORD@HOSTS/PATH)"
+        ), refused.stderr
+        assert "Traceback" not in refused.stderr and "wr@ng" not in refused.stderr
+        assert not job_procs.wait_gone(30)
+
+    finally:
+        real.stop()
+
+
+def _digest_id() -> str:
+    from kazoo.security import make_digest_acl_credential
+
+    credential: str = make_digest_acl_credential(USER, PASSWORD)
+    return credential
