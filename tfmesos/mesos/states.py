@@ -14,6 +14,19 @@ command executor puts it in the message, ``"Command " + WSTRINGIFY(status)``
 (``src/launcher/executor.cpp``, ``src/common/status_utils.hpp``), which reads
 ``exited with status N`` or ``terminated with signal <strsignal>``. What *is*
 structured is the ``reason``, which tells a memory limit or a lost agent apart.
+
+A task over its memory on an agent with the ``cgroups/mem`` isolator is
+OOM-killed by the kernel inside its cgroup; the isolator hears of it and the
+containerizer destroys the container: TASK_FAILED, source SOURCE_AGENT, reason
+REASON_CONTAINER_LIMITATION_MEMORY, and the message ``Memory limit exceeded:
+Requested: 288MB Maximum Used: 288MB`` followed by the cgroup's whole
+``memory.stat`` (``MemorySubsystemProcess::oomWaited`` in
+src/slave/containerizer/mesos/isolators/cgroups/subsystems/memory.cpp,
+``MesosContainerizerProcess::limited``, ``Slave::sendExecutorTerminatedStatusUpdate``).
+"Requested" is the cgroup's limit: the task's ``mem`` plus the 32 MB the agent
+adds for the command executor (``DEFAULT_EXECUTOR_MEM``). The update's
+``limitation`` holds the memory used, not the limit. The ``posix/mem``
+isolator (the agent's default) only measures: it never ends a task.
 """
 
 from __future__ import annotations
@@ -23,7 +36,14 @@ import signal
 from enum import Enum
 from typing import Any
 
-__all__ = ["TaskState", "describe_reason", "exit_status"]
+__all__ = [
+    "EXECUTOR_MEM",
+    "MEM_FLAGS",
+    "TaskState",
+    "describe_reason",
+    "describe_update",
+    "exit_status",
+]
 
 
 class TaskState(str, Enum):
@@ -111,7 +131,7 @@ def exit_status(state: TaskState, message: str) -> int | None:
 
 
 _REASONS = {
-    "REASON_CONTAINER_LIMITATION_MEMORY": "it ran out of memory (the container's limit: raise -Mw/-Ms)",
+    "REASON_CONTAINER_LIMITATION_MEMORY": "killed for exceeding its memory (raise -Mw/--worker-mem or -Ms/--server-mem)",
     "REASON_CONTAINER_LIMITATION_DISK": "it used more disk than its container may",
     "REASON_AGENT_REMOVED": "its agent was removed from the cluster",
     "REASON_AGENT_DISCONNECTED": "its agent lost contact with the master",
@@ -128,3 +148,35 @@ def describe_reason(reason: str | None) -> str:
     if not reason:
         return ""
     return _REASONS.get(reason, reason)
+
+
+EXECUTOR_MEM = 32.0
+"""MiB an agent adds to a command task's container for its executor
+(``DEFAULT_EXECUTOR_MEM``, src/slave/constants.hpp; ``Slave::getExecutorInfo``)."""
+
+MEM_FLAGS = {"worker": "-Mw/--worker-mem", "ps": "-Ms/--server-mem"}
+"""tfrun's flag that sets each job's memory per task."""
+
+
+def describe_update(status: dict[str, Any], job: str = "", mem: float | None = None) -> str:
+    """How the update ``status`` says a task of job ``job``, given ``mem`` MiB,
+    ended: its message, then its reason in words. A memory limitation says
+    the limit and the flag that raises it, and keeps only the first line of
+    Mesos's message (the rest is the cgroup's ``memory.stat``)."""
+    message = str(status.get("message", ""))
+    reason = status.get("reason")
+    if reason != "REASON_CONTAINER_LIMITATION_MEMORY":
+        return "; ".join(part for part in (message, describe_reason(reason)) if part)
+    flag = MEM_FLAGS.get(job)
+    if flag:
+        raise_it = f"raise it with {flag}"
+    else:
+        raise_it = f"raise the {job} job's mem" if job else "raise its mem"
+    limit = f" of {mem:g} MiB" if mem is not None else ""
+    text = f"killed for exceeding its memory limit{limit} ({raise_it})"
+    first = message.strip().split("\n", 1)[0].strip()
+    if first:
+        text += f"; the agent said: {first}"
+        if mem is not None:
+            text += f" (the task's {mem:g} MiB and {EXECUTOR_MEM:g} MiB for its executor)"
+    return text

@@ -10,6 +10,9 @@ the agent's sandbox and ``MESOS_*`` environment (mesos.proto ``CommandInfo``,
 (``src/launcher/fetcher.cpp``) and the KILL and SHUTDOWN calls
 (``docs/scheduler-http-api.md``; scheduler.proto ``Call.Kill``; ``Master::kill``).
 A reaper process kills every task still alive if the master's process dies.
+With ``cgroups/mem`` among the agent's isolators, a command task whose process
+tree's RSS exceeds its ``mem`` and the executor's 32 MB is killed and reported
+as the cgroups memory isolator reports it (:func:`memory_limitation`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tfmesos import procfs
+from tfmesos.mesos.states import EXECUTOR_MEM
 from tfmesos.proctree import signal_group, signal_pid
 from tfmesos.testing.master.containerizer import (
     LAUNCH_SOURCE,
@@ -39,6 +43,7 @@ from tfmesos.testing.master.containerizer import (
     volume_mounts,
 )
 from tfmesos.testing.master.images import ContainerPlan, Podman, plan_container, task_image
+from tfmesos.testing.master.resources import MILLI
 from tfmesos.testing.master.schema import JSON, duration_seconds
 from tfmesos.testing.master.state import Framework, MasterState, Task, resolve
 from tfmesos.testing.master.updates import StatusUpdates
@@ -183,6 +188,65 @@ def _command_environment(command: JSON) -> dict[str, str]:
         if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
             env[variable["name"]] = variable["value"]
     return env
+
+
+MEMORY_POLL = 0.5
+"""Seconds between two looks at the RSS of a task's processes under ``cgroups/mem``
+(a few /proc reads per process of the task)."""
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_MB = 1 << 20
+
+
+def memory_enforced(isolation: str | None) -> bool:
+    """Whether the agent's ``--isolation`` has the isolator that ends a task
+    over its memory (``cgroups/mem``; ``posix/mem``, the default, only measures)."""
+    return isolation is not None and "cgroups/mem" in {n.strip() for n in isolation.split(",")}
+
+
+def tree_rss(pid: int) -> int:
+    """Bytes resident in ``pid`` and the processes below it (``/proc/PID/statm``)."""
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [p.pid for p in procfs.descendants(pid)]
+    total = 0
+    for member in pids:
+        try:
+            with open(f"/proc/{member}/statm", "rb") as statm:
+                total += int(statm.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return total
+
+
+def stout_bytes(count: int) -> str:
+    """``Bytes`` as stout prints it: the largest unit that loses nothing (``288MB``)."""
+    if count == 0:
+        return "0B"
+    for unit, name in ((1 << 40, "TB"), (1 << 30, "GB"), (_MB, "MB"), (1 << 10, "KB")):
+        if count % unit == 0:
+            return f"{count // unit}{name}"
+    return f"{count}B"
+
+
+def memory_limitation(limit: int, used: int) -> tuple[str, JSON]:
+    """The message and ``limitation`` of the update that ends a container over
+    its ``limit`` bytes, its processes holding ``used``:
+    ``MemorySubsystemProcess::oomWaited`` and
+    ``Slave::sendExecutorTerminatedStatusUpdate``. "Requested" is the cgroup's
+    limit; "Maximum Used" is the cgroup's peak, which the limit caps (the
+    kernel stops the allocation there), so a real agent reports the limit
+    itself, and so does this; the limited resource is that peak, in MB. Of
+    the cgroup's ``memory.stat`` the double knows two lines, the second what
+    it measured."""
+    peak = min(used, limit)
+    message = (
+        f"Memory limit exceeded: Requested: {stout_bytes(limit)} Maximum Used: "
+        f"{stout_bytes(peak)}\n\nMEMORY STATISTICS: \n"
+        f"hierarchical_memory_limit {limit}\ntotal_rss {used}\n\n"
+    )
+    resource = {"name": "mem", "type": "SCALAR", "scalar": {"value": peak / _MB}}
+    return message, {"resources": [resource]}
 
 
 def _describe_exit(returncode: int) -> str:
@@ -523,13 +587,42 @@ class TaskRunner:
         self.updates.agent_update(task, "TASK_RUNNING")
         if task.kill_requested:
             self._signal_kill(task)
-        returncode = await process.wait()
+        watch: asyncio.Task[None] | None = None
+        milli = task.resources.scalars.get("mem")
+        mem = milli / MILLI if milli is not None else None
+        if (
+            memory_enforced(self.state.config.isolation)
+            and plan is None
+            and task.group_executor is None
+            and mem is not None
+        ):
+            limit = int((mem + EXECUTOR_MEM) * _MB)
+            watch = asyncio.get_running_loop().create_task(self._watch_memory(task, limit))
+        try:
+            returncode = await process.wait()
+        finally:
+            if watch is not None:
+                watch.cancel()
         task.returncode = returncode
         if task.kill_timer is not None:
             task.kill_timer.cancel()
             task.kill_timer = None
         self.sweep(process.pid)
         if task.finalized:
+            return
+        if task.memory_limited is not None:
+            # The containerizer destroyed the container for its limitation
+            # (MesosContainerizerProcess::limited): the agent says so.
+            message, limitation = task.memory_limited
+            self.updates.agent_update(
+                task,
+                "TASK_FAILED",
+                source="SOURCE_AGENT",
+                reason="REASON_CONTAINER_LIMITATION_MEMORY",
+                message=message,
+                limitation=limitation,
+                container=False,
+            )
             return
         if plan is not None and plan.containerizer == "DOCKER":
             # The Docker executor: `docker wait`'s status, "Container exited with status N".
@@ -550,6 +643,23 @@ class TaskRunner:
             # The default executor kills the rest of the group when one task fails.
             for sibling in self._group_siblings(task):
                 self._begin_kill(sibling, 0.0)
+
+    async def _watch_memory(self, task: Task, limit: int) -> None:
+        """``cgroups/mem``: once the task's processes hold more than ``limit``
+        bytes, kill them all (the kernel's OOM killer in the cgroup, then the
+        containerizer destroying the container) and note the limitation."""
+        while task.returncode is None and task.pid is not None:
+            await asyncio.sleep(MEMORY_POLL)
+            if task.returncode is not None or task.pid in self.frozen:
+                continue
+            used = tree_rss(task.pid)
+            if used > limit:
+                logger.info(
+                    "task %s: memory limit exceeded (%d > %d bytes)", task.task_id, used, limit
+                )
+                task.memory_limited = memory_limitation(limit, used)
+                self.signal_group(task.pid, signal.SIGKILL)
+                return
 
     def _group_siblings(self, task: Task) -> list[Task]:
         framework = self.state.frameworks_by_id.get(task.framework_id)

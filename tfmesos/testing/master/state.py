@@ -143,7 +143,10 @@ class MasterConfig:
     ``filesystem/linux`` mounts a MESOS container's host-path volumes in a mount
     namespace of its own and needs root; otherwise ``filesystem/posix`` refuses
     ContainerInfo volumes. None: ``filesystem/linux`` when running as root, else
-    ``posix/cpu,posix/mem`` (the agent's default)."""
+    ``posix/cpu,posix/mem`` (the agent's default). ``cgroups/mem`` enforces each
+    command task's ``mem`` (plus the executor's 32 MB) on the RSS of its process
+    tree, as the kernel's OOM killer and the isolator do; ``posix/mem`` only watches,
+    as the agent's does."""
     call_delay: tuple[float, float] | None = None
     """Hold every request to the scheduler endpoint for a random ``uniform(low, high)``
     seconds before the master takes it, as a loaded network would: concurrent calls
@@ -250,6 +253,8 @@ class Task:
     kill_requested: bool = False
     kill_grace: float = DEFAULT_KILL_GRACE_SECONDS
     kill_timer: asyncio.TimerHandle | None = None
+    memory_limited: tuple[str, JSON] | None = None
+    """The agent's ``cgroups/mem`` ended it: the update's message and ``limitation``."""
     released: bool = False
     """Its resources went back to the agent (it reached a terminal state)."""
     finalized: bool = False

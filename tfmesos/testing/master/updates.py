@@ -58,6 +58,7 @@ class StatusUpdates:
         message: str | None = None,
         reason: str | None = None,
         container: bool = True,
+        limitation: JSON | None = None,
     ) -> None:
         """A status update from the executor or agent: reliable, retried until acknowledged."""
         if task.finalized:
@@ -75,6 +76,8 @@ class StatusUpdates:
             status["message"] = message
         if reason is not None:
             status["reason"] = reason
+        if limitation is not None:
+            status["limitation"] = limitation
         if container:
             status["container_status"] = self._container_status(task)
         task.state = state

@@ -1,0 +1,313 @@
+"""A task over its memory, on agents that enforce it and on agents that only watch.
+
+On a real Mesos 1.12 agent with ``--isolation=cgroups/cpu,cgroups/mem`` (the
+Linux launcher, in a mount namespace of its own: tests/test_real_mesos_images.py
+says why) the kernel OOM-kills the task's biggest process inside its cgroup,
+the cgroups memory isolator hears of it, and the containerizer destroys the
+container; the agent sends TASK_FAILED, SOURCE_AGENT,
+REASON_CONTAINER_LIMITATION_MEMORY, "Memory limit exceeded: Requested: 288MB
+Maximum Used: 288MB" and the cgroup's memory.stat (tfmesos/mesos/states.py).
+The test master models it when its agents are given ``isolation="cgroups/mem"``
+(tfmesos/testing/master/executor.py). With the agent's default isolation
+(``posix/cpu,posix/mem``) memory is only measured: the task lives on.
+
+tfrun must say which task, that it was killed for exceeding its memory, the
+limit it was given and the flag that raises it, in one line as it stops the
+job and in the verdict, without the cgroup's statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import (
+    MARK,
+    MESOS_KINDS,
+    TWO_WORKERS_TRUE,
+    JobProcesses,
+    marked_master,
+    run_tfrun,
+)
+from tests.mesos_clusters import MesosUnderTest, real_mesos_home, real_mesos_unavailable
+from tfmesos.mesos.states import EXECUTOR_MEM, MEM_FLAGS, describe_update
+from tfmesos.testing.master.executor import memory_limitation, stout_bytes
+from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
+
+JSON = dict[str, Any]
+AGENT = AgentSpec("cpus:4;mem:8192;ports:[35000-35099]")
+"""This test's one agent (ports of its own: other clusters may run beside)."""
+TASK_MEM = 256
+"""``-Mw``: the container's limit is this and the executor's 32 MB."""
+HOG_MEM = 2 * TASK_MEM
+"""What worker 1 allocates, every page written: twice its memory."""
+
+HOG = """\
+import sys, time
+index, size, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+if index == "0":
+    time.sleep(600)  # the chief, beside tfrun: until the job is stopped
+    sys.exit(0)
+print("allocating", flush=True)
+hog = b"x" * (size << 20)
+print("allocated", len(hog) >> 20, "MiB", flush=True)
+time.sleep(hold)
+sys.exit(3)
+"""
+
+
+@pytest.fixture
+def hog(tmp_path: Path) -> Path:
+    path = tmp_path / "hog.py"
+    path.write_text(HOG)
+    return path
+
+
+def run_hog(mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path, hold: float) -> Any:
+    """``tfrun -w 2 -s 0 -Mw 256``: worker 1 allocates twice that and holds
+    it for ``hold`` seconds, then exits 3."""
+    return run_tfrun(
+        "-m",
+        mesos.url,
+        "-w",
+        "2",
+        "-s",
+        "0",
+        "-Mw",
+        str(TASK_MEM),
+        "--worker-logs",
+        "*",
+        "--",
+        sys.executable,
+        str(hog),
+        "{task_index}",
+        str(HOG_MEM),
+        str(hold),
+        env=job_procs.env(),
+        timeout=240,
+    )
+
+
+def worker_1_statuses(mesos: MesosUnderTest) -> list[JSON]:
+    """Every update of worker 1 as the master holds it: the double's own
+    record, or real Mesos's operator API (``GET_TASKS``; ``/state`` leaves out
+    message and reason)."""
+    if mesos.double is not None:
+        tasks = mesos.double.tasks()
+    else:
+        request = urllib.request.Request(
+            mesos.url + "/api/v1",
+            data=json.dumps({"type": "GET_TASKS"}).encode(),
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            listed = json.loads(answer.read())["get_tasks"]
+        tasks = [t for key in ("tasks", "completed_tasks") for t in listed.get(key, [])]
+    [task] = [t for t in tasks if t["name"].endswith("/job:worker/task:1")]
+    statuses: list[JSON] = task["statuses"]
+    return statuses
+
+
+@pytest.fixture(params=MESOS_KINDS)
+def enforcing_mesos(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[MesosUnderTest]:
+    """One agent that enforces memory: the double with ``cgroups/mem``, or a
+    real agent with the Linux launcher and ``cgroups/cpu,cgroups/mem``."""
+    if request.param == "test-master":
+        with marked_master(job_procs, monkeypatch, agents=0, isolation="cgroups/mem") as double:
+            double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="35000-35099"))
+            yield MesosUnderTest(double=double)
+        return
+    from tests.test_real_mesos_images import (
+        mesos_route_prerequisites,
+        remove_cgroups,
+        wrapped_home,
+    )
+
+    why = mesos_route_prerequisites()
+    if why:
+        print(f"\nskipping the real-Mesos cgroups/mem run: {why}", file=sys.stderr)
+        pytest.skip(why)
+    home = wrapped_home(real_mesos_home(), tmp_path / "home", sysrq_workaround=False)
+    root = f"tfmesos-test-{uuid.uuid4().hex[:12]}"
+    flags = {
+        "launcher": "linux",
+        "isolation": "cgroups/cpu,cgroups/mem,filesystem/linux",
+        "cgroups_root": root,
+    }
+    real = RealMesos(
+        home,
+        agents=[AGENT],
+        agent_flags=flags,
+        executor_env={MARK: job_procs.mark},
+        base=tmp_path / "mesos",
+    )
+    try:
+        try:
+            real.start()
+        except MesosNotAvailable as exc:
+            real_mesos_unavailable(f"the cgroups/mem agent did not start: {exc}")
+        try:
+            job_procs.ignored.update(real.daemon_pids())
+            yield MesosUnderTest(real=real)
+        finally:
+            real.stop()
+    finally:
+        remove_cgroups(root)
+
+
+@pytest.fixture(params=MESOS_KINDS)
+def watching_mesos(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[MesosUnderTest]:
+    """One agent with the default isolation, ``posix/cpu,posix/mem``."""
+    if request.param == "test-master":
+        with marked_master(
+            job_procs, monkeypatch, agents=0, isolation="posix/cpu,posix/mem"
+        ) as double:
+            double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="35100-35199"))
+            yield MesosUnderTest(double=double)
+        return
+    real = RealMesos(
+        real_mesos_home(),
+        agents=[AgentSpec("cpus:4;mem:8192;ports:[35100-35199]")],
+        executor_env={MARK: job_procs.mark},
+        base=tmp_path / "mesos",
+    )
+    try:
+        real.start()
+    except MesosNotAvailable as exc:
+        real_mesos_unavailable(f"it did not start: {exc}")
+    try:
+        job_procs.ignored.update(real.daemon_pids())
+        yield MesosUnderTest(real=real)
+    finally:
+        real.stop()
+
+
+def test_a_task_over_its_memory_is_killed_and_tfrun_names_it_the_limit_and_the_flag(
+    enforcing_mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path
+) -> None:
+    mesos = enforcing_mesos
+    result = run_hog(mesos, job_procs, hog, hold=60)
+    context = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 1, context
+    # Killed before it could hold what it asked for.
+    assert "[worker:1] allocating" in result.stdout.splitlines(), context
+    if mesos.real is not None:
+        # The kernel stops the allocation at the limit; the double, which
+        # looks every MEMORY_POLL seconds, finds the excess after the fact.
+        assert "allocated" not in result.stdout, context
+
+    [end] = [
+        s for s in worker_1_statuses(mesos) if s["state"] not in ("TASK_STARTING", "TASK_RUNNING")
+    ]
+    print("what the agent sent:", json.dumps(end, indent=1))
+    assert (end["state"], end["source"], end["reason"]) == (
+        "TASK_FAILED",
+        "SOURCE_AGENT",
+        "REASON_CONTAINER_LIMITATION_MEMORY",
+    )
+    limit = TASK_MEM + EXECUTOR_MEM
+    head, _, stats = end["message"].partition("\n\nMEMORY STATISTICS: \n")
+    assert head == f"Memory limit exceeded: Requested: {limit:g}MB Maximum Used: {limit:g}MB", end
+    assert f"hierarchical_memory_limit {int(limit) << 20}\n" in stats
+    assert end["limitation"] == {
+        "resources": [{"name": "mem", "type": "SCALAR", "scalar": {"value": limit}}]
+    }, end
+    assert "container_status" not in end, end
+
+    said = (
+        f"task worker:1 on 127.0.0.1 ended in state TASK_FAILED: killed for exceeding its "
+        f"memory limit of {TASK_MEM} MiB (raise it with -Mw/--worker-mem); the agent said: "
+        f"{head} (the task's {TASK_MEM} MiB and 32 MiB for its executor)"
+    )
+    lines = result.stderr.splitlines()
+    assert f"[tfrun] {said}: stopping every task" in lines, context
+    assert f"[tfrun] job failed: {said}; its last output:" in lines, context
+    assert "MEMORY STATISTICS" not in result.stderr, context
+    assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
+
+
+def test_a_task_within_a_small_memory_finishes_where_memory_is_enforced(
+    enforcing_mesos: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    """64 MiB (96 MB for the container) hold the executor, the task's agent
+    and a command: the double's watch finds no excess where the kernel finds none."""
+    result = run_tfrun(
+        "-m", enforcing_mesos.url, "-Mw", "64", *TWO_WORKERS_TRUE, env=job_procs.env(), timeout=240
+    )
+    assert result.returncode == 0, result.stderr
+    statuses = worker_1_statuses(enforcing_mesos)
+    assert not [s for s in statuses if "reason" in s and "LIMITATION" in s["reason"]], statuses
+
+
+def test_a_task_over_its_memory_lives_on_where_the_agent_only_watches_memory(
+    watching_mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path
+) -> None:
+    result = run_hog(watching_mesos, job_procs, hog, hold=1)
+    context = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert f"[worker:1] allocated {HOG_MEM} MiB" in result.stdout.splitlines(), context
+    assert "[tfrun] job failed: task worker:1 on 127.0.0.1 exited with status 3" in result.stderr, (
+        context
+    )
+    [end] = [
+        s
+        for s in worker_1_statuses(watching_mesos)
+        if s["state"] not in ("TASK_STARTING", "TASK_RUNNING")
+    ]
+    assert "reason" not in end or end["reason"] != "REASON_CONTAINER_LIMITATION_MEMORY", end
+    assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
+
+
+def test_the_memory_flags_named_are_tfrun_s() -> None:
+    result = run_tfrun("--help")
+    for flags in MEM_FLAGS.values():
+        short, long = flags.split("/")
+        assert f"{short} MIB, {long} MIB" in result.stdout, result.stdout
+
+
+def test_an_update_for_a_memory_limit_says_the_limit_and_the_flag_without_the_statistics() -> None:
+    message, limitation = memory_limitation(288 << 20, 300 << 20)
+    assert message.endswith("total_rss 314572800\n\n")
+    status = {"message": message, "reason": "REASON_CONTAINER_LIMITATION_MEMORY"}
+    assert describe_update(status, "ps", 256.0) == (
+        "killed for exceeding its memory limit of 256 MiB (raise it with -Ms/--server-mem); "
+        "the agent said: Memory limit exceeded: Requested: 288MB Maximum Used: 288MB "
+        "(the task's 256 MiB and 32 MiB for its executor)"
+    )
+    assert limitation == {
+        "resources": [{"name": "mem", "type": "SCALAR", "scalar": {"value": 288.0}}]
+    }
+    # A job of the Python API: no tfrun flag to name.
+    assert describe_update({"reason": "REASON_CONTAINER_LIMITATION_MEMORY"}, "eval") == (
+        "killed for exceeding its memory limit (raise the eval job's mem)"
+    )
+    # Other ends are as they were: the message, then the reason in words.
+    assert describe_update(
+        {"message": "Command exited with status 3", "reason": "REASON_COMMAND_EXECUTOR_FAILED"}
+    ) == ("Command exited with status 3; REASON_COMMAND_EXECUTOR_FAILED")
+
+
+def test_sizes_read_as_stout_prints_them() -> None:
+    assert [stout_bytes(n) for n in (0, 288 << 20, 2 << 30, 3 << 10, 301989889)] == [
+        "0B",
+        "288MB",
+        "2GB",
+        "3KB",
+        "301989889B",
+    ]
