@@ -214,6 +214,39 @@ def test_a_job_whose_tasks_are_placed_is_suppressed_again_after_resubscribing(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
+def test_a_reconciliation_the_master_did_not_answer_is_asked_again(
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """After a re-subscription tfrun asks for the state of its tasks, and asks
+    again, backing off, until each is answered (Mesos's docs/reconciliation.md):
+    here the first RECONCILE is refused, as by a master still recovering."""
+    done = tmp_path / "done"
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    proc, _ = start_tfrun(
+        "-m", master.url, "-w", "1", "-s", "1", "--", *py(chief), env=job_procs.env()
+    )
+    try:
+        master.wait_for(lambda m: m.calls("SUPPRESS"), timeout=60)  # every task placed
+        master.fail_next_call("RECONCILE")
+        master.drop_subscription()
+        answered = master.wait_for(
+            lambda m: [c for c in m.calls("RECONCILE") if c["status"] == 202], timeout=60
+        )
+        statuses = [c["status"] for c in master.calls("RECONCILE")]
+        assert statuses == [503, 202], statuses
+        (ps,) = [t for t in master.tasks() if t["name"].endswith("/job:ps/task:0")]
+        asked = [t["task_id"]["value"] for t in answered[0]["body"]["reconcile"]["tasks"]]
+        assert asked == [ps["task_id"]]
+        done.touch()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "no answer yet to the reconciliation of ps:0; asking again" in err
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
 def test_a_non_leading_master_redirects_to_the_leader(
     master: ThreadedTestMaster, job_procs: JobProcesses
 ) -> None:

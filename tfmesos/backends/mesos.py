@@ -73,6 +73,12 @@ def failover_timeout_for(reconnect_timeout: float) -> float:
 
 REVIVE_RETRY_MAX = 15.0
 """The longest wait between tries of a REVIVE the master refused."""
+RECONCILE_FIRST_WAIT = 2.0
+"""How long the answers to a RECONCILE are waited for before the tasks not
+yet answered are asked about again, the wait doubling each time
+(docs/reconciliation.md in Mesos: "retry with exponential backoff until all
+tasks are answered")."""
+RECONCILE_MAX_WAIT = 60.0
 GANG_HOLD_SECONDS = 5.0
 """How long offers that fit part of the job are held, waiting for the rest
 (stretched at random by up to half again, so that two jobs holding halves of
@@ -299,6 +305,9 @@ class MesosBackend(Backend):
         self._calls: set[asyncio.Task[None]] = set()
         self._resubscribed = False
         self._reviving: asyncio.Task[None] | None = None
+        self._unanswered: set[str] = set()
+        """The tasks asked about in a RECONCILE whose state has not come since."""
+        self._reconciling: asyncio.Task[None] | None = None
         self._closing = False
         self._failed = False
         """The backend reported it can no longer run the job (_fail)."""
@@ -438,9 +447,10 @@ class MesosBackend(Backend):
             self._backoff = None
         if self._reviving is not None:
             self._reviving.cancel()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
         if self._calls:
-            # One bound for them all: the calls go out one at a time, so each
-            # waits on those before it.
+            # One bound for them all: a call may wait on those before it.
             await asyncio.wait(set(self._calls), timeout=5)
         await self.client.close(teardown=True)
         if self._runner is not None:
@@ -595,12 +605,7 @@ class MesosBackend(Backend):
             # We may have missed updates while away: ask for the current state.
             # Tasks written off as unreachable are asked about too: one that
             # turns out to be running is then killed (_kill_stray).
-            tasks = [
-                {"task_id": {"value": tid}, "agent_id": {"value": p.agent_id}}
-                for tid, p in self._placed.items()
-                if not p.settled
-            ]
-            self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
+            self._reconcile({tid: p.agent_id for tid, p in self._placed.items() if not p.settled})
             # A SUBSCRIBE replaces the framework's suppressed roles with its
             # own (none here: Master::_subscribe, updateFramework): the roles
             # are offered again, and declined for an hour each, unless
@@ -615,6 +620,33 @@ class MesosBackend(Backend):
             self._revive()
         else:
             self._suppress_if_idle()
+
+    def _reconcile(self, agents: dict[str, str]) -> None:
+        """Ask the master for the state of these tasks (``agents``: each
+        task's agent), and again for those it has not answered, backing off,
+        until it has answered them all or the subscription is renewed."""
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+        self._unanswered = set(agents)
+        self._reconciling = asyncio.create_task(self._reconcile_until_answered(agents))
+
+    async def _reconcile_until_answered(self, agents: dict[str, str]) -> None:
+        wait = RECONCILE_FIRST_WAIT
+        asked = list(agents)
+        while True:
+            tasks = [{"task_id": {"value": t}, "agent_id": {"value": agents[t]}} for t in asked]
+            self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
+            if not asked:
+                return  # nothing to ask about: an implicit reconciliation, once
+            await asyncio.sleep(wait)
+            asked = [t for t in asked if t in self._unanswered]
+            if not asked or self._closing or self._failed:
+                return
+            logger.info(
+                "Mesos: no answer yet to the reconciliation of %s; asking again",
+                ", ".join(sorted(p.launch.task.name for t in asked if (p := self._placed.get(t)))),
+            )
+            wait = min(wait * 2, RECONCILE_MAX_WAIT)
 
     # Gang placement: a job's tasks are launched together or not at all. A
     # job that took each offer as it came could hold half a cluster while
@@ -940,6 +972,7 @@ class MesosBackend(Backend):
                 }
             )
         task_id = status.get("task_id", {}).get("value")
+        self._unanswered.discard(task_id)
         state = TaskState.of(status)
         placed = self._placed.get(task_id)
         if placed is None or state is None:
