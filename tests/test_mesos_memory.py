@@ -53,8 +53,7 @@ HOG = """\
 import sys, time
 index, size, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 if index == "0":
-    time.sleep(600)  # the chief, beside tfrun: until the job is stopped
-    sys.exit(0)
+    sys.exit(0)  # the chief, beside tfrun (no container, no limit)
 print("allocating", flush=True)
 hog = b"x" * (size << 20)
 print("allocated", len(hog) >> 20, "MiB", flush=True)
@@ -132,6 +131,7 @@ def enforcing_mesos(
     from tests.test_real_mesos_images import (
         mesos_route_prerequisites,
         remove_cgroups,
+        wait_executors_gone,
         wrapped_home,
     )
 
@@ -162,6 +162,8 @@ def enforcing_mesos(
             job_procs.ignored.update(real.daemon_pids())
             yield MesosUnderTest(real=real)
         finally:
+            # Its containers destroyed first, or their cgroups outlive it.
+            wait_executors_gone(real)
             real.stop()
     finally:
         remove_cgroups(root)
