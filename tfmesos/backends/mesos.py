@@ -43,7 +43,7 @@ from tfmesos.mesos.scheduler import (
     SchedulerClient,
     SchedulerError,
 )
-from tfmesos.mesos.states import TaskState, describe_reason, exit_status
+from tfmesos.mesos.states import TaskState, describe_update, exit_status
 from tfmesos.spec import ClusterSpec, TaskSpec, Volume
 
 __all__ = ["MesosBackend", "MesosOptions", "framework_capabilities", "task_info"]
@@ -987,8 +987,8 @@ class MesosBackend(Backend):
             return
         placed.ended = True
         message = status.get("message", "")
-        reason = describe_reason(status.get("reason"))
-        detail = "; ".join(part for part in (message, reason) if part)
+        task = placed.launch.task
+        detail = describe_update(status, task.job_name, task.mem)
         assert self._sink is not None
         self._sink(
             TaskEnded(task_id, state.value, exit_status(state, message), detail, placed.host)
