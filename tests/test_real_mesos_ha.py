@@ -137,7 +137,7 @@ def test_a_job_outlives_the_leading_masters_death(
         def back() -> JSON | None:
             # The framework re-subscribed to the new leader, and both agents
             # re-registered with it, bringing the tasks.
-            state = real.master_state(new)
+            state: JSON | None = real.master_state(new)
             found = framework_in(state, framework_id)
             if (
                 state is None

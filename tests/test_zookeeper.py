@@ -711,3 +711,44 @@ def test_a_file_master_that_cannot_be_read_is_a_usage_error(
         f"tfrun: error: Mesos master file://{missing}: cannot read {missing}: "
         "No such file or directory"
     ), result.stderr
+
+
+def test_the_credentials_are_sent_again_on_every_connection(
+    restricted: tuple[str, Any],
+) -> None:
+    # ZooKeeper keeps what a client authenticated as per connection, not per
+    # session: after a reconnection the credentials must be sent again
+    # (kazoo's auth_data is, before any request) or the group reads NoAuth.
+    from tests.mesos_clusters import CuttableProxy
+
+    path, client = restricted
+    members = [
+        client.create(
+            f"{path}/json.info_",
+            master_info(
+                "m.invalid", port, ip=f"10.0.0.{port - 5000}", pid_host=f"10.0.0.{port - 5000}"
+            ),
+            ephemeral=True,
+            sequence=True,
+            acl=client.default_acl,  # only the creator may read it
+        )
+        for port in (5001, 5002)
+    ]
+    host, port = ZK_HOSTS.split(",")[0].rsplit(":", 1)
+    assert host == "127.0.0.1", "the proxy forwards to 127.0.0.1"
+    proxy = CuttableProxy(int(port))
+    source = parse_masters(f"zk://{USER}:{PASSWORD}@127.0.0.1:{proxy.port}{path}")
+    assert isinstance(source, ZooKeeperSource)
+    leaders = Leaders()
+    leader = ZooKeeperLeader(source, leaders)
+    try:
+        leader.start(timeout=10)
+        leaders.wait_for("http://10.0.0.1:5001")
+        proxy.cut()  # the connection ends; the session lives on (10 s)
+        client.delete(members[0])  # heard of, and read, on the next connection
+        proxy.restore()
+        leaders.wait_for("http://10.0.0.2:5002")
+        assert None not in leaders.heard  # never a NoAuth on the way
+    finally:
+        leader.stop()
+        proxy.close()
