@@ -11,6 +11,7 @@ ZooKeeper server (scripts/start-zookeeper). The agents' ports lie in
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import uuid
@@ -183,6 +184,13 @@ def test_a_job_outlives_the_leading_masters_death(
         "[worker:2] done 2",
     ], said
     assert f"leading master is now {real.master_url(new)}" in said, said
+    # A new leader starts the backoff again, as the scheduler driver's
+    # detected() does: the first retry after tfrun hears of it (the new
+    # leader answers 503 while it recovers, or a 307 to the dead one) waits
+    # the initial 0.5 s, not a backoff grown on the dead leader.
+    heard = said.index(f"leading master is now {real.master_url(new)}")
+    retries = re.findall(r"re-subscribing in ([\d.]+)s", said[heard:])
+    assert not retries or float(retries[0]) <= 0.5, said
     for task in range(3):
         assert f"task worker:{task} finished (exit 0)" in said, said
     # No task lost or started again: the new leader has the two tasks the old

@@ -175,6 +175,9 @@ class SchedulerClient:
         budget is a master we could not reach, not one we lost."""
         self._zookeeper: ZooKeeperLeader | None = None
         self._leader_changed = asyncio.Event()
+        self._new_leader = False
+        """ZooKeeper named a new leader since the last failed attempt: the
+        backoff starts again."""
         self.master: MasterAddress | None = None
         self.framework_id: str | None = None
         self.stream_id: str | None = None
@@ -237,6 +240,8 @@ class SchedulerClient:
     def _on_leader_change(self, leader: MasterAddress | None) -> None:
         logger.info("ZooKeeper: leading master is now %s", leader.url if leader else "none")
         self._leader_changed.set()
+        if leader is not None:
+            self._new_leader = True
         if self._response is not None and leader != self.master:
             # A new leader: drop the stream to the old one and re-subscribe.
             self._response.close()
@@ -314,6 +319,16 @@ class SchedulerClient:
                     error = self._gave_up(reason)
                     stopped = str(error)
                     raise error
+                if self._new_leader:
+                    # A new leader is a new master to try: the backoff starts
+                    # again, as the scheduler driver's does when it detects
+                    # one (src/sched/sched.cpp, detected() calls
+                    # doReliableRegistration(registration_backoff_factor)).
+                    # A newly elected master answers 503 "Master has not
+                    # finished recovery" for a few seconds; a backoff grown
+                    # on the dead one (13 s) outlasted that by far.
+                    self._new_leader = False
+                    backoff = self._initial_backoff
                 # The last try comes when the budget ends, not a backoff after.
                 delay = min(backoff, left)
                 logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, delay)
