@@ -14,15 +14,26 @@ import itertools
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import aiohttp
 import pytest
 
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import MasterLostError, SchedulerClient, SchedulerError
-from tfmesos.mesos.transport import EventStream, TransportError
+from tfmesos.mesos.transport import (
+    AiohttpTransport,
+    AuthenticationError,
+    EventStream,
+    TLSError,
+    TransportError,
+    client_tls,
+    describe,
+)
 
 T = TypeVar("T")
 
@@ -259,6 +270,7 @@ def test_missed_heartbeats_resubscribe_with_the_framework_id(
 
 
 # -- the order of calls -------------------------------------------------------------
+
 
 def task_call(kind: str, task_id: str) -> dict[str, Any]:
     """A call about one task: an ACCEPT launching it, a KILL, an ACKNOWLEDGE
@@ -617,3 +629,214 @@ def test_an_error_event_ends_the_client_without_resubscribing(
     with caplog.at_level(logging.INFO, logger="tfmesos"):
         run(scenario())
     assert not [r for r in caplog.records if "re-subscribing" in r.getMessage()]
+
+
+# -- the real transport: TLS and authentication ---------------------------------
+#
+# AiohttpTransport against real sockets on 127.0.0.1: a TLS server made with
+# Python's ssl (configured as libprocess configures a master's) and an HTTP
+# server that answers 401, as a master that authenticates frameworks does.
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.test_real_mesos_security import PKI
+
+    return PKI.make(tmp_path_factory.mktemp("pki"))
+
+
+@contextlib.contextmanager
+def tls_server(pki: Any, cert: str = "master") -> Iterator[int]:
+    """A TLS server on 127.0.0.1 (its port) that handshakes and closes."""
+    from tests.test_real_mesos_security import libprocess_server_context, tls_proxy
+
+    context = libprocess_server_context(*pki.cert(cert))
+    with tls_proxy(1, context) as proxy:  # handshakes only: nothing is forwarded
+        yield proxy.port
+
+
+async def handshake_error(port: int, context: ssl.SSLContext | None = None) -> BaseException:
+    """What aiohttp raises for a POST to https://127.0.0.1:PORT."""
+    async with aiohttp.ClientSession() as session:
+        try:
+            await session.post(f"https://127.0.0.1:{port}/", ssl=context or True)
+        except aiohttp.ClientError as exc:
+            return exc
+    raise AssertionError("the handshake succeeded")
+
+
+def test_describe_says_the_ssl_reason_not_the_ssl_error_number_as_an_errno(pki: Any) -> None:
+    # The SSL error's number is 1 (SSL_ERROR_SSL), which describe() read as
+    # an errno: "Cannot connect: Operation not permitted".
+    # Python's default ciphers are none of libprocess's: AES128-SHA is.
+    system = ssl.create_default_context()
+    system.set_ciphers("AES128-SHA")
+    trusted = ssl.create_default_context(cafile=str(pki.ca))
+    trusted.set_ciphers("AES128-SHA")
+    with tls_server(pki) as port:
+        untrusted = run(handshake_error(port, system))
+    with tls_server(pki, "master-by-name") as port:
+        misnamed = run(handshake_error(port, trusted))
+    assert describe(untrusted) == (
+        "TLS handshake failed: certificate verify failed: unable to get local issuer certificate"
+    )
+    assert describe(misnamed) == (
+        "TLS handshake failed: certificate verify failed: "
+        "IP address mismatch, certificate is not valid for '127.0.0.1'"
+    )
+
+
+def test_a_handshake_cut_short_is_retried_and_one_refused_ends_the_client(pki: Any) -> None:
+    """A TLS handshake that fails on its merits (an untrusted certificate) is
+    a TLSError, which ends the client at once; one the server cuts short is a
+    TransportError, retried as any lost connection."""
+
+    async def cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # the ClientHello has come: hang up
+        writer.close()
+
+    async def scenario(port: int) -> tuple[str, str]:
+        transport = AiohttpTransport()
+        with pytest.raises(TLSError) as refused:
+            await transport.open_stream(f"https://127.0.0.1:{port}{API}", b"{}", {})
+        server = await asyncio.start_server(cut_short, "127.0.0.1", 0)
+        cut_port = server.sockets[0].getsockname()[1]
+        with pytest.raises(TransportError) as cut:
+            await transport.open_stream(f"https://127.0.0.1:{cut_port}{API}", b"{}", {})
+        server.close()
+        await transport.aclose()
+        return str(refused.value), str(cut.value)
+
+    with tls_server(pki) as port:
+        refused, cut = run(scenario(port))
+    assert refused.startswith(
+        f"TLS handshake with https://127.0.0.1:{port} failed: certificate verify failed: "
+        "unable to get local issuer certificate; tfmesos trusted the system's CAs"
+    )
+    assert "Operation not permitted" not in cut, cut
+
+
+API = "/api/v1/scheduler"
+
+
+@contextlib.asynccontextmanager
+async def unauthorized_master() -> AsyncIterator[tuple[int, list[bytes]]]:
+    """An HTTP server that answers every request as a master that
+    authenticates frameworks answers bad or no credentials; its port, and
+    the requests' heads it received."""
+    heads: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
+        length = next(
+            (
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
+        await reader.readexactly(length)
+        body = b"401 Unauthorized."
+        writer.write(
+            b"HTTP/1.1 401 Unauthorized\r\n"
+            b'WWW-Authenticate: Basic realm="mesos-master-scheduler"\r\n'
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], heads
+    finally:
+        server.close()
+
+
+def test_a_401_to_subscribe_ends_the_client_at_once_naming_the_principal_only() -> None:
+    async def scenario(auth: tuple[str, str] | None) -> tuple[AuthenticationError, int]:
+        async with unauthorized_master() as (port, heads):
+            client = SchedulerClient(
+                f"127.0.0.1:{port}", FRAMEWORK, lambda event: None, auth=auth,
+                initial_backoff=0.001, max_backoff=0.004,
+            )  # fmt: skip
+            with pytest.raises(AuthenticationError) as refused:
+                await within(client.run())
+            return refused.value, len(heads)
+
+    wrong, tries = run(scenario(("tf-team", "not-the-secret")))
+    assert tries == 1  # no re-subscription
+    assert wrong.exit_status == 77
+    assert str(wrong) == (
+        "the Mesos master at http://127.0.0.1:"
+        + str(wrong).split(":")[2].split(" ")[0]
+        + " refused the credentials of principal 'tf-team' (401 Unauthorized): check the "
+        "principal and its secret (--principal and --secret-file, or $MESOS_PRINCIPAL and "
+        "$MESOS_SECRET)"
+    )
+    assert "not-the-secret" not in str(wrong)
+    none, tries = run(scenario(None))
+    assert tries == 1
+    assert "demands authentication (401 Unauthorized) and no credentials were given" in str(none)
+
+
+def test_client_tls_reads_libprocess_s_variables(
+    pki: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca = str(pki.ca)
+    assert client_tls(environ={}).trusted == "the system's CAs"
+    assert client_tls(environ={"LIBPROCESS_SSL_CA_FILE": ca}).trusted == (
+        f"the CAs in {ca} ($LIBPROCESS_SSL_CA_FILE)"
+    )
+    both = {"LIBPROCESS_SSL_CA_FILE": ca, "LIBPROCESS_SSL_CA_DIR": str(pki.ca_dir)}
+    assert client_tls(environ=both).trusted == (
+        f"the CAs in {ca} ($LIBPROCESS_SSL_CA_FILE) and {pki.ca_dir} ($LIBPROCESS_SSL_CA_DIR)"
+    )
+    # The flag wins over the variables.
+    assert client_tls(str(pki.ca_dir), both).trusted == f"the CAs in {pki.ca_dir} (--ssl-ca)"
+    with pytest.raises(
+        TLSError,
+        match=r"cannot load the CAs in /nowhere/ca.pem \(\$LIBPROCESS_SSL_CA_FILE\): No such file",
+    ):
+        client_tls(environ={"LIBPROCESS_SSL_CA_FILE": "/nowhere/ca.pem"})
+    cert, key = pki.cert("client")
+    with pytest.raises(TLSError, match=r"LIBPROCESS_SSL_KEY_FILE is set but not"):
+        client_tls(environ={"LIBPROCESS_SSL_KEY_FILE": str(key)})
+    with pytest.raises(
+        TLSError, match=r"cannot load the client certificate .*: key values mismatch"
+    ):
+        client_tls(
+            environ={
+                "LIBPROCESS_SSL_CERT_FILE": str(cert),
+                "LIBPROCESS_SSL_KEY_FILE": str(pki.folder / "ca.key"),
+            }
+        )
+    assert client_tls(environ={"LIBPROCESS_SSL_VERIFY_SERVER_CERT": "true"}).verifying
+    with pytest.raises(TLSError, match="expected true, false, 1 or 0"):
+        client_tls(environ={"LIBPROCESS_SSL_VERIFY_SERVER_CERT": "yes"})
+    # Verification off only when asked for, explicitly, and said.
+    with caplog.at_level(logging.WARNING, logger="tfmesos"):
+        off = client_tls(environ={"LIBPROCESS_SSL_VERIFY_CERT": "false"})
+    assert not off.verifying and off.context.verify_mode == ssl.CERT_NONE
+    assert "not verified (LIBPROCESS_SSL_VERIFY_CERT=false)" in caplog.text
+
+
+def test_client_tls_reaches_a_master_on_libprocess_s_default_ciphers(pki: Any) -> None:
+    """A master left at libprocess's TLS defaults (TLS 1.2, AES128-SHA and
+    AES256-SHA usable) shares no cipher with Python's default context."""
+
+    def handshake(context: ssl.SSLContext, port: int) -> str:
+        with (
+            socket.create_connection(("127.0.0.1", port)) as raw,
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            cipher = tls.cipher()
+            assert cipher is not None
+            return cipher[0]
+
+    with tls_server(pki) as port:
+        with pytest.raises(ssl.SSLError, match="HANDSHAKE_FAILURE"):
+            handshake(ssl.create_default_context(cafile=str(pki.ca)), port)
+        ours = client_tls(str(pki.ca), environ={}).context
+        assert handshake(ours, port) in ("AES128-SHA", "AES256-SHA")

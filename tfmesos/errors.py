@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "EXIT_NEVER_UP",
+    "EXIT_NOT_PERMITTED",
     "EXIT_TASK_FAILED",
     "EXIT_TFRUN_FAILED",
     "EXIT_USAGE",
@@ -46,12 +47,23 @@ EXIT_TFRUN_FAILED = 125
 """tfrun itself failed: it could not reach the Mesos master within its
 reconnect budget, or lost it for good, or the master refused the framework,
 or an error in tfrun (timeout(1)'s "timeout itself failed")."""
+EXIT_NOT_PERMITTED = 77
+"""The Mesos master refused the framework's credentials (HTTP 401: a wrong
+principal or secret, or none where it demands them). sysexits.h's
+``EX_NOPERM`` ("you did not have sufficient permission"): a script can tell
+credentials to fix from a master to wait for (125); retrying cannot help."""
 INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop tfrun and its job; it then exits 128 + the signal,
 as a shell reports a command those signals ended: 130, 143, 129."""
 
 TFRUN_STATUSES = frozenset(
-    {EXIT_USAGE, EXIT_NEVER_UP, EXIT_TFRUN_FAILED, *(128 + s for s in INTERRUPTING_SIGNALS)}
+    {
+        EXIT_USAGE,
+        EXIT_NOT_PERMITTED,
+        EXIT_NEVER_UP,
+        EXIT_TFRUN_FAILED,
+        *(128 + s for s in INTERRUPTING_SIGNALS),
+    }
 )
 """Statuses that only tfrun itself reports, never as a task's."""
 
@@ -73,13 +85,21 @@ def interrupted_status(signum: int) -> int:
 class TFMesosError(Exception):
     """Base class of every error tfmesos raises on purpose."""
 
+    exit_status: int = EXIT_TFRUN_FAILED
+    """tfrun's exit status when this error ends the run (a subclass, or an
+    error that carries another's, says otherwise)."""
+
 
 class SpecError(TFMesosError, ValueError):
     """A job definition or a command line is invalid; nothing was started."""
 
+    exit_status = EXIT_USAGE
+
 
 class ResourceError(TFMesosError):
     """The job asks for more than the backend can ever give it."""
+
+    exit_status = EXIT_USAGE
 
 
 @dataclass(frozen=True)

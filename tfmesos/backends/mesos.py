@@ -35,7 +35,7 @@ from tfmesos.backends.base import (
     advertised_host,
 )
 from tfmesos.errors import SpecError, TFMesosError
-from tfmesos.mesos.options import MesosOptions
+from tfmesos.mesos.options import MesosOptions, framework_credentials
 from tfmesos.mesos.placement import GangFit, OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import (
     DEFAULT_HEARTBEAT_SECONDS,
@@ -235,6 +235,8 @@ class MesosBackend(Backend):
         containerizer: str | None = None,
         image: str | None = None,
         force_pull_image: bool = False,
+        secret_file: str | None = None,
+        ssl_ca: str | None = None,
     ) -> None:
         super().__init__(spec)
         self.options = MesosOptions(
@@ -247,6 +249,9 @@ class MesosBackend(Backend):
             containerizer=containerizer,
             image=image,
             force_pull_image=force_pull_image,
+            principal=principal,
+            secret_file=secret_file,
+            ssl_ca=ssl_ca,
         )
         """What the user chose (checked): the tasks' container, role and user."""
         self.options.check_spec(spec)
@@ -274,8 +279,9 @@ class MesosBackend(Backend):
             "checkpoint": checkpoint,
             "capabilities": framework_capabilities(spec),
         }
-        principal = principal or os.environ.get("MESOS_PRINCIPAL")
-        secret = secret or os.environ.get("MESOS_SECRET")
+        # Flags, else $MESOS_PRINCIPAL and $MESOS_SECRET; the secret is kept
+        # by the transport only, never on self or in a message.
+        principal, secret = framework_credentials(principal, secret, secret_file)
         if principal:
             framework["principal"] = principal
         self.roles = roles
@@ -286,6 +292,7 @@ class MesosBackend(Backend):
             self._on_event,
             reconnect_timeout=reconnect_timeout,
             auth=(principal, secret) if principal and secret else None,
+            ssl_ca=ssl_ca,
         )
         self._sink: EventSink | None = None
         self._pending: list[Launch] = []

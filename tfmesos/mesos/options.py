@@ -19,7 +19,12 @@ from tfmesos.flagtypes import positive_number
 from tfmesos.mesos.roles import validate_role
 from tfmesos.spec import ClusterSpec, Volume, parse_volume
 
-__all__ = ["MesosOptions"]
+__all__ = ["MesosOptions", "framework_credentials", "read_secret"]
+
+PRINCIPAL_VARIABLE = "MESOS_PRINCIPAL"
+SECRET_VARIABLE = "MESOS_SECRET"
+_secret_from_environment: str | None = None
+"""``$MESOS_SECRET`` as it was when it was taken out of the environment."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,14 @@ class MesosOptions(BackendOptions):
     image: str | None = None
     """The tasks' Docker image; None: none (the agent's own file system)."""
     force_pull_image: bool = False
+    principal: str | None = None
+    """The framework's principal; None: $MESOS_PRINCIPAL."""
+    secret_file: str | None = None
+    """A file that holds the principal's secret (never the secret itself: it
+    would show in ``ps``); None: $MESOS_SECRET."""
+    ssl_ca: str | None = None
+    """The CA file or directory for a master over TLS; None:
+    $LIBPROCESS_SSL_CA_FILE / $LIBPROCESS_SSL_CA_DIR, else the system's."""
 
     label: ClassVar[str] = "Mesos"
     flags: ClassVar[Mapping[str, str]] = {
@@ -54,6 +67,9 @@ class MesosOptions(BackendOptions):
         "reconnect_timeout": "--reconnect-timeout",
         "user": "--user",
         "checkpoint": "--checkpoint",
+        "principal": "--principal",
+        "secret_file": "--secret-file",
+        "ssl_ca": "--ssl-ca",
     }
     choosing: ClassVar[frozenset[str]] = frozenset({"master"})
 
@@ -108,6 +124,26 @@ class MesosOptions(BackendOptions):
             help="Mesos: agents checkpoint the tasks, which then survive an agent restart "
             "(default); --no-checkpoint: a task ends at once when its agent stops",
         )
+        group.add_argument(
+            "--principal",
+            metavar="NAME",
+            help="Mesos: the framework's principal, which the master authenticates and "
+            "authorizes (default: $MESOS_PRINCIPAL)",
+        )
+        group.add_argument(
+            "--secret-file",
+            metavar="FILE",
+            help="Mesos: a file holding the principal's secret, for a master that "
+            "authenticates frameworks (--authenticate_http_frameworks); its content, less "
+            "a final newline (default: $MESOS_SECRET)",
+        )
+        group.add_argument(
+            "--ssl-ca",
+            metavar="FILE|DIR",
+            help="Mesos: the CA certificates (a PEM file, or a directory hashed by openssl "
+            "rehash) that a master's TLS certificate must chain to (default: "
+            "$LIBPROCESS_SSL_CA_FILE / $LIBPROCESS_SSL_CA_DIR, else the system's)",
+        )
 
     @classmethod
     def chosen_by_default(cls) -> bool:
@@ -126,6 +162,13 @@ class MesosOptions(BackendOptions):
                 "the Docker containerizer runs Docker images only: give --image "
                 "(or image=...), or drop -C DOCKER / containerizer_type='DOCKER'"
             )
+        if self.principal is not None:
+            _check_principal(self.principal, "--principal")
+        if self.secret_file is not None:
+            read_secret(self.secret_file)
+        if self.ssl_ca is not None and not os.access(self.ssl_ca, os.R_OK):
+            why = "cannot be read" if os.path.exists(self.ssl_ca) else "no such file or directory"
+            raise SpecError(f"--ssl-ca {self.ssl_ca}: {why}")
 
     @classmethod
     def from_given(cls, given: Mapping[str, Any]) -> MesosOptions:
@@ -150,3 +193,61 @@ class MesosOptions(BackendOptions):
                 "Mesos gives GPUs only to tasks of the Mesos containerizer (which runs Docker "
                 "images too): drop -C DOCKER / containerizer_type='DOCKER' for GPU jobs"
             )
+
+
+def _check_principal(principal: str, where: str) -> None:
+    if not principal:
+        raise SpecError(f"{where}: the principal is empty")
+    if ":" in principal:
+        # RFC 7617: the user-id of Basic authentication cannot hold a colon.
+        raise SpecError(f"{where}: a principal cannot hold ':' (HTTP basic authentication)")
+
+
+def read_secret(path: str) -> str:
+    """The secret in the file at ``path``: its content, less one final line
+    end (``echo SECRET > FILE`` writes one). Not said in any message."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as exc:
+        raise SpecError(f"--secret-file {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise SpecError(f"--secret-file {path}: not UTF-8 text") from None
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text:
+        raise SpecError(f"--secret-file {path}: the file is empty")
+    return text
+
+
+def framework_credentials(
+    principal: str | None, secret: str | None, secret_file: str | None
+) -> tuple[str | None, str | None]:
+    """The framework's principal and secret: as given (``--principal``; a
+    secret read from ``secret_file``, ``--secret-file``), else from
+    ``$MESOS_PRINCIPAL`` and ``$MESOS_SECRET``.
+
+    ``$MESOS_SECRET`` is taken out of this process's environment once read
+    (and kept here for later reads, a restarted job's), so that no process
+    started after, the chief's command beside tfrun included, inherits it.
+    A secret without a principal is an error: there is no one to
+    authenticate."""
+    global _secret_from_environment
+    if not principal:
+        principal = os.environ.get(PRINCIPAL_VARIABLE) or None
+        if principal is not None:
+            _check_principal(principal, f"${PRINCIPAL_VARIABLE}")
+    taken = os.environ.pop(SECRET_VARIABLE, None)
+    if taken is not None:
+        _secret_from_environment = taken or None
+    if secret is None and secret_file is not None:
+        secret = read_secret(secret_file)
+    secret = secret or _secret_from_environment
+    if secret and not principal:
+        source = "--secret-file" if secret_file else f"${SECRET_VARIABLE}"
+        raise SpecError(
+            f"{source} gives a secret but no principal: give --principal NAME "
+            f"(or ${PRINCIPAL_VARIABLE})"
+        )
+    return principal, secret

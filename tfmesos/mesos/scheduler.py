@@ -153,6 +153,7 @@ class SchedulerClient:
         *,
         reconnect_timeout: float = 120.0,
         auth: tuple[str, str] | None = None,
+        ssl_ca: str | None = None,
         subscribe_timeout: float = SUBSCRIBE_TIMEOUT,
         transport: Transport | None = None,
         initial_backoff: float = INITIAL_BACKOFF,
@@ -165,7 +166,9 @@ class SchedulerClient:
         self._subscribe_timeout = subscribe_timeout
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
-        self._transport: Transport = transport if transport is not None else AiohttpTransport(auth)
+        self._transport: Transport = (
+            transport if transport is not None else AiohttpTransport(auth, ssl_ca=ssl_ca)
+        )
         self._lost_since = 0.0
         """When the master was last lost (or the first attempt began): the
         reconnect budget runs from here."""

@@ -17,23 +17,258 @@ Neither follows redirects, retries or times out on its own (bar ``post``'s
 stream that breaks, is a :class:`TransportError` whose text says what happened
 in words fit for the user. :class:`AiohttpTransport` is the real one; the
 tests script an in-memory one.
+
+Two failures are the transport's own and end the client at once, as no retry
+can mend them: a TLS handshake that fails on its merits (the master's
+certificate is not trusted, or names another host; the master refuses ours:
+:class:`TLSError`), and a master that refuses the credentials, or demands
+some where none were given (``401``: :class:`AuthenticationError`). Both are
+known here, where the trust and the credentials are held, and said in full:
+what failed, what was trusted or which principal was sent (never the secret),
+and what to set.
+
+TLS is configured as libprocess configures it (``openssl.cpp`` in
+``3rdparty/libprocess/src``), from the same ``LIBPROCESS_SSL_*`` variables
+that the cluster's own frameworks and tools are given (:func:`client_tls`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import logging
 import os
+import re
+import ssl
 from collections.abc import Mapping
-from typing import Protocol
+from dataclasses import dataclass
+from typing import NoReturn, Protocol
 
 import aiohttp
+from yarl import URL
 
-__all__ = ["AiohttpTransport", "EventStream", "Transport", "TransportError"]
+from tfmesos.errors import EXIT_NOT_PERMITTED, TFMesosError
+
+__all__ = [
+    "AiohttpTransport",
+    "AuthenticationError",
+    "ClientTLS",
+    "EventStream",
+    "TLSError",
+    "Transport",
+    "TransportError",
+    "client_tls",
+    "describe",
+]
+
+logger = logging.getLogger("tfmesos")
+
+LIBPROCESS_CIPHERS = (
+    "AES128-SHA:AES256-SHA:RC4-SHA:DHE-RSA-AES128-SHA:DHE-DSS-AES128-SHA:"
+    "DHE-RSA-AES256-SHA:DHE-DSS-AES256-SHA"
+)
+"""libprocess's default ``LIBPROCESS_SSL_CIPHERS`` (``openssl.cpp``). A master
+left at the defaults speaks TLS 1.2 with these only (AES128-SHA and AES256-SHA,
+as it sets no DH parameters), none of which Python's default context offers:
+the client offers them after its own, so that such a master is reached, while
+one configured with better ciphers gets those."""
+CA_FLAG = "--ssl-ca"
+CA_FILE = "LIBPROCESS_SSL_CA_FILE"
+CA_DIR = "LIBPROCESS_SSL_CA_DIR"
+CERT_FILE = "LIBPROCESS_SSL_CERT_FILE"
+KEY_FILE = "LIBPROCESS_SSL_KEY_FILE"
+VERIFY = ("LIBPROCESS_SSL_VERIFY_SERVER_CERT", "LIBPROCESS_SSL_VERIFY_CERT")
+"""The variable libprocess reads, then its legacy alias."""
+CREDENTIALS_HINT = "--principal and --secret-file, or $MESOS_PRINCIPAL and $MESOS_SECRET"
 
 
 class TransportError(Exception):
     """The master could not be reached, or the connection broke. The text is
     the whole diagnosis (no type name needs adding)."""
+
+
+class TLSError(TFMesosError):
+    """TLS with the master cannot work as configured: its certificate is not
+    trusted or names another address, it refused the handshake, or the CA or
+    the client certificate cannot be loaded. Not a :class:`TransportError`:
+    the client gives up at once instead of retrying."""
+
+
+class AuthenticationError(TFMesosError):
+    """The master answered ``401``: it refused the framework's credentials,
+    or demands some and none were given. The client gives up at once."""
+
+    exit_status = EXIT_NOT_PERMITTED
+
+
+@dataclass(frozen=True)
+class ClientTLS:
+    """How the client speaks TLS to masters (``https``)."""
+
+    context: ssl.SSLContext
+    trusted: str
+    """What the master's certificate must chain to, in words for a message
+    (``the CA in /etc/mesos/ca.pem ($LIBPROCESS_SSL_CA_FILE)``)."""
+    verifying: bool
+
+
+def _flag_value(name: str, value: str) -> bool:
+    # stout's flags::parse<bool>, as masters.default_scheme reads LIBPROCESS_SSL_ENABLED.
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    raise TLSError(f"{name}={value!r}: expected true, false, 1 or 0")
+
+
+def _cannot_load(what: str, exc: Exception) -> NoReturn:
+    if isinstance(exc, ssl.SSLError):
+        why = _ssl_words(exc)
+    elif isinstance(exc, OSError):
+        why = exc.strerror or str(exc)
+    else:
+        why = str(exc) or type(exc).__name__
+    raise TLSError(f"cannot load {what}: {why}") from None
+
+
+def _no_passphrase() -> str:
+    raise TLSError("it is encrypted (a key with a passphrase cannot be used)")
+
+
+def client_tls(ca: str | None = None, environ: Mapping[str, str] | None = None) -> ClientTLS:
+    """The TLS context for masters, from ``ca`` (``--ssl-ca``: a PEM file of
+    CA certificates, or a directory of them hashed as ``openssl rehash``
+    makes it) and the ``LIBPROCESS_SSL_*`` variables in ``environ`` (default:
+    the process's), read as libprocess reads them:
+
+    - ``LIBPROCESS_SSL_CA_FILE`` and ``LIBPROCESS_SSL_CA_DIR``: what the
+      master's certificate must chain to (``ca`` instead, when given); with
+      none, the system's CAs (OpenSSL's, which ``SSL_CERT_FILE`` and
+      ``SSL_CERT_DIR`` move), as libprocess falls back to them;
+    - ``LIBPROCESS_SSL_CERT_FILE`` and ``LIBPROCESS_SSL_KEY_FILE``: the
+      certificate presented to a master that asks for one
+      (``LIBPROCESS_SSL_REQUIRE_CLIENT_CERT`` there); libprocess presents
+      the same;
+    - ``LIBPROCESS_SSL_CIPHERS``: offered after Python's own ciphers
+      (libprocess's default list when unset: see :data:`LIBPROCESS_CIPHERS`).
+
+    The master's certificate is always verified, and must name the address
+    dialled: its IP address (an IP subjectAltName) for a master found through
+    ZooKeeper, which is dialled by IP as Mesos's scheduler library dials it;
+    the host name for one given by name. libprocess verifies only when
+    ``LIBPROCESS_SSL_VERIFY_SERVER_CERT`` is true, but the framework's secret
+    goes over this connection: only that variable (or its legacy alias
+    ``LIBPROCESS_SSL_VERIFY_CERT``) set to false, explicitly, turns
+    verification off, with a warning. Neither libprocess's reverse-DNS
+    ("legacy") host name check nor ``LIBPROCESS_SSL_VERIFY_IPADD`` applies:
+    the name dialled is the name checked.
+
+    A CA or certificate that cannot be loaded, or a bad value, is a
+    :class:`TLSError`.
+    """
+    environ = os.environ if environ is None else environ
+    settings = [(name, _flag_value(name, environ[name])) for name in VERIFY if name in environ]
+    verifying = not settings or any(value for _, value in settings)
+    context = ssl.create_default_context()
+    if ca is not None:
+        cafile, capath = (None, ca) if os.path.isdir(ca) else (ca, None)
+        trusted = f"the CA{'s in' if capath else ' in'} {ca} ({CA_FLAG})"
+    else:
+        cafile, capath = environ.get(CA_FILE) or None, environ.get(CA_DIR) or None
+        named = [f"{v} (${n})" for n, v in ((CA_FILE, cafile), (CA_DIR, capath)) if v]
+        trusted = f"the CAs in {' and '.join(named)}" if named else "the system's CAs"
+    if cafile or capath:
+        # Those only, as libprocess loads them (SSL_CTX_load_verify_locations)
+        # instead of the defaults.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        try:
+            context.load_verify_locations(cafile=cafile, capath=capath)
+        except (OSError, ValueError) as exc:
+            _cannot_load(trusted, exc)
+    if not verifying:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        trusted = "no CA (the certificate is not verified)"
+        logger.warning(
+            "Mesos: the master's TLS certificate is not verified (%s=%s): "
+            "whoever is in between sees the framework's secret",
+            *next((n, environ[n]) for n, value in settings if not value),
+        )
+    ours = [c["name"] for c in context.get_ciphers() if c.get("protocol") != "TLSv1.3"]
+    extra = environ.get("LIBPROCESS_SSL_CIPHERS") or LIBPROCESS_CIPHERS
+    try:
+        context.set_ciphers(":".join([*ours, extra]))
+    except ssl.SSLError:
+        raise TLSError(f"LIBPROCESS_SSL_CIPHERS={extra!r}: no cipher OpenSSL knows") from None
+    cert, key = environ.get(CERT_FILE) or None, environ.get(KEY_FILE) or None
+    if key and not cert:
+        raise TLSError(f"${KEY_FILE} is set but not ${CERT_FILE}: the key needs its certificate")
+    if cert:
+        what = f"the client certificate {cert} (${CERT_FILE})"
+        if key:
+            what += f" and its key {key} (${KEY_FILE})"
+        try:
+            context.load_cert_chain(cert, key, password=_no_passphrase)
+        except (OSError, ValueError) as exc:
+            _cannot_load(what, exc)
+    return ClientTLS(context, trusted, verifying)
+
+
+_SSL_TEXT = re.compile(r"^\[[^\]]*\]\s*(.*?)\s*(\(_ssl\.c:\d+\))?$")
+
+_UNTRUSTED = {2, 18, 19, 20, 21}
+"""X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT, DEPTH_ZERO_SELF_SIGNED_CERT,
+SELF_SIGNED_CERT_IN_CHAIN, UNABLE_TO_GET_ISSUER_CERT_LOCALLY,
+UNABLE_TO_VERIFY_LEAF_SIGNATURE: the chain ends at no CA we trust."""
+_MISNAMED = {62, 64}
+"""X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH."""
+_CLIENT_CERT_ALERTS = (
+    "SSLV3_ALERT_BAD_CERTIFICATE",
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+    "TLSV1_ALERT_UNKNOWN_CA",
+    "SSLV3_ALERT_HANDSHAKE_FAILURE",
+    "TLSV1_ALERT_ACCESS_DENIED",
+)
+
+
+def _ssl_words(error: ssl.SSLError) -> str:
+    """``certificate verify failed: self-signed certificate`` rather than
+    ``[SSL: CERTIFICATE_VERIFY_FAILED] ... (_ssl.c:1006)``."""
+    if isinstance(error, ssl.SSLCertVerificationError) and error.verify_message:
+        return f"certificate verify failed: {error.verify_message.rstrip('.')}"
+    text = str(error.args[1]) if len(error.args) > 1 else str(error)
+    match = _SSL_TEXT.match(text)
+    if match and match.group(1):
+        return match.group(1)
+    if error.reason:
+        return str(error.reason).lower().replace("_", " ")
+    return text or type(error).__name__
+
+
+def _ssl_error(exc: BaseException) -> ssl.SSLError | None:
+    """The SSL error behind an aiohttp or socket error, if one is."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return None
+        # aiohttp's wrappers first: they are SSLErrors too, without the details.
+        if isinstance(seen, aiohttp.ClientConnectorCertificateError):
+            inner = seen.certificate_error
+            if isinstance(inner, ssl.SSLError):
+                return inner
+        elif isinstance(seen, aiohttp.ClientConnectorError):
+            if isinstance(seen.os_error, ssl.SSLError):
+                return seen.os_error
+        elif isinstance(seen, ssl.SSLError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _refused(error: ssl.SSLError) -> bool:
+    """A handshake that failed on its merits (a certificate, an alert, no
+    common protocol), not a connection that dropped in the middle of it."""
+    return isinstance(error, ssl.SSLCertVerificationError) or type(error) is ssl.SSLError
 
 
 class EventStream(Protocol):
@@ -75,7 +310,12 @@ class Transport(Protocol):
 def describe(exc: BaseException) -> str:
     """What an aiohttp or socket error means, in one line: ``Cannot connect:
     Connection refused`` rather than the errno's repr (the client names the
-    master)."""
+    master); ``TLS handshake failed: certificate verify failed: self-signed
+    certificate`` rather than the SSL error's number read as an errno
+    ("Operation not permitted")."""
+    tls = _ssl_error(exc)
+    if tls is not None:
+        return f"TLS handshake failed: {_ssl_words(tls)}"
     if isinstance(exc, aiohttp.ClientConnectorError):
         error = exc.os_error
         if error.errno is not None and error.errno > 0:
@@ -120,18 +360,100 @@ class _AiohttpStream:
 class AiohttpTransport:
     """HTTP/1.1 over aiohttp: one session, whose pool keeps the SUBSCRIBE
     stream's connection apart from the one that calls go out on (the client
-    sends one call at a time, so one pooled connection carries them all)."""
+    sends one call at a time, so one pooled connection carries them all).
 
-    def __init__(self, auth: tuple[str, str] | None = None, connect_timeout: float = 10) -> None:
-        self._auth = aiohttp.BasicAuth(*auth) if auth else None
+    ``auth`` is the principal and secret for HTTP Basic authentication (the
+    master's ``--http_framework_authenticators=basic``); ``ssl_ca`` the CA
+    for ``https`` masters (see :func:`client_tls`, which reads the rest of
+    the TLS settings from the environment when the first ``https`` master is
+    dialled: a ``http`` master never needs them)."""
+
+    def __init__(
+        self,
+        auth: tuple[str, str] | None = None,
+        connect_timeout: float = 10,
+        ssl_ca: str | None = None,
+    ) -> None:
+        # RFC 7617's Basic credentials, as the master's basic authenticator
+        # reads them (the secret goes nowhere else).
+        self._authorization = (
+            "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() if auth else None
+        )
+        self._principal = auth[0] if auth else None
         self._connect_timeout = connect_timeout
+        self._ssl_ca = ssl_ca
+        self._tls: ClientTLS | None = None
         self._session: aiohttp.ClientSession | None = None
+
+    def _headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        own = dict(headers)
+        if self._authorization is not None:
+            own["Authorization"] = self._authorization
+        return own
+
+    def _ssl(self, url: str) -> ssl.SSLContext | bool:
+        """The TLS context for ``url`` (``True``, aiohttp's default, for ``http``)."""
+        if not url.startswith("https:"):
+            return True
+        if self._tls is None:
+            self._tls = client_tls(self._ssl_ca)
+        return self._tls.context
+
+    def _failed(self, url: str, exc: BaseException) -> TransportError:
+        """``exc`` in words, as a :class:`TransportError` (the client retries);
+        raise :class:`TLSError` instead for a handshake that failed on its
+        merits."""
+        tls = _ssl_error(exc)
+        if tls is not None and _refused(tls):
+            raise TLSError(self._handshake_failure(url, tls)) from None
+        return TransportError(describe(exc))
+
+    def _handshake_failure(self, url: str, error: ssl.SSLError) -> str:
+        where = URL(url)
+        text = f"TLS handshake with {where.origin()} failed: {_ssl_words(error)}"
+        trusted = self._tls.trusted if self._tls is not None else "the system's CAs"
+        code = getattr(error, "verify_code", None)
+        if code in _UNTRUSTED:
+            text += (
+                f"; tfmesos trusted {trusted}: give the CA that signed the master's "
+                f"certificate with {CA_FLAG} FILE|DIR, or ${CA_FILE} / ${CA_DIR}"
+            )
+        elif code in _MISNAMED:
+            text += (
+                f"; the master's certificate must name the address dialled, {where.host} "
+                "(a master found through ZooKeeper is dialled by its IP address, "
+                "which its certificate must then hold as a subjectAltName)"
+            )
+        elif error.reason == "WRONG_VERSION_NUMBER":
+            text += (
+                "; is the master serving TLS? (https is dialled for an https:// master, "
+                "or for any when LIBPROCESS_SSL_ENABLED is true)"
+            )
+        elif error.reason in _CLIENT_CERT_ALERTS:
+            text += (
+                "; if the master requires a client certificate, give it with "
+                f"${CERT_FILE} and ${KEY_FILE}"
+            )
+        return text
+
+    def _refused_credentials(self, url: str) -> AuthenticationError:
+        where = URL(url).origin()
+        if self._principal is None:
+            return AuthenticationError(
+                f"the Mesos master at {where} demands authentication (401 Unauthorized) "
+                f"and no credentials were given: give a principal and its secret "
+                f"({CREDENTIALS_HINT})"
+            )
+        return AuthenticationError(
+            f"the Mesos master at {where} refused the credentials of principal "
+            f"{self._principal!r} (401 Unauthorized): check the principal and its secret "
+            f"({CREDENTIALS_HINT})"
+        )
 
     def _open(self) -> aiohttp.ClientSession:
         # Made on first use: a session belongs to the running loop.
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                auth=self._auth,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
             )
         return self._session
@@ -139,26 +461,39 @@ class AiohttpTransport:
     async def open_stream(self, url: str, body: bytes, headers: Mapping[str, str]) -> EventStream:
         try:
             response = await self._open().post(
-                url, data=body, headers=dict(headers), allow_redirects=False
+                url,
+                data=body,
+                headers=self._headers(headers),
+                allow_redirects=False,
+                ssl=self._ssl(url),
             )
         except (aiohttp.ClientError, OSError) as exc:
-            raise TransportError(describe(exc)) from exc
+            raise self._failed(url, exc) from exc
+        if response.status == 401:
+            response.release()
+            raise self._refused_credentials(url)
         return _AiohttpStream(response)
 
     async def post(
         self, url: str, body: bytes, headers: Mapping[str, str], timeout: float
     ) -> tuple[int, str]:
+        # A call's failure, whatever it is, is a TransportError (or, for a
+        # 401, an answer): the client reports it to the call's caller, who
+        # judges; only SUBSCRIBE's end the client (open_stream).
         try:
             async with self._open().post(
                 url,
                 data=body,
-                headers=dict(headers),
+                headers=self._headers(headers),
                 allow_redirects=False,
                 timeout=aiohttp.ClientTimeout(total=timeout),
+                ssl=self._ssl(url),
             ) as response:
                 return response.status, await response.text()
         except asyncio.TimeoutError:
             raise TransportError(f"no answer within {timeout:g}s") from None
+        except TLSError as exc:
+            raise TransportError(str(exc)) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise TransportError(describe(exc)) from exc
 
