@@ -33,15 +33,18 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from tests.conftest import ROOT, run_tfrun, tfrun_argv
 from tests.mesos_clusters import real_mesos_home, real_mesos_unavailable
+from tests.test_zookeeper import ZK_HOSTS, master_info
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
 LIBPROCESS_CIPHERS = (
@@ -327,6 +330,26 @@ def assert_said_at_once(done: subprocess.CompletedProcess[str], status: int) -> 
     return line
 
 
+@pytest.fixture
+def zookeeper() -> Iterator[Any]:
+    """A client of the ZooKeeper server that scripts/start-zookeeper runs (as
+    tests/test_zookeeper.py finds it)."""
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=ZK_HOSTS, timeout=5)
+    try:
+        client.start(timeout=5)
+    except KazooTimeoutError:
+        message = f"no ZooKeeper server at {ZK_HOSTS}: start one with scripts/start-zookeeper"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run it)")
+        pytest.skip(reason=message)
+    yield client
+    client.stop()
+    client.close()
+
+
 # ----------------------------------------------------------------------- TLS
 
 
@@ -350,6 +373,31 @@ def test_a_job_runs_through_a_tls_master_with_its_ca_given(
     say(f"TLS job with the CA from {given}: exit {done.returncode} in {took:.2f} s")
     assert done.returncode == 0, done.stderr
     assert "job succeeded" in done.stderr
+    assert not proxy.refused, proxy.refused
+
+
+def test_a_tls_master_found_through_zookeeper_is_dialled_and_verified_by_its_ip(
+    plain_mesos: RealMesos, pki: PKI, zookeeper: Any
+) -> None:
+    """The master's MasterInfo in ZooKeeper, as a master writes it, under a
+    host name that does not resolve, its ``pid`` at the TLS endpoint: tfrun
+    dials the IP (https, as ``LIBPROCESS_SSL_ENABLED`` says) and checks the
+    certificate's IP subjectAltName."""
+    cert, key = pki.cert("master")
+    group = f"/tfmesos-security-{uuid.uuid4().hex}"
+    with tls_proxy(master_port(plain_mesos), libprocess_server_context(cert, key)) as proxy:
+        zookeeper.create(
+            f"{group}/json.info_", master_info("mesos-master.invalid", proxy.port, pid_host="127.0.0.1"),
+            ephemeral=True, sequence=True, makepath=True,
+        )  # fmt: skip
+        try:
+            env = clean_env(LIBPROCESS_SSL_ENABLED="true", LIBPROCESS_SSL_CA_FILE=str(pki.ca))
+            done, took = tfrun_timed("-m", f"zk://{ZK_HOSTS}{group}", *JOB, env=env)
+        finally:
+            zookeeper.delete(group, recursive=True)
+    say(f"TLS master through ZooKeeper: exit {done.returncode} in {took:.2f} s")
+    assert done.returncode == 0, done.stderr
+    assert f"127.0.0.1:{proxy.port}" in done.stderr  # the framework's page: the IP dialled
     assert not proxy.refused, proxy.refused
 
 
@@ -561,3 +609,22 @@ def test_a_tasks_own_77_never_reads_as_refused_credentials() -> None:
     assert EXIT_NOT_PERMITTED == 77
     assert task_status(77) == 1
     assert task_status(78) == 78
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ("--principal", "tf", "--secret-file", "/nowhere/secret"),
+            "--secret-file /nowhere/secret: No such file",
+        ),
+        (("--ssl-ca", "/nowhere/ca.pem"), "--ssl-ca /nowhere/ca.pem: no such file or directory"),
+        (("--principal", "tf:x"), "a principal cannot hold ':'"),
+    ],
+)
+def test_what_cannot_be_used_is_bad_usage_before_anything_starts(
+    flags: tuple[str, ...], said: str
+) -> None:
+    done = run_tfrun("-m", "127.0.0.1:1", *flags, *JOB, env=clean_env())
+    assert done.returncode == 2, done.stderr
+    assert said in done.stderr
