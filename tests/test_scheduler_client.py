@@ -16,6 +16,7 @@ import logging
 import random
 import socket
 import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -810,6 +811,29 @@ def test_client_tls_reads_libprocess_s_variables(
             environ={
                 "LIBPROCESS_SSL_CERT_FILE": str(cert),
                 "LIBPROCESS_SSL_KEY_FILE": str(pki.folder / "ca.key"),
+            }
+        )
+    encrypted = tmp_path / "encrypted.key"
+    subprocess.run(
+        [
+            "openssl",
+            "rsa",
+            "-in",
+            str(key),
+            "-aes256",
+            "-passout",
+            "pass:x",
+            "-out",
+            str(encrypted),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with pytest.raises(TLSError, match=r"cannot load the client certificate .*: it is encrypted"):
+        client_tls(
+            environ={
+                "LIBPROCESS_SSL_CERT_FILE": str(cert),
+                "LIBPROCESS_SSL_KEY_FILE": str(encrypted),
             }
         )
     assert client_tls(environ={"LIBPROCESS_SSL_VERIFY_SERVER_CERT": "true"}).verifying

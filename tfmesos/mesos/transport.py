@@ -108,7 +108,7 @@ class ClientTLS:
     context: ssl.SSLContext
     trusted: str
     """What the master's certificate must chain to, in words for a message
-    (``the CA in /etc/mesos/ca.pem ($LIBPROCESS_SSL_CA_FILE)``)."""
+    (``the CAs in /etc/mesos/ca.pem ($LIBPROCESS_SSL_CA_FILE)``)."""
     verifying: bool
 
 
@@ -209,7 +209,7 @@ def client_tls(ca: str | None = None, environ: Mapping[str, str] | None = None) 
             what += f" and its key {key} (${KEY_FILE})"
         try:
             context.load_cert_chain(cert, key, password=_no_passphrase)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TLSError) as exc:
             _cannot_load(what, exc)
     return ClientTLS(context, trusted, verifying)
 
