@@ -39,6 +39,8 @@ placeholders in the command, filled in for each task:
 exit status:
   0        every worker exited 0
   2        bad usage; nothing was started
+  77       the Mesos master refused the framework's credentials
+           (--principal, --secret-file)
   124      the cluster never came up (--timeout, or tasks that kept dying
            before they checked in)
   125      tfrun itself failed (it could not reach or lost the Mesos
@@ -411,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
-        return EXIT_TFRUN_FAILED
+        return exc.exit_status
     except Exception:
         # A bug, or a failure nobody foresaw: tfrun's own, not a task's.
         traceback.print_exc()

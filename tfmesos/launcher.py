@@ -583,7 +583,9 @@ class Launcher:
                     "the %s backend failed while stopping: %s", self.backend.name, event.message
                 )
                 return
-            raise TFMesosError(f"the {self.backend.name} backend failed: {event.message}")
+            error = TFMesosError(f"the {self.backend.name} backend failed: {event.message}")
+            error.exit_status = event.exit_status
+            raise error
         task = self._tasks.get(event.task_id)
         if task is None:
             return

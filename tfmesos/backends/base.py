@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from tfmesos.advertise import advertised_host
 from tfmesos.backends.options import BackendOptions
+from tfmesos.errors import EXIT_TFRUN_FAILED
 from tfmesos.rendezvous import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -71,6 +72,8 @@ class BackendFailed:
     """The backend itself can no longer run the job (lost its master, say)."""
 
     message: str
+    exit_status: int = EXIT_TFRUN_FAILED
+    """tfrun's exit status for it (that of the error behind it)."""
 
 
 BackendEvent = TaskPlaced | TaskEnded | BackendFailed

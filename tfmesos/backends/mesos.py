@@ -34,7 +34,7 @@ from tfmesos.backends.base import (
     TaskPlaced,
     advertised_host,
 )
-from tfmesos.errors import SpecError, TFMesosError
+from tfmesos.errors import EXIT_TFRUN_FAILED, SpecError, TFMesosError
 from tfmesos.mesos.options import MesosOptions, framework_credentials
 from tfmesos.mesos.placement import GangFit, OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import (
@@ -572,7 +572,8 @@ class MesosBackend(Backend):
             message = f"{type(exc).__name__}: {exc} (a bug in tfmesos)\n{trace.rstrip()}"
         self._failed = True
         assert self._sink is not None
-        self._sink(BackendFailed(message))
+        status = exc.exit_status if isinstance(exc, TFMesosError) else EXIT_TFRUN_FAILED
+        self._sink(BackendFailed(message, status))
         return message
 
     def _on_event(self, event: dict[str, Any]) -> None:
