@@ -635,17 +635,21 @@ class MesosBackend(Backend):
         until it has answered them all or the subscription is renewed."""
         if self._reconciling is not None:
             self._reconciling.cancel()
+            self._reconciling = None
         self._unanswered = set(agents)
-        self._reconciling = asyncio.create_task(self._reconcile_until_answered(agents))
+        # No tasks: an implicit reconciliation, asked once.
+        self._ask_state(list(agents), agents)
+        if agents:
+            self._reconciling = asyncio.create_task(self._reconcile_until_answered(agents))
+
+    def _ask_state(self, asked: list[str], agents: dict[str, str]) -> None:
+        tasks = [{"task_id": {"value": t}, "agent_id": {"value": agents[t]}} for t in asked]
+        self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
 
     async def _reconcile_until_answered(self, agents: dict[str, str]) -> None:
         wait = RECONCILE_FIRST_WAIT
         asked = list(agents)
         while True:
-            tasks = [{"task_id": {"value": t}, "agent_id": {"value": agents[t]}} for t in asked]
-            self._call({"type": "RECONCILE", "reconcile": {"tasks": tasks}})
-            if not asked:
-                return  # nothing to ask about: an implicit reconciliation, once
             await asyncio.sleep(wait)
             asked = [t for t in asked if t in self._unanswered]
             if not asked or self._closing or self._failed:
@@ -654,6 +658,7 @@ class MesosBackend(Backend):
                 "Mesos: no answer yet to the reconciliation of %s; asking again",
                 ", ".join(sorted(p.launch.task.name for t in asked if (p := self._placed.get(t)))),
             )
+            self._ask_state(asked, agents)
             wait = min(wait * 2, RECONCILE_MAX_WAIT)
 
     # Gang placement: a job's tasks are launched together or not at all. A
