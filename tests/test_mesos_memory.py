@@ -42,8 +42,9 @@ from tfmesos.testing.master.executor import memory_limitation, stout_bytes
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
 JSON = dict[str, Any]
-AGENT = AgentSpec("cpus:4;mem:8192;ports:[35000-35099]")
-"""This test's one agent (ports of its own: other clusters may run beside)."""
+AGENT = AgentSpec("cpus:4;mem:8192;ports:[29000-29099]")
+"""This test's one agent (ports of its own, as other clusters may run beside, and
+below Linux's ephemeral ports, 32768-60999, which any connection may take)."""
 TASK_MEM = 256
 """``-Mw``: the container's limit is this and the executor's 32 MB."""
 HOG_MEM = 2 * TASK_MEM
@@ -125,7 +126,7 @@ def enforcing_mesos(
     real agent with the Linux launcher and ``cgroups/cpu,cgroups/mem``."""
     if request.param == "test-master":
         with marked_master(job_procs, monkeypatch, agents=0, isolation="cgroups/mem") as double:
-            double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="35000-35099"))
+            double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="29000-29099"))
             yield MesosUnderTest(double=double)
         return
     from tests.test_real_mesos_images import (
@@ -181,12 +182,12 @@ def watching_mesos(
         with marked_master(
             job_procs, monkeypatch, agents=0, isolation="posix/cpu,posix/mem"
         ) as double:
-            double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="35100-35199"))
+            double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="29100-29199"))
             yield MesosUnderTest(double=double)
         return
     real = RealMesos(
         real_mesos_home(),
-        agents=[AgentSpec("cpus:4;mem:8192;ports:[35100-35199]")],
+        agents=[AgentSpec("cpus:4;mem:8192;ports:[29100-29199]")],
         executor_env={MARK: job_procs.mark},
         base=tmp_path / "mesos",
     )

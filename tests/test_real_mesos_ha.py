@@ -5,7 +5,8 @@ credentials (``--zk=zk://user:password@.../path``).
 
 Needs real Mesos (tests/mesos_clusters.py: ``real_mesos_home``) and a
 ZooKeeper server (scripts/start-zookeeper). The agents' ports lie in
-33000-33999, apart from every other cluster's.
+27000-27999, apart from every other cluster's and below Linux's ephemeral ports
+(32768-60999), which any connection may take.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
 ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
 AGENTS = (
-    AgentSpec("cpus:4;mem:8192;ports:[33000-33499]", "rack:r1"),
-    AgentSpec("cpus:4;mem:8192;ports:[33500-33999]", "rack:r2"),
+    AgentSpec("cpus:4;mem:8192;ports:[27000-27499]", "rack:r1"),
+    AgentSpec("cpus:4;mem:8192;ports:[27500-27999]", "rack:r2"),
 )
 USER = "tfmesos"
 PASSWORD = "s3cr@t:pw@"

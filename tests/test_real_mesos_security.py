@@ -17,7 +17,8 @@ address.
 --credentials=FILE``, as the Mesos docs (``docs/authentication.md``) set it up.
 
 Each cluster (one master, one agent) is started once for its tests; the
-agents' ports lie in 34000-34199, apart from every other real-Mesos test's.
+agents' ports lie in 28000-28199, apart from every other real-Mesos test's and
+below Linux's ephemeral ports (32768-60999), which any connection may take.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ LIBPROCESS_CIPHERS = (
 )
 """libprocess's default ``LIBPROCESS_SSL_CIPHERS`` (``openssl.cpp``): what a
 master left at the defaults accepts."""
-TLS_AGENT = AgentSpec("cpus:4;mem:4096;ports:[34000-34099]")
-AUTH_AGENT = AgentSpec("cpus:4;mem:4096;ports:[34100-34199]")
+TLS_AGENT = AgentSpec("cpus:4;mem:4096;ports:[28000-28099]")
+AUTH_AGENT = AgentSpec("cpus:4;mem:4096;ports:[28100-28199]")
 PRINCIPAL = "tf-team"
 JOB = ("-w", "2", "-s", "0", "--reconnect-timeout", "30", "--", "true")
 """Two workers (worker 1 from an offer); a reconnect budget short enough that

@@ -26,7 +26,9 @@ a seam that the tests fill with a scripted fake).
   ours waits for the subscription.
 - A non-leading master answers ``307`` with a ``Location`` that may have no
   scheme and may have a path (``//host:5050/master/api/v1/scheduler``): only
-  its scheme, host and port are kept.
+  its scheme, host and port are kept. With ``zk://`` masters the ``307`` is
+  not followed (it names the leader by host name, and during a change of
+  leader may name the dead one): the next try dials ZooKeeper's leader.
 - No event for five heartbeat intervals means the connection is dead: close it
   and re-subscribe, with the framework id, backing off up to 15 s between tries
   (``docs/scheduler-http-api.md``, "Disconnections"). A stream we cannot read
@@ -385,6 +387,17 @@ class SchedulerClient:
                 if response.status == 307 and "Location" in response.headers:
                     location = response.headers["Location"]
                     response.close()
+                    if self._zookeeper is not None:
+                        # The leader is ZooKeeper's, dialled at its pid's IP;
+                        # Mesos's library never follows a 307 either
+                        # (MesosProcess::__send). A master that redirects has
+                        # not yet seen the change (a ZooKeeper watch delay),
+                        # and may name the dead leader, by host name.
+                        last_error = (
+                            f"{master.url} is not the leading master (it redirects to "
+                            f"{location}); waiting for ZooKeeper to name the leader"
+                        )
+                        break
                     # Scheme, host and port only: a Location may carry the
                     # master's own path (//host:5050/master/api/v1/scheduler).
                     master = MasterAddress.parse(location, master.scheme)
