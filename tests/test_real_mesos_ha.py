@@ -11,7 +11,6 @@ ZooKeeper server (scripts/start-zookeeper). The agents' ports lie in
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import time
@@ -24,9 +23,9 @@ import pytest
 
 from tests.conftest import MARK, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
 from tests.mesos_clusters import real_mesos_home, real_mesos_unavailable
+from tests.test_zookeeper import ZK_HOSTS, zookeeper_client
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
-ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
 AGENTS = (
     AgentSpec("cpus:4;mem:8192;ports:[27000-27499]", "rack:r1"),
     AgentSpec("cpus:4;mem:8192;ports:[27500-27999]", "rack:r2"),
@@ -38,24 +37,9 @@ PASSWORD = "s3cr@t:pw@"
 JSON = dict[str, Any]
 
 
-def zookeeper(auth: str | None = None) -> Any:
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    client = KazooClient(hosts=ZK_HOSTS, timeout=5, auth_data=[("digest", auth)] if auth else None)
-    try:
-        client.start(timeout=5)
-    except KazooTimeoutError:
-        message = f"no ZooKeeper server at {ZK_HOSTS}: start one with scripts/start-zookeeper"
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI must run it)")
-        pytest.skip(reason=message)
-    return client
-
-
 @pytest.fixture
 def zk() -> Iterator[Any]:
-    client = zookeeper()
+    client = zookeeper_client()
     yield client
     client.stop()
     client.close()
@@ -240,7 +224,7 @@ def restricted_group(zk: Any) -> Iterator[tuple[str, Any]]:
     and a client holding those credentials."""
     from kazoo.security import make_digest_acl
 
-    client = zookeeper(f"{USER}:{PASSWORD}")
+    client = zookeeper_client(f"{USER}:{PASSWORD}")
     path = f"/tfmesos-test-{uuid.uuid4().hex}"
     client.create(path, b"", acl=[make_digest_acl(USER, PASSWORD, all=True)])
     try:

@@ -45,7 +45,7 @@ import pytest
 
 from tests.conftest import ROOT, run_tfrun, tfrun_argv
 from tests.mesos_clusters import real_mesos_home, real_mesos_unavailable
-from tests.test_zookeeper import ZK_HOSTS, master_info
+from tests.test_zookeeper import ZK_HOSTS, master_info, zookeeper_client
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
 LIBPROCESS_CIPHERS = (
@@ -335,17 +335,7 @@ def assert_said_at_once(done: subprocess.CompletedProcess[str], status: int) -> 
 def zookeeper() -> Iterator[Any]:
     """A client of the ZooKeeper server that scripts/start-zookeeper runs (as
     tests/test_zookeeper.py finds it)."""
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    client = KazooClient(hosts=ZK_HOSTS, timeout=5)
-    try:
-        client.start(timeout=5)
-    except KazooTimeoutError:
-        message = f"no ZooKeeper server at {ZK_HOSTS}: start one with scripts/start-zookeeper"
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI must run it)")
-        pytest.skip(reason=message)
+    client = zookeeper_client()
     yield client
     client.stop()
     client.close()

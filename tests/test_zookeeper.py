@@ -47,12 +47,14 @@ from tfmesos.testing.master import ThreadedTestMaster
 ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")
 
 
-@pytest.fixture
-def zk() -> Iterator[Any]:
+def zookeeper_client(auth: str | None = None) -> Any:
+    """A started client of the ZooKeeper server scripts/start-zookeeper runs,
+    with digest credentials ``user:password`` if given; under CI its absence
+    fails the test, elsewhere it skips it, saying why."""
     from kazoo.client import KazooClient
     from kazoo.handlers.threading import KazooTimeoutError
 
-    client = KazooClient(hosts=ZK_HOSTS, timeout=5)
+    client = KazooClient(hosts=ZK_HOSTS, timeout=5, auth_data=[("digest", auth)] if auth else None)
     try:
         client.start(timeout=5)
     except KazooTimeoutError:
@@ -60,6 +62,12 @@ def zk() -> Iterator[Any]:
         if os.environ.get("CI"):
             pytest.fail(message + " (CI must run it)")
         pytest.skip(reason=message)
+    return client
+
+
+@pytest.fixture
+def zk() -> Iterator[Any]:
+    client = zookeeper_client()
     yield client
     client.stop()
     client.close()
