@@ -1067,3 +1067,56 @@ def test_a_launcher_cut_off_from_a_real_master_for_over_a_minute_keeps_its_job(
         assert "job succeeded" in err
         assert cluster.torn_down()
         assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
+
+
+def test_a_real_master_offers_again_after_resubscribing_and_tfrun_suppresses_anew(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Real Mesos only (the double's version, above, drops the subscription
+    itself). A SUBSCRIBE sets the framework's suppressed roles to those it
+    names, none (Master::_subscribe): after the network between tfrun and
+    the master fails and tfrun re-subscribes, the master's allocator must
+    hold the job's role suppressed again, as its own endpoint reports."""
+    home = real_mesos_home()
+    done = tmp_path / "done"
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    with RealMesos(home, executor_env={MARK: job_procs.mark}, base=tmp_path / "mesos") as real:
+        job_procs.ignored.update(real.daemon_pids())
+        cluster = MesosUnderTest(real=real)
+        proxy = CuttableProxy(int(real.address.rsplit(":", 1)[1]))
+
+        def suppressed() -> list[str] | None:
+            frameworks = real.get("/allocator/offer_constraints_debug")["frameworks"]
+            if len(frameworks) != 1:
+                return None
+            (framework,) = frameworks.values()
+            roles: list[str] = framework["suppressed_roles"]
+            return roles
+
+        proc, _ = start_tfrun(
+            "-m", f"127.0.0.1:{proxy.port}", "-w", "1", "-s", "1", "--", *py(chief),
+            env=job_procs.env(),
+        )  # fmt: skip
+        try:
+            cluster.wait_for("the job's role suppressed", lambda: suppressed() == ["*"])
+            proxy.cut()
+            cluster.wait_for(
+                "the framework disconnected",
+                lambda: not cluster.state()["frameworks"][0]["connected"],
+            )
+            proxy.restore()
+            cluster.wait_for(
+                "the framework re-subscribed",
+                lambda: cluster.state()["frameworks"][0]["connected"],
+                timeout=60,
+            )
+            cluster.wait_for("the job's role suppressed again", lambda: suppressed() == ["*"])
+            done.touch()
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proxy.close()
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err + real.logs()
+        assert cluster.torn_down()
+        assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
