@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_tfrun
-from tfmesos import SpecError
+from tfmesos import SpecError, taskenv
 from tfmesos.cli import build_parser, parse_args
 from tfmesos.spec import parse_volume
 
@@ -52,7 +52,21 @@ def test_help_documents_every_flag() -> None:
     ("args", "message"),
     [
         (["-s", "1", "--", "true"], "-w is required"),
-        (["--", "true"], "-w and -s are required"),
+        (["--", "true"], "-w is required"),
+        # -s may be left out, but not by a command that names its ps tasks.
+        (["-w", "2", "--", "echo", "{ps_hosts}"], r"uses \{ps_hosts\}: .*with -s N"),
+        (
+            ["-w", "1", "--max-restarts", "x", "--", "true"],
+            r"--max-restarts must be a whole number from 0 to 1000, not 'x'",
+        ),
+        (
+            ["-w", "1", "--max-restarts", "1001", "--", "true"],
+            r"--max-restarts must be a whole number from 0 to 1000, not '1001'",
+        ),
+        (
+            ["-w", "1", "--chdir", "/does/not/exist", "--", "true"],
+            "--chdir: /does/not/exist is not",
+        ),
         # The user's flag, and what it takes: never argparse's "argument
         # -w/--nworker: invalid _positive_int value", which names a helper.
         (
@@ -404,3 +418,110 @@ def test_verbose_is_tfmesos_own_detail_only() -> None:
     assert result.returncode == 0, result.stderr
     assert "Using selector" not in result.stderr  # asyncio's debug line
     assert "task worker:0 finished" in result.stderr
+
+
+def test_help_names_what_tensorflow_pytorch_and_jax_tasks_get() -> None:
+    result = run_tfrun("--help")
+    assert result.returncode == 0
+    opening = result.stdout.split("\n\n")[1]
+    for framework in ("TensorFlow", "PyTorch", "JAX"):
+        assert framework in opening, opening
+    # Every variable a task is given, as taskenv gives it.
+    cluster = {"ps": ["h:1"], "worker": ["h:2", "h:3"]}
+    names = {
+        *taskenv.task_environment(cluster, "worker", 1),
+        *taskenv.default_environment(1),
+        taskenv.ENV_RESTART,
+        "CUDA_VISIBLE_DEVICES",
+    }
+    names.discard("PYTHONUNBUFFERED")
+    missing = sorted(n for n in names if not re.search(rf"\b{n}\b", result.stdout))
+    assert missing == []
+    # What torchrun's flags are here, and that -s may be left out.
+    for said in ("--no-python", "--tee", "--redirects", "tfrun -w 4 -- python train.py"):
+        assert said in result.stdout, said
+    assert "usage: tfrun -w N [-s N]" in result.stdout
+
+
+def test_a_torchrun_line_runs_without_s(job_procs) -> None:  # type: ignore[no-untyped-def]
+    code = "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])"
+    result = run_tfrun(
+        "-w", "2", "--worker-logs", "*", "--", "python", "-c", code, env=job_procs.env()
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(line.split(" ", 1)[1] for line in result.stdout.splitlines()) == [
+        "rank 0 of 2",
+        "rank 1 of 2",
+    ]
+    assert job_procs.wait_gone(10) == []
+
+
+_CWD = "import os; print(os.environ['TFMESOS_JOB_NAME'], os.getcwd())"
+
+
+def test_chdir_runs_each_task_in_dir(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    where = tmp_path / "run here"
+    where.mkdir()
+    logs = tmp_path / "logs"
+    result = run_tfrun(
+        "-w", "2", "-s", "1", "--worker-logs", "*", "--log-dir", str(logs),
+        "--chdir", str(where), "--", "python", "-c", _CWD,
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [
+        f"[worker:0] worker {where}",
+        f"[worker:1] worker {where}",
+    ]
+    (ps_log,) = logs.glob("ps.0*.log")
+    assert f"ps {where}" in ps_log.read_text()
+    # A relative DIR is this directory's.
+    result = run_tfrun(
+        "-w", "1", "--chdir", "run here", "--", "python", "-c", _CWD,
+        env=job_procs.env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"[worker:0] worker {where}"]
+
+
+def test_chdir_runs_each_mesos_task_in_dir(master, job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    where = tmp_path / "here"
+    where.mkdir()
+    result = run_tfrun(
+        "-m", master.url, "-w", "2", "-s", "1", "--worker-logs", "*",
+        "--chdir", str(where), "--", "python", "-c", _CWD,
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # worker:1 ran on an agent of the test master, worker:0 beside tfrun.
+    assert sorted(result.stdout.splitlines()) == [
+        f"[worker:0] worker {where}",
+        f"[worker:1] worker {where}",
+    ]
+
+
+def test_chdir_is_the_slurm_jobs_directory() -> None:
+    # Not looked for here: it is a directory of the cluster's nodes.
+    _, spec = parse_args(
+        ["--backend", "slurm", "-w", "1", "--chdir", "/on/the/nodes", "--", "true"]
+    )
+    assert spec.cwd == "/on/the/nodes"
+
+
+def test_worker_logs_none_keeps_the_output_in_the_files_only(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    code = "import os; print('said by', os.environ['TFMESOS_JOB_NAME'], os.environ['RANK'])"
+    for choice, shown in (("none", []), ("*", ["said by worker 0", "said by worker 1"])):
+        logs = tmp_path / choice.replace("*", "all")
+        result = run_tfrun(
+            "-w", "2", "-s", "1", "--worker-logs", choice, "--log-dir", str(logs),
+            "--", "python", "-c", code,
+            env=job_procs.env(),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert sorted(line.split("] ", 1)[1] for line in result.stdout.splitlines()) == shown
+        kept = sorted(line for log in logs.glob("*.log") for line in log.read_text().splitlines())
+        assert [line for line in kept if line.startswith("said by")] == [
+            "said by ps 2",
+            "said by worker 0",
+            "said by worker 1",
+        ]

@@ -1,4 +1,4 @@
-"""``tfrun``: run a command once per task of a distributed TensorFlow job.
+"""``tfrun``: run a command once per task of a distributed TensorFlow, PyTorch or JAX job.
 
 Argument parsing only: it turns the command line into a :class:`ClusterSpec`
 and hands it to :func:`tfmesos.run.run_replica_job`.
@@ -22,9 +22,19 @@ from tfmesos import runs, wire
 from tfmesos.backends import BACKENDS, choose_backend, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.flagtypes import count, positive_number
-from tfmesos.spec import MAX_TASKS, ClusterSpec, Job
+from tfmesos.spec import MAX_RESTARTS, MAX_TASKS, ClusterSpec, Job
+from tfmesos.taskenv import placeholders_in
 
 __all__ = ["build_parser", "main", "parse_args"]
+
+DESCRIPTION = """\
+Run a distributed TensorFlow, PyTorch or JAX job: the command runs once per
+task, each told the cluster's addresses (placeholders, and what each framework
+reads: TF_CONFIG, torchrun's RANK, WORLD_SIZE and MASTER_ADDR, JAX's
+JAX_COORDINATOR_ADDRESS; below). A TensorFlow job in replica (between-graph)
+mode has -s parameter servers; a PyTorch or JAX job has none. Tasks run on
+this machine (the local backend), on an Apache Mesos cluster (-m) or on a
+Slurm cluster (--backend slurm)."""
 
 EPILOG = """\
 placeholders in the command, filled in for each task:
@@ -32,9 +42,35 @@ placeholders in the command, filled in for each task:
   {worker_hosts}  host:port of every worker task, comma-joined
   {job_name}      ps or worker
   {task_index}    the task's index within its job
-  ({{name}} is a literal {name}.) Each task also gets TF_CONFIG, and
-  TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS, TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX
-  and TFMESOS_DISTRIBUTED=1.
+  ({{name}} is a literal {name}.)
+
+what each task gets in its environment:
+  TensorFlow  TF_CONFIG; TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS,
+              TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX, TFMESOS_DISTRIBUTED=1
+  PyTorch     what torchrun gives: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+              LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, GROUP_RANK, GROUP_WORLD_SIZE,
+              ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, TORCHELASTIC_RUN_ID,
+              TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+              TORCHELASTIC_USE_AGENT_STORE=False; unless set,
+              OMP_NUM_THREADS (its CPUs) and TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+  JAX         JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
+              (pass the last two to jax.distributed.initialize())
+  every task  TFMESOS_RESTART (which run, with --max-restarts); on the local
+              backend CUDA_VISIBLE_DEVICES: its own GPUs ("" with none,
+              where torchrun leaves it unset)
+  Worker 0 is the chief, rank 0 and JAX's process 0; the ps tasks come after
+  the workers. -s defaults to 0 unless the command uses {ps_hosts}.
+
+from torchrun:
+  torchrun --nproc_per_node 4 train.py   is   tfrun -w 4 -- python train.py
+  --no-python, -m/--module  no counterpart: tfrun never prefixes python, the
+                command after -- runs as given (write python -m MODULE;
+                tfrun's -m is the Mesos master)
+  -r/--redirects, -t/--tee  every task's full output is always kept in its
+                log file (--log-dir, else the run's directory); --worker-logs
+                picks the workers whose output is also shown here: '*' all,
+                none for files only
+  --max-restarts  the same: the whole job is started again
 
 exit status:
   0        every worker exited 0
@@ -49,10 +85,12 @@ exit status:
   other    a task failed: its own status (126/127: its command could not
            run / was not found), or 1 when it had none or one listed above
 
-example:
+examples:
   tfrun -w 2 -s 1 -- python examples/mnist/mnist_replica.py \\
       --ps_hosts {ps_hosts} --worker_hosts {worker_hosts} \\
       --job_name {job_name} --task_index {task_index}
+  tfrun -w 3 -- python examples/torch_ddp.py
+  tfrun -w 3 --worker-logs '*' -- python examples/jax_psum.py
 """
 
 
@@ -109,10 +147,8 @@ class _VersionAction(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tfrun",
-        usage="%(prog)s -w N -s N [options] -- command [args...]",
-        description="Run a distributed TensorFlow job in replica (between-graph) mode: the command "
-        "runs once per task, with the cluster's addresses filled in. Tasks run on this machine "
-        "(the local backend), on an Apache Mesos cluster (-m) or on a Slurm cluster (--backend slurm).",
+        usage="%(prog)s -w N [-s N] [options] -- command [args...]",
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
@@ -131,15 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--nserver",
         type=count,
         metavar="N",
-        help="number of parameter servers (ps)",
+        help="number of parameter servers (ps); default 0, unless the command uses {ps_hosts}",
     )
     job.add_argument(
         "--max-restarts",
-        type=count,
+        type=_restarts,
         default=0,
         metavar="N",
-        help="start the whole job again, up to N times, when a task fails or is lost "
-        "after the cluster is up (default 0); TFMESOS_RESTART tells the tasks which run it is",
+        help=f"start the whole job again, up to N times (0 to {MAX_RESTARTS}), when a task fails "
+        "or is lost after the cluster is up (default 0); TFMESOS_RESTART tells the tasks which "
+        "run it is",
     )
     job.add_argument(
         "-Cw",
@@ -199,7 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--worker-logs",
         default="0",
         metavar="IDS",
-        help="workers whose output is printed: comma-separated indices, or '*' for all (default 0)",
+        help="workers whose output is printed here as well as kept in their log files: "
+        "comma-separated indices, '*' for all, or none for the files only (default 0)",
+    )
+    job.add_argument(
+        "--chdir",
+        metavar="DIR",
+        help="run each task's command in DIR, as srun --chdir (default: this directory; on a "
+        "cluster, the same path on each host)",
     )
     job.add_argument(
         "--timeout",
@@ -248,6 +292,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _restarts(text: str) -> int:
+    """``--max-restarts``: a whole number from 0 to :data:`MAX_RESTARTS`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_RESTARTS:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 0 to {MAX_RESTARTS}, not {text!r}"
+        )
+    return value
+
+
 def _command(parts: Sequence[str]) -> str:
     # One argument is a shell command line, as the original took it; several
     # are argv, quoted so that each reaches the task as it was given.
@@ -259,11 +316,15 @@ def _command(parts: Sequence[str]) -> str:
 def _worker_logs(text: str, nworker: int) -> frozenset[str]:
     if text.strip() == "*":
         return frozenset(f"worker:{i}" for i in range(nworker))
+    if text.strip() == "none":  # torchrun's -r without -t: the log files only
+        return frozenset()
     names = set()
     for part in text.split(","):
         part = part.strip()
         if not part.isdigit():
-            raise SpecError(f"--worker-logs: {part!r} is not a worker index (use e.g. 0,1 or '*')")
+            raise SpecError(
+                f"--worker-logs: {part!r} is not a worker index (use e.g. 0,1, '*' or none)"
+            )
         if int(part) >= nworker:
             raise SpecError(
                 f"--worker-logs: there is no worker {part} in a job of {nworker} workers"
@@ -296,6 +357,17 @@ def _extra_config(path: str | None) -> tuple[str | None, str | None, dict[str, s
         if config.get(key) is not None and not isinstance(config[key], str):
             raise SpecError(f"-e: {key!r} in {path} must be a shell command string")
     return config.get("initializer"), config.get("finalizer"), env
+
+
+def _chdir(path: str | None, backend: str) -> str:
+    """Where each task runs its command: ``--chdir``, made absolute here;
+    on the local backend it must be a directory of this machine."""
+    if path is None:
+        return os.getcwd()
+    where = os.path.abspath(path)
+    if backend == "local" and not os.path.isdir(where):
+        raise SpecError(f"--chdir: {path} is not a directory")
+    return where
 
 
 def _readable(path: str | None, flag: str) -> str | None:
@@ -334,14 +406,17 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     args = parser.parse_args(argv)
     # Checked here rather than by argparse, which would name the missing -w
     # before an unknown flag (--nworkers) that is the real mistake.
-    missing = [
-        flag for flag, value in (("-w", args.nworker), ("-s", args.nserver)) if value is None
-    ]
-    if missing:
-        parser.error(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required")
+    if args.nworker is None:
+        parser.error("-w is required: the number of workers (as torchrun's --nproc_per_node)")
     command = command or [a for a in args.command if a != "--"]
     if not command:
         parser.error("no command given: put it after --")
+    if args.nserver is None:
+        # A torchrun or JAX job has no ps; a TensorFlow job that names its
+        # ps tasks must say how many.
+        if "ps_hosts" in placeholders_in(_command(command)):
+            parser.error("the command uses {ps_hosts}: give the number of ps tasks with -s N")
+        args.nserver = 0
     if args.nworker < 1:
         parser.error("-w must be at least 1: replica mode needs at least one worker (the chief)")
     # Before anything is built per task: -w 10**20 must cost nothing.
@@ -373,7 +448,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             jobs=jobs,
             name=args.name or f"[tfrun] {cmd}"[:200],
             replica=True,
-            cwd=os.getcwd(),
+            cwd=_chdir(args.chdir, args.backend),
             env=env,
             initializer=initializer,
             finalizer=finalizer,
