@@ -489,7 +489,8 @@ class Launcher:
         for target, url in sorted(self.targets.items()):
             logger.debug("%s at %s", target, url)
         logger.info(
-            "cluster up: %s", ", ".join(f"{len(a)} {j}" for j, a in self.cluster_def.items())
+            "cluster up: %s",
+            ", ".join(_tasks_of(j, len(a)) for j, a in self.cluster_def.items()),
         )
 
     def _cluster_message(self, task: _Task) -> dict[str, object]:
@@ -909,3 +910,9 @@ def _describe_end(ended: TaskEnded) -> str:
     if ended.state == "exited":
         return ended.message or f"exited with status {ended.exit_code}"
     return f"ended in state {ended.state}" + (f": {ended.message}" if ended.message else "")
+
+
+def _tasks_of(job: str, count: int) -> str:
+    """``1 ps``, ``2 workers``, ``1 worker``: a job's task count, in words."""
+    plural = "" if count == 1 or job.endswith("s") else "s"
+    return f"{count} {job}{plural}"

@@ -110,7 +110,7 @@ async def _serve(config: MasterConfig) -> None:
     await master.start()
     print(
         f"tfmesos test master {master.master_id} listening on {master.url} "
-        f"({config.agents} agents, work dir {master.work_dir})",
+        f"({config.agents} agent{'s' if config.agents != 1 else ''}, work dir {master.work_dir})",
         flush=True,
     )
     stop = asyncio.Event()

@@ -135,7 +135,7 @@ class TestMaster:
         state.started_at = now()
         state.master_info = self._make_master_info()
         self._allocation_task = state.spawn(self.allocator.run())
-        logger.info("test master %s listening on %s", state.master_id, self.url)
+        logger.debug("test master %s listening on %s", state.master_id, self.url)
         return self
 
     async def stop(self) -> None:
