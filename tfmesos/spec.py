@@ -176,6 +176,31 @@ def parse_volume(text: str) -> Volume:
     return Volume(parts[0], parts[1], read_only=mode == "ro")
 
 
+def _check_variable(name: object, value: object) -> None:
+    """One variable of the job's environment (``-e``'s ``env``,
+    ``cluster(env=...)``): what an environment can hold."""
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise SpecError(f"environment variable {name!r} must be a name with a string value")
+    if not name or "=" in name:
+        raise SpecError(
+            f"environment variable name {name!r} is not one an environment can hold: "
+            "a name is not empty and has no '='"
+        )
+    for what, text in (("name", name), ("value", value)):
+        if "\0" in text:
+            raise SpecError(
+                f"environment variable {name!r}: its {what} holds a NUL byte (\\0), "
+                "which no environment can hold"
+            )
+        try:
+            text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise SpecError(
+                f"environment variable {name!r}: its {what} holds {text[exc.start]!r}, "
+                "which no environment can hold (not UTF-8)"
+            ) from None
+
+
 CHIEF = "worker:0"
 """The chief's task name in replica mode (TensorFlow's convention)."""
 
@@ -242,8 +267,7 @@ class ClusterSpec:
                 f"not {self.max_restarts!r}"
             )
         for key, value in self.env.items():
-            if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key:
-                raise SpecError(f"environment variable {key!r} must be a name with a string value")
+            _check_variable(key, value)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise SpecError("TLS needs both a certificate and its key")
 
