@@ -75,3 +75,41 @@ def test_cluster_env_with_a_nul_byte_raises_before_anything_starts(job_procs: Jo
     assert result.stdout.startswith("SpecError: environment variable 'X': its value holds a NUL")
     assert "started" not in result.stdout
     assert job_procs.alive() == []
+
+
+# -- 10: the launcher's own variables ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["TFMESOS_TASK_ID", "TFMESOS_RESTART", "TFMESOS_SECRET_FD", "TF_CONFIG", "RANK", "MASTER_PORT"],
+)
+def test_the_launchers_own_variables_cannot_be_set_in_the_jobs_environment(
+    job_procs: JobProcesses, tmp_path: Path, name: str
+) -> None:
+    config = tmp_path / "extra.json"
+    config.write_text(json.dumps({"env": {name: "1"}}))
+    marker = tmp_path / "ran"
+    result = run_tfrun(
+        "-w", "2", "-s", "0", "-e", str(config), "--", "touch", str(marker),
+        env=job_procs.env(), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result.stderr)
+    assert f"environment variable {name} is set by tfmesos for each task" in line
+    assert not marker.exists()
+    assert job_procs.alive() == []
+
+
+def test_a_default_the_user_may_set_still_reaches_every_task(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    config = tmp_path / "extra.json"
+    config.write_text(json.dumps({"env": {"OMP_NUM_THREADS": "7", "MY_SETTING": "x y"}}))
+    code = "import os; print('got', os.environ['OMP_NUM_THREADS'], os.environ['MY_SETTING'])"
+    result = run_tfrun(
+        "-w", "2", "-s", "0", "--worker-logs", "*", "-e", str(config), "--", PY, "-c", code,
+        env=job_procs.env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("got 7 x y") == 2, result.stdout

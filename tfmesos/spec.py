@@ -178,7 +178,8 @@ def parse_volume(text: str) -> Volume:
 
 def _check_variable(name: object, value: object) -> None:
     """One variable of the job's environment (``-e``'s ``env``,
-    ``cluster(env=...)``): what an environment can hold."""
+    ``cluster(env=...)``): what an environment can hold, and none the
+    launcher sets itself (:func:`tfmesos.taskenv.launchers_own`)."""
     if not isinstance(name, str) or not isinstance(value, str):
         raise SpecError(f"environment variable {name!r} must be a name with a string value")
     if not name or "=" in name:
@@ -199,6 +200,13 @@ def _check_variable(name: object, value: object) -> None:
                 f"environment variable {name!r}: its {what} holds {text[exc.start]!r}, "
                 "which no environment can hold (not UTF-8)"
             ) from None
+    if taskenv.launchers_own(name):
+        raise SpecError(
+            f"environment variable {name} is set by tfmesos for each task and cannot be given "
+            f"in the job's environment (-e, env=): every {taskenv.OWN_PREFIX}* name, TF_CONFIG "
+            "and torchrun's and JAX's (RANK, MASTER_PORT, ...) are the launcher's; set another "
+            "name, or set it in the command itself (VAR=... python ...)"
+        )
 
 
 CHIEF = "worker:0"

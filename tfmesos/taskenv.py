@@ -12,11 +12,14 @@ import re
 from collections.abc import Mapping, Sequence
 
 __all__ = [
+    "CLUSTER_VARIABLES",
     "ENV_RESTART",
+    "OWN_PREFIX",
     "PLACEHOLDERS",
     "ClusterDef",
     "default_environment",
     "fill_placeholders",
+    "launchers_own",
     "placeholder_values",
     "placeholders_in",
     "rank_environment",
@@ -32,6 +35,45 @@ PLACEHOLDERS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
 ENV_RESTART = "TFMESOS_RESTART"
 """Which run of the job a task belongs to: 0, then 1 after the first restart
 (``tfrun --max-restarts``)."""
+
+OWN_PREFIX = "TFMESOS_"
+"""Every variable named so is tfmesos's own: the agent's settings
+(:mod:`tfmesos.wire`), the task's id, the original's ``TFMESOS_*``."""
+CLUSTER_VARIABLES = (
+    "TF_CONFIG",
+    "RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_NAME",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_NUM_PROCESSES",
+    "JAX_PROCESS_ID",
+)
+"""What :func:`task_environment` derives from the cluster definition, besides
+the ``TFMESOS_*`` ones: each task's place in the job and where rank 0 listens
+(``MASTER_PORT`` is the port rank 0's backend gave it: another may be taken,
+or not offered)."""
+
+
+def launchers_own(name: str) -> bool:
+    """Whether the launcher sets ``name`` for every task itself, so that a
+    job's environment (``-e``, ``cluster(env=...)``) may not: every
+    ``TFMESOS_*`` name, and :data:`CLUSTER_VARIABLES`. A task's defaults
+    (:func:`default_environment`) and ``PYTHONUNBUFFERED`` (always 1) are
+    not refused: the former are the user's to set, the latter harmless."""
+    return name.startswith(OWN_PREFIX) or name in CLUSTER_VARIABLES
+
 
 # `{name}` is a placeholder and `{{name}}` a literal `{name}`. Every other brace
 # (a dict in `python -c "..."`, a shell `${x}`, a lone `}}`) is left alone, which
