@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun
 
@@ -42,3 +44,41 @@ def test_the_test_master_says_once_that_it_listens(job_procs: JobProcesses) -> N
     finally:
         master.terminate()
         master.wait(30)
+
+
+_NO_REGISTRY = (
+    "Error: initializing source docker://python:3.11-slim-bookworm: pinging container "
+    'registry registry-1.docker.io: Get "https://registry-1.docker.io/v2/": dial tcp: '
+    "lookup registry-1.docker.io: no such host"
+)
+
+
+def test_a_build_without_a_registry_names_base_local(tmp_path: Path) -> None:
+    # podman as it answers on a machine that reaches no registry: it has no
+    # image, and pulling one (or building on one) fails to resolve the host.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    podman = bin_dir / "podman"
+    podman.write_text(
+        "#!/bin/sh\n"
+        'for word in "$@"; do case "$word" in\n'
+        "  inspect) exit 1 ;;\n"
+        "  tag) exit 0 ;;\n"
+        f"  pull|build) echo '{_NO_REGISTRY}' >&2; exit 125 ;;\n"
+        "esac; done\n"
+        "exit 0\n"
+    )
+    podman.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("TFMESOS_IMAGE_BASE", None)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build-image"), "cpu", "--engine", "podman"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert result.stdout == ""
+    last = result.stderr.strip().splitlines()[-1]
+    assert "no such host" in last and "--base local" in last, result.stderr
