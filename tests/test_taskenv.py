@@ -169,3 +169,16 @@ def test_a_simple_command_is_execed_and_anything_else_left_alone(
     command: str, expected: str
 ) -> None:
     assert exec_if_simple(command) == expected
+
+
+def test_every_variable_a_task_is_given_from_its_cluster_is_the_launchers_own() -> None:
+    from tfmesos import taskenv
+
+    given = set(taskenv.task_environment({"ps": ["h:1"], "worker": ["h:2"]}, "worker", 0))
+    given.discard("PYTHONUNBUFFERED")  # always 1, harmless to give
+    assert {n for n in given if not n.startswith(taskenv.OWN_PREFIX)} == set(
+        taskenv.CLUSTER_VARIABLES
+    )
+    assert all(taskenv.launchers_own(n) for n in given)
+    assert taskenv.launchers_own(taskenv.ENV_RESTART)
+    assert not any(taskenv.launchers_own(n) for n in taskenv.default_environment(1))
