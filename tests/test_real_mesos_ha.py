@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -289,3 +290,71 @@ def _digest_id() -> str:
 
     credential: str = make_digest_acl_credential(USER, PASSWORD)
     return credential
+
+
+def test_a_reconciliation_a_new_leader_drops_is_asked_again(
+    ha: RealMesos, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """A new leader knows the agents from its registry but not their tasks
+    until each agent re-registers, and drops the reconciliation of a task on
+    an agent not yet back (Master::reconcile, case 2: "the framework will
+    have to retry"). The agents are stopped through the failover, so tfrun's
+    first RECONCILE after re-subscribing goes unanswered: it must ask again,
+    backing off, and be answered once the agents are back."""
+    real = ha
+    old = real.wait_leader()
+    done = tmp_path / "done"
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    proc, seen = start_tfrun(
+        "-m", real.zk or "", "-w", "1", "-s", "1", "--", sys.executable, "-c", chief,
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert proc.stderr is not None
+    said = list(seen)
+    asked_again = threading.Event()
+
+    def read(stream: Any) -> None:
+        for line in stream:
+            said.append(line)
+            if "no answer yet to the reconciliation of ps:0; asking again" in line:
+                asked_again.set()
+
+    reader = threading.Thread(target=read, args=(proc.stderr,), daemon=True)
+    reader.start()
+    try:
+        (framework,) = real.master_state(old)["frameworks"]
+        framework_id = framework["id"]
+        for index in range(len(AGENTS)):
+            real.pause_agent(index)
+        real.kill_master(old)
+        new = real.wait_leader(timeout=120, other_than=old)
+        log = real.base / f"master{new}.log" if real.base else None
+        assert log is not None
+        wait_for(
+            "the new leader dropping the reconciliation of ps:0",
+            lambda: "Dropping reconciliation of task" in log.read_text(errors="replace"),
+            real,
+        )
+        assert asked_again.wait(120), "".join(said)
+        for index in range(len(AGENTS)):
+            real.resume_agent(index)
+
+        def answered() -> bool:
+            found = framework_in(real.master_state(new), framework_id)
+            return found is not None and [t["state"] for t in found["tasks"]] == ["TASK_RUNNING"]
+
+        wait_for("ps:0 back on the new leader", answered, real)
+        done.touch()
+        proc.wait(timeout=120)
+    finally:
+        for index in range(len(AGENTS)):
+            real.resume_agent(index)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(10)
+    assert proc.returncode == 0, "".join(said) + real.logs(40)
+    text = log.read_text(errors="replace")
+    # Asked at least twice of the new leader: dropped once, then answered.
+    assert text.count("Performing explicit task state reconciliation") >= 2, text[-4000:]
+    assert not job_procs.wait_gone(30)

@@ -231,6 +231,8 @@ class _Daemon:
     killed: bool = False
     """Killed on purpose (:meth:`RealMesos.kill_agent`, ``kill_master``): its
     being down is no failure to start."""
+    paused: bool = False
+    """Stopped by :meth:`RealMesos.pause_agent`, to be continued before its end."""
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -380,6 +382,8 @@ class RealMesos:
     def stop(self) -> None:
         """Stop every daemon by pid (SIGTERM, then SIGKILL), then every process
         that carries the cluster's mark (executors and tasks an agent left)."""
+        for index in range(len(self._agents)):
+            self.resume_agent(index)  # a stopped process would not hear SIGTERM
         for daemon in [*self._agents, *self._masters]:
             _terminate(daemon.proc)
         for pid in self.processes():
@@ -558,6 +562,22 @@ class RealMesos:
         if daemon.proc is not None:
             daemon.proc.kill()
             daemon.proc.wait()
+
+    def pause_agent(self, index: int) -> None:
+        """SIGSTOP agent ``index``: alive, its executors running, but deaf to
+        its masters (a new leader keeps it "recovered", not re-registered,
+        until :meth:`resume_agent`)."""
+        daemon = self._agents[index]
+        assert daemon.proc is not None
+        assert _running(daemon), "not running"
+        daemon.proc.send_signal(signal.SIGSTOP)
+        daemon.paused = True
+
+    def resume_agent(self, index: int) -> None:
+        daemon = self._agents[index]
+        if daemon.proc is not None and daemon.paused:
+            daemon.proc.send_signal(signal.SIGCONT)
+        daemon.paused = False
 
     def start_agent(self, index: int) -> None:
         """Start agent ``index`` again, with its work directory as it was: it
