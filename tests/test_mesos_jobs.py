@@ -131,6 +131,20 @@ def test_a_replica_job_runs_on_offers_and_is_torn_down(
     assert framework_calls(master, "TEARDOWN"), "no TEARDOWN at the end of the job"
 
 
+def test_a_master_named_in_a_file_is_read_from_it(
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """``-m file:///path`` (Mesos's own form: the file holds the master's
+    address, as an operator's /etc/mesos/zk does) is read once, at start."""
+    named = tmp_path / "master"
+    named.write_text(mesos.url.split("://", 1)[1] + "\n")
+    result = run_tfrun("-m", f"file://{named}", *TWO_WORKERS_TRUE, env=job_procs.env())
+    assert result.returncode == 0, result.stderr + mesos.logs()
+    assert [t["name"].rsplit(" ", 1)[1] for t in mesos.tasks()] == ["/job:worker/task:1"]
+    assert mesos.torn_down()
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
 def test_a_task_that_fails_to_launch_is_retried(
     master: ThreadedTestMaster, job_procs: JobProcesses
 ) -> None:
