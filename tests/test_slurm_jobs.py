@@ -332,3 +332,46 @@ def test_no_output_line_is_lost_from_slurm_tasks(job_procs: JobProcesses) -> Non
         got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
         assert got == [f"[worker:{index}] {index} line {i}" for i in range(lines)]
     assert job_procs.wait_gone(10) == []
+
+
+def node_cpus() -> int:
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return int(out.split()[0])
+
+
+def our_jobs(name: str) -> list[str]:
+    """The jobs of this name Slurm still holds or queues."""
+    out = subprocess.run(
+        ["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True, timeout=30
+    ).stdout
+    return out.split()
+
+
+def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(job_procs: JobProcesses) -> None:
+    # sbatch takes it (EnforcePartLimits=NO, Slurm's default) and it would
+    # wait in the queue for ever: "PartitionConfig".
+    name = f"never-fits-{job_procs.mark[:8]}"
+    cpus = str(node_cpus() * 10 + 2)
+    started = time.monotonic()
+    try:
+        result = run_tfrun(
+            "--backend", "slurm", "-n", name, "-w", "2", "-s", "0", "-Cw", cpus, "--", "true",
+            env=job_procs.env(), timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"tfrun still waited after 60s:\n{exc.stderr}")
+    took = time.monotonic() - started
+    assert result.returncode == 2, result.stderr
+    assert took < 20, (took, result.stderr)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tfrun: error:")]
+    (job,) = submitted(result.stderr)
+    assert errors == [
+        f"tfrun: error: Slurm will never run the job for worker:1: job {job} is pending "
+        "(PartitionConfig: its partition can never give it this much (fewer tasks, CPUs or "
+        "memory?)); it was cancelled"
+    ], result.stderr
+    assert states([job]).get(job, "gone") not in ACTIVE
+    assert our_jobs(name) == []
+    assert job_procs.wait_gone(10) == []

@@ -31,6 +31,7 @@ from tfmesos import runs, wire
 from tfmesos.aio import reap
 from tfmesos.backends.base import (
     Backend,
+    BackendFailed,
     EventSink,
     Launch,
     TaskEnded,
@@ -38,7 +39,7 @@ from tfmesos.backends.base import (
     advertised_host,
 )
 from tfmesos.backends.local import default_agent_command
-from tfmesos.errors import ResourceError, SpecError, TFMesosError
+from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.proctree import bootstrap_command
 from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
 from tfmesos.slurm import options as slurm_options
@@ -49,6 +50,7 @@ from tfmesos.slurm.commands import (
     Shape,
     explain_reason,
     job_groups,
+    never_runs,
     parse_squeue,
     sbatch_argv,
     srun_prefix,
@@ -87,6 +89,8 @@ class _Job:
     ended_tasks: set[str] = field(default_factory=set)
     over: bool = False
     """Slurm says it has ended (or no longer knows it)."""
+    never: bool = False
+    """Slurm will never start it (:func:`never_runs`): cancelled, and said."""
 
 
 class SlurmBackend(Backend):
@@ -225,7 +229,24 @@ class SlurmBackend(Backend):
             shapes,
             _names(launches),
         )
+        # A job Slurm queues but can never start (more CPUs than any node
+        # of its partition has) shows why at once: not waited for.
+        status: JobStatus | None = None
+        with contextlib.suppress(TFMesosError):  # the poller looks again
+            status = (await self._squeue([job])).get(job_id)
+        if status is not None and never_runs(status):
+            job.status = status
+            raise ResourceError(await self._never(job, status))
         self._poll_now.set()
+
+    async def _never(self, job: _Job, status: JobStatus) -> str:
+        """Cancel a job Slurm will never start; what to tell the user."""
+        job.never = True
+        await self._cancel([job])
+        return (
+            f"Slurm will never run the job for {_names(job.launches)}: job {job.job_id} is "
+            f"pending ({explain_reason(status.reason)}); it was cancelled"
+        )
 
     async def _submit(self, argv: list[str], script: str, names: str) -> str:
         logger.debug("Slurm: %s", " ".join(argv))
@@ -372,6 +393,10 @@ class SlurmBackend(Backend):
                 # Gone from squeue: ended longer ago than MinJobAge.
                 status = JobStatus("ENDED", "", before.nodes if before else "")
             job.status = status
+            if never_runs(status) and not job.never:
+                assert self._sink is not None
+                self._sink(BackendFailed(await self._never(job, status), EXIT_USAGE))
+                continue
             if status.active:
                 if before is not None and before.pending and not status.pending:
                     logger.info("Slurm: job %s runs on %s", job.job_id, status.nodes)

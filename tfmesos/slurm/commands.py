@@ -15,10 +15,12 @@ from tfmesos.spec import TaskSpec
 
 __all__ = [
     "ACTIVE_STATES",
+    "NEVER_REASONS",
     "JobStatus",
     "Shape",
     "explain_reason",
     "job_groups",
+    "never_runs",
     "parse_squeue",
     "sbatch_argv",
     "srun_prefix",
@@ -86,7 +88,41 @@ REASONS = {
     "BadConstraints": "its constraints cannot be met",
     "Licenses": "it waits for licenses",
     "NodeDown": "a node it needs is down",
+    "AssocMaxCpuPerJobLimit": "your account allows fewer CPUs in one job",
+    "AssocMaxNodePerJobLimit": "your account allows fewer nodes in one job",
+    "AssocMaxWallDurationPerJobLimit": "its --time is more than your account allows",
+    "QOSMaxCpuPerJobLimit": "your QOS allows fewer CPUs in one job",
+    "QOSMaxMemoryPerJob": "your QOS allows less memory in one job",
+    "QOSMaxNodePerJobLimit": "your QOS allows fewer nodes in one job",
+    "QOSMaxWallDurationPerJobLimit": "its --time is more than your QOS allows",
 }
+
+NEVER_REASONS = frozenset(
+    {
+        "PartitionConfig",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "BadConstraints",
+        "InvalidAccount",
+        "InvalidQOS",
+        "AssocMaxCpuPerJobLimit",
+        "AssocMaxNodePerJobLimit",
+        "AssocMaxWallDurationPerJobLimit",
+        "QOSMaxCpuPerJobLimit",
+        "QOSMaxMemoryPerJob",
+        "QOSMaxNodePerJobLimit",
+        "QOSMaxWallDurationPerJobLimit",
+    }
+)
+"""Pending reasons that waiting cannot end: the job asks for more than its
+partition, account or QOS gives one job, or for what does not exist. Slurm
+queues such a job where it does not enforce those limits at submission
+(``EnforcePartLimits=NO``, its default), and it would wait for ever."""
+
+
+def never_runs(status: JobStatus) -> bool:
+    """Whether Slurm will never start a job that shows ``status``."""
+    return status.pending and status.reason in NEVER_REASONS
 
 
 def explain_reason(reason: str) -> str:
