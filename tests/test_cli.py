@@ -458,15 +458,30 @@ def test_a_torchrun_line_runs_without_s(job_procs) -> None:  # type: ignore[no-u
 
 _CWD = "import os; print(os.environ['TFMESOS_JOB_NAME'], os.getcwd())"
 
+_PS_FIRST = """
+import glob, os, sys, time
+print(sys.argv[1], flush=True)
+# The ps is stopped once the workers are done: they wait until it has spoken.
+while os.environ["TFMESOS_JOB_NAME"] == "worker" and not any(
+    open(log).read() for log in glob.glob(os.path.join(os.environ["LOGS"], "ps.0.*.log"))
+):
+    time.sleep(0.05)
+"""
+"""Prints its argument; a worker then waits until ps:0's log holds its line."""
+
 
 def test_chdir_runs_each_task_in_dir(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     where = tmp_path / "run here"
     where.mkdir()
     logs = tmp_path / "logs"
+    script = tmp_path / "ps_first.py"
+    script.write_text(_PS_FIRST)
+    line = "import os, runpy, sys; sys.argv = ['', os.environ['TFMESOS_JOB_NAME'] + ' ' + os.getcwd()]; "
+    line += f"runpy.run_path({str(script)!r})"
     result = run_tfrun(
         "-w", "2", "-s", "1", "--worker-logs", "*", "--log-dir", str(logs),
-        "--chdir", str(where), "--", "python", "-c", _CWD,
-        env=job_procs.env(),
+        "--chdir", str(where), "--", "python", "-c", line,
+        env=job_procs.env(LOGS=str(logs)),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert sorted(result.stdout.splitlines()) == [
@@ -509,13 +524,17 @@ def test_chdir_is_the_slurm_jobs_directory() -> None:
 
 
 def test_worker_logs_none_keeps_the_output_in_the_files_only(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    code = "import os; print('said by', os.environ['TFMESOS_JOB_NAME'], os.environ['RANK'])"
+    script = tmp_path / "ps_first.py"
+    script.write_text(_PS_FIRST)
+    code = "import os, runpy, sys; env = os.environ; "
+    code += "sys.argv = ['', 'said by ' + env['TFMESOS_JOB_NAME'] + ' ' + env['RANK']]; "
+    code += f"runpy.run_path({str(script)!r})"
     for choice, shown in (("none", []), ("*", ["said by worker 0", "said by worker 1"])):
         logs = tmp_path / choice.replace("*", "all")
         result = run_tfrun(
             "-w", "2", "-s", "1", "--worker-logs", choice, "--log-dir", str(logs),
             "--", "python", "-c", code,
-            env=job_procs.env(),
+            env=job_procs.env(LOGS=str(logs)),
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         assert sorted(line.split("] ", 1)[1] for line in result.stdout.splitlines()) == shown

@@ -82,3 +82,37 @@ def test_a_build_without_a_registry_names_base_local(tmp_path: Path) -> None:
     assert result.stdout == ""
     last = result.stderr.strip().splitlines()[-1]
     assert "no such host" in last and "--base local" in last, result.stderr
+
+
+_WHO = """
+import os
+
+def proc(pid):
+    comm = open(f"/proc/{pid}/comm").read().strip()
+    args = open(f"/proc/{pid}/cmdline").read().replace("\\0", " ")
+    parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    return comm, args, parent
+
+agent, args, forks = proc(os.getppid())
+print("agent", agent, "|", args)
+print("parent", proc(forks)[0])
+"""
+
+
+def test_agents_are_named_as_the_readme_says(job_procs: JobProcesses, tmp_path: Path) -> None:
+    who = tmp_path / "who.py"
+    who.write_text(_WHO)
+    result = run_tfrun("-w", "1", "--", sys.executable, str(who), env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    agent, parent = result.stdout.splitlines()
+    # ps -o comm, top and pgrep show the names; ps -ef the fork server's line.
+    assert agent.startswith("[worker:0] agent tfmesos-agent | "), agent
+    assert " -S -c " in agent and "from tfmesos.forkserver import main" in agent
+    assert parent == "[worker:0] parent tfmesos-forks"
+    result = run_tfrun(
+        "-w", "1", "--", sys.executable, str(who),
+        env=job_procs.env(TFMESOS_NO_FORK_SERVER="1"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    agent = result.stdout.splitlines()[0]
+    assert "tfmesos-agent" not in agent and "from tfmesos.agent import main" in agent, agent
