@@ -9,6 +9,7 @@ agents that can be killed and started again. What only the double can show
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -303,3 +304,86 @@ class CuttableProxy:
 
     def close(self) -> None:
         self.cut()
+
+
+class HoldingProxy:
+    """An HTTP forwarder to a master at ``target`` (``http://host:port``) that
+    holds the first scheduler call of type ``hold`` unanswered (unsent to the
+    master) until :meth:`release`: a master slow to answer one call. It
+    records the type and the master's answer of every call it forwards, in
+    the order answered; event streams (SUBSCRIBE) are passed on as they come."""
+
+    def __init__(self, target: str, hold: str) -> None:
+        self.target = target
+        self.hold = hold
+        self.answered: list[tuple[str, int]] = []
+        self.held = threading.Event()
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._release = asyncio.Event()
+        self._holding = False
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def calls(self) -> list[tuple[str, int]]:
+        with self._lock:
+            return list(self.answered)
+
+    def release(self) -> None:
+        self._loop.call_soon_threadsafe(self._release.set)
+
+    def close(self) -> None:
+        self.release()
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+    def _serve(self) -> None:
+        self._loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        from aiohttp import ClientSession, ClientTimeout, web
+
+        self._stop = asyncio.Event()
+        session = ClientSession(timeout=ClientTimeout(total=None), auto_decompress=False)
+        forwarded = ("Content-Type", "Accept", "Mesos-Stream-Id", "Authorization")
+
+        async def forward(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            kind = ""
+            if request.method == "POST" and request.path == "/api/v1/scheduler":
+                kind = str(json.loads(body or b"{}").get("type", ""))
+            if kind == self.hold and not self._holding:
+                self._holding = True
+                self.held.set()
+                await self._release.wait()
+            headers = {k: v for k in forwarded if (v := request.headers.get(k)) is not None}
+            async with session.request(
+                request.method, self.target + request.path_qs, data=body, headers=headers,
+                allow_redirects=False,
+            ) as upstream:  # fmt: skip
+                with self._lock:
+                    self.answered.append((kind, upstream.status))
+                reply = web.StreamResponse(status=upstream.status)
+                for name in ("Content-Type", "Mesos-Stream-Id", "Location"):
+                    if name in upstream.headers:
+                        reply.headers[name] = upstream.headers[name]
+                await reply.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await reply.write(chunk)
+                await reply.write_eof()
+                return reply
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", forward)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+        await session.close()

@@ -38,7 +38,7 @@ from tests.conftest import (
     run_tfrun,
     start_tfrun,
 )
-from tests.mesos_clusters import CuttableProxy, MesosUnderTest, real_mesos_home
+from tests.mesos_clusters import CuttableProxy, HoldingProxy, MesosUnderTest, real_mesos_home
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
@@ -1125,6 +1125,52 @@ def test_a_real_master_offers_again_after_resubscribing_and_tfrun_suppresses_ane
                 timeout=60,
             )
             cluster.wait_for("the job's role suppressed again", lambda: suppressed() == ["*"])
+            done.touch()
+            _, err = proc.communicate(timeout=120)
+        finally:
+            proxy.close()
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err + real.logs()
+        assert cluster.torn_down()
+        assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
+
+
+def test_a_call_a_real_master_is_slow_to_answer_holds_up_no_acknowledgement(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Real Mesos only (the client's side of it: tests/test_scheduler_calls.py).
+    The master is slow with the SUPPRESS tfrun sends once every task is
+    placed: the acknowledgements of the tasks' updates, which do not depend
+    on it, reach the master meanwhile (sent one at a time, each would wait
+    behind it for up to the call timeout while the agents resend)."""
+    home = real_mesos_home()
+    done = tmp_path / "done"
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    with RealMesos(home, executor_env={MARK: job_procs.mark}, base=tmp_path / "mesos") as real:
+        job_procs.ignored.update(real.daemon_pids())
+        cluster = MesosUnderTest(real=real)
+        proxy = HoldingProxy(real.url, hold="SUPPRESS")
+        proc, _ = start_tfrun(
+            "-m", proxy.url, "-w", "2", "-s", "1", "--", *py(chief), env=job_procs.env()
+        )
+        try:
+            assert proxy.held.wait(60), proxy.calls()
+
+            def running_acknowledged() -> bool:
+                acks = [s for kind, s in proxy.calls() if kind == "ACKNOWLEDGE"]
+                tasks = cluster.tasks()
+                return (
+                    len(tasks) == 2
+                    and all(t["state"] == "TASK_RUNNING" for t in tasks)
+                    and len(acks) >= 2
+                    and set(acks) == {202}
+                )
+
+            cluster.wait_for("the tasks' updates acknowledged", running_acknowledged)
+            assert "SUPPRESS" not in [kind for kind, _ in proxy.calls()]
+            proxy.release()
+            cluster.wait_for("the SUPPRESS answered", lambda: ("SUPPRESS", 202) in proxy.calls())
             done.touch()
             _, err = proc.communicate(timeout=120)
         finally:
