@@ -375,3 +375,66 @@ def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(job_procs: JobP
     assert states([job]).get(job, "gone") not in ACTIVE
     assert our_jobs(name) == []
     assert job_procs.wait_gone(10) == []
+
+
+def test_a_percent_in_the_log_dir_is_taken_literally(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # sbatch and srun read %x, %j, ... in a file name as patterns.
+    log_dir = tmp_path / "logs %x 100%% %j"
+    code = "import os; print('hello from', os.environ['TFMESOS_TASK_INDEX'])"
+    result = run_tfrun(
+        "--backend", "slurm", "--log-dir", str(log_dir), "-w", "2", "-s", "0",
+        "--worker-logs", "*", "--", *py(code), env=job_procs.env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "[worker:1] hello from 1" in result.stdout
+    (job,) = submitted(result.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [log_dir.name]
+    names = sorted(p.name for p in log_dir.iterdir())
+    assert f"slurm-{job}.out" in names, names
+    (task_log,) = [log_dir / n for n in names if n.startswith("worker.1.")]
+    assert "hello from 1" in task_log.read_text()
+    assert "Mesos" not in result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_backslash_in_the_log_dir_is_refused_before_anything_starts(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # sbatch takes a backslash as "no patterns here" and drops it.
+    log_dir = tmp_path / "logs\\here"
+    result = run_tfrun(
+        "--backend", "slurm", "--log-dir", str(log_dir), "-w", "2", "-s", "0", "--", "true",
+        env=job_procs.env(), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"tfrun: error: --log-dir: Slurm cannot write to {log_dir}: sbatch and srun drop a "
+        "backslash from a file name (and stop reading %j in it); choose a directory without one"
+    ], result.stderr
+    assert submitted(result.stderr) == []
+    assert job_procs.alive() == []
+
+
+def test_a_slurm_task_that_printed_nothing_is_said_to_have_its_log_here_not_on_mesos(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        reason = "submitting a job as another user (sbatch --uid) takes root"
+        print(f"\nskipping: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    # The job runs as nobody, who cannot open its output file in this
+    # directory: it fails before its script can print a word.
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir(mode=0o700)
+    result = run_tfrun(
+        "--backend", "slurm", "--log-dir", str(log_dir), "--sbatch-args=--uid=nobody",
+        "-w", "2", "-s", "0", "--", "true", env=job_procs.env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 124, result.stderr
+    assert f"it printed nothing the launcher could see: its own output is kept in {log_dir}" in (
+        result.stderr
+    )
+    assert "Mesos" not in result.stderr
+    assert job_procs.wait_gone(10) == []

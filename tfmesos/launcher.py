@@ -733,8 +733,8 @@ class Launcher:
                 hint = ""
                 if not failure.output_tail:
                     hint = (
-                        "; it printed nothing the launcher could see: its own output is in its "
-                        "sandbox on its host (stdout and stderr, in the Mesos web UI)"
+                        "; it printed nothing the launcher could see: its own output is kept "
+                        f"in {self.logs_location()}"
                     )
                 raise ClusterStartError(
                     f"{failure.describe()}\nthe task failed {task.attempt} times before the "

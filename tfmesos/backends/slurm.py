@@ -50,6 +50,7 @@ from tfmesos.slurm.commands import (
     Shape,
     explain_reason,
     job_groups,
+    literal_filename,
     never_runs,
     parse_squeue,
     sbatch_argv,
@@ -129,6 +130,12 @@ class SlurmBackend(Backend):
             )
         self.host = advertised_host()
         self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        if "\\" in str(self.log_dir):
+            raise SpecError(
+                f"--log-dir: Slurm cannot write to {self.log_dir}: sbatch and srun drop a "
+                "backslash from a file name (and stop reading %j in it); choose a directory "
+                "without one"
+            )
         self.log_max = runs.task_log_max()
         self._sink: EventSink | None = None
         self._jobs: dict[str, _Job] = {}
@@ -207,7 +214,7 @@ class SlurmBackend(Backend):
         argv = sbatch_argv(
             [(shape, len(positions)) for shape, positions in groups],
             name=_job_name(self.spec.name),
-            output=str(self.log_dir / "slurm-%j.out"),
+            output=literal_filename(str(self.log_dir)) + "/slurm-%j.out",
             cwd=self.spec.cwd,
             options=self.options,
         )

@@ -20,6 +20,7 @@ __all__ = [
     "Shape",
     "explain_reason",
     "job_groups",
+    "literal_filename",
     "never_runs",
     "parse_squeue",
     "sbatch_argv",
@@ -118,6 +119,14 @@ NEVER_REASONS = frozenset(
 partition, account or QOS gives one job, or for what does not exist. Slurm
 queues such a job where it does not enforce those limits at submission
 (``EnforcePartLimits=NO``, its default), and it would wait for ever."""
+
+
+def literal_filename(path: str) -> str:
+    """``path`` as sbatch's and srun's ``--output`` and ``--error`` take it
+    literally: they read ``%x``, ``%j``, ... as patterns and ``%%`` as a
+    ``%``. (A backslash would turn the patterns off and be dropped: the
+    backend refuses a log directory with one.)"""
+    return path.replace("%", "%%")
 
 
 def never_runs(status: JobStatus) -> bool:

@@ -88,11 +88,13 @@ def main() -> int:
     secret = plan["secret"].encode()
     for task_id, name, group in plan["steps"]:
         log = os.path.join(log_dir, f"{task_id}.log")
+        # srun reads %x, %j, ... in a file name as patterns; %% is a %.
+        pattern = log.replace("%", "%%")
         argv = [
             *plan["srun"][group],
             f"--job-name={name}",
-            f"--output={log}",
-            f"--error={log}",
+            f"--output={pattern}",
+            f"--error={pattern}",
             *plan["agent"],
         ]
         step_env = dict(env)
