@@ -529,11 +529,11 @@ async def test_progress_names_the_offers_held_after_one_is_rescinded(
     harness = Harness(three_task_spec(), monkeypatch)
     await harness.launch_all()
     harness.offers(offer("a1", cpus=2), offer("a2", cpus=2))
-    assert "the 2 offers held (cpus 4, mem 8192 MiB, 22 ports) fit 2 of the 3" in (
+    assert "the 2 offers held (cpus 4, mem 8 GiB, 22 ports) fit 2 of the 3" in (
         harness.backend.progress()
     )
     harness.backend._on_event({"type": "RESCIND", "rescind": {"offer_id": {"value": "offer-a1"}}})
-    assert "the 1 offers held (cpus 2, mem 4096 MiB, 11 ports) fit 1 of the 3" in (
+    assert "the 1 offers held (cpus 2, mem 4 GiB, 11 ports) fit 1 of the 3" in (
         harness.backend.progress()
     )
     harness.backend._on_event({"type": "RESCIND", "rescind": {"offer_id": {"value": "offer-a2"}}})

@@ -302,7 +302,7 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
     )
     assert result.returncode == 124  # the cluster never came up
     assert "not up after 3s: still waiting for ps:0" in result.stderr
-    assert "ps:0 needs cpus 64, mem 1024 MiB, 1 port" in result.stderr
+    assert "ps:0 needs cpus 64, mem 1 GiB, 1 port" in result.stderr
     assert "the largest offer seen was cpus 4" in result.stderr
     assert mesos.torn_down()
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []

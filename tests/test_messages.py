@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun
 
@@ -116,3 +117,36 @@ def test_agents_are_named_as_the_readme_says(job_procs: JobProcesses, tmp_path: 
     assert result.returncode == 0, result.stderr
     agent = result.stdout.splitlines()[0]
     assert "tfmesos-agent" not in agent and "from tfmesos.agent import main" in agent, agent
+
+
+def test_sizes_are_said_in_one_way() -> None:
+    from tfmesos.resources import format_mib
+
+    assert [format_mib(m) for m in (512, 1024, 1536, 8191, 8192, 1e8, 1e9)] == [
+        "512 MiB",
+        "1 GiB",
+        "1.5 GiB",
+        "7.999 GiB",
+        "8 GiB",
+        "95.4 TiB",
+        "954 TiB",
+    ]
+
+
+def test_a_mesos_job_too_big_says_its_sizes_as_the_local_check_does(
+    master: Any, job_procs: JobProcesses
+) -> None:
+    result = run_tfrun(
+        "-m", master.url, "--timeout", "3", "-w", "2", "-Mw", "1000000000", "--", "true",
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 124, result.stderr
+    # The chief, beside tfrun, is warned about in the local check's words,
+    # without telling a Mesos job to run on Mesos.
+    (warning,) = [line for line in result.stderr.splitlines() if "running it anyway" in line]
+    assert "asks for 954 TiB of memory, and this machine has " in warning, warning
+    assert "Mesos cluster (-m)" not in warning and "run tfrun on a machine with more" in warning
+    # What the remote worker needs, in the same units.
+    assert "worker:1 needs cpus 1, mem 954 TiB, 1 port" in result.stderr, result.stderr
+    assert "e+" not in result.stderr
+    assert job_procs.wait_gone(10) == []

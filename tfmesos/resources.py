@@ -11,6 +11,7 @@ __all__ = [
     "MAX_LOCAL_TASKS",
     "GpuAllocator",
     "MachineResources",
+    "format_mib",
     "local_task_limit",
     "machine_resources",
 ]
@@ -19,6 +20,22 @@ MAX_LOCAL_TASKS = 4096
 """The most tasks the local backend runs in one job, whatever the machine's
 limits: each is an agent and a command, a port of the launcher's range, and
 two of its descriptors."""
+
+
+def format_mib(mib: float) -> str:
+    """A size given in MiB, as every message of tfmesos says one: ``512
+    MiB``, ``8 GiB``, ``7.999 GiB``, ``954 TiB``.
+
+    Below 1 GiB in MiB; in GiB to a thousandth (about 1 MiB), so that a task's
+    need and an offer that differ by a few MiB read differently; from 1 TiB,
+    sizes no machine has, to three figures."""
+    for unit, size in (("PiB", 1024.0**3), ("TiB", 1024.0**2)):
+        if mib >= size:
+            value = mib / size
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:,.0f} {unit}"
+    if mib >= 1024:
+        return f"{mib / 1024:.3f}".rstrip("0").rstrip(".") + " GiB"
+    return f"{mib:g} MiB"
 
 
 @dataclass(frozen=True)

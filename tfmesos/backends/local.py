@@ -42,7 +42,7 @@ from tfmesos.backends.options import LocalOptions
 from tfmesos.errors import ResourceError, SpecError
 from tfmesos.ports import PortAllocator
 from tfmesos.proctree import bootstrap_command, kill_until_gone, signal_group
-from tfmesos.resources import GpuAllocator, local_task_limit, machine_resources
+from tfmesos.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["LocalBackend", "LocalOptions"]
@@ -67,14 +67,6 @@ replaces to end and give its port back."""
 def _count(amount: float, unit: str) -> str:
     """``1 GPU``, ``2 GPUs``, ``0.5 CPUs``."""
     return f"{amount:g} {unit}" + ("" if amount == 1 else "s")
-
-
-def _mebibytes(mib: float) -> str:
-    """Memory in the largest unit that keeps it readable: ``512 MiB``, ``23.5 GiB``."""
-    for unit, size in (("TiB", 1024.0**2), ("GiB", 1024.0)):
-        if mib >= size:
-            return f"{mib / size:.3g} {unit}" if mib / size < 1000 else f"{mib / size:,.0f} {unit}"
-    return f"{mib:g} MiB"
 
 
 class LocalBackend(Backend):
@@ -143,8 +135,8 @@ class LocalBackend(Backend):
                 )
             if task.mem > have.mem_mib:
                 short.append(
-                    f"task {task.name} asks for {_mebibytes(task.mem)} of memory, and this machine "
-                    f"has {_mebibytes(have.mem_mib)}{here}: {self._fewer(task, 'mem')}"
+                    f"task {task.name} asks for {format_mib(task.mem)} of memory, and this machine "
+                    f"has {format_mib(have.mem_mib)}{here}: {self._fewer(task, 'mem')}"
                 )
             for shortfall in short:
                 if not self.chief_only:
@@ -174,6 +166,9 @@ class LocalBackend(Backend):
             if resource == "gpus":
                 return f"give {flag} 0, or run the job on a Mesos cluster with GPUs (-m)"
             unit = " (MiB)" if resource == "mem" else ""
+            if self.chief_only:
+                # The job is on a cluster already: only the chief is here.
+                return f"ask for less with {flag}{unit}, or run tfrun on a machine with more"
             return f"ask for less with {flag}{unit}, or run the job on a Mesos cluster (-m)"
         return f"ask for less ({resource}= of job {task.job_name!r}), or give a Mesos master"
 

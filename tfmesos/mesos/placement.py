@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfmesos.resources import format_mib
 from tfmesos.spec import TaskSpec
 
 __all__ = [
@@ -136,7 +137,7 @@ class OfferCapacity:
 
     def summary(self) -> str:
         gpus = self.total("gpus")
-        text = f"cpus {self.total('cpus'):g}, mem {self.total('mem'):g} MiB"
+        text = f"cpus {self.total('cpus'):g}, mem {format_mib(self.total('mem'))}"
         text += f", gpus {gpus:g}" if gpus else ""
         return text + f", {self.port_count()} ports"
 
@@ -148,20 +149,20 @@ def _without_amount(template: Resource) -> Resource:
 
 
 def describe_need(task: TaskSpec) -> str:
-    text = f"cpus {task.cpus:g}, mem {task.mem:g} MiB"
+    text = f"cpus {task.cpus:g}, mem {format_mib(task.mem)}"
     return text + (f", gpus {task.gpus}" if task.gpus else "") + ", 1 port"
 
 
 def describe_needs(tasks: Sequence[TaskSpec]) -> str:
     """What ``tasks`` need together."""
     gpus = sum(t.gpus for t in tasks)
-    text = f"cpus {sum(t.cpus for t in tasks):g}, mem {sum(t.mem for t in tasks):g} MiB"
+    text = f"cpus {sum(t.cpus for t in tasks):g}, mem {format_mib(sum(t.mem for t in tasks))}"
     return text + (f", gpus {gpus}" if gpus else "") + f", {len(tasks)} ports"
 
 
 def _describe_amounts(cpus: float, mem: float, gpus: float, ports: int) -> str:
     """What offers hold together: their ``cpus``, ``mem``, ``gpus`` and ``ports``."""
-    text = f"cpus {cpus:g}, mem {mem:g} MiB"
+    text = f"cpus {cpus:g}, mem {format_mib(mem)}"
     text += f", gpus {gpus:g}" if gpus else ""
     return text + f", {ports} ports"
 
