@@ -8,7 +8,9 @@ Every test runs real tfrun processes (and real Slurm where it says so).
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun
+from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
 
 PY = sys.executable
 
@@ -27,6 +29,91 @@ def one_error_line(stderr: str) -> str:
     assert len(lines) == 1, stderr
     assert lines[0].startswith("tfrun: error: "), stderr
     return lines[0]
+
+
+# -- 6: a full log disk ---------------------------------------------------------------
+
+
+def _full_disk_wrapper() -> list[str]:
+    """``unshare`` for a mount namespace of the test's own, where a small
+    tmpfs is mounted (and vanishes with it): as root, or as anyone where
+    user namespaces are allowed. Skipped, saying why, where neither is."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        reason = "a full filesystem is a small tmpfs mounted with unshare(1), not installed"
+        print(f"\nskipping: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    argv = [unshare, "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        argv[1:1] = ["--user", "--map-root-user"]
+    probe = subprocess.run(
+        [*argv, "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if probe.returncode != 0:
+        reason = f"cannot mount a small tmpfs to fill ({probe.stderr.strip()})"
+        print(f"\nskipping: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    return argv
+
+
+def test_a_full_log_disk_is_said_once_per_task_and_costs_neither_the_task_nor_its_output(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    kept.mkdir()
+    lines = 3000  # 50 bytes each: 150 KB a task, on a 64 KiB disk
+    code = (
+        "import os\n"
+        "i = os.environ['TFMESOS_TASK_INDEX']\n"
+        f"for n in range({lines}): print('worker %s line %05d ' % (i, n) + 'x' * 24)\n"
+        "print('worker %s END' % i)\n"
+    )
+    # In the namespace: the full disk mounted at DISK; after tfrun, what
+    # the disk held is copied out, as the namespace takes the mount with it.
+    script = (
+        'mount -t tmpfs -o size=64k tfmesos-full "$0" || exit 97\n'
+        '"$@"; code=$?\ncp -a "$0/." "$KEPT/"\nexit $code\n'
+    )
+    argv = [
+        *_full_disk_wrapper(), "sh", "-c", script, str(disk),
+        *tfrun_argv("--log-dir", str(disk), "-w", "2", "-s", "0", "--worker-logs", "*",
+                    "--", PY, "-c", code),
+    ]  # fmt: skip
+    result = subprocess.run(
+        argv, capture_output=True, text=True, timeout=180, cwd=ROOT,
+        env=job_procs.env(KEPT=str(kept)),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    # Every line reached the terminal, from both tasks.
+    for index in range(2):
+        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
+        assert len(got) == lines + 1, (index, len(got))
+        assert got[-1] == f"[worker:{index}] worker {index} END"
+    # One warning a task, naming the task, its log and that the disk is full.
+    warned = re.findall(
+        r"^\[tfrun\] task (worker:\d) on \S+ cannot write its log (\S+) \(No space left on "
+        r"device: the log disk is full \(the filesystem at (\S+)\)\); what the log holds is kept",
+        result.stderr,
+        re.M,
+    )
+    assert sorted(w[0] for w in warned) == ["worker:0", "worker:1"], result.stderr
+    assert all(Path(log).parent == disk and at == str(disk) for _, log, at in warned)
+    assert "exited with status" not in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    # What was written before the disk filled is kept: each log is the start
+    # of its task's output (one task may have filled the disk before the
+    # other wrote a byte), and together they fill the disk.
+    held = 0
+    for task, log, _ in warned:
+        text = (kept / Path(log).name).read_text()
+        index = task.split(":")[1]
+        whole = "".join(f"worker {index} line {n:05d} {'x' * 24}\n" for n in range(lines))
+        assert whole.startswith(text), (log, text[:200])
+        held += len(text)
+    assert held > 48 * 1024, held
+    assert job_procs.wait_gone(10) == []
 
 
 # -- 8: what no environment can hold --------------------------------------------

@@ -151,9 +151,12 @@ class Agent:
 
     def emit(self, data: bytes) -> None:
         # The task's own stdout is its sandbox log: everything lands there even
-        # when the launcher does not print it.
-        self.log.write(data)
+        # when the launcher does not print it. A log that fails (its disk is
+        # full) costs the log, never the output sent on, nor the task.
+        problem = self.log.write(data)
         self.client.send_output(data)
+        if problem is not None:
+            self.client.send_json({"type": "log_failed", "problem": problem})
 
     def note(self, text: str) -> None:
         self.emit(f"[tfmesos agent] {text}\n".encode())
@@ -232,6 +235,10 @@ def main() -> int:
     # An ignored SIGCHLD (inherited through exec) would have the kernel reap
     # the commands before their status could be read.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # A log past the file-size limit (ulimit -f) is an error to report, not
+    # a signal that kills the agent; the commands get SIGXFSZ's default back
+    # (subprocess's restore_signals).
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     environ = dict(os.environ)
     try:
         config = AgentConfig.from_environ(environ)

@@ -68,6 +68,7 @@ from tfmesos.rendezvous import (
     Connection,
     Disconnected,
     Exited,
+    Message,
     Output,
     Ready,
     Registered,
@@ -589,6 +590,11 @@ class Launcher:
             raise error
         task = self._tasks.get(event.task_id)
         if task is None:
+            return
+        if isinstance(event, Message):
+            if event.message.get("type") == "log_failed":  # its agent's log; it goes on
+                where = f" on {task.host}" if task.host else ""
+                logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
             return
         if isinstance(event, Registered):
             task.connection = event.connection

@@ -6,6 +6,7 @@ Standard library only: the agent imports it.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import TYPE_CHECKING
 
@@ -21,11 +22,16 @@ class TaskLog:
     """The agent's stdout, where everything the task prints is kept (its
     sandbox log on Mesos, its log file locally). Given a file and a cap, the
     file is rotated once it holds half the cap: the file and ``FILE.1``
-    together never hold more than the cap, and the newest output is kept."""
+    together never hold more than the cap, and the newest output is kept.
+
+    A log that cannot be written (its disk is full) is given up, never the
+    task: :meth:`write` says why once, and what the log holds is kept."""
 
     def __init__(self, path: str | None = None, cap: int = 0) -> None:
         self.path = path
         self.half = cap // 2 if path and cap > 1 else 0
+        self.failed = False
+        """A write failed: the log is given up, its descriptors point at /dev/null."""
         try:
             self.size = os.fstat(1).st_size
         except OSError:
@@ -36,7 +42,11 @@ class TaskLog:
         cap = environ.get(wire.ENV_LOG_MAX, "")
         return cls(environ.get(wire.ENV_LOG_FILE) or None, int(cap) if cap.isdigit() else 0)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> str | None:
+        """Append ``data``; where the log cannot take it, give the log up and
+        return, this once, what went wrong, in words."""
+        if self.failed:
+            return None
         view = memoryview(data)
         while view:
             chunk = view
@@ -44,9 +54,29 @@ class TaskLog:
                 if self.size >= self.half:
                     self._rotate()
                 chunk = view[: max(self.half - self.size, 1)]
-            written = os.write(1, chunk)
+            try:
+                written = os.write(1, chunk)
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                return self._give_up(exc)
             self.size += written
             view = view[written:]
+        return None
+
+    def _give_up(self, exc: OSError) -> str:
+        where = self.path or _target(1)
+        self.failed = True
+        # Nothing else the agent prints (a note, a traceback) may fail on it.
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            pass
+        else:
+            for target in (1, 2):
+                os.dup2(null, target)
+            os.close(null)
+        return describe_failure(where, exc)
 
     def _rotate(self) -> None:
         assert self.path is not None
@@ -60,3 +90,38 @@ class TaskLog:
             os.dup2(fd, target)
         os.close(fd)
         self.size = 0
+
+
+def _target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "its stdout"
+
+
+def _mount_point(path: str) -> str:
+    """The mount point of the filesystem that holds ``path``."""
+    current = os.path.dirname(os.path.abspath(path))
+    while not os.path.ismount(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return current
+
+
+def describe_failure(path: str, exc: OSError) -> str:
+    """Why the log at ``path`` could not be written, and what that costs, in
+    words that follow the task's name."""
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        reason += f": the log disk is full (the filesystem at {_mount_point(path)})"
+    elif exc.errno == errno.EDQUOT:
+        reason += f": the disk quota on the filesystem at {_mount_point(path)} is used up"
+    elif exc.errno == errno.EFBIG:
+        reason += ": the log reached the largest file this process may write (ulimit -f)"
+    return (
+        f"cannot write its log {path} ({reason}); what the log holds is kept, the rest of "
+        "the task's output is not kept there but still reaches tfrun (and the terminal, "
+        "where it is shown); the task goes on"
+    )
