@@ -150,3 +150,37 @@ def test_a_mesos_job_too_big_says_its_sizes_as_the_local_check_does(
     assert "worker:1 needs cpus 1, mem 954 TiB, 1 port" in result.stderr, result.stderr
     assert "e+" not in result.stderr
     assert job_procs.wait_gone(10) == []
+
+
+def _readme_row(variable: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    (row,) = [line for line in readme.splitlines() if line.startswith(f"| `{variable}`")]
+    return row
+
+
+_ELASTIC = """
+import os, sys
+env = os.environ
+if env["TFMESOS_RESTART"] == "0":  # the first run fails, saying nothing
+    sys.exit(3 if env["RANK"] == "1" else 0)
+print(env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"],
+      repr(env.get("CUDA_VISIBLE_DEVICES")))
+"""
+
+
+def test_the_readmes_pytorch_table_says_what_a_restarted_task_gets(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    script = tmp_path / "elastic.py"
+    script.write_text(_ELASTIC)
+    result = run_tfrun(
+        "-w", "2", "--max-restarts", "2", "--worker-logs", "*", "--", sys.executable, str(script),
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # The second run, after one restart, of at most two; no GPU asked, none seen.
+    assert sorted(result.stdout.splitlines()) == ["[worker:0] 1 2 ''", "[worker:1] 1 2 ''"]
+    row = _readme_row("TORCHELASTIC_RESTART_COUNT")
+    assert "--max-restarts" in row and "TFMESOS_RESTART" in row and "0 and 0" not in row, row
+    row = _readme_row("CUDA_VISIBLE_DEVICES")
+    assert '`""`' in row and "torchrun leaves it" in row, row
