@@ -189,3 +189,19 @@ def test_sbatch_s_refusal_is_said_once() -> None:
     assert _sbatch_error("sbatch: error: invalid partition specified: nope\n") == (
         "invalid partition specified: nope"
     )
+
+
+def test_reasons_waiting_cannot_end_are_told_from_the_others() -> None:
+    from tfmesos.slurm.commands import JobStatus, never_runs
+
+    assert never_runs(JobStatus("PENDING", "PartitionConfig", ""))
+    assert never_runs(JobStatus("PENDING", "QOSMaxCpuPerJobLimit", ""))
+    assert not never_runs(JobStatus("PENDING", "Resources", ""))
+    assert not never_runs(JobStatus("PENDING", "QOSMaxCpuPerUserLimit", ""))
+    assert not never_runs(JobStatus("RUNNING", "PartitionConfig", "n1"))
+
+
+def test_a_percent_is_handed_to_slurm_as_a_literal_percent() -> None:
+    from tfmesos.slurm.commands import literal_filename
+
+    assert literal_filename("/logs/100%/%j x") == "/logs/100%%/%%j x"
