@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -509,6 +510,32 @@ def test_chdir_runs_each_mesos_task_in_dir(master, job_procs, tmp_path: Path) ->
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     # worker:1 ran on an agent of the test master, worker:0 beside tfrun.
+    assert sorted(result.stdout.splitlines()) == [
+        f"[worker:0] worker {where}",
+        f"[worker:1] worker {where}",
+    ]
+
+
+def test_chdir_runs_each_slurm_task_in_dir(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import sys
+
+    from tests.test_slurm_jobs import _slurm_problem
+
+    problem = _slurm_problem()
+    if problem is not None and os.environ.get("CI"):
+        pytest.fail(f"CI runs scripts/start-slurm, yet {problem}")
+    if problem is not None:
+        print(f"\nskipping the Slurm --chdir test: {problem}", file=sys.stderr)
+        pytest.skip(problem)
+    where = tmp_path / "on the nodes"
+    where.mkdir()
+    result = run_tfrun(
+        "--backend", "slurm", "--timeout", "120", "-w", "2", "--worker-logs", "*",
+        "--log-dir", str(tmp_path / "logs"), "--chdir", str(where), "--", "python", "-c", _CWD,
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # worker:1 ran as a step of the Slurm job, worker:0 beside tfrun.
     assert sorted(result.stdout.splitlines()) == [
         f"[worker:0] worker {where}",
         f"[worker:1] worker {where}",
