@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parent
 BENCHMARKS = (
     "bringup_tf",
     "bringup_trivial",
+    "fixed_cost",
     "agent_cost",
     "log_forwarding",
     "launcher_memory",
