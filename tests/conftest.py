@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 import pytest
@@ -122,6 +122,70 @@ def mesos(
 
     with open_cluster(request.param, job_procs, monkeypatch, tmp_path / "mesos") as cluster:
         yield cluster
+
+
+# -- test lanes ----------------------------------------------------------------
+#
+# Every test is in one of two lanes: ``unit`` (no process started: policy,
+# parsing, protocol and in-process servers, milliseconds each) or ``e2e`` (real
+# processes and servers: tfrun, the test master's tasks, Mesos, Slurm,
+# ZooKeeper, podman); ``heavy`` marks the slowest e2e runs. ``pytest -m unit``
+# is the edit-test loop's lane; plain ``pytest`` runs them all, as CI does.
+
+E2E_FIXTURES = frozenset(
+    {"job_procs", "master", "mesos", "slurm", "zk", "zookeeper", "real_mesos", "task_image"}
+)
+"""Fixtures that start processes or need a server: a test using one is e2e."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("heavy") is not None or fixtures & E2E_FIXTURES:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.unit)
+
+
+class ProcessStarted(AssertionError):
+    """A test of the unit lane started a process."""
+
+
+@contextlib.contextmanager
+def _no_process_started(item: pytest.Item) -> Iterator[None]:
+    """Holds the unit lane to its word: a unit test (or a fixture it sets
+    up, whatever the fixture's scope) that forks or executes anything fails,
+    naming the lane it belongs in."""
+    if item.get_closest_marker("unit") is None:
+        yield
+        return
+    import _posixsubprocess
+
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
+        raise ProcessStarted(
+            f"{item.nodeid} is in the unit lane but started a process: mark it "
+            "pytest.mark.e2e, or add the fixture that starts it to E2E_FIXTURES"
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_posixsubprocess, "fork_exec", refuse)  # multiprocessing's
+        patch.setattr(subprocess, "_fork_exec", refuse)  # subprocess's own binding
+        for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp", "execv", "execve"):
+            if hasattr(os, name):
+                patch.setattr(os, name, refuse)
+        yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    with _no_process_started(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    with _no_process_started(item):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

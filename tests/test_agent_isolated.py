@@ -13,9 +13,13 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.local import LocalBackend
 from tfmesos.launcher import Launcher
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tfmesos"
 

@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 
 def _benchmarks() -> tuple[tuple[str, ...], tuple[str, ...]]:
     spec = importlib.util.spec_from_file_location("run_all", ROOT / "bench" / "run_all.py")

@@ -35,6 +35,7 @@ ORIGINAL_FLAGS = [
 ]
 
 
+@pytest.mark.e2e
 def test_help_documents_every_flag() -> None:
     result = run_tfrun("--help")
     assert result.returncode == 0
@@ -170,6 +171,7 @@ def test_help_documents_every_flag() -> None:
         ),
     ],
 )
+@pytest.mark.e2e
 def test_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     result = run_tfrun(*args)
     assert result.returncode == 2
@@ -310,6 +312,7 @@ def test_volume_parsing_is_a_volume_or_a_spec_error(text: str) -> None:
     assert volume.container_path.startswith("/")
 
 
+@pytest.mark.e2e
 def test_version_names_the_release_and_the_protocol() -> None:
     from tfmesos import wire
 
@@ -414,6 +417,7 @@ def test_a_command_too_long_for_a_task_is_refused_before_start(job_procs, tmp_pa
     assert job_procs.alive() == []
 
 
+@pytest.mark.e2e
 def test_verbose_is_tfmesos_own_detail_only() -> None:
     result = run_tfrun("-v", "-w", "1", "-s", "0", "--", "true")
     assert result.returncode == 0, result.stderr
@@ -421,6 +425,7 @@ def test_verbose_is_tfmesos_own_detail_only() -> None:
     assert "task worker:0 finished" in result.stderr
 
 
+@pytest.mark.e2e
 def test_help_names_what_tensorflow_pytorch_and_jax_tasks_get() -> None:
     result = run_tfrun("--help")
     assert result.returncode == 0

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tfmesos.backends.forking import ForkServer
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 
 def test_a_second_fork_server_starts_after_the_first_is_closed() -> None:

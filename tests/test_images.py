@@ -535,6 +535,7 @@ def test_a_missing_image_fails_the_launch(tmp_path: Path) -> None:
     scenario()
 
 
+@pytest.mark.e2e
 def test_the_reaper_removes_the_containers_it_was_told_of(tmp_path: Path) -> None:
     """If the master's process dies, its reaper removes every container still
     listed (here a stand-in command that leaves a file)."""

@@ -212,6 +212,7 @@ class _Broken(LocalBackend):
     ],
     ids=["never-up", "tfrun-failed", "tfrun-bug"],
 )
+@pytest.mark.e2e
 def test_what_tfrun_itself_reports_has_statuses_of_its_own(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -243,6 +244,7 @@ def test_the_verdict_names_runs_of_many_tasks_as_ranges() -> None:
     assert _ends(outcomes) == "worker:0-3,5,7,8 exited 0"
 
 
+@pytest.mark.e2e
 def test_the_launcher_says_each_tasks_end() -> None:
     job = ClusterSpec((Job("ps", 1, cmd="sleep 600"), Job("worker", 2, cmd="true")), replica=True)
 

@@ -381,6 +381,7 @@ class FlakyBackend(LocalBackend):
         await super().launch(launch)
 
 
+@pytest.mark.e2e
 def test_a_real_agent_that_dies_before_it_registers_is_relaunched_with_its_log_as_the_reason(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -11,6 +11,8 @@ from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import BackendEvent, Launch, TaskEnded
 from tfmesos.backends.local import LocalBackend
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 
 def test_a_gpu_task_gets_its_gpus_whether_or_not_check_ran_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path

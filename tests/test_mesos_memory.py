@@ -277,6 +277,7 @@ def test_a_task_over_its_memory_lives_on_where_the_agent_only_watches_memory(
     assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
 
 
+@pytest.mark.e2e
 def test_the_memory_flags_named_are_tfrun_s() -> None:
     result = run_tfrun("--help")
     for flags in MEM_FLAGS.values():

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT, JobProcesses, run_tfrun
 
 
@@ -54,6 +56,7 @@ _NO_REGISTRY = (
 )
 
 
+@pytest.mark.e2e
 def test_a_build_without_a_registry_names_base_local(tmp_path: Path) -> None:
     # podman as it answers on a machine that reaches no registry: it has no
     # image, and pulling one (or building on one) fails to resolve the host.

@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 from tfmesos import proctree
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 
 def test_a_bootstrap_command_runs_this_package_without_site() -> None:

@@ -345,6 +345,7 @@ def zookeeper() -> Iterator[Any]:
 
 
 @pytest.mark.parametrize("given", ["--ssl-ca", "LIBPROCESS_SSL_CA_FILE", "LIBPROCESS_SSL_CA_DIR"])
+@pytest.mark.e2e
 def test_a_job_runs_through_a_tls_master_with_its_ca_given(
     plain_mesos: RealMesos, pki: PKI, given: str
 ) -> None:
@@ -392,6 +393,7 @@ def test_a_tls_master_found_through_zookeeper_is_dialled_and_verified_by_its_ip(
     assert not proxy.refused, proxy.refused
 
 
+@pytest.mark.e2e
 def test_without_the_ca_the_job_ends_at_once_with_the_ssl_reason(
     plain_mesos: RealMesos, pki: PKI
 ) -> None:
@@ -412,6 +414,7 @@ def test_without_the_ca_the_job_ends_at_once_with_the_ssl_reason(
     assert "Operation not permitted" not in done.stderr
 
 
+@pytest.mark.e2e
 def test_a_wrong_ca_is_refused_and_named(plain_mesos: RealMesos, pki: PKI) -> None:
     cert, key = pki.cert("master")
     port = master_port(plain_mesos)
@@ -424,6 +427,7 @@ def test_a_wrong_ca_is_refused_and_named(plain_mesos: RealMesos, pki: PKI) -> No
     assert f"the CAs in {pki.other_ca} ($LIBPROCESS_SSL_CA_FILE)" in line
 
 
+@pytest.mark.e2e
 def test_a_certificate_that_does_not_name_the_masters_ip_is_refused(
     plain_mesos: RealMesos, pki: PKI
 ) -> None:
@@ -439,6 +443,7 @@ def test_a_certificate_that_does_not_name_the_masters_ip_is_refused(
     assert "must name the address dialled, 127.0.0.1" in line
 
 
+@pytest.mark.e2e
 def test_a_master_that_requires_a_client_certificate_gets_libprocess_s(
     plain_mesos: RealMesos, pki: PKI
 ) -> None:
@@ -471,6 +476,7 @@ def test_a_master_that_requires_a_client_certificate_gets_libprocess_s(
 # ------------------------------------------------------------ authentication
 
 
+@pytest.mark.e2e
 def test_the_right_credentials_from_the_flags_run_the_job(auth_mesos: AuthMesos) -> None:
     done, took = tfrun_timed(
         "-m", auth_mesos.real.address, "--principal", PRINCIPAL,
@@ -484,6 +490,7 @@ def test_the_right_credentials_from_the_flags_run_the_job(auth_mesos: AuthMesos)
     assert auth_mesos.secret not in done.stdout + done.stderr
 
 
+@pytest.mark.e2e
 def test_the_right_credentials_from_the_environment_run_the_job(auth_mesos: AuthMesos) -> None:
     env = clean_env(MESOS_PRINCIPAL=PRINCIPAL, MESOS_SECRET=auth_mesos.secret)
     done, took = tfrun_timed("-m", auth_mesos.real.address, *JOB, env=env)
@@ -493,6 +500,7 @@ def test_the_right_credentials_from_the_environment_run_the_job(auth_mesos: Auth
 
 
 @pytest.mark.parametrize("verbose", [False, True])
+@pytest.mark.e2e
 def test_a_wrong_secret_is_one_line_and_a_status_of_its_own(
     auth_mesos: AuthMesos, tmp_path: Path, verbose: bool
 ) -> None:
@@ -517,6 +525,7 @@ def test_a_wrong_secret_is_one_line_and_a_status_of_its_own(
     assert f"principal {PRINCIPAL!r} (401 Unauthorized)" in line
 
 
+@pytest.mark.e2e
 def test_no_credentials_for_a_master_that_demands_them(auth_mesos: AuthMesos) -> None:
     done, took = tfrun_timed("-m", auth_mesos.real.address, *JOB, env=clean_env())
     line = assert_said_at_once(done, 77)
@@ -542,6 +551,7 @@ def _holding(secret: str, exclude: set[int]) -> list[str]:
 
 
 @pytest.mark.parametrize("source", ["--secret-file", "MESOS_SECRET"])
+@pytest.mark.e2e
 def test_the_secret_is_in_no_process_of_the_job(
     auth_mesos: AuthMesos, tmp_path: Path, source: str
 ) -> None:
@@ -583,6 +593,7 @@ def test_the_secret_is_in_no_process_of_the_job(
     assert auth_mesos.secret not in out + err
 
 
+@pytest.mark.e2e
 def test_a_secret_without_a_principal_is_bad_usage(tmp_path: Path) -> None:
     secret_file = tmp_path / "secret"
     secret_file.write_text("s3cret\n")
@@ -613,6 +624,7 @@ def test_a_tasks_own_77_never_reads_as_refused_credentials() -> None:
         (("--principal", "tf:x"), "a principal cannot hold ':'"),
     ],
 )
+@pytest.mark.e2e
 def test_what_cannot_be_used_is_bad_usage_before_anything_starts(
     flags: tuple[str, ...], said: str
 ) -> None:

@@ -19,6 +19,8 @@ from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos.testing.master import ThreadedTestMaster
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 PY = sys.executable
 
 

@@ -246,6 +246,7 @@ def test_a_dead_worker_comes_back_at_its_address_until_the_relaunches_run_out(
     assert job_procs.wait_gone(10) == []
 
 
+@pytest.mark.e2e
 def test_a_dead_ps_ends_the_job_since_its_variables_died_with_it(
     said: Said, tmp_path: Path
 ) -> None:
@@ -259,6 +260,7 @@ def test_a_dead_ps_ends_the_job_since_its_variables_died_with_it(
     assert not any("relaunching it" in line for line in said.lines)
 
 
+@pytest.mark.e2e
 def test_without_max_restarts_a_dead_worker_ends_the_job_as_before(
     said: Said, tmp_path: Path
 ) -> None:
@@ -269,6 +271,7 @@ def test_without_max_restarts_a_dead_worker_ends_the_job_as_before(
     )
 
 
+@pytest.mark.e2e
 def test_a_port_taken_meanwhile_fails_the_job_naming_the_task_and_its_address(
     said: Said, tmp_path: Path
 ) -> None:
@@ -527,6 +530,7 @@ async def test_a_relaunch_whose_agent_is_lost_ends_at_once(
     assert harness.accepted() == []
 
 
+@pytest.mark.e2e
 def test_a_launcher_fails_a_relaunch_not_placed_naming_the_task_and_address(
     said: Said, tmp_path: Path
 ) -> None:

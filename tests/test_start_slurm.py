@@ -14,7 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 JOB = "4242"
 

@@ -9,9 +9,13 @@ import signal
 import sys
 from collections.abc import Callable
 
+import pytest
+
 from tests.conftest import ROOT
 from tfmesos import proctree, wire
 from tfmesos.supervisor import CommandRun
+
+pytestmark = pytest.mark.e2e  # every test here starts processes
 
 # A stand-in for tfmesos.tfserver: it says it listens the way the server
 # does, down the descriptor the agent hands it, after its last line (as the

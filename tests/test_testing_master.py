@@ -270,6 +270,7 @@ def with_master(**config: Any) -> Callable[[Callable[..., Awaitable[None]]], Cal
 # --------------------------------------------------------------------------- #
 
 
+@pytest.mark.e2e
 @with_master(agents=2, cpus=2, mem=1024, ports="31000-31009", attributes={"rack": "r1"})
 async def test_subscribe_streams_subscribed_heartbeats_and_offers(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -317,6 +318,7 @@ async def test_subscribe_streams_subscribed_heartbeats_and_offers(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_calls_are_validated_like_the_master_does(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -379,6 +381,7 @@ async def test_calls_are_validated_like_the_master_does(
     assert types[0] == "SUBSCRIBE" and "DANCE" not in types
 
 
+@pytest.mark.e2e
 @with_master(agents=1, cpus=2, mem=512)
 async def test_task_updates_are_resent_until_acknowledged(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -414,6 +417,7 @@ async def test_task_updates_are_resent_until_acknowledged(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1, cpus=2, mem=512, ports="31000-31010")
 async def test_tasks_that_do_not_fit_the_offer_get_task_error(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -441,6 +445,7 @@ async def test_tasks_that_do_not_fit_the_offer_get_task_error(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_accepting_a_used_offer_loses_or_drops_the_tasks(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -463,6 +468,7 @@ async def test_accepting_a_used_offer_loses_or_drops_the_tasks(
     stream2.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_decline_filter_holds_the_resources_back_for_refuse_seconds(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -483,6 +489,7 @@ async def test_decline_filter_holds_the_resources_back_for_refuse_seconds(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_suppress_stops_offers_and_revive_brings_them_back(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -508,6 +515,7 @@ async def test_suppress_stops_offers_and_revive_brings_them_back(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_kill_sends_task_killed_and_ends_the_process(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -533,6 +541,7 @@ async def test_kill_sends_task_killed_and_ends_the_process(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_reconcile_implicit_and_explicit(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -568,6 +577,7 @@ async def test_reconcile_implicit_and_explicit(
     stream2.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_teardown_kills_the_tasks_and_closes_the_stream(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -595,6 +605,7 @@ async def test_teardown_kills_the_tasks_and_closes_the_stream(
     response.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_disconnect_with_zero_failover_timeout_kills_the_tasks(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -609,6 +620,7 @@ async def test_disconnect_with_zero_failover_timeout_kills_the_tasks(
     assert master.framework(sched.framework_id)["removed"]
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_resubscribing_within_failover_timeout_keeps_the_tasks(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -643,6 +655,7 @@ async def test_resubscribing_within_failover_timeout_keeps_the_tasks(
     third.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_non_leader_redirects_with_a_protocol_relative_location(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -675,6 +688,7 @@ async def test_non_leader_redirects_with_a_protocol_relative_location(
     await sched.subscribe()
 
 
+@pytest.mark.e2e
 @with_master(agents=2)
 async def test_rescinded_offers_and_lost_agents(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -707,6 +721,7 @@ async def test_rescinded_offers_and_lost_agents(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=2)
 async def test_partition_aware_frameworks_see_unreachable_and_gone(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -728,6 +743,7 @@ async def test_partition_aware_frameworks_see_unreachable_and_gone(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_injected_launch_failure_and_task_environment(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -768,6 +784,7 @@ async def test_injected_launch_failure_and_task_environment(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=2, gpus=1, gpu_agents=1)
 async def test_gpu_agents_are_offered_only_to_gpu_aware_frameworks(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -791,6 +808,7 @@ async def test_gpu_agents_are_offered_only_to_gpu_aware_frameworks(
     stream2.close()
 
 
+@pytest.mark.e2e
 def test_threaded_master_serves_synchronous_clients_and_cleans_up() -> None:
     with ThreadedTestMaster(agents=1, **FAST) as master:
         conn = http.client.HTTPConnection("127.0.0.1", master.port, timeout=10)
@@ -844,6 +862,7 @@ def test_threaded_master_serves_synchronous_clients_and_cleans_up() -> None:
     other.close()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("accept", ["application/json", "*/*", None])
 def test_subscribe_accept_header_variants(accept: str | None) -> None:
     async def body() -> None:
@@ -859,6 +878,7 @@ def test_subscribe_accept_header_variants(accept: str | None) -> None:
     run(body())
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_command_uris_are_fetched_into_the_sandbox(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -896,6 +916,7 @@ async def test_command_uris_are_fetched_into_the_sandbox(
         stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1, cpus=4, mem=1024)
 async def test_launch_group_runs_on_the_default_executor_and_fails_together(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -948,6 +969,7 @@ async def test_launch_group_runs_on_the_default_executor_and_fails_together(
     stream.close()
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_an_injected_refusal_answers_the_call_and_does_nothing(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -982,6 +1004,7 @@ async def test_an_injected_refusal_answers_the_call_and_does_nothing(
         master.fail_next_call("REVIVE", status=202)
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_a_delayed_call_is_overtaken_by_a_later_one(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -1041,6 +1064,7 @@ def test_random_call_delays_are_bounded_and_repeatable_with_a_seed() -> None:
     assert _build_parser().parse_args(["--no-root-submissions"]).no_root_submissions
 
 
+@pytest.mark.e2e
 @with_master(agents=1, root_submissions=False)
 async def test_root_is_refused_without_root_submissions(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
@@ -1073,6 +1097,7 @@ async def test_root_is_refused_without_root_submissions(
     assert "without --root_submissions set" in text
 
 
+@pytest.mark.e2e
 @with_master(agents=1)
 async def test_framework_roles_are_validated_as_roles_cpp_does(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler

@@ -19,6 +19,8 @@ import pytest
 from tests.test_testing_master import JSON, Scheduler, framework_info, task_info, with_master
 from tfmesos.testing.master import TestMaster
 
+pytestmark = pytest.mark.e2e  # every test here starts processes
+
 NO_USER = "no-such-user-xyz"
 AWARE = [{"type": "PARTITION_AWARE"}]
 

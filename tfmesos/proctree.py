@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tfmesos import procfs
 
@@ -76,10 +76,23 @@ def bootstrap_command(module: str, call: str = "main()") -> list[str]:
 # -- Binding lives ----------------------------------------------------------------
 
 
-def _prctl(option: int, value: int) -> None:
-    import ctypes  # here: only Linux gets this far, and only once
+_libc: Any = None
 
-    ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+
+def libc() -> Any:
+    """The C library through ctypes (Linux only), loaded once and kept:
+    loading it defines a class, which each forked agent and each command's
+    ``preexec_fn`` would otherwise do again after the fork."""
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None)
+    return _libc
+
+
+def _prctl(option: int, value: int) -> None:
+    libc().prctl(option, value, 0, 0, 0)
 
 
 def become_subreaper() -> None:

@@ -9,6 +9,7 @@ registers as the job's own helper). Standard library only.
 from __future__ import annotations
 
 import contextlib
+import encodings.idna  # noqa: F401 - see below
 import os
 import selectors
 import socket
@@ -16,6 +17,11 @@ import time
 from typing import TYPE_CHECKING
 
 from tfmesos import wire
+
+# encodings.idna: socket.getaddrinfo encodes a host name with it, and imports
+# it on its first call (with stringprep and unicodedata, ~2 ms of CPU).
+# Imported here, it is loaded once in the fork server rather than in each
+# forked agent as it dials (docs/benchmarks.md, "The fixed cost").
 
 if TYPE_CHECKING:
     from collections.abc import Callable
