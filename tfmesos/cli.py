@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from tfmesos import runs, wire
-from tfmesos.backends import BACKENDS, choose_backend, options_class
+from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.flagtypes import count, positive_number
 from tfmesos.spec import MAX_RESTARTS, MAX_TASKS, ClusterSpec, Job
@@ -477,6 +477,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     # kazoo narrates every ZooKeeper connection step at INFO.
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    if args.backend == "local":
+        # Its start overlaps the launcher's imports (docs/benchmarks.md).
+        forkstart.start()
     from tfmesos.run import run_replica_job
 
     try:
@@ -494,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print("tfrun: error: tfrun itself failed (above)", file=sys.stderr, flush=True)
         return EXIT_TFRUN_FAILED
+    finally:
+        forkstart.discard()
 
 
 if __name__ == "__main__":

@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfmesos.proctree import bootstrap_command, signal_group, wait_for_exit
+from tfmesos.backends import forkstart
+from tfmesos.backends.forkstart import OWN_PROCESS_GROUP
+from tfmesos.proctree import signal_group, wait_for_exit
 
 __all__ = ["OWN_PROCESS_GROUP", "AgentProcess", "ForkServer", "ForkServerGone", "exit_status"]
 
@@ -29,10 +29,6 @@ START_TIMEOUT = 10.0
 """How long the server may take to fork an agent (it takes milliseconds)."""
 ORPHAN_GRACE = 8.0
 """How long an agent whose fork server died gets to stop its command."""
-
-OWN_PROCESS_GROUP: dict[str, Any] = (
-    {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-)
 
 
 async def exit_status(proc: subprocess.Popen[bytes]) -> int:
@@ -89,16 +85,9 @@ class ForkServer:
         self.alive = False
 
     async def start(self) -> None:
-        self._proc = subprocess.Popen(
-            [
-                *bootstrap_command("tfmesos.forkserver", "main(int(sys.argv[1]))"),
-                str(os.getpid()),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            # A group of its own: Ctrl-C at the terminal is the launcher's.
-            **OWN_PROCESS_GROUP,
-        )
+        # The one tfrun started before its imports, if there is one
+        # (tfmesos.backends.forkstart), else a new one.
+        self._proc = forkstart.take() or forkstart.popen()
         assert self._proc.stdin is not None
         assert self._proc.stdout is not None
         loop = asyncio.get_running_loop()

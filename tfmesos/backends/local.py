@@ -38,6 +38,7 @@ from tfmesos.backends.forking import (
     ForkServerGone,
     exit_status,
 )
+from tfmesos.backends.forkstart import NO_FORK_SERVER, raise_open_file_limit
 from tfmesos.backends.options import LocalOptions
 from tfmesos.errors import ResourceError, SpecError
 from tfmesos.ports import PortAllocator
@@ -49,8 +50,6 @@ __all__ = ["LocalBackend", "LocalOptions"]
 
 logger = logging.getLogger("tfmesos")
 
-NO_FORK_SERVER = "TFMESOS_NO_FORK_SERVER"
-"""Set (to anything) to start each agent as a new interpreter instead of a fork."""
 KILL_GRACE = wire.STOP_GRACE + 2.0
 """Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
 its child, plus a margin for it to report."""
@@ -186,7 +185,7 @@ class LocalBackend(Backend):
             raise SpecError(
                 f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
             ) from None
-        _raise_open_file_limit()
+        raise_open_file_limit()
         if self._use_fork_server:
             server = ForkServer()
             try:
@@ -395,20 +394,6 @@ async def _terminate(running: AgentProcess) -> None:
         # Bounded: a fork server that stopped answering must not hang teardown.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)
-
-
-def _raise_open_file_limit() -> None:
-    """The launcher holds two descriptors per task (its connection and its
-    pidfd): 500 tasks pass the common soft limit of 1024. Raise it to the
-    hard limit, which needs no privilege."""
-    try:
-        import resource
-    except ImportError:  # not on a POSIX system
-        return
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _end_task_processes(task_id: str) -> None:
