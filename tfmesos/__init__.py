@@ -1,4 +1,5 @@
-"""tfmesos: run distributed TensorFlow on Apache Mesos, or on this machine.
+"""tfmesos: run distributed TensorFlow, PyTorch and JAX jobs on Apache Mesos,
+Slurm or this machine.
 
 Importing this package imports nothing: every name below is loaded on first
 use. The in-task agent lives in this package and starts in every task, so it

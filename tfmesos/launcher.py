@@ -10,8 +10,8 @@ task, as the original allowed); once the cluster is up, a task that fails ends
 the job, but in fine-grained mode, where a dead worker's server may come back
 at its address (:mod:`tfmesos.server_relaunch`). Those rules are decided in
 :mod:`tfmesos.policy`, as pure functions; this module carries them out. Every
-way out of :meth:`Launcher.run` and of :meth:`Launcher.stop` goes through
-teardown.
+way out of :meth:`Launcher.start`, :meth:`Launcher.watch` and
+:meth:`Launcher.stop` goes through teardown.
 """
 
 from __future__ import annotations

@@ -65,3 +65,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(fake, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
