@@ -226,6 +226,11 @@ class Launcher:
         )
         self._phase = Phase.STARTING
         self._started_backend = False
+        self._chief_started = chief_backend is None
+        """Whether the chief's backend has started: only once the cluster
+        has placed a first task (see :meth:`start`)."""
+        self._chief_waits: list[tuple[TaskSpec, int]] = []
+        """The tasks beside the launcher that wait for that first placement."""
         self._stopped = False
         self._relaunch: list[tuple[TaskSpec, int]] = []
         self._relaunch_at: list[tuple[_Task, server_relaunch.RelaunchAt]] = []
@@ -278,9 +283,23 @@ class Launcher:
             backend.check([t for t in tasks if self._backend_for(t) is backend])
         await self._rendezvous.start(self.backend.rendezvous_bind, tls=self._tls_context())
         self._started_backend = True
-        for backend in self._backends():
-            await backend.start(self._on_backend)
-        await self._launch_all([(task, 1) for task in tasks])
+        await self.backend.start(self._on_backend)
+        local = [(task, 1) for task in tasks if self._backend_for(task) is not self.backend]
+        if local and len(local) < len(tasks):
+            # The chief, beside the launcher, waits for the cluster's first
+            # placement (a Mesos offer taken, a Slurm allocation running): a
+            # wrong master or a job that never fits starts nothing here.
+            remote = []
+            for task in tasks:  # in the job's order, which messages keep
+                if self._backend_for(task) is self.backend:
+                    remote.append(self._prepare(task, 1))
+                else:
+                    self._prepare(task, 1, state=TaskState.PENDING)
+            self._chief_waits = local
+            await self.backend.launch_many(remote)
+        else:
+            await self._start_chief()
+            await self._launch_all([(task, 1) for task in tasks])
         deadline = (
             None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
         )
@@ -335,7 +354,13 @@ class Launcher:
                 task.connection.send({"type": "stop", "reason": "the job is ending"})
         try:
             unregistered = [t for t in live if t.connection is None]
-            await asyncio.gather(*(self._backend_for(t.spec).kill(t.task_id) for t in unregistered))
+            await asyncio.gather(
+                *(
+                    self._backend_for(t.spec).kill(t.task_id)
+                    for t in unregistered
+                    if t.state is not TaskState.PENDING
+                )
+            )
             for task in unregistered:  # nothing of theirs is left to wait for
                 task.state = TaskState.STOPPED
             if live:
@@ -344,7 +369,8 @@ class Launcher:
             try:
                 if self._started_backend:
                     for backend in self._backends():
-                        await backend.close()
+                        if backend is not self.chief_backend or self._chief_started:
+                            await backend.close()
             finally:
                 # The tasks are gone; what they sent last may still be on
                 # its way in.
@@ -407,7 +433,27 @@ class Launcher:
         for backend, launches in shares.values():
             await backend.launch_many(launches)
 
-    def _prepare(self, spec: TaskSpec, attempt: int) -> Launch:
+    async def _start_chief(self) -> None:
+        """Start the backend of the tasks beside the launcher (the chief), and
+        launch those that waited for the cluster's first placement."""
+        if self.chief_backend is None or self._chief_started:
+            return
+        self._chief_started = True
+        await self.chief_backend.start(self._on_backend)
+        waiting, self._chief_waits = self._chief_waits, []
+        launches = []
+        for spec, _ in waiting:
+            task = self._current[spec.name]
+            if task.state is TaskState.PENDING:
+                task.state = TaskState.LAUNCHED
+                launches.append(self._launch_of(task))
+        if launches:
+            logger.debug("the cluster has its first task placed: starting the chief here")
+            await self.chief_backend.launch_many(launches)
+
+    def _prepare(
+        self, spec: TaskSpec, attempt: int, state: TaskState = TaskState.LAUNCHED
+    ) -> Launch:
         run = f"r{self.restart}." if self.restart else ""
         task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{uuid.uuid4().hex[:8]}"
         task = _Task(
@@ -419,19 +465,22 @@ class Launcher:
         )
         self._tasks[task_id] = task
         self._current[spec.name] = task
+        task.state = state
+        return self._launch_of(task)
+
+    def _launch_of(self, task: _Task) -> Launch:
         env = dict(self.spec.env)
         env.update(
             {
                 wire.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
-                wire.ENV_TASK_ID: task_id,
+                wire.ENV_TASK_ID: task.task_id,
                 wire.ENV_SECRET: self._secret.hex(),
                 taskenv.ENV_RESTART: str(self.restart),
             }
         )
         if self._tls_pem is not None:
             env[wire.ENV_TLS_CERT] = self._tls_pem
-        task.state = TaskState.LAUNCHED
-        return Launch(task_id, spec, env)
+        return Launch(task.task_id, task.spec, env)
 
     def _prefix(self, name: str) -> bytes:
         text = f"[{name}]"
@@ -542,6 +591,8 @@ class Launcher:
                     next_progress = time.monotonic() + PROGRESS_INTERVAL
                 continue
             self._handle(event)
+            if not self._chief_started and not self._stopped and isinstance(event, TaskPlaced):
+                await self._start_chief()
             if self._relaunch:
                 relaunch, self._relaunch = self._relaunch, []
                 await self._launch_all(relaunch)

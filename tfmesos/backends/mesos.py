@@ -226,6 +226,7 @@ class MesosBackend(Backend):
         master: str | None = None,
         failover_timeout: float | None = None,
         reconnect_timeout: float = 120.0,
+        connect_timeout: float = 10.0,
         principal: str | None = None,
         secret: str | None = None,
         checkpoint: bool = True,
@@ -242,6 +243,7 @@ class MesosBackend(Backend):
         self.options = MesosOptions(
             master=master,
             reconnect_timeout=reconnect_timeout,
+            connect_timeout=connect_timeout,
             checkpoint=checkpoint,
             user=user,
             role=role,
@@ -291,6 +293,7 @@ class MesosBackend(Backend):
             framework,
             self._on_event,
             reconnect_timeout=reconnect_timeout,
+            connect_timeout=connect_timeout,
             auth=(principal, secret) if principal and secret else None,
             ssl_ca=ssl_ca,
         )
@@ -619,13 +622,17 @@ class MesosBackend(Backend):
             # are offered again, and declined for an hour each, unless
             # suppressed anew below.
             self._suppressed = False
+        first = not self._resubscribed
         self._resubscribed = True
         # Offers do not outlive a subscription (the master rescinds them when a
         # framework fails over or re-subscribes: Master::_subscribe).
         self._held.clear()
         self._cancel_hold()
         if self._pending or self._pins:
-            self._revive()
+            # A new framework is offered everything already: nothing is
+            # suppressed or filtered yet, so only a re-subscription asks.
+            if not first:
+                self._revive()
         else:
             self._suppress_if_idle()
 

@@ -35,6 +35,10 @@ class MesosOptions(BackendOptions):
     master: str | None = None
     """host:port, a comma list, or zk://...; None: $MESOS_MASTER."""
     reconnect_timeout: float = 120.0
+    """How long to keep re-subscribing after losing a master that answered."""
+    connect_timeout: float = 10.0
+    """How long to keep trying while no master has ever answered: a wrong
+    ``-m`` fails in seconds (at most ``reconnect_timeout``)."""
     checkpoint: bool = True
     """Agents checkpoint the tasks, which then survive an agent restart, as
     Marathon and Aurora do by default; ``--no-checkpoint`` trades that for a
@@ -65,6 +69,7 @@ class MesosOptions(BackendOptions):
         "volumes": "-V",
         "image": "--image",
         "reconnect_timeout": "--reconnect-timeout",
+        "connect_timeout": "--connect-timeout",
         "user": "--user",
         "checkpoint": "--checkpoint",
         "principal": "--principal",
@@ -109,8 +114,15 @@ class MesosOptions(BackendOptions):
             "--reconnect-timeout",
             type=positive_number,
             metavar="SECONDS",
-            help="Mesos: how long to keep trying to re-subscribe after losing the master "
-            "(default 120)",
+            help="Mesos: how long to keep trying to re-subscribe after losing a master that "
+            "had answered (default 120)",
+        )
+        group.add_argument(
+            "--connect-timeout",
+            type=positive_number,
+            metavar="SECONDS",
+            help="Mesos: how long to keep trying while no master has answered yet, as with a "
+            "mistyped -m; then tfrun exits 125 (default 10; at most --reconnect-timeout)",
         )
         group.add_argument(
             "--user",

@@ -35,9 +35,15 @@ a seam that the tests fill with a scripted fake).
   (bad RecordIO, bad JSON, an event without a field it must have) is treated
   the same way.
 - Every step of an attempt (reaching ZooKeeper, the answer to SUBSCRIBE) has a
-  time limit, and none outlasts what is left of the reconnect budget, so the
-  budget holds whatever the master or ZooKeeper do, on the first connection
-  as after losing one.
+  time limit, and none outlasts what is left of the budget, so the budget
+  holds whatever the master or ZooKeeper do.
+- Two budgets: until a master has answered at all (any HTTP answer, from
+  any master of a list or the one ZooKeeper names), the short first-contact
+  budget (``connect_timeout``, 10 s by default): a master that never
+  answered is most likely a wrong address, and torchrun and srun fail in
+  seconds on one. Those first tries are quiet (said at debug): a master
+  started a moment after tfrun is waited for without a word. Once one has
+  answered, a master lost gets the long reconnect budget.
 """
 
 from __future__ import annotations
@@ -81,6 +87,11 @@ is up answers in milliseconds; the attempts repeat within the reconnect budget."
 STABLE_SUBSCRIPTION = 15.0
 """A subscription whose stream turns unreadable sooner than this after
 SUBSCRIBED does not count as the master regained."""
+CONNECT_TIMEOUT = 10.0
+"""The first-contact budget: how long to try before any master has answered."""
+FIRST_CONTACT_MAX_BACKOFF = 1.0
+"""The longest wait between tries before any master has answered: a master
+that is starting is found within a second of listening."""
 MIN_ATTEMPT = 1.0
 """The least time a step of an attempt is given, even when the reconnect budget
 is all but spent, so that the last attempt is a real one."""
@@ -154,6 +165,7 @@ class SchedulerClient:
         on_event: Callable[[Event], None],
         *,
         reconnect_timeout: float = 120.0,
+        connect_timeout: float = CONNECT_TIMEOUT,
         auth: tuple[str, str] | None = None,
         ssl_ca: str | None = None,
         subscribe_timeout: float = SUBSCRIBE_TIMEOUT,
@@ -165,6 +177,7 @@ class SchedulerClient:
         self._framework_info = dict(framework_info)
         self._on_event = on_event
         self._reconnect_timeout = reconnect_timeout
+        self._connect_timeout = min(connect_timeout, reconnect_timeout)
         self._subscribe_timeout = subscribe_timeout
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
@@ -178,6 +191,9 @@ class SchedulerClient:
         self._ever_subscribed = False
         """Whether any master ever took our SUBSCRIBE: if not, running out of
         budget is a master we could not reach, not one we lost."""
+        self._ever_answered = False
+        """Whether any master ever answered an HTTP request of ours: until
+        then the first-contact budget applies, and retries are quiet."""
         self._zookeeper: ZooKeeperLeader | None = None
         self._leader_changed = asyncio.Event()
         self._new_leader = False
@@ -253,16 +269,20 @@ class SchedulerClient:
 
     # -- running ---------------------------------------------------------
 
+    def _budget(self) -> float:
+        """The reconnect budget, or the first-contact one while no master has answered."""
+        return self._reconnect_timeout if self._ever_answered else self._connect_timeout
+
     def _budget_left(self) -> float:
         loop = asyncio.get_running_loop()
-        return self._lost_since + self._reconnect_timeout - loop.time()
+        return self._lost_since + self._budget() - loop.time()
 
     def _step_limit(self, limit: float) -> float:
         """``limit``, or what is left of the reconnect budget if that is less."""
         return max(MIN_ATTEMPT, min(limit, self._budget_left()))
 
     def _gave_up(self, reason: str) -> MasterLostError:
-        budget = f"{self._reconnect_timeout:g}s"
+        budget = f"{self._budget():g}s"
         if self._ever_subscribed:
             return MasterLostError(
                 f"lost the Mesos master ({reason}) and could not re-subscribe within {budget}"
@@ -336,7 +356,14 @@ class SchedulerClient:
                     backoff = self._initial_backoff
                 # The last try comes when the budget ends, not a backoff after.
                 delay = min(backoff, left)
-                logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, delay)
+                if self._ever_answered:
+                    logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, delay)
+                else:
+                    # No master has answered yet: said once the budget is
+                    # spent, in one line; a master starting meanwhile is found
+                    # without a word.
+                    delay = min(delay, FIRST_CONTACT_MAX_BACKOFF)
+                    logger.debug("Mesos: %s; trying again in %.1fs", reason, delay)
                 self._leader_changed.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._leader_changed.wait(), delay)
@@ -384,6 +411,9 @@ class SchedulerClient:
                 except (TransportError, OSError) as exc:
                     last_error = f"{master.url}: {exc}"
                     break
+                # A master answered: from now on one lost is a master lost,
+                # given the reconnect budget.
+                self._ever_answered = True
                 if response.status == 307 and "Location" in response.headers:
                     location = response.headers["Location"]
                     response.close()

@@ -1,0 +1,131 @@
+"""The first contact with a Mesos master (issue 27, points 1 and 3).
+
+A master that has never answered is most likely a wrong ``-m``: tfrun gives
+up on it within ``--connect-timeout`` (10 s by default), in one line, having
+started nothing on this machine. A master that answered and was then lost
+keeps the long ``--reconnect-timeout``. A master that comes up a moment after
+tfrun (the README's ``master & tfrun ...``) is waited for quietly.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT, JobProcesses, marked_master, start_tfrun, tfrun_argv
+from tests.mesos_clusters import CuttableProxy
+
+PY = sys.executable
+WRONG_MASTER_BOUND = 15.0
+"""The issue's own bound for a wrong -m, from tfrun's start to its exit."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+@pytest.mark.parametrize(
+    "masters",
+    ["127.0.0.1:{port}", "127.0.0.1:{port},127.0.0.1:{other}"],
+    ids=["one-master", "a-list"],
+)
+def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
+    job_procs: JobProcesses, masters: str
+) -> None:
+    master = masters.format(port=free_port(), other=free_port())
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        tfrun_argv(
+            "-m", master, "-w", "2", "-s", "1", "--", PY, "-c", "import time; time.sleep(60)"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    started_locally: list[str] = []
+    try:
+        # Nothing is started on this machine (the chief, its fork server)
+        # while no master has answered: tfrun has no child process at all.
+        while proc.poll() is None and time.monotonic() - started < WRONG_MASTER_BOUND + 30:
+            for child in descendants(proc.pid):
+                try:
+                    started_locally.append(" ".join(child.cmdline()))
+                except psutil.Error:
+                    continue
+            time.sleep(0.05)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    elapsed = time.monotonic() - started
+    print(f"tfrun -m {master} (nothing listening) exited {proc.returncode} after {elapsed:.1f}s")
+    assert proc.returncode == 125, err
+    assert elapsed < WRONG_MASTER_BOUND, (elapsed, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tfrun: error: "), err
+    assert "could not reach the Mesos master at http://127.0.0.1:" in lines[0], err
+    assert "within 10s" in lines[0], err
+    assert started_locally == [], started_locally
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_master_lost_after_subscribing_keeps_the_long_budget(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    done = tmp_path / "done"
+    chief = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    with marked_master(job_procs, monkeypatch, agents=1, cpus=4, mem=8192) as master:
+        proxy = CuttableProxy(master.port)
+        try:
+            proc, _ = start_tfrun(
+                "-m", f"127.0.0.1:{proxy.port}", "--connect-timeout", "1",
+                "--reconnect-timeout", "120", "-w", "1", "-s", "1", "--", PY, "-c", chief,
+                env=job_procs.env(),
+            )  # fmt: skip
+            try:
+                proxy.cut()
+                master.wait_for(
+                    lambda m: not any(f["connected"] for f in m.frameworks()),
+                    timeout=30,
+                )
+                # Several times the first-contact budget: a master that was
+                # reached and then lost is not given up on so soon.
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    assert proc.poll() is None, proc.communicate()
+                    time.sleep(0.1)
+                proxy.restore()
+                master.wait_for(lambda m: any(f["connected"] for f in m.frameworks()), timeout=120)
+                done.touch()
+                _, err = proc.communicate(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        finally:
+            proxy.close()
+    assert proc.returncode == 0, err
+    assert "re-subscribing" in err, err
+    assert job_procs.wait_gone(10) == []
+
