@@ -128,4 +128,3 @@ def test_a_master_lost_after_subscribing_keeps_the_long_budget(
     assert proc.returncode == 0, err
     assert "re-subscribing" in err, err
     assert job_procs.wait_gone(10) == []
-

@@ -7,7 +7,6 @@ and hands it to :func:`tfmesos.run.run_replica_job`.
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfmesos import runs, wire
+from tfmesos import lazyssl, runs, wire
 from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.flagtypes import count, positive_number
@@ -115,6 +114,8 @@ class _Parser(argparse.ArgumentParser):
             o for o in self._option_string_actions if o.startswith("--") == flag.startswith("--")
         ]
         text = f"unknown flag {flag}"
+        import difflib  # here: only a mistyped flag needs it
+
         nearest = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
         if nearest:
             text += f" (did you mean {nearest[0]}?)"
@@ -480,6 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.backend == "local":
         # Its start overlaps the launcher's imports (docs/benchmarks.md).
         forkstart.start()
+    lazyssl.import_asyncio()  # asyncio without ssl until TLS or Mesos asks for it
     from tfmesos.run import run_replica_job
 
     try:

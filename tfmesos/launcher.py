@@ -22,13 +22,11 @@ import enum
 import logging
 import os
 import signal
-import ssl
 import sys
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from tfmesos import server_relaunch, taskenv, wire
 from tfmesos.backends.base import (
@@ -76,6 +74,9 @@ from tfmesos.rendezvous import (
     RendezvousServer,
 )
 from tfmesos.spec import ClusterSpec, TaskSpec
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["MAX_ATTEMPTS", "Launcher", "TaskState"]
 
@@ -242,7 +243,7 @@ class Launcher:
         self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
         self.cluster_def: dict[str, list[str]] = {}
-        self.run_id = uuid.uuid4().hex
+        self.run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
         """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
 
     # -- public ---------------------------------------------------------------
@@ -258,6 +259,8 @@ class Launcher:
     def _tls_context(self) -> ssl.SSLContext | None:
         if self.spec.tls_cert is None:
             return None
+        import ssl  # here: a job without TLS never imports it (tfmesos.lazyssl)
+
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
@@ -455,7 +458,7 @@ class Launcher:
         self, spec: TaskSpec, attempt: int, state: TaskState = TaskState.LAUNCHED
     ) -> Launch:
         run = f"r{self.restart}." if self.restart else ""
-        task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{uuid.uuid4().hex[:8]}"
+        task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{os.urandom(4).hex()}"
         task = _Task(
             spec=spec,
             task_id=task_id,

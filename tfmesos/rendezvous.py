@@ -18,14 +18,17 @@ import logging
 import os
 import resource
 import socket
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfmesos import wire
 from tfmesos.aio import reap
+
+if TYPE_CHECKING:
+    # Only for --tls-cert: a job without it never imports ssl (tfmesos.lazyssl).
+    import ssl
 
 __all__ = [
     "Connection",
@@ -339,8 +342,7 @@ class RendezvousServer:
             wire.FrameError,
             asyncio.TimeoutError,
             ConnectionError,
-            OSError,
-            ssl.SSLError,
+            OSError,  # ssl.SSLError among them
         ) as exc:
             logger.debug("rendezvous: dropped %s: %s", peer, exc)
         except Exception:  # a bug must cost one connection, never the launcher

@@ -13,11 +13,10 @@ the cap.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import IO
@@ -84,10 +83,12 @@ def new_run_dir() -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     try:
         root.mkdir(parents=True, exist_ok=True)
-        run = Path(tempfile.mkdtemp(prefix=f"{stamp}-", dir=root))
+        run = _new_dir(root, f"{stamp}-")
         lock = open(run / LOCK, "wb")  # noqa: SIM115 - held for the process's life
         fcntl.flock(lock, fcntl.LOCK_EX)
     except OSError as exc:
+        import tempfile
+
         fallback = Path(tempfile.mkdtemp(prefix="tfmesos-"))
         logger.warning(
             "cannot keep the logs in %s (%s); they go to %s, which nothing cleans up",
@@ -101,6 +102,26 @@ def new_run_dir() -> Path:
     return run
 
 
+_NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+"""Those of ``tempfile.mkdtemp``'s names."""
+
+
+def _new_dir(root: Path, prefix: str) -> Path:
+    """A new directory in ``root`` as ``tempfile.mkdtemp(prefix=prefix, dir=root)``
+    makes it (8 random characters after the prefix, mode 0o700), without
+    importing tempfile, which imports shutil, bz2, lzma and random
+    (docs/benchmarks.md, "The fixed cost")."""
+    for _ in range(100):
+        name = "".join(_NAME_CHARACTERS[byte % len(_NAME_CHARACTERS)] for byte in os.urandom(8))
+        path = root / f"{prefix}{name}"
+        try:
+            path.mkdir(0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(errno.EEXIST, "no unused name for a new directory", str(root))
+
+
 def _prune(root: Path, keep: int, current: Path) -> None:
     """Remove the oldest runs beyond ``keep`` (this one counted), except any
     still running (their lock is held)."""
@@ -108,7 +129,10 @@ def _prune(root: Path, keep: int, current: Path) -> None:
         runs = sorted(p for p in root.iterdir() if p.is_dir() and p != current)
     except OSError:
         return
-    for old in runs[: max(0, len(runs) - (keep - 1))]:
+    old_runs = runs[: max(0, len(runs) - (keep - 1))]
+    if old_runs:
+        import shutil  # here: only a clean-up needs it
+    for old in old_runs:
         try:
             with open(old / LOCK, "ab") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
