@@ -133,6 +133,9 @@ class FakeTransport:
         self.received.append((url, call, dict(headers)))
         return status, text
 
+    async def get(self, url: str, timeout: float) -> tuple[int, str]:
+        return 404, "text/plain"  # no web UI
+
     async def aclose(self) -> None:
         """Closing drops the connections: a call not yet answered fails."""
         self.closed = True

@@ -728,6 +728,7 @@ class Launcher:
             # the task: no unbounded queue anywhere, and the loop never blocks.
             task = self._tasks.get(event.task_id)
             if task is not None:
+                self._backend_for(task.spec).task_output(task.task_id, event.data)
                 self._print_output(task, event.data)
             return
         if event.task_id not in self._tasks:
@@ -794,7 +795,7 @@ class Launcher:
                 if not failure.output_tail:
                     hint = (
                         "; it printed nothing the launcher could see: its own output is kept "
-                        f"in {self.logs_location()}"
+                        f"in {self._backend_for(task.spec).unseen_output_location()}"
                     )
                 raise ClusterStartError(
                     f"{failure.describe()}\nthe task failed {task.attempt} times before the "

@@ -145,6 +145,12 @@ class Backend(abc.ABC):
         """What one of the backend's own helpers (see :meth:`admit`) did on
         its rendezvous connection: registered, sent a message, went away."""
 
+    def task_output(self, task_id: str, data: bytes) -> None:  # noqa: B027 - optional hook
+        """What one of this backend's tasks printed, as it reached the
+        launcher (forwarded to the terminal or not): a backend whose tasks
+        keep their output elsewhere (Mesos: their sandboxes) keeps it on this
+        machine too."""
+
     @abc.abstractmethod
     async def kill(self, task_id: str) -> None:
         """Stop one task at once."""
@@ -156,6 +162,10 @@ class Backend(abc.ABC):
     def progress(self) -> str:
         """A line on what the backend is waiting for, for the user."""
         return ""
+
+    def unseen_output_location(self) -> str:
+        """Where the output of a task that never reached the launcher is kept."""
+        return self.logs_location()
 
     def logs_location(self) -> str:
         """Where the full output of this backend's tasks is kept, for the user."""

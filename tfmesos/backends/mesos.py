@@ -18,9 +18,10 @@ import time
 import traceback
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tfmesos import wire
+from tfmesos import runs, wire
 from tfmesos.advertise import is_loopback_name
 from tfmesos.aio import reap
 from tfmesos.backends.base import (
@@ -44,6 +45,7 @@ from tfmesos.mesos.scheduler import (
     SchedulerError,
 )
 from tfmesos.mesos.states import TaskState, describe_update, exit_status
+from tfmesos.mesos.tasklogs import TaskLogs
 from tfmesos.spec import ClusterSpec, TaskSpec, Volume
 
 __all__ = ["MesosBackend", "MesosOptions", "framework_capabilities", "task_info"]
@@ -238,6 +240,7 @@ class MesosBackend(Backend):
         force_pull_image: bool = False,
         secret_file: str | None = None,
         ssl_ca: str | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(spec)
         self.options = MesosOptions(
@@ -297,6 +300,12 @@ class MesosBackend(Backend):
             auth=(principal, secret) if principal and secret else None,
             ssl_ca=ssl_ca,
         )
+        self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        """Where every task's output is kept on this machine, as it reaches
+        the launcher (the chief's log too: run.py puts it here)."""
+        self._logs = TaskLogs(self.log_dir, runs.task_log_max())
+        self._web_ui: str | None = None
+        """The master's web UI, once the master has shown it serves one."""
         self._sink: EventSink | None = None
         self._pending: list[Launch] = []
         self._handed_tasks = False
@@ -346,10 +355,7 @@ class MesosBackend(Backend):
     @classmethod
     def from_options(cls, spec: ClusterSpec, options: BackendOptions) -> MesosBackend:
         assert isinstance(options, MesosOptions), options
-        # The tasks' output stays in their sandboxes: log_dir is the chief's
-        # (its local backend's), not this backend's.
         fields = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
-        del fields["log_dir"]
         return cls(spec, **fields)
 
     # -- Backend ---------------------------------------------------------
@@ -359,8 +365,24 @@ class MesosBackend(Backend):
         # Looked up once: the launcher asks for it at every launch.
         return self.host
 
+    def logs_location(self) -> str:
+        return str(self.log_dir)
+
+    def unseen_output_location(self) -> str:
+        where = f", in the Mesos web UI at {self._web_ui}" if self._web_ui else ""
+        return f"its sandbox on its host (stdout and stderr{where})"
+
+    def task_output(self, task_id: str, data: bytes) -> None:
+        self._logs.write(task_id, data)
+
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecError(
+                f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
+            ) from None
         self._runner = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
@@ -466,6 +488,7 @@ class MesosBackend(Backend):
         if self._runner is not None:
             self._runner.cancel()
             await reap(self._runner)
+        self._logs.close()
 
     def progress(self) -> str:
         if not self.client.subscribed.is_set():
@@ -606,12 +629,9 @@ class MesosBackend(Backend):
         master = self.client.master
         framework_id = subscribed.get("framework_id", {}).get("value")
         if master is not None:
-            logger.info(
-                "Mesos: subscribed as framework %s; see %s/#/frameworks/%s",
-                framework_id,
-                master.url,
-                framework_id,
-            )
+            logger.info("Mesos: subscribed as framework %s at %s", framework_id, master.url)
+            if not self._resubscribed:
+                self._track(self._show_web_ui(str(framework_id)))
         if self._resubscribed:
             # We may have missed updates while away: ask for the current state.
             # Tasks written off as unreachable are asked about too: one that
@@ -635,6 +655,18 @@ class MesosBackend(Backend):
                 self._revive()
         else:
             self._suppress_if_idle()
+
+    async def _show_web_ui(self, framework_id: str) -> None:
+        """Name the framework's page in the master's web UI, where the tasks'
+        sandboxes are, if the master serves one (real Mesos does, at ``/``;
+        the test master does not): never a link that leads nowhere."""
+        self._web_ui = await self.client.web_ui()
+        if self._web_ui is not None and not self._closing:
+            logger.info(
+                "Mesos: each task's sandbox is in the master's web UI: %s/#/frameworks/%s",
+                self._web_ui,
+                framework_id,
+            )
 
     def _reconcile(self, agents: dict[str, str]) -> None:
         """Ask the master for the state of these tasks (``agents``: each

@@ -92,6 +92,8 @@ CONNECT_TIMEOUT = 10.0
 FIRST_CONTACT_MAX_BACKOFF = 1.0
 """The longest wait between tries before any master has answered: a master
 that is starting is found within a second of listening."""
+WEB_UI_TIMEOUT = 3.0
+"""How long the question whether the master serves a web UI may take."""
 MIN_ATTEMPT = 1.0
 """The least time a step of an attempt is given, even when the reconnect budget
 is all but spent, so that the last attempt is a real one."""
@@ -502,6 +504,20 @@ class SchedulerClient:
             # stream after this event, and re-subscribing cannot help.
             self._removed = True
         self._on_event(event)
+
+    async def web_ui(self) -> str | None:
+        """The subscribed master's address if it serves a web UI (an HTML
+        page at ``/``, as real Mesos does), else None; asked once, briefly."""
+        master = self.master
+        if master is None:
+            return None
+        try:
+            status, content_type = await asyncio.wait_for(
+                self._transport.get(master.url + "/", WEB_UI_TIMEOUT), WEB_UI_TIMEOUT + 1
+            )
+        except (TransportError, OSError, asyncio.TimeoutError):
+            return None
+        return master.url if status == 200 and "html" in content_type else None
 
     # -- calls -----------------------------------------------------------
 

@@ -304,6 +304,10 @@ class Transport(Protocol):
         """Send one call; its answer's status and text."""
         ...
 
+    async def get(self, url: str, timeout: float) -> tuple[int, str]:
+        """GET ``url``: its status and Content-Type."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -490,6 +494,23 @@ class AiohttpTransport:
                 ssl=self._ssl(url),
             ) as response:
                 return response.status, await response.text()
+        except asyncio.TimeoutError:
+            raise TransportError(f"no answer within {timeout:g}s") from None
+        except TLSError as exc:
+            raise TransportError(str(exc)) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransportError(describe(exc)) from exc
+
+    async def get(self, url: str, timeout: float) -> tuple[int, str]:
+        try:
+            async with self._open().get(
+                url,
+                headers=self._headers({}),
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                ssl=self._ssl(url),
+            ) as response:
+                return response.status, response.headers.get("Content-Type", "")
         except asyncio.TimeoutError:
             raise TransportError(f"no answer within {timeout:g}s") from None
         except TLSError as exc:

@@ -74,7 +74,18 @@ def _build_parser() -> argparse.ArgumentParser:
         "--update-retry-interval", type=float, default=defaults.update_retry_interval
     )
     parser.add_argument("--no-filter-gpu-resources", action="store_true")
-    parser.add_argument("--work-dir", default=None, help="sandboxes go here (default: a temp dir)")
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help="sandboxes go here (default: a new temporary directory, kept when the master "
+        "stops unless --remove-work-dir)",
+    )
+    parser.add_argument(
+        "--remove-work-dir",
+        action="store_true",
+        help="remove the temporary work directory, with the tasks' sandboxes, when the "
+        "master stops (default: keep it, and say where it is)",
+    )
     parser.add_argument(
         "--inherit-env",
         action="store_true",
@@ -107,21 +118,29 @@ def _build_parser() -> argparse.ArgumentParser:
 
 async def _serve(config: MasterConfig) -> None:
     master = TestMaster(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # Before it says it listens: a signal from whoever waited for that line
+    # stops it cleanly, and it says where the sandboxes are.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
     await master.start()
     print(
         f"tfmesos test master {master.master_id} listening on {master.url} "
         f"({config.agents} agent{'s' if config.agents != 1 else ''}, work dir {master.work_dir})",
         flush=True,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
     try:
         await stop.wait()
     finally:
         await master.stop()
+        kept = config.work_dir is not None or config.keep_work_dir
+        print(
+            f"tfmesos test master {master.master_id} stopped; the tasks' sandboxes "
+            + (f"are kept in {master.work_dir}" if kept else f"in {master.work_dir} are removed"),
+            flush=True,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         update_retry_interval=args.update_retry_interval,
         filter_gpu_resources=not args.no_filter_gpu_resources,
         work_dir=args.work_dir,
+        keep_work_dir=not args.remove_work_dir,
         inherit_env=args.inherit_env,
         leader=not args.not_leader,
         leader_address=args.leader_address,

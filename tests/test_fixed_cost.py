@@ -1,0 +1,97 @@
+"""What a trivial local job loads (issue 28): nothing it does not use.
+
+Each test runs a real tfrun (or the module under test) in a subprocess of
+its own and reads its ``sys.modules``; no timing is checked here
+(``bench/fixed_cost.py`` measures, docs/benchmarks.md has the figures).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+UNUSED = (
+    "ssl",
+    "_ssl",
+    "aiohttp",
+    "kazoo",
+    "jsonschema",
+    "logging.config",
+    "difflib",
+    "uuid",
+    "tempfile",
+    "tfmesos.backends.mesos",
+    "tfmesos.backends.slurm",
+    "tfmesos.mesos.transport",
+)
+"""Modules a local job without TLS never needs."""
+
+_RUN_AND_LIST = (
+    "import json, sys\n"
+    "from tfmesos.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print(json.dumps(sorted(sys.modules)))\n"
+    "sys.exit(code)\n"
+)
+
+
+def test_a_trivial_local_job_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))  # the run directory made as by default
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST, "-w", "3", "-s", "1", "--", "/bin/true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    modules = set(json.loads(result.stdout.splitlines()[-1]))
+    assert {"tfmesos.launcher", "tfmesos.backends.local", "asyncio"} <= modules
+    assert sorted(modules.intersection(UNUSED)) == []
+    assert "job succeeded" in result.stderr
+
+
+def test_asyncio_gets_ssl_once_something_imports_it() -> None:
+    code = (
+        "import sys\n"
+        "from tfmesos import lazyssl\n"
+        "lazyssl.import_asyncio()\n"
+        "import asyncio.base_events, asyncio.selector_events, asyncio.sslproto\n"
+        "assert 'ssl' not in sys.modules and asyncio.sslproto.ssl is None\n"
+        "import ssl\n"
+        "for module in (asyncio.base_events, asyncio.selector_events, asyncio.sslproto):\n"
+        "    assert module.ssl is ssl, module\n"
+        "assert asyncio.sslproto.SSLAgainErrors == (ssl.SSLWantReadError, ssl.SSLSyscallError)\n"
+        "assert not any(type(f).__name__ == '_SslFinder' for f in sys.meta_path)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_fork_server_holds_what_its_agents_would_import() -> None:
+    # Loaded once in the server, not in each forked agent as it dials.
+    code = (
+        "import sys\n"
+        "import tfmesos.forkserver\n"
+        "assert 'encodings.idna' in sys.modules\n"
+        "assert 'ssl' not in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,126 @@
+"""Every task's output is kept where tfrun says (issue 27, point 2).
+
+On Mesos each task's output reaches the launcher (forwarded to the terminal or
+not) and is written, as it comes, to the run directory tfrun's last line
+names, beside the chief's log; the sandboxes are no longer the only copy. The
+last line names only places that exist: the master's web UI only where it
+serves one (real Mesos does, the test master does not). The test master's
+command keeps its sandboxes when stopped by a signal, and says where.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import MARK, ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.mesos_clusters import MesosUnderTest
+
+PY = sys.executable
+PRINT_AND_WAIT = (
+    "import sys, time\n"
+    "print('output of', sys.argv[1], sys.argv[2], flush=True)\n"
+    "if sys.argv[1] == 'ps': time.sleep(120)\n"
+)
+JOB = ("-w", "2", "-s", "1", "--", PY, "-c", PRINT_AND_WAIT, "{job_name}", "{task_index}")
+TASKS = ("ps:0", "worker:0", "worker:1")
+
+
+def run_directory(stderr: str) -> Path:
+    last = stderr.strip().splitlines()[-1]
+    found = re.fullmatch(r"\[tfrun\] the full output of each task is in (\S+)", last)
+    assert found, stderr
+    return Path(found.group(1))
+
+
+def logs_by_task(directory: Path) -> dict[str, str]:
+    """Each task's log in ``directory``, by task name (``ps.0.1.ab12cd34.log``: ps:0)."""
+    found: dict[str, str] = {}
+    for path in sorted(directory.glob("*.log")):
+        job, index = path.name.split(".")[:2]
+        found[f"{job}:{index}"] = found.get(f"{job}:{index}", "") + path.read_text()
+    return found
+
+
+def test_every_task_s_output_is_in_the_run_directory_the_last_line_names(
+    mesos: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    result = run_tfrun("-m", mesos.url, *JOB, env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    logs = logs_by_task(run_directory(result.stderr))
+    for name in TASKS:
+        job, index = name.split(":")
+        assert f"output of {job} {index}" in logs.get(name, ""), (name, logs)
+    # A web UI only where there is one: real Mesos serves it, the test master not.
+    link = re.search(r"web UI: (http://\S+)/#/frameworks/\S+", result.stderr)
+    if mesos.double is not None:
+        assert link is None and "web UI" not in result.stderr, result.stderr
+    else:
+        assert link is not None and link.group(1) == mesos.url, result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def _start_master(job_procs: JobProcesses, *flags: str) -> tuple[subprocess.Popen[str], str]:
+    master = subprocess.Popen(
+        [PY, "-m", "tfmesos.testing.master", "--port", "0", "--agents", "2", "--inherit-env",
+         *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )  # fmt: skip
+    assert master.stdout is not None
+    for line in master.stdout:
+        found = re.search(r"listening on (http://\S+)", line)
+        if found:
+            return master, found.group(1)
+    raise AssertionError(f"the test master never listened (exit {master.wait()})")
+
+
+def _stop(master: subprocess.Popen[str]) -> str:
+    master.send_signal(signal.SIGTERM)
+    out, _ = master.communicate(timeout=60)
+    return out
+
+
+def test_the_test_master_keeps_its_sandboxes_when_stopped_by_a_signal_and_says_where(
+    job_procs: JobProcesses,
+) -> None:
+    master, url = _start_master(job_procs)
+    try:
+        result = subprocess.run(
+            tfrun_argv("-m", url, *JOB),
+            capture_output=True,
+            text=True,
+            env=job_procs.env(),
+            cwd=ROOT,
+            timeout=300,
+        )
+    finally:
+        said = _stop(master)
+    assert result.returncode == 0, result.stderr
+    found = re.search(r"sandboxes are kept in (\S+)", said)
+    assert found, said
+    kept = Path(found.group(1))
+    sandboxes = "".join(
+        path.read_text(errors="replace") for path in kept.rglob("stdout") if path.is_file()
+    )
+    for job, index in (("ps", "0"), ("worker", "1")):
+        assert f"output of {job} {index}" in sandboxes, said
+    import shutil
+
+    shutil.rmtree(kept, ignore_errors=True)
+    assert job_procs.wait_gone(10) == []
+
+
+def test_the_test_master_removes_its_sandboxes_when_told_to(job_procs: JobProcesses) -> None:
+    master, _ = _start_master(job_procs, "--remove-work-dir")
+    said = _stop(master)
+    found = re.search(r"sandboxes in (\S+) are removed", said)
+    assert found, said
+    assert not Path(found.group(1)).exists(), said
+    assert MARK  # the master's tasks carry the mark; none ran here

@@ -1,0 +1,96 @@
+"""The remote tasks' output, kept on the launcher's machine.
+
+A Mesos task's agent writes everything the task prints to its sandbox, on
+its agent's host, and sends it to the launcher too, forwarded or not (the
+launcher keeps a tail of every task for a failure's report). Sandboxes go
+when their agent's garbage collection, or a test master's stop, removes them:
+what reaches the launcher is written here, as it comes, to ``TASK_ID.log`` in
+the run's directory, beside the chief's log, so that the run directory tfrun
+names holds every task's output whatever the backend.
+
+Each log is capped as the local backend's are (``TFMESOS_TASK_LOG_MAX``):
+past half the cap ``TASK_ID.log`` becomes ``TASK_ID.log.1`` and a new one is
+begun. A log that cannot be written (a full disk) is given up on with one
+warning naming it; the job goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+__all__ = ["TaskLogs"]
+
+logger = logging.getLogger("tfmesos")
+
+
+class _Log:
+    def __init__(self, path: Path, half: int) -> None:
+        self.path = path
+        self.half = half
+        self.fd = -1
+        self.size = 0
+        self.broken = False
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self.fd < 0:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self.size = os.fstat(self.fd).st_size
+            chunk = view
+            if self.half:
+                if self.size >= self.half:
+                    self.rotate()
+                chunk = view[: max(self.half - self.size, 1)]
+            written = os.write(self.fd, chunk)
+            self.size += written
+            view = view[written:]
+
+    def rotate(self) -> None:
+        self.close()
+        os.replace(self.path, f"{self.path}.1")
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self.size = 0
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class TaskLogs:
+    """``TASK_ID.log`` in ``directory`` for each task whose output is handed
+    to :meth:`write`; ``cap`` bytes at most for each (0: no cap)."""
+
+    def __init__(self, directory: Path, cap: int = 0) -> None:
+        self.directory = directory
+        self._half = cap // 2 if cap > 1 else 0
+        self._logs: dict[str, _Log] = {}
+
+    def path(self, task_id: str) -> Path:
+        return self.directory / f"{task_id}.log"
+
+    def write(self, task_id: str, data: bytes) -> None:
+        log = self._logs.get(task_id)
+        if log is None:
+            log = self._logs[task_id] = _Log(self.path(task_id), self._half)
+        if log.broken:
+            return
+        try:
+            log.write(data)
+        except OSError as exc:
+            log.broken = True
+            log.close()
+            logger.warning(
+                "cannot keep the output of task %s in %s (%s): the rest of it is only in its "
+                "sandbox",
+                task_id,
+                log.path,
+                exc.strerror or exc,
+            )
+
+    def close(self) -> None:
+        for log in self._logs.values():
+            log.close()
