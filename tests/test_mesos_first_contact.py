@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, marked_master, start_tfrun, tfrun_argv
+from tests.conftest import MARK, ROOT, JobProcesses, marked_master, start_tfrun, tfrun_argv
 from tests.mesos_clusters import CuttableProxy
 
 PY = sys.executable
@@ -127,4 +127,41 @@ def test_a_master_lost_after_subscribing_keeps_the_long_budget(
             proxy.close()
     assert proc.returncode == 0, err
     assert "re-subscribing" in err, err
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_master_that_starts_a_moment_after_tfrun_is_waited_for_quietly(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    port = free_port()
+    monkeypatch.setenv(MARK, job_procs.mark)
+    proc = subprocess.Popen(
+        tfrun_argv("-m", f"127.0.0.1:{port}", "-w", "2", "-s", "0", "--", "true"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    )
+    master = None
+    try:
+        # The README's `python -m tfmesos.testing.master ... & tfrun ...`,
+        # with the master the slower of the two, as it is on a loaded machine.
+        time.sleep(1.5)
+        master = subprocess.Popen(
+            [PY, "-m", "tfmesos.testing.master", "--port", str(port), "--agents", "1",
+             "--inherit-env", "--work-dir", str(tmp_path / "sandboxes")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=job_procs.env(),
+            cwd=ROOT,
+        )  # fmt: skip
+        _, err = proc.communicate(timeout=120)
+    finally:
+        for process in (proc, master):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(30)
+    assert proc.returncode == 0, err
+    assert "Cannot connect" not in err and "re-subscribing" not in err, err
     assert job_procs.wait_gone(10) == []

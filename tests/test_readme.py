@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -112,4 +113,48 @@ def test_the_readme_runs_as_written(tmp_path: Path, job_procs: JobProcesses) -> 
     # The DDP example trained under torchrun and under tfrun; JAX's psum was exact.
     assert len(re.findall(r"final loss = [\d.]+", output)) >= 2, output[-6000:]
     assert "[worker:0] psum = [3, 6, 9, 12]" in result.stdout, result.stdout[-3000:]
+    assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
+
+
+def test_the_test_master_block_runs_as_written_without_a_race(job_procs: JobProcesses) -> None:
+    """The README's "Trying it without a cluster" block, in this checkout's
+    environment: its ``pip install`` left out (this environment has the
+    extra), and its port 5050 changed for a free one, since other tests may
+    run beside this one. tfrun starts before the master listens (the block's
+    ``&``): the first thing a new user sees must not be "Cannot connect"; and
+    after the block's ``kill``, every task's output is in the run directory
+    tfrun named last."""
+    blocks = [body for lang, body, why in readme_snippets() if "tfmesos.testing.master" in body]
+    block = next(body for body in blocks if "mnist_replica.py" in body and "kill $!" in body)
+    lines = block.splitlines()
+    assert lines[0] == "pip install '.[mesos]'", block
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    body = "\n".join(lines[1:]).replace("5050", str(port))
+    env = job_procs.env()
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    result = subprocess.run(
+        ["bash", "-c", "set -e\n" + body],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "Cannot connect" not in output and "re-subscribing" not in output, output[-6000:]
+    assert re.findall(r"validation cross entropy = [\d.]+", output), output[-6000:]
+    assert re.findall(r"^42$", result.stdout, re.M) == ["42"], result.stdout[-3000:]
+    # The MNIST job's last line names its run directory: every task's log is there.
+    named = re.findall(r"the full output of each task is in (\S+)", result.stderr)
+    assert named, result.stderr[-3000:]
+    logs = {path.name.split(".")[0] + ":" + path.name.split(".")[1]
+            for path in Path(named[0]).glob("*.log")}  # fmt: skip
+    assert logs == {"ps:0", "worker:0", "worker:1"}, (logs, result.stderr[-3000:])
+    assert "sandboxes are kept in" in result.stdout, result.stdout[-3000:]
+    kept = re.findall(r"sandboxes are kept in (\S+)", result.stdout)
+    for directory in kept:
+        shutil.rmtree(directory, ignore_errors=True)
     assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
