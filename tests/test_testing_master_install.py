@@ -40,7 +40,7 @@ def test_without_aiohttp_the_package_imports_and_its_classes_name_the_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import tfmesos.testing
-    import tfmesos.testing.master  # noqa: F401 - imported, to be put back as it was
+    import tfmesos.testing.master  # imported, to be put back as it was
 
     # The package's attribute too: put back with the modules when the test ends.
     monkeypatch.setattr(tfmesos.testing, "master", sys.modules["tfmesos.testing.master"])
