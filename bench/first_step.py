@@ -39,6 +39,7 @@ directory is put first on ``PATH`` so that the tasks' ``python`` is this one.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import json
@@ -48,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -282,15 +284,15 @@ def main() -> None:
             *("--job_name={job_name}", "--task_index={task_index}", *steps),
         ]
         hand_argv = ["bash", str(BENCH / "hand_launch_mnist.sh"), *steps]
-        variants = {"": None}
+        variants: dict[str, Path | None] = {"": None}
         if has_sklearn and not args.quick:
             variants[f", {HIDE}"] = hidden
-        contenders = {}
+        contenders: dict[str, Callable[[], Run | dict[str, tuple[float, float]]]] = {}
         for suffix, hide in variants.items():
             env = job_env(hide)
-            contenders[f"tfrun{suffix}"] = lambda env=env: run_job(tfrun_argv, env, args.cold)
-            contenders[f"hand{suffix}"] = lambda env=env: run_job(hand_argv, env, args.cold)
-            contenders[f"one task{suffix}"] = lambda env=env: task_phases(env, args.cold)
+            contenders[f"tfrun{suffix}"] = functools.partial(run_job, tfrun_argv, env, args.cold)
+            contenders[f"hand{suffix}"] = functools.partial(run_job, hand_argv, env, args.cold)
+            contenders[f"one task{suffix}"] = functools.partial(task_phases, env, args.cold)
         runs = alternate(args.reps, contenders, warmup=args.warmup and not args.cold)
     jobs = [n for n in contenders if not n.startswith("one task")]
     for mark in ("cluster up", "data loaded", "first step", "trained", "exit"):

@@ -258,7 +258,7 @@ def main() -> None:
                 f"local {size}": functools.partial(bring_up, size, None),
             }
             on_real = not isinstance(real, str) and size <= REAL_MAX_TASKS
-            if on_real:
+            if on_real and not isinstance(real, str):
                 kinds[f"real-mesos {size}"] = functools.partial(bring_up, size, real.url)
             runs = alternate(args.reps, kinds, warmup=args.warmup and size == sizes[0])
             for where in [k.rsplit(" ", 1)[0] for k in kinds]:

@@ -132,7 +132,7 @@ class MesosUnderTest:
     def framework(self, name_part: str = "") -> JSON:
         """The one framework (active or completed) whose name holds ``name_part``."""
         state = self.state()
-        found = [
+        found: list[JSON] = [
             f
             for f in state["frameworks"] + state["completed_frameworks"]
             if name_part in (f.get("name") or "")

@@ -15,6 +15,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tfmesos import agent
+from tfmesos.supervisor import task_command
 
 STAND_IN = """
 import json, os, socket
@@ -33,7 +34,7 @@ while True:
     server.accept()[0].close()
 """
 
-_task_command = agent.task_command
+_task_command = task_command
 
 
 def _stand_in_command(
@@ -45,7 +46,8 @@ def _stand_in_command(
     return argv, env
 
 
-agent.task_command = _stand_in_command
+# The agent's own binding of the supervisor's function (not exported): patched on purpose.
+agent.task_command = _stand_in_command  # type: ignore[attr-defined]
 
 if __name__ == "__main__":
     sys.exit(agent.main())

@@ -196,7 +196,7 @@ def test_a_callback_runs_when_the_output_before_it_is_dropped(
         os.close(read_end)
 
     async def main() -> None:
-        console = ConsoleWriter(stream)  # type: ignore[arg-type]
+        console = ConsoleWriter(stream)
         console.write(b"never shown\n")
         console.after_written(lambda: said.append("finished"))
         if how == "abandon":

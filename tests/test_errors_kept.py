@@ -114,7 +114,8 @@ def test_a_bug_in_the_mesos_backends_loop_keeps_its_traceback(
     events: list[BackendEvent] = []
 
     async def broken_run() -> None:
-        {}["no such key"]
+        empty: dict[str, int] = {}
+        empty["no such key"]
 
     backend.client.run = broken_run  # type: ignore[method-assign]
 

@@ -5,6 +5,7 @@ terminal only, and exit statuses that say who failed."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import pty
 import re
@@ -30,7 +31,7 @@ def py(code: str) -> list[str]:
 def read_slowly(proc: subprocess.Popen[bytes], pause: float = 0.002) -> list[str]:
     """All of a process's stdout, read a little at a time, like a terminal
     slower than the job's output."""
-    assert proc.stdout is not None
+    assert isinstance(proc.stdout, io.BufferedReader)
     chunks = []
     while data := proc.stdout.read1(16 << 10):
         chunks.append(data)
@@ -248,7 +249,7 @@ def test_the_verdict_names_runs_of_many_tasks_as_ranges() -> None:
 def test_the_launcher_says_each_tasks_end() -> None:
     job = ClusterSpec((Job("ps", 1, cmd="sleep 600"), Job("worker", 2, cmd="true")), replica=True)
 
-    async def scenario():  # type: ignore[no-untyped-def]
+    async def scenario() -> dict[str, str]:
         import io
 
         from tfmesos.launcher import Launcher

@@ -9,7 +9,7 @@ import io
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 import pytest
 
@@ -58,8 +58,8 @@ async def until(condition: Callable[[], bool]) -> None:
     raise AssertionError("the condition never held")
 
 
-def fake(plans: dict[str, Plan | list[Plan]] | None = None, **kw: object) -> FakeBackend:
-    return FakeBackend(spec(**kw), plans)  # type: ignore[arg-type]
+def fake(plans: Mapping[str, Plan | Sequence[Plan]] | None = None, **kw: object) -> FakeBackend:
+    return FakeBackend(spec(**kw), plans)
 
 
 # -- before the cluster is up: retried ------------------------------------------
@@ -197,7 +197,7 @@ def test_each_task_gets_the_cluster_with_every_address() -> None:
 def test_every_way_out_releases_the_backend_and_leaves_no_task_running(
     plans: dict[str, Plan], error: type[Exception] | None
 ) -> None:
-    backend = fake(plans)  # type: ignore[arg-type]
+    backend = fake(plans)
     launcher = backend.launcher()
     if error is None:
         asyncio.run(run_job(launcher))
@@ -315,7 +315,8 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
     # each. (A first version woke every waiting task on any wake-up and
     # re-armed them all: 1,023 wake-ups for 10 tasks ending 0.1 s apart.)
     from tfmesos.backends.base import TaskEnded
-    from tfmesos.launcher import Phase, _Task, _Tick
+    from tfmesos.launcher import _Task, _Tick
+    from tfmesos.policy import Phase
 
     count = 10
     woken: list[str] = []

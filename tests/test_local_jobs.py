@@ -273,7 +273,7 @@ def _wait_until_backed_up(pipe: int, proc: subprocess.Popen[bytes], watch: Stder
     """Return once half the pipe waits to be read: with nobody reading, its
     writer is stalled or soon will be. (Writes that do not fill a page leave
     room no later write takes: a stalled pipe may hold less than its size.)"""
-    size = fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ)  # type: ignore[attr-defined]
+    size = fcntl.fcntl(pipe, fcntl.F_GETPIPE_SZ)
     while struct.unpack("i", fcntl.ioctl(pipe, termios.FIONREAD, b"\0" * 4))[0] < size // 2:
         assert proc.poll() is None, watch.text()
         time.sleep(0.05)

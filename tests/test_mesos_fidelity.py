@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -380,7 +380,7 @@ def run_script(url: str, kind: str, logs: Callable[[], str]) -> JSON:
         tasks = [task_info(task, agent_id) for task in ("exit-3", "true", "sleep-60")]
         tasks.append(task_info("port-not-offered", agent_id, NOT_OFFERED_PORT))
         seen["ACCEPT"] = fw.post(launch(offer["id"], *tasks))
-        decline = {"type": "DECLINE", "decline": {"offer_ids": [o["id"] for o in others]}}
+        decline: JSON = {"type": "DECLINE", "decline": {"offer_ids": [o["id"] for o in others]}}
         # For an hour: the other agent is not offered again in this run.
         decline["decline"]["filters"] = {"refuse_seconds": 3600}
         seen["DECLINE of the other offers"] = fw.post(decline)
@@ -463,6 +463,7 @@ def run_script(url: str, kind: str, logs: Callable[[], str]) -> JSON:
 def flatten(value: Any, name: str = "") -> dict[str, Any]:
     """Nested dicts and lists as one level: ``{"a": [{"b": 1}]}`` is ``{"a.0.b": 1}``.
     Tuples stay whole: each is one observation (an update's summary)."""
+    items: Iterable[tuple[str, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):

@@ -739,7 +739,7 @@ def test_a_master_that_never_answers_subscribe_ends_within_the_budget(
 def test_a_master_that_never_answers_subscribe_is_left_for_the_next(
     master: ThreadedTestMaster,
 ) -> None:
-    framework = {"user": getpass.getuser(), "name": "t", "roles": ["*"]}
+    framework: dict[str, Any] = {"user": getpass.getuser(), "name": "t", "roles": ["*"]}
     framework["capabilities"] = [{"type": "MULTI_ROLE"}]
 
     async def subscribe(masters: str) -> str:
@@ -890,7 +890,7 @@ def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
 
 
 def test_a_call_on_a_replaced_stream_is_late_not_fatal(master: ThreadedTestMaster) -> None:
-    framework = {"user": getpass.getuser(), "name": "t", "roles": ["*"]}
+    framework: dict[str, Any] = {"user": getpass.getuser(), "name": "t", "roles": ["*"]}
     framework["capabilities"] = [{"type": "MULTI_ROLE"}]
 
     async def scenario() -> tuple[str | None, str]:

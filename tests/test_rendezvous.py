@@ -8,7 +8,8 @@ import os
 import socket
 import struct
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -16,6 +17,7 @@ from tfmesos import wire
 from tfmesos.rendezvous import Exited, Output, Registered, RendezvousEvent, RendezvousServer
 
 SECRET = bytes(range(32))
+T = TypeVar("T")
 
 
 class Client:
@@ -79,7 +81,7 @@ async def serve(admit: set[str]) -> tuple[RendezvousServer, list[RendezvousEvent
     return server, events
 
 
-async def in_thread(func, *args):  # type: ignore[no-untyped-def]
+async def in_thread(func: Callable[..., T], *args: object) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, func, *args)
 
 

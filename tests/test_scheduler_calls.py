@@ -61,7 +61,7 @@ def test_a_call_left_unanswered_holds_up_only_the_calls_that_depend_on_it() -> N
             assert not kill_t1.done() and not revive.done()
             assert ("KILL", "task:t1") not in started
             release.set()
-            assert await within(asyncio.gather(accept, kill_t1, revive)) == [None] * 3
+            assert list(await within(asyncio.gather(accept, kill_t1, revive))) == [None] * 3
             assert transport.types().index("KILL", 3) > transport.types().index("ACCEPT")
 
     run(scenario())

@@ -190,12 +190,11 @@ def run_killing(
                 for victim in victims:
                     back = len([line for line in said.lines if " is back at " in line])
                     kill_server(victim)
-                    await until(
-                        lambda back=back: (
-                            len([x for x in said.lines if " is back at " in x]) > back
-                        ),
-                        watch,
-                    )
+
+                    def one_more_back(back: int = back) -> bool:
+                        return len([x for x in said.lines if " is back at " in x]) > back
+
+                    await until(one_more_back, watch)
             except JobFailedError as exc:
                 return exc
             finally:

@@ -361,7 +361,10 @@ def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(job_procs: JobP
             env=job_procs.env(), timeout=60,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"tfrun still waited after 60s:\n{exc.stderr}")
+        # On a timeout, subprocess.run leaves the output undecoded, even with text=True.
+        pytest.fail(
+            f"tfrun still waited after 60s:\n{(exc.stderr or b'').decode(errors='replace')}"
+        )
     took = time.monotonic() - started
     assert result.returncode == 2, result.stderr
     assert took < 20, (took, result.stderr)
