@@ -116,6 +116,77 @@ def test_a_full_log_disk_is_said_once_per_task_and_costs_neither_the_task_nor_it
     assert job_procs.wait_gone(10) == []
 
 
+def test_a_log_whose_directory_is_removed_is_given_up_with_one_warning(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # The command removes its own log directory, then prints past the cap:
+    # the rotation finds no directory. Before, the agent wrote on, uncapped
+    # and unsaid, into a file nobody could find.
+    logs = tmp_path / "logs"
+    code = (
+        f"import shutil; shutil.rmtree({str(logs)!r})\n"
+        "for n in range(1000): print('line %05d ' % n + 'x' * 40)\n"
+        "print('END')\n"
+    )
+    result = run_tfrun(
+        "--log-dir", str(logs), "-w", "1", "--", PY, "-c", code,
+        env=job_procs.env(TFMESOS_TASK_LOG_MAX="8K"), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = [line for line in result.stdout.splitlines() if line.startswith("[worker:0] ")]
+    assert len(got) == 1001 and got[-1] == "[worker:0] END", got[-3:]
+    warned = re.findall(
+        r"^\[tfrun\] task worker:0 on \S+ cannot write its log (\S+) \(No such file or "
+        r"directory: its directory (\S+) was removed\); ",
+        result.stderr,
+        re.M,
+    )
+    assert len(warned) == 1, result.stderr
+    assert Path(warned[0][0]).parent == logs and warned[0][1] == str(logs)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_log_that_cannot_rotate_for_want_of_an_inode_stays_under_its_cap(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # A tmpfs with room for its root and one file: the rotation moves the log
+    # to FILE.1 and cannot make a new FILE. Before, the agent wrote on into
+    # FILE.1, past the cap, and said nothing.
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    kept.mkdir()
+    code = "for n in range(1000): print('line %05d ' % n + 'x' * 40)\nprint('END')\n"
+    script = (
+        'mount -t tmpfs -o size=1m,nr_inodes=2 tfmesos-inodes "$0" || exit 97\n'
+        '"$@"; code=$?\ncp -a "$0/." "$KEPT/"\nexit $code\n'
+    )
+    argv = [
+        *_full_disk_wrapper(), "sh", "-c", script, str(disk),
+        *tfrun_argv("--log-dir", str(disk), "-w", "1", "--", PY, "-c", code),
+    ]  # fmt: skip
+    result = subprocess.run(
+        argv, capture_output=True, text=True, timeout=180, cwd=ROOT,
+        env=job_procs.env(KEPT=str(kept), TFMESOS_TASK_LOG_MAX="8K"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = [line for line in result.stdout.splitlines() if line.startswith("[worker:0] ")]
+    assert len(got) == 1001 and got[-1] == "[worker:0] END", got[-3:]
+    warned = re.findall(
+        r"^\[tfrun\] task worker:0 on \S+ cannot write its log (\S+) \(No space left on "
+        r"device: the log disk is full \(the filesystem at (\S+)\)\); what the log holds is kept",
+        result.stderr,
+        re.M,
+    )
+    assert len(warned) == 1, result.stderr
+    log = kept / Path(warned[0][0]).name
+    # The log keeps its name and what it held, within half the cap.
+    assert sorted(p.name for p in kept.iterdir()) == [log.name], list(kept.iterdir())
+    assert 0 < log.stat().st_size <= 4096, log.stat().st_size
+    assert log.read_text().startswith("line 00")
+    assert job_procs.wait_gone(10) == []
+
+
 # -- 8: what no environment can hold --------------------------------------------
 
 

@@ -6,6 +6,7 @@ Standard library only: the agent imports it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from typing import TYPE_CHECKING
@@ -52,7 +53,9 @@ class TaskLog:
             chunk = view
             if self.half:
                 if self.size >= self.half:
-                    self._rotate()
+                    problem = self._rotate()
+                    if problem is not None:
+                        return problem
                 chunk = view[: max(self.half - self.size, 1)]
             try:
                 written = os.write(1, chunk)
@@ -78,18 +81,30 @@ class TaskLog:
             os.close(null)
         return describe_failure(where, exc)
 
-    def _rotate(self) -> None:
+    def _rotate(self) -> str | None:
+        """Start the log afresh, the full half moved to ``FILE.1``; where
+        that cannot be done, the log is given up as for a failed write
+        (:meth:`_give_up`), since writing on would break the cap, or would
+        fill a file nobody can find: what it says is returned."""
         assert self.path is not None
+        rotated = self.path + ".1"
         try:
-            os.replace(self.path, self.path + ".1")
+            os.replace(self.path, rotated)
+        except OSError as exc:  # the directory is gone, or not writable
+            return self._give_up(exc)
+        try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-        except OSError:
-            self.half = 0  # cannot rotate (the directory is gone?): write on
-            return
+        except OSError as exc:  # no inode left for a new file, a quota
+            # The log keeps its name, and what it holds: it is not written
+            # on as FILE.1, past the cap.
+            with contextlib.suppress(OSError):
+                os.replace(rotated, self.path)
+            return self._give_up(exc)
         for target in (1, 2):
             os.dup2(fd, target)
         os.close(fd)
         self.size = 0
+        return None
 
 
 def _target(fd: int) -> str:
@@ -118,6 +133,8 @@ def describe_failure(path: str, exc: OSError) -> str:
         reason += f": the log disk is full (the filesystem at {_mount_point(path)})"
     elif exc.errno == errno.EDQUOT:
         reason += f": the disk quota on the filesystem at {_mount_point(path)} is used up"
+    elif exc.errno == errno.ENOENT:
+        reason += f": its directory {os.path.dirname(path)} was removed"
     elif exc.errno == errno.EFBIG:
         reason += ": the log reached the largest file this process may write (ulimit -f)"
     return (
