@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--log-dir",
         metavar="DIR",
-        help="local and Slurm backends: where each task's full output is kept (default: a new directory under $XDG_STATE_HOME/tfmesos/runs)",
+        help="where each task's full output is kept (on Mesos as it reaches tfrun; default: a new directory under $XDG_STATE_HOME/tfmesos/runs)",
     )
 
     security = parser.add_argument_group("security")

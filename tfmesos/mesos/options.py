@@ -29,8 +29,9 @@ _secret_from_environment: str | None = None
 
 @dataclass(frozen=True)
 class MesosOptions(BackendOptions):
-    """The Mesos backend's options. Its tasks' output stays in their sandboxes
-    on the agents: ``log_dir`` is only where the chief's goes."""
+    """The Mesos backend's options. ``log_dir`` is where every task's output
+    is kept on this machine, as it reaches tfrun (the chief's too); each
+    task's sandbox on its agent keeps its own copy."""
 
     master: str | None = None
     """host:port, a comma list, or zk://...; None: $MESOS_MASTER."""
