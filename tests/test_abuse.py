@@ -235,6 +235,50 @@ def test_cluster_env_with_a_nul_byte_raises_before_anything_starts(job_procs: Jo
     assert job_procs.alive() == []
 
 
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"initializer": "echo a\0b"}, r"the initializer holds a NUL byte \(\\0\)"),
+        ({"finalizer": "echo a\0b"}, r"the finalizer holds a NUL byte \(\\0\)"),
+        ({"initializer": "echo \ud800"}, r"the initializer holds '\\ud800', .* \(not UTF-8\)"),
+    ],
+)
+def test_an_initializer_no_process_can_run_is_one_line_and_exit_2(
+    job_procs: JobProcesses, tmp_path: Path, config: dict[str, str], said: str
+) -> None:
+    # Before: a traceback in each task (ValueError: embedded null byte) and
+    # exit 1, or tfrun's own traceback (UnicodeEncodeError) for the surrogate.
+    extra = tmp_path / "extra.json"
+    extra.write_text(json.dumps(config))
+    result = run_tfrun(
+        "-w", "2", "-e", str(extra), "--", "true", env=job_procs.env(), timeout=60
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert re.search(said, one_error_line(result.stderr)), result.stderr
+    assert job_procs.alive() == []
+
+
+def test_cluster_initializer_with_a_nul_byte_raises_before_anything_starts(
+    job_procs: JobProcesses,
+) -> None:
+    code = (
+        "import tfmesos\n"
+        "try:\n"
+        "    with tfmesos.cluster({'name': 'worker', 'num': 1}, master=None,\n"
+        "                         extra_config={'initializer': 'a\\0b'}):\n"
+        "        print('started')\n"
+        "except tfmesos.SpecError as exc:\n"
+        "    print('SpecError:', exc)\n"
+    )
+    result = subprocess.run(
+        [PY, "-c", code], capture_output=True, text=True, timeout=60, env=job_procs.env(), cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("SpecError: the initializer holds a NUL byte"), result.stdout
+    assert "started" not in result.stdout
+    assert job_procs.alive() == []
+
+
 # -- 10: the launcher's own variables ----------------------------------------------
 
 

@@ -209,6 +209,20 @@ def _check_variable(name: object, value: object) -> None:
         )
 
 
+def _check_text(what: str, text: str) -> None:
+    """A command line, directory or name each task is given: what a process
+    can take as an argument (no NUL byte) and encode (UTF-8), said before
+    anything starts rather than as a traceback in each task."""
+    if "\0" in text:
+        raise SpecError(f"{what} holds a NUL byte (\\0), which no command line can hold")
+    try:
+        text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise SpecError(
+            f"{what} holds {text[exc.start]!r}, which no command line can hold (not UTF-8)"
+        ) from None
+
+
 CHIEF = "worker:0"
 """The chief's task name in replica mode (TensorFlow's convention)."""
 
@@ -276,6 +290,12 @@ class ClusterSpec:
             )
         for key, value in self.env.items():
             _check_variable(key, value)
+        texts = [(f"job {job.name!r}'s command", job.cmd) for job in jobs]
+        texts += [("the initializer", self.initializer), ("the finalizer", self.finalizer)]
+        texts += [("the working directory (--chdir)", self.cwd), ("the job's name", self.name)]
+        for what, text in texts:
+            if isinstance(text, str):
+                _check_text(what, text)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise SpecError("TLS needs both a certificate and its key")
 
