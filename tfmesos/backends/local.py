@@ -196,6 +196,20 @@ class LocalBackend(Backend):
                 self._fork_server = server
         logger.info("the full output of each task goes to %s", self.log_dir)
 
+    async def launch_many(self, launches: Sequence[Launch]) -> None:
+        """Through the fork server, every agent's request goes out before the
+        first reply is awaited, rather than one round trip after another: the
+        server forks the next agent while the first ones dial in. Replies come
+        in the order asked, and so do the tasks' placements. A task that
+        fails to start still fails the launch, once every other has started."""
+        if self._fork_server is None or any(launch.task.gpus for launch in launches):
+            await super().launch_many(launches)
+            return
+        ended = await asyncio.gather(*map(self.launch, launches), return_exceptions=True)
+        for end in ended:
+            if isinstance(end, BaseException):
+                raise end
+
     async def launch(self, launch: Launch) -> None:
         assert self._sink is not None, "start() first"
         gpus = await self._take_gpus(launch)
