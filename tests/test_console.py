@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,25 @@ class GatedStream(io.BytesIO):
     def __init__(self) -> None:
         super().__init__()
         self.gate = threading.Event()
+        self.entered = threading.Event()
+        """A write has begun: the console's thread is held at the gate."""
         self.writes = 0
 
     def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.entered.set()
         self.gate.wait()
         self.writes += 1
         return super().write(data)
+
+
+async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Turn the loop until ``condition()`` holds; after ``timeout`` seconds,
+    fail naming ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {timeout:g}s for {what}")
+        await asyncio.sleep(0.002)
 
 
 def test_chunks_come_out_whole_and_in_order() -> None:
@@ -60,10 +74,10 @@ def test_a_stalled_stream_never_blocks_the_loop_and_bounds_the_buffer() -> None:
                 produced += len(chunk)
 
         writer = asyncio.create_task(producer())
-        # While the stream is stalled, the loop keeps running: ten turns of
-        # it come, not "until the terminal wakes up" (the guard: a hang).
-        for _ in range(10):
-            await asyncio.wait_for(asyncio.sleep(0.01), 30)
+        # While the stream is stalled, the loop keeps running (these turns
+        # of it come, not "until the terminal wakes up"; the guard: a hang),
+        # and the producer fills the buffer to its mark.
+        await until(lambda: console.full, "the producer to fill the buffer past its mark")
         assert not writer.done()  # the producer waits for room...
         assert console.buffered <= high_water + 4096  # ...with the buffer bounded
         assert produced <= high_water + 4096
@@ -109,21 +123,25 @@ def test_close_without_output_starts_no_thread() -> None:
 def test_abandon_lets_close_return_while_the_stream_is_stalled() -> None:
     out = GatedStream()
 
-    async def main() -> None:
+    async def main() -> ConsoleWriter:
         console = ConsoleWriter(out, high_water=1 << 10)
         console.write(b"stuck\n")
-        await asyncio.sleep(0.05)  # the thread is now blocked in write
+        await until(out.entered.is_set, "the console's thread to block in its write")
         console.write(b"queued\n")
         closing = asyncio.create_task(console.aclose())
-        await asyncio.sleep(0.1)
+        # The scenario: a while (0.1 s) in which the stream stays stalled.
+        await asyncio.wait([closing], timeout=0.1)
         assert not closing.done()  # closing waits for the output...
         console.abandon()
         await asyncio.wait_for(closing, 5)  # ...until told to give it up
         console.write(b"after\n")  # dropped
+        return console
 
-    asyncio.run(main())
+    console = asyncio.run(main())
     out.gate.set()
-    time.sleep(0.1)
+    # Once its stalled write returns, the thread ends, having written no more.
+    console._thread.join(10)
+    assert not console._thread.is_alive(), "the console's thread outlived its stream's stall"
     assert b"queued" not in out.getvalue() and b"after" not in out.getvalue()
 
 
@@ -176,7 +194,8 @@ def test_a_callback_runs_once_the_output_before_it_is_written() -> None:
         console.write(b"last line\n")
         console.after_written(lambda: said.append(("finished", out.writes)))
         console.after_written(lambda: said.append(("all finished", out.writes)))
-        await asyncio.sleep(0.1)
+        await until(out.entered.is_set, "the console's thread to block in its write")
+        await asyncio.sleep(0)  # a turn for any callback the thread handed the loop
         assert said == [("before any output", 0)]  # the rest waits for the stalled stream
         out.gate.set()
         await console.aclose()  # callbacks run before it returns
@@ -200,7 +219,8 @@ def test_a_callback_runs_when_the_output_before_it_is_dropped(
         console.write(b"never shown\n")
         console.after_written(lambda: said.append("finished"))
         if how == "abandon":
-            await asyncio.sleep(0.05)
+            assert isinstance(stream, GatedStream)
+            await until(stream.entered.is_set, "the console's thread to block in its write")
             console.abandon()
         await asyncio.wait_for(console.aclose(), 5)
 

@@ -85,6 +85,16 @@ async def in_thread(func: Callable[..., T], *args: object) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, func, *args)
 
 
+async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    """Turn the loop until ``condition()`` holds; after ``timeout`` seconds,
+    fail naming ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {timeout:g}s for {what}")
+        await asyncio.sleep(0.005)
+
+
 def test_a_task_with_the_secret_registers_and_streams() -> None:
     async def scenario() -> None:
         server, events = await serve({"t1"})
@@ -97,7 +107,7 @@ def test_a_task_with_the_secret_registers_and_streams() -> None:
             c.sock.close()
 
         await in_thread(client)
-        await asyncio.sleep(0.2)
+        await until(lambda: len(events) >= 3, "three events (registered, output, exited)")
         await server.close()
         assert isinstance(events[0], Registered)
         assert events[0].task_id == "t1"
@@ -200,7 +210,9 @@ def test_garbage_costs_one_connection_and_the_server_goes_on(garbage: bytes) -> 
             good.sock.close()
 
         await in_thread(attack_then_register)
-        await asyncio.sleep(0.1)
+        await until(
+            lambda: any(isinstance(e, Registered) for e in events), "the good client's registration"
+        )
         await server.close()
         assert [type(e) for e in events][:1] == [Registered]
 
@@ -230,9 +242,10 @@ def test_a_flood_of_silent_connections_is_capped_and_real_tasks_still_get_in() -
         )
         await server.start("127.0.0.1")
 
-        def flood() -> tuple[int, int]:
-            socks = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
-            time.sleep(0.5)
+        def flood() -> list[socket.socket]:
+            return [socket.create_connection(("127.0.0.1", server.port)) for _ in range(20)]
+
+        def closed_by_server(socks: list[socket.socket]) -> int:
             closed = 0
             for sock in socks:
                 sock.setblocking(False)
@@ -240,23 +253,28 @@ def test_a_flood_of_silent_connections_is_capped_and_real_tasks_still_get_in() -
                     while sock.recv(4096):  # past the hello, if any
                         pass
                     closed += 1
+            return closed
+
+        socks = await in_thread(flood)
+        try:
+            await until(
+                lambda: server.in_handshake + server.evicted == len(socks),
+                "the server to accept all 20 connections",
+            )
+            closed = await in_thread(closed_by_server, socks)
+        finally:
             for sock in socks:  # the flood ends: its handlers go away
                 sock.close()
-            return closed, len(socks) - closed
+        assert (closed, len(socks) - closed) == (15, 5)  # the cap held
+        await until(lambda: server.in_handshake == 0, "the flood's connections to go away")
 
-        closed, kept = await in_thread(flood)
-        assert (closed, kept) == (15, 5)  # the cap held
-
-        def real_task() -> None:
-            time.sleep(0.3)
-            c = Client(server.port)
-            c.register("t1")
-            c.sock.sendall(wire.encode_json({"type": "exit", "code": 0}))
-            time.sleep(0.2)
+        c = await in_thread(Client, server.port)
+        try:
+            await in_thread(c.register, "t1")
+            await in_thread(c.sock.sendall, wire.encode_json({"type": "exit", "code": 0}))
+            await until(lambda: len(events) >= 2, "the real task's registration and exit")
+        finally:
             c.sock.close()
-
-        await in_thread(real_task)
-        await asyncio.sleep(0.2)
         await server.close()
         assert [type(e) for e in events][:2] == [Registered, Exited]
 
@@ -296,8 +314,7 @@ def test_past_the_cap_the_oldest_silent_connection_makes_room_for_a_real_task() 
             c.sock.close()
 
         await in_thread(real_task)
-        while len(events) < 2:
-            await asyncio.sleep(0.01)
+        await until(lambda: len(events) >= 2, "the real task's registration and exit")
         assert [type(e) for e in events][:2] == [Registered, Exited]
         assert server.evicted == 1
         for sock in silent:
@@ -416,8 +433,11 @@ def test_real_tasks_register_while_a_flood_of_silent_connections_is_held() -> No
 
         try:
             await in_thread(open_flood)
-            while server.in_handshake + server.evicted < FLOOD:  # every one accepted
-                await asyncio.sleep(0.01)
+            await until(
+                lambda: server.in_handshake + server.evicted >= FLOOD,
+                f"the server to accept all {FLOOD} connections of the flood",
+                timeout=60,
+            )
             tasks_while_flooded = len(asyncio.all_tasks(loop))
 
             def real_task(index: int) -> None:
@@ -428,8 +448,11 @@ def test_real_tasks_register_while_a_flood_of_silent_connections_is_held() -> No
 
             await asyncio.gather(*(in_thread(real_task, i) for i in range(REAL_TASKS)))
             expected = {f"t{i}" for i in range(REAL_TASKS)}
-            while {e.task_id for e in events if isinstance(e, Exited)} != expected:
-                await asyncio.sleep(0.01)
+            await until(
+                lambda: {e.task_id for e in events if isinstance(e, Exited)} == expected,
+                f"the exits of the {REAL_TASKS} real tasks",
+                timeout=60,
+            )
             registered = [e.task_id for e in events if isinstance(e, Registered)]
             assert sorted(registered) == sorted(expected)
             assert server.evicted == 0
@@ -475,11 +498,10 @@ def test_out_of_descriptors_with_nothing_to_evict_pauses_accepting_instead_of_sp
                 while True:
                     filler.append(os.open(os.devnull, os.O_RDONLY))
             await in_thread(client.connect, ("127.0.0.1", server.port))
-            while accepts == 0:  # the first accept, which fails
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(
-                0.3
-            )  # a window in which a spinning loop calls it thousands of times
+            await until(lambda: accepts > 0, "the first accept, which fails")
+            # The scenario: a window (0.3 s) in which a spinning loop would
+            # call it thousands of times.
+            await asyncio.sleep(0.3)
             calls_while_out = accepts
         finally:
             for fd in filler:
