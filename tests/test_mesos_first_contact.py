@@ -42,8 +42,8 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 @pytest.mark.parametrize(
     "masters",
-    ["127.0.0.1:{port}", "127.0.0.1:{port},127.0.0.1:{other}"],
-    ids=["one-master", "a-list"],
+    ["127.0.0.1:{port}", "127.0.0.1:{port},127.0.0.1:{other}", "zk://127.0.0.1:{port}/mesos"],
+    ids=["one-master", "a-list", "zookeeper"],
 )
 def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
     job_procs: JobProcesses, masters: str
@@ -84,7 +84,8 @@ def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("tfrun: error: "), err
-    assert "could not reach the Mesos master at http://127.0.0.1:" in lines[0], err
+    where = "zk://127.0.0.1:" if master.startswith("zk://") else "http://127.0.0.1:"
+    assert f"could not reach the Mesos master at {where}" in lines[0], err
     assert "within 10s" in lines[0], err
     assert started_locally == [], started_locally
     assert job_procs.wait_gone(10) == []

@@ -51,6 +51,7 @@ it to IPv4 itself).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -62,6 +63,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tfmesos.errors import SpecError, TFMesosError
+
+
+class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """kazoo's own log, said at debug only (``-v``): its warnings ("Connection
+    dropped: ... Connection refused", every try) would bury tfrun's one line
+    on what failed, which says it in ZooKeeperLeader's words."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        super().log(logging.DEBUG, msg, *args, **kwargs)
+
+
+_KAZOO_LOG = _AtDebug(logging.getLogger("tfmesos.zookeeper"), {})
 
 __all__ = [
     "MasterAddress",
@@ -491,6 +504,7 @@ class ZooKeeperLeader:
             timeout=10.0,
             command_retry={"max_tries": 3, "deadline": 10.0, "max_delay": 2.0},
             auth_data=[("digest", source.auth)] if source.auth else None,
+            logger=_KAZOO_LOG,
         )
         self._lock = threading.Lock()
         self._client_lock = threading.Lock()
