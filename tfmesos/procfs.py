@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import NamedTuple
 
 __all__ = ["ProcessStat", "children", "descendants", "processes", "stat_of", "with_environment"]
 
 
-class ProcessStat(NamedTuple):
-    pid: int
-    state: str
-    """One letter: R running, S sleeping, Z zombie, ..."""
-    pgrp: int
-    session: int
+TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
+
+if TYPE_CHECKING:
+    from typing import NamedTuple
+
+    class ProcessStat(NamedTuple):
+        pid: int
+        state: str
+        """One letter: R running, S sleeping, Z zombie, ..."""
+        pgrp: int
+        session: int
+
+else:
+    import collections
+
+    ProcessStat = collections.namedtuple("ProcessStat", ["pid", "state", "pgrp", "session"])
 
 
 def processes() -> Iterator[ProcessStat]:

@@ -23,12 +23,14 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 
 from tfmesos import procfs
 
+TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
+
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 __all__ = [
     "become_subreaper",

@@ -14,7 +14,6 @@ import os
 import selectors
 import socket
 import time
-from typing import TYPE_CHECKING
 
 from tfmesos import wire
 
@@ -22,6 +21,8 @@ from tfmesos import wire
 # it on its first call (with stringprep and unicodedata, ~2 ms of CPU).
 # Imported here, it is loaded once in the fork server rather than in each
 # forked agent as it dials (docs/benchmarks.md, "The fixed cost").
+
+TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from collections.abc import Callable

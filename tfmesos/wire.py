@@ -26,7 +26,11 @@ import hashlib
 import hmac
 import json
 import struct
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
+
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "AGENT_ONLY",
