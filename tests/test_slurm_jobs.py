@@ -380,6 +380,41 @@ def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(job_procs: JobP
     assert job_procs.wait_gone(10) == []
 
 
+def test_a_job_whose_dependency_can_never_be_satisfied_ends_in_seconds_with_exit_2(
+    job_procs: JobProcesses,
+) -> None:
+    # A job it depends on failed: Slurm keeps it pending for ever,
+    # "DependencyNeverSatisfied" (unless kill_invalid_depend is set).
+    failed = subprocess.run(
+        ["sbatch", "--parsable", "--wait", "-o", "/dev/null", "-n", "1", "--wrap", "false"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert failed.returncode != 0, failed.stderr
+    depend = failed.stdout.strip().split(";")[0]
+    name = f"never-depends-{job_procs.mark[:8]}"
+    started = time.monotonic()
+    try:
+        result = run_tfrun(
+            "--backend", "slurm", "-n", name, "-w", "2", f"--sbatch-args=--dependency=afterok:{depend}",
+            "--", "true", env=job_procs.env(), timeout=60,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(
+            f"tfrun still waited after 60s:\n{(exc.stderr or b'').decode(errors='replace')}"
+        )
+    assert result.returncode == 2, result.stderr
+    assert time.monotonic() - started < 20, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("tfrun: error:")]
+    (job,) = submitted(result.stderr)
+    assert errors == [
+        f"tfrun: error: Slurm will never run the job for worker:1: job {job} is pending "
+        "(DependencyNeverSatisfied: a job it depends on (--dependency in --sbatch-args) ended in "
+        "a way that can never satisfy it); it was cancelled"
+    ], result.stderr
+    assert our_jobs(name) == []
+    assert job_procs.wait_gone(10) == []
+
+
 def test_a_percent_in_the_log_dir_is_taken_literally(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:

@@ -68,6 +68,10 @@ REASONS = {
     "Resources": "the resources it asks for are in use",
     "Priority": "jobs of higher priority are waiting ahead of it",
     "Dependency": "it waits for another job (a dependency in --sbatch-args)",
+    "DependencyNeverSatisfied": (
+        "a job it depends on (--dependency in --sbatch-args) ended in a way that can never "
+        "satisfy it"
+    ),
     "BeginTime": "its start time has not come (--begin in --sbatch-args)",
     "JobHeldUser": "it is held (scontrol release JOBID)",
     "JobHeldAdmin": "an administrator holds it",
@@ -101,6 +105,7 @@ REASONS = {
 NEVER_REASONS = frozenset(
     {
         "PartitionConfig",
+        "DependencyNeverSatisfied",
         "PartitionNodeLimit",
         "PartitionTimeLimit",
         "BadConstraints",
