@@ -415,6 +415,28 @@ def test_a_job_whose_dependency_can_never_be_satisfied_ends_in_seconds_with_exit
     assert job_procs.wait_gone(10) == []
 
 
+def test_a_chdir_this_machine_lacks_is_said_by_the_chief_which_runs_where_tfrun_runs(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # The chief runs beside tfrun, where --chdir is not checked (it is the
+    # same path on each host). Before, its agent failed to start in it: a
+    # traceback at os.chdir three times and exit 124 (125 without the fork
+    # server, tfrun's own traceback).
+    missing = tmp_path / "not here"
+    result = run_tfrun(
+        "--backend", "slurm", "--chdir", str(missing), "-w", "2", "--worker-logs", "*",
+        "--", "pwd", env=job_procs.env(), timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        f"[worker:0] [tfmesos agent] working directory {missing} does not exist here; "
+        f"running in {tmp_path}"
+    ) in result.stdout.splitlines(), result.stdout
+    assert f"[worker:0] {tmp_path}" in result.stdout.splitlines(), result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
 def test_a_percent_in_the_log_dir_is_taken_literally(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:

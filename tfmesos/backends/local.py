@@ -92,6 +92,8 @@ class LocalBackend(Backend):
         self.host = host
         self.log_max = runs.task_log_max()
         self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        self._own_run = not log_dir
+        """The run directory is this backend's own, let go when it closes."""
         self._ports = ports or PortAllocator()
         self._gpus: GpuAllocator | None = None
         self._gpus_released = asyncio.Event()
@@ -296,11 +298,14 @@ class LocalBackend(Backend):
         waiter.add_done_callback(self._waiters.discard)
 
     async def _spawn(self, task_id: str, env: dict[str, str]) -> AgentProcess:
+        # The agent starts where its command is to run. Beside a Mesos or
+        # Slurm job (the chief) that directory was not checked here: one this
+        # machine lacks is the agent's to say, as on any host without it,
+        # and it runs the command where tfrun runs.
+        cwd = self.spec.cwd if self.spec.cwd and os.path.isdir(self.spec.cwd) else None
         if self._fork_server is not None and self._fork_server.alive:
             try:
-                return await self._fork_server.spawn(
-                    task_id, env, self.spec.cwd, self.task_log(task_id)
-                )
+                return await self._fork_server.spawn(task_id, env, cwd, self.task_log(task_id))
             except ForkServerGone as exc:
                 logger.warning("%s; agents now start as new interpreters", exc)
         # The secret goes down a pipe the agent inherits, reads and closes
@@ -327,7 +332,7 @@ class LocalBackend(Backend):
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    cwd=self.spec.cwd,
+                    cwd=cwd,
                     pass_fds=pass_fds,
                     # A process group of its own, so that a signal for the task
                     # reaches only it and Ctrl-C at the terminal reaches only the
@@ -389,6 +394,8 @@ class LocalBackend(Backend):
                 await asyncio.wait_for(asyncio.shield(waiter), 1.0)
         if self._fork_server is not None:
             await self._fork_server.close()
+        if self._own_run:
+            runs.release(self.log_dir)
 
 
 def default_agent_command() -> list[str]:
