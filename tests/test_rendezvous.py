@@ -21,10 +21,22 @@ T = TypeVar("T")
 
 
 class Client:
+    """A task's side of the rendezvous; closes its socket as a context manager."""
+
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.decoder = wire.FrameDecoder()
-        self.nonce = self.receive()["nonce"]
+        try:
+            self.nonce = self.receive()["nonce"]
+        except BaseException:
+            self.sock.close()
+            raise
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
 
     def receive(self) -> dict[str, object]:
         while True:
@@ -123,9 +135,9 @@ def test_a_client_without_the_secret_is_refused() -> None:
         server, events = await serve({"t1"})
 
         def client() -> dict[str, object]:
-            c = Client(server.port)
-            c.register("t1", secret=b"guess" * 8)
-            return c.receive()
+            with Client(server.port) as c:
+                c.register("t1", secret=b"guess" * 8)
+                return c.receive()
 
         answer = await in_thread(client)
         await server.close()
@@ -151,9 +163,9 @@ def test_a_registration_must_match_its_proof_and_version(
         server, events = await serve({"t1"})
 
         def client() -> dict[str, object]:
-            c = Client(server.port)
-            c.register("t1", **register)
-            return c.receive()
+            with Client(server.port) as c:
+                c.register("t1", **register)
+                return c.receive()
 
         answer = await in_thread(client)
         await server.close()
@@ -170,11 +182,11 @@ def test_a_task_registers_only_once() -> None:
         def clients() -> tuple[dict[str, object], Client]:
             first = Client(server.port)
             first.register("t1")
-            second = Client(server.port)
-            second.register("t1")
-            # The first stays connected until the end: its closing would be
-            # an event of its own.
-            return second.receive(), first
+            with Client(server.port) as second:
+                second.register("t1")
+                # The first stays connected until the end: its closing would
+                # be an event of its own.
+                return second.receive(), first
 
         answer, first = await in_thread(clients)
         events_before_close = list(events)
@@ -201,13 +213,12 @@ def test_garbage_costs_one_connection_and_the_server_goes_on(garbage: bytes) -> 
         server, events = await serve({"t1"})
 
         def attack_then_register() -> None:
-            bad = Client(server.port)
-            with contextlib.suppress(OSError):
-                bad.sock.sendall(garbage)
-            assert bad.closed_by_server()
-            good = Client(server.port)
-            good.register("t1")
-            good.sock.close()
+            with Client(server.port) as bad:
+                with contextlib.suppress(OSError):
+                    bad.sock.sendall(garbage)
+                assert bad.closed_by_server()
+            with Client(server.port) as good:
+                good.register("t1")
 
         await in_thread(attack_then_register)
         await until(
@@ -224,9 +235,9 @@ def test_a_silent_client_is_dropped_after_the_handshake_deadline() -> None:
         server, _ = await serve(set())
 
         def silent() -> bytes:
-            c = Client(server.port)
-            c.sock.settimeout(60)  # a hang guard: a timeout raises
-            return c.sock.recv(65536)
+            with Client(server.port) as c:
+                c.sock.settimeout(60)  # a hang guard: a timeout raises
+                return c.sock.recv(65536)
 
         assert await in_thread(silent) == b""  # the server closed it
         await server.close()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 from pathlib import Path
 
 import pytest
 
-from tfmesos import runs
+from tfmesos import ClusterSpec, Job, runs
+from tfmesos.backends.local import LocalBackend
 from tfmesos.errors import SpecError
 
 
@@ -41,6 +43,38 @@ def test_only_the_newest_runs_are_kept_and_a_running_one_never_goes(
     # The two newest before it, the running one, and the new one.
     assert left == sorted([old[1].name, old[3].name, old[4].name, new.name])
     assert (new / runs.LOCK).exists()
+    assert locked(new)
+    runs.release(new)
+    assert not locked(new)
+    runs.release(new)  # a second time: nothing
+
+
+def locked(run: Path) -> bool:
+    """Whether a run (of this process or another) holds ``run``'s lock."""
+    with open(run / runs.LOCK, "ab") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+def test_a_backend_lets_go_of_the_run_directory_it_made_when_it_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A program that runs one job after another (a notebook, the tests) does
+    # not keep every run's lock, and an open file with it, to its end.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    spec = ClusterSpec((Job("worker", 1, cmd="true"),), replica=True)
+    backend = LocalBackend(spec)
+    assert locked(backend.log_dir)
+    # One given the directory (every run of a restarting job, the chief beside
+    # a Mesos job) leaves it to whoever made it.
+    given = LocalBackend(spec, log_dir=backend.log_dir)
+    asyncio.run(given.close())
+    assert locked(backend.log_dir)
+    asyncio.run(backend.close())
+    assert not locked(backend.log_dir)
 
 
 @pytest.mark.parametrize(
@@ -70,3 +104,16 @@ def test_bad_settings_are_spec_errors(
     monkeypatch.setenv(name, text)
     with pytest.raises(SpecError, match=name):
         runs.task_log_max() if name == runs.ENV_TASK_LOG_MAX else runs.keep_runs()
+
+
+@pytest.mark.e2e
+def test_a_restarting_job_lets_go_of_its_run_directory_when_it_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tfmesos.run import run_replica_job
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    spec = ClusterSpec((Job("worker", 1, cmd="true"),), replica=True, max_restarts=1)
+    assert run_replica_job(spec, "local") == 0
+    (run,) = runs.runs_root().iterdir()
+    assert (run / runs.LOCK).exists() and not locked(run)

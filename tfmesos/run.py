@@ -9,7 +9,9 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from tfmesos import runs
 from tfmesos.backends import BackendOptions, backend_class, create_backend
 from tfmesos.console import use_colour
 from tfmesos.errors import (
@@ -43,8 +45,16 @@ def run_replica_job(
     ``started``: when tfrun started, by ``time.monotonic()``, for the time the
     verdict gives."""
     started = time.monotonic() if started is None else started
-    make = launcher_factory(spec, backend, options)
-    return asyncio.run(run_with_restarts(spec, make, started))
+    given = options or backend_class(backend).options_type()
+    # A job that may restart makes its run directory here, for all its runs
+    # (launcher_factory keeps it), and lets it go when the last run is over.
+    chosen = given.for_restarts() if spec.max_restarts else given
+    make = launcher_factory(spec, backend, chosen)
+    try:
+        return asyncio.run(run_with_restarts(spec, make, started))
+    finally:
+        if chosen.log_dir and chosen.log_dir != given.log_dir:
+            runs.release(Path(chosen.log_dir))
 
 
 def launcher_factory(

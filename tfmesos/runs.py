@@ -23,7 +23,15 @@ from typing import IO
 
 from tfmesos.errors import SpecError
 
-__all__ = ["KEEP_RUNS", "TASK_LOG_MAX", "keep_runs", "new_run_dir", "runs_root", "task_log_max"]
+__all__ = [
+    "KEEP_RUNS",
+    "TASK_LOG_MAX",
+    "keep_runs",
+    "new_run_dir",
+    "release",
+    "runs_root",
+    "task_log_max",
+]
 
 logger = logging.getLogger("tfmesos")
 
@@ -34,8 +42,8 @@ TASK_LOG_MAX = 50 << 20
 LOCK = ".lock"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
-_held: list[IO[bytes]] = []
-"""The locks of this process's runs, held for its life."""
+_held: dict[Path, IO[bytes]] = {}
+"""The locks of this process's runs still going, by directory (:func:`release`)."""
 
 
 def runs_root() -> Path:
@@ -75,16 +83,17 @@ def task_log_max() -> int:
 
 
 def new_run_dir() -> Path:
-    """A new directory for this run's logs, locked for this process's life;
-    runs past the newest ``keep_runs()`` are removed. Falls back to a new
-    temporary directory where the state directory cannot be used."""
+    """A new directory for this run's logs, locked until :func:`release` (or
+    this process's end); runs past the newest ``keep_runs()`` are removed.
+    Falls back to a new temporary directory where the state directory cannot
+    be used."""
     keep = keep_runs()
     root = runs_root()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     try:
         root.mkdir(parents=True, exist_ok=True)
         run = _new_dir(root, f"{stamp}-")
-        lock = open(run / LOCK, "wb")  # noqa: SIM115 - held for the process's life
+        lock = open(run / LOCK, "wb")  # noqa: SIM115 - held until release()
         fcntl.flock(lock, fcntl.LOCK_EX)
     except OSError as exc:
         import tempfile
@@ -97,9 +106,18 @@ def new_run_dir() -> Path:
             fallback,
         )
         return fallback
-    _held.append(lock)
+    _held[run] = lock
     _prune(root, keep, run)
     return run
+
+
+def release(run: Path) -> None:
+    """The run in ``run`` (from :func:`new_run_dir`) is over: unlock its
+    directory, which another tfrun's clean-up may then remove. Nothing for a
+    directory this process holds no lock on; a second call does nothing."""
+    lock = _held.pop(Path(run), None)
+    if lock is not None:
+        lock.close()  # and with it the lock
 
 
 _NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"

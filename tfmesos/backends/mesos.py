@@ -303,6 +303,8 @@ class MesosBackend(Backend):
         self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
         """Where every task's output is kept on this machine, as it reaches
         the launcher (the chief's log too: run.py puts it here)."""
+        self._own_run = not log_dir
+        """The run directory is this backend's own, let go when it closes."""
         self._logs = TaskLogs(self.log_dir, runs.task_log_max())
         self._web_ui: str | None = None
         """The master's web UI, once the master has shown it serves one."""
@@ -489,6 +491,8 @@ class MesosBackend(Backend):
             self._runner.cancel()
             await reap(self._runner)
         self._logs.close()
+        if self._own_run:
+            runs.release(self.log_dir)
 
     def progress(self) -> str:
         if not self.client.subscribed.is_set():

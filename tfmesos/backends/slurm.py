@@ -130,6 +130,8 @@ class SlurmBackend(Backend):
             )
         self.host = advertised_host()
         self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        self._own_run = not log_dir
+        """The run directory is this backend's own, let go when it closes."""
         if "\\" in str(self.log_dir):
             raise SpecError(
                 f"--log-dir: Slurm cannot write to {self.log_dir}: sbatch and srun drop a "
@@ -315,6 +317,8 @@ class SlurmBackend(Backend):
                 self._watchdog.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 await asyncio.to_thread(self._watchdog.wait, 5)
+        if self._own_run:
+            runs.release(self.log_dir)
 
     def admit(self, peer_id: str) -> bool:
         job = self._by_peer.get(peer_id)
