@@ -670,11 +670,11 @@ async def handshake_error(port: int, context: ssl.SSLContext | None = None) -> B
     raise AssertionError("the handshake succeeded")
 
 
+@pytest.mark.e2e
 def test_describe_says_the_ssl_reason_not_the_ssl_error_number_as_an_errno(pki: Any) -> None:
     # The SSL error's number is 1 (SSL_ERROR_SSL), which describe() read as
     # an errno: "Cannot connect: Operation not permitted".
     # Python's default ciphers are none of libprocess's: AES128-SHA is.
-@pytest.mark.e2e
     system = ssl.create_default_context()
     system.set_ciphers("AES128-SHA")
     trusted = ssl.create_default_context(cafile=str(pki.ca))
@@ -692,11 +692,11 @@ def test_describe_says_the_ssl_reason_not_the_ssl_error_number_as_an_errno(pki: 
     )
 
 
+@pytest.mark.e2e
 def test_a_handshake_cut_short_is_retried_and_one_refused_ends_the_client(pki: Any) -> None:
     """A TLS handshake that fails on its merits (an untrusted certificate) is
     a TLSError, which ends the client at once; one the server cuts short is a
     TransportError, retried as any lost connection."""
-@pytest.mark.e2e
 
     async def cut_short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1)  # the ClientHello has come: hang up
@@ -788,11 +788,11 @@ def test_a_401_to_subscribe_ends_the_client_at_once_naming_the_principal_only() 
     assert "demands authentication (401 Unauthorized) and no credentials were given" in str(none)
 
 
+@pytest.mark.e2e
 def test_client_tls_reads_libprocess_s_variables(
     pki: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     ca = str(pki.ca)
-@pytest.mark.e2e
     assert client_tls(environ={}).trusted == "the system's CAs"
     assert client_tls(environ={"LIBPROCESS_SSL_CA_FILE": ca}).trusted == (
         f"the CAs in {ca} ($LIBPROCESS_SSL_CA_FILE)"
@@ -853,11 +853,11 @@ def test_client_tls_reads_libprocess_s_variables(
     assert "not verified (LIBPROCESS_SSL_VERIFY_CERT=false)" in caplog.text
 
 
+@pytest.mark.e2e
 def test_client_tls_reaches_a_master_on_libprocess_s_default_ciphers(pki: Any) -> None:
     """A master left at libprocess's TLS defaults (TLS 1.2, AES128-SHA and
     AES256-SHA usable) shares no cipher with Python's default context."""
 
-@pytest.mark.e2e
     def handshake(context: ssl.SSLContext, port: int) -> str:
         with (
             socket.create_connection(("127.0.0.1", port)) as raw,
