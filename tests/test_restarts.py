@@ -147,7 +147,7 @@ def test_restarts_are_checked_before_anything_starts() -> None:
     assert "--max-restarts" in result.stderr
     result = run_tfrun("-w", "1", "-s", "0", "--max-restarts", "100000", "--", "true")
     assert result.returncode == 2
-    assert "--max-restarts / max_restarts= must be a whole number from 0 to 1000" in result.stderr
+    assert "--max-restarts must be a whole number from 0 to 1000, not '100000'" in result.stderr
 
 
 # -- training resumes from its checkpoint --------------------------------------
