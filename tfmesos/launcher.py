@@ -909,10 +909,19 @@ class Launcher:
     def _all_over(self) -> bool:
         return all(t.state.over for t in self._current.values())
 
-    def _start_timed_out(self) -> None:
-        waiting = [
-            t.spec.name for t in self._current.values() if t.state is not TaskState.REGISTERED
+    def _waiting(self) -> list[str]:
+        """The tasks the cluster waits for, in the job's order. A local task
+        held until the backend places its first task is not among them: it
+        waits for the others, and naming it would blame this machine."""
+        held = {spec.name for spec, _ in self._chief_waits}
+        return [
+            t.spec.name
+            for t in self._current.values()
+            if t.state is not TaskState.REGISTERED and t.spec.name not in held
         ]
+
+    def _start_timed_out(self) -> None:
+        waiting = self._waiting()
         detail = self.backend.progress()
         raise ClusterStartError(
             f"the cluster was not up after {self.spec.start_timeout:g}s: "
@@ -922,9 +931,7 @@ class Launcher:
     def _report_progress(self) -> None:
         if self._phase is not Phase.STARTING:
             return
-        waiting = [
-            t.spec.name for t in self._current.values() if t.state is not TaskState.REGISTERED
-        ]
+        waiting = self._waiting()
         detail = self.backend.progress()
         logger.info(
             "waiting for %d of %d tasks to register: %s%s",
