@@ -477,6 +477,30 @@ def test_a_backslash_in_the_log_dir_is_refused_before_anything_starts(
     assert job_procs.alive() == []
 
 
+def test_a_backslash_in_the_state_directory_is_refused_naming_it_and_making_nothing(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # No --log-dir: the run's directory is under $XDG_STATE_HOME. Before, the
+    # refusal blamed --log-dir, which was not given, after making the run's
+    # directory.
+    state = tmp_path / "state\\here"
+    result = run_tfrun(
+        "--backend", "slurm", "-w", "2", "--", "true",
+        env=job_procs.env(XDG_STATE_HOME=str(state)), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    root = state / "tfmesos" / "runs"
+    assert result.stderr.strip().splitlines() == [
+        f"tfrun: error: Slurm cannot write the run's logs under {root} "
+        "($XDG_STATE_HOME/tfmesos/runs): sbatch and srun drop a backslash from a file name "
+        "(and stop reading %j in it); give --log-dir a directory without one, or set "
+        "XDG_STATE_HOME to one"
+    ], result.stderr
+    assert not state.exists()
+    assert submitted(result.stderr) == []
+    assert job_procs.alive() == []
+
+
 def test_a_slurm_task_that_printed_nothing_is_said_to_have_its_log_here_not_on_mesos(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:

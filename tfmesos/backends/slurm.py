@@ -129,15 +129,24 @@ class SlurmBackend(Backend):
                 "found): run tfrun on a machine that can submit jobs (a login node)"
             )
         self.host = advertised_host()
-        self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
-        self._own_run = not log_dir
-        """The run directory is this backend's own, let go when it closes."""
-        if "\\" in str(self.log_dir):
+        if log_dir and "\\" in str(log_dir):
             raise SpecError(
-                f"--log-dir: Slurm cannot write to {self.log_dir}: sbatch and srun drop a "
+                f"--log-dir: Slurm cannot write to {log_dir}: sbatch and srun drop a "
                 "backslash from a file name (and stop reading %j in it); choose a directory "
                 "without one"
             )
+        if not log_dir and "\\" in str(runs.runs_root()):
+            # Said before the run's directory is made, naming where its path
+            # comes from: no --log-dir was given.
+            raise SpecError(
+                f"Slurm cannot write the run's logs under {runs.runs_root()} "
+                "($XDG_STATE_HOME/tfmesos/runs): sbatch and srun drop a backslash from a file "
+                "name (and stop reading %j in it); give --log-dir a directory without one, or "
+                "set XDG_STATE_HOME to one"
+            )
+        self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        self._own_run = not log_dir
+        """The run directory is this backend's own, let go when it closes."""
         self.log_max = runs.task_log_max()
         self._sink: EventSink | None = None
         self._jobs: dict[str, _Job] = {}
