@@ -187,6 +187,58 @@ def test_a_log_that_cannot_rotate_for_want_of_an_inode_stays_under_its_cap(
     assert job_procs.wait_gone(10) == []
 
 
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork-server", "no-fork-server"])
+def test_a_log_that_cannot_be_made_is_said_once_per_task_and_costs_the_task_nothing(
+    job_procs: JobProcesses, tmp_path: Path, fork_server: bool
+) -> None:
+    # A tmpfs with an inode for its root only: no task's log can be made.
+    # Before, each agent died opening it (a traceback, three starts, exit
+    # 124), or tfrun did (exit 125) without the fork server.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = 'mount -t tmpfs -o size=1m,nr_inodes=1 tfmesos-noinode "$0" || exit 97\nexec "$@"\n'
+    argv = [
+        *_full_disk_wrapper(), "sh", "-c", script, str(disk),
+        *tfrun_argv("--log-dir", str(disk), "-w", "2", "--worker-logs", "*", "--",
+                    "echo hello from {task_index}"),
+    ]  # fmt: skip
+    env = job_procs.env() if fork_server else job_procs.env(TFMESOS_NO_FORK_SERVER="1")
+    result = subprocess.run(
+        argv, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for index in range(2):
+        assert f"[worker:{index}] hello from {index}" in result.stdout.splitlines(), result.stdout
+    warned = re.findall(
+        r"^\[tfrun\] task (worker:\d) on \S+ cannot write its log (\S+) \(No space left on "
+        r"device: the log disk is full \(the filesystem at (\S+)\)\); ",
+        result.stderr,
+        re.M,
+    )
+    assert sorted(w[0] for w in warned) == ["worker:0", "worker:1"], result.stderr
+    assert all(Path(log).parent == disk and at == str(disk) for _, log, at in warned)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert job_procs.wait_gone(10) == []
+
+
+@pytest.mark.e2e
+def test_the_slurm_job_scripts_lines_on_a_full_disk_cost_the_job_nothing() -> None:
+    # The job script's own lines go to slurm-JOBID.out in the log directory;
+    # on a full disk (here /dev/full) it died of them (exit 1), and Slurm's
+    # job failed before any task ran, three times: exit 124.
+    code = (
+        "from tfmesos.slurm.jobscript import say\n"
+        "say('one'); say('two')\n"
+        "import sys; sys.stderr.write('went on\\n')\n"
+    )
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [PY, "-c", code], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == "went on\n", result.stderr
+
+
 # -- 8: what no environment can hold --------------------------------------------
 
 

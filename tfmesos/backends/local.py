@@ -45,6 +45,7 @@ from tfmesos.ports import PortAllocator
 from tfmesos.proctree import bootstrap_command, kill_until_gone, signal_group
 from tfmesos.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
+from tfmesos.tasklog import describe_failure
 
 __all__ = ["LocalBackend", "LocalOptions"]
 
@@ -290,14 +291,27 @@ class LocalBackend(Backend):
                 wire.ENV_LOG_MAX: str(self.log_max),
             }
         )
-        running = await self._spawn(launch.task_id, env)
+        log = self.task_log(launch.task_id)
+        try:
+            # Made here, so that a log that cannot be (no inode or block left
+            # for it, a quota) is said as a full disk is, and costs the task
+            # nothing: its output goes to tfrun alone.
+            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+        except OSError as exc:
+            logger.warning(
+                "task %s on %s %s", launch.task.name, self.host, describe_failure(str(log), exc)
+            )
+            log = Path(os.devnull)
+            env[wire.ENV_LOG_FILE] = os.devnull
+            env[wire.ENV_LOG_MAX] = "0"
+        running = await self._spawn(launch.task_id, env, log)
         self._procs[launch.task_id] = running
         self._sink(TaskPlaced(launch.task_id, self.host))
         waiter = asyncio.create_task(self._wait(launch.task_id, running, port, gpus))
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
 
-    async def _spawn(self, task_id: str, env: dict[str, str]) -> AgentProcess:
+    async def _spawn(self, task_id: str, env: dict[str, str], log: Path) -> AgentProcess:
         # The agent starts where its command is to run. Beside a Mesos or
         # Slurm job (the chief) that directory was not checked here: one this
         # machine lacks is the agent's to say, as on any host without it,
@@ -305,7 +319,7 @@ class LocalBackend(Backend):
         cwd = self.spec.cwd if self.spec.cwd and os.path.isdir(self.spec.cwd) else None
         if self._fork_server is not None and self._fork_server.alive:
             try:
-                return await self._fork_server.spawn(task_id, env, cwd, self.task_log(task_id))
+                return await self._fork_server.spawn(task_id, env, cwd, log)
             except ForkServerGone as exc:
                 logger.warning("%s; agents now start as new interpreters", exc)
         # The secret goes down a pipe the agent inherits, reads and closes
@@ -325,11 +339,11 @@ class LocalBackend(Backend):
             env[wire.ENV_SECRET_FD] = str(read_end)
             pass_fds = (read_end,)
         try:
-            with open(self.task_log(task_id), "ab") as log:
+            with open(log, "ab") as log_file:
                 proc = subprocess.Popen(
                     self.agent_command,
                     stdin=subprocess.DEVNULL,
-                    stdout=log,
+                    stdout=log_file,
                     stderr=subprocess.STDOUT,
                     env=env,
                     cwd=cwd,

@@ -52,8 +52,15 @@ def _keepalive(sock: socket.socket) -> None:
 
 
 def say(text: str) -> None:
-    """A line in the job's output file (``slurm-JOBID.out`` in tfrun's log directory)."""
-    print(f"[tfmesos job script {time.strftime('%H:%M:%S')}] {text}", flush=True)
+    """A line in the job's output file (``slurm-JOBID.out`` in tfrun's log
+    directory). A file that cannot take it (its disk full) costs the job
+    nothing: the script's later lines, and its exit's flush, go nowhere."""
+    try:
+        print(f"[tfmesos job script {time.strftime('%H:%M:%S')}] {text}", flush=True)
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
 
 
 def main() -> int:
