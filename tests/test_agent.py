@@ -88,6 +88,9 @@ class FakeLauncher:
         self.listener.close()
         if self.proc.poll() is None:
             self.proc.kill()
+        self.proc.wait(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
 
 
 def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProcesses) -> None:
