@@ -73,15 +73,15 @@ def test_a_tasks_finished_comes_after_its_last_output_line(job_procs: JobProcess
     # the task prints: when the task exits, its last lines still wait in
     # tfrun's console buffer. "finished" was logged to stderr at once, ahead
     # of them; it must wait for them.
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         tfrun_argv("-w", "1", "-s", "0", "--", *py(FLOOD_THEN_LAST_LINE)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=job_procs.env(),
         cwd=ROOT,
-    )
-    lines = read_slowly(proc)
-    assert proc.wait(timeout=60) == 0, lines[-20:]
+    ) as proc:  # its pipe closed at the end
+        lines = read_slowly(proc)
+        assert proc.wait(timeout=60) == 0, lines[-20:]
     last = lines.index("[worker:0] last line")
     finished = next(i for i, line in enumerate(lines) if "task worker:0 finished" in line)
     assert last < finished, lines[finished - 2 : finished + 2]
