@@ -336,7 +336,15 @@ def test_cluster_initializer_with_a_nul_byte_raises_before_anything_starts(
 
 @pytest.mark.parametrize(
     "name",
-    ["TFMESOS_TASK_ID", "TFMESOS_RESTART", "TFMESOS_SECRET_FD", "TF_CONFIG", "RANK", "MASTER_PORT"],
+    [
+        "TFMESOS_TASK_ID",
+        "TFMESOS_RESTART",
+        "TFMESOS_SECRET_FD",
+        "TF_CONFIG",
+        "RANK",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+    ],
 )
 def test_the_launchers_own_variables_cannot_be_set_in_the_jobs_environment(
     job_procs: JobProcesses, tmp_path: Path, name: str

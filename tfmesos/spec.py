@@ -200,6 +200,13 @@ def _check_variable(name: object, value: object) -> None:
                 f"environment variable {name!r}: its {what} holds {text[exc.start]!r}, "
                 "which no environment can hold (not UTF-8)"
             ) from None
+    if name == taskenv.GPU_VARIABLE:
+        raise SpecError(
+            f"environment variable {name} is set by tfmesos for each task and cannot be given "
+            "in the job's environment (-e, env=): it names the GPUs the task was given "
+            "(-Gw/-Gs); to choose which of this machine's GPUs tfrun hands out, set it in "
+            "tfrun's own environment"
+        )
     if taskenv.launchers_own(name):
         raise SpecError(
             f"environment variable {name} is set by tfmesos for each task and cannot be given "

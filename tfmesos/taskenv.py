@@ -66,13 +66,21 @@ the ``TFMESOS_*`` ones: each task's place in the job and where rank 0 listens
 or not offered)."""
 
 
+GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"
+"""The GPUs a task was given (the local backend sets it for each task, "" for
+none; a Mesos agent's isolator gives the container its own). Set in the job's
+environment it would hand every task the same GPUs, whatever it was given;
+which of this machine's GPUs tfrun hands out is the user's to say in tfrun's
+own environment (read by :mod:`tfmesos.resources`)."""
+
+
 def launchers_own(name: str) -> bool:
     """Whether the launcher sets ``name`` for every task itself, so that a
     job's environment (``-e``, ``cluster(env=...)``) may not: every
-    ``TFMESOS_*`` name, and :data:`CLUSTER_VARIABLES`. A task's defaults
+    ``TFMESOS_*`` name, :data:`CLUSTER_VARIABLES` and :data:`GPU_VARIABLE`. A task's defaults
     (:func:`default_environment`) and ``PYTHONUNBUFFERED`` (always 1) are
     not refused: the former are the user's to set, the latter harmless."""
-    return name.startswith(OWN_PREFIX) or name in CLUSTER_VARIABLES
+    return name.startswith(OWN_PREFIX) or name in CLUSTER_VARIABLES or name == GPU_VARIABLE
 
 
 # `{name}` is a placeholder and `{{name}}` a literal `{name}`. Every other brace
