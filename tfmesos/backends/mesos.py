@@ -375,7 +375,8 @@ class MesosBackend(Backend):
         return f"its sandbox on its host (stdout and stderr{where})"
 
     def task_output(self, task_id: str, data: bytes) -> None:
-        self._logs.write(task_id, data)
+        placed = self._placed.get(task_id)
+        self._logs.write(task_id, data, name=placed.launch.task.name if placed else task_id)
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink

@@ -72,7 +72,9 @@ class TaskLogs:
     def path(self, task_id: str) -> Path:
         return self.directory / f"{task_id}.log"
 
-    def write(self, task_id: str, data: bytes) -> None:
+    def write(self, task_id: str, data: bytes, name: str = "") -> None:
+        """Keep ``data``, the output of task ``task_id`` (``name`` in what is
+        said of it: ``worker:1``)."""
         log = self._logs.get(task_id)
         if log is None:
             log = self._logs[task_id] = _Log(self.path(task_id), self._half)
@@ -86,7 +88,7 @@ class TaskLogs:
             logger.warning(
                 "cannot keep the output of task %s in %s (%s): the rest of it is only in its "
                 "sandbox",
-                task_id,
+                name or task_id,
                 log.path,
                 exc.strerror or exc,
             )
