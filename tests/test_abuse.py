@@ -102,6 +102,14 @@ def test_a_full_log_disk_is_said_once_per_task_and_costs_neither_the_task_nor_it
     assert all(Path(log).parent == disk and at == str(disk) for _, log, at in warned)
     assert "exited with status" not in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+    # The last line names the place and does not claim it holds everything.
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("[tfrun] the full output of each task is in "), last
+    assert last.endswith(
+        ", but for what could not be kept of worker:0, worker:1's (see the warnings above)"
+    ) or last.endswith(
+        ", but for what could not be kept of worker:1, worker:0's (see the warnings above)"
+    ), last
     # What was written before the disk filled is kept: each log is the start
     # of its task's output (one task may have filled the disk before the
     # other wrote a byte), and together they fill the disk.
@@ -218,6 +226,7 @@ def test_a_log_that_cannot_be_made_is_said_once_per_task_and_costs_the_task_noth
     assert sorted(w[0] for w in warned) == ["worker:0", "worker:1"], result.stderr
     assert all(Path(log).parent == disk and at == str(disk) for _, log, at in warned)
     assert "Traceback" not in result.stdout + result.stderr
+    assert "but for what could not be kept of worker:" in result.stderr.splitlines()[-1]
     assert job_procs.wait_gone(10) == []
 
 

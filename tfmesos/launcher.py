@@ -239,6 +239,8 @@ class Launcher:
         self._server_relaunches = 0
         self._dropped = 0
         """Bytes of shown output dropped while stopping, the terminal being full."""
+        self._unkept_logs: list[str] = []
+        """Tasks whose agent said its log could not be written (``log_failed``)."""
         self._output_abandoned = False
         self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
@@ -401,6 +403,12 @@ class Launcher:
             else:
                 said[name] = task.state.value
         return said
+
+    def unkept_logs(self) -> list[str]:
+        """The tasks whose output could not all be kept where
+        :meth:`logs_location` says (each was said in a warning), by name."""
+        names = [*self._unkept_logs, *(n for b in self._backends() for n in b.unkept_logs())]
+        return list(dict.fromkeys(names))
 
     def logs_location(self) -> str:
         """Where the full output of every task is kept, for the user."""
@@ -649,6 +657,7 @@ class Launcher:
             if event.message.get("type") == "log_failed":  # its agent's log; it goes on
                 where = f" on {task.host}" if task.host else ""
                 logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
+                self._unkept_logs.append(task.spec.name)
             return
         if isinstance(event, Registered):
             task.connection = event.connection

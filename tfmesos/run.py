@@ -177,10 +177,14 @@ async def run_with_restarts(
         if causes:
             ends += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
         logger.info("%s", _paint(f"job succeeded in {elapsed}: {ends}", 32, colour))
+    unkept = launcher.unkept_logs()
     logger.log(
         logging.ERROR if verdict else logging.INFO,
-        "the full output of each task is in %s",
+        "the full output of each task is in %s%s",
         launcher.logs_location(),
+        f", but for what could not be kept of {', '.join(unkept)}'s (see the warnings above)"
+        if unkept
+        else "",
     )
     return interrupted_status(interrupted[0]) if interrupted else status
 

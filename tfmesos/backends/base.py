@@ -167,6 +167,11 @@ class Backend(abc.ABC):
         """Where the output of a task that never reached the launcher is kept."""
         return self.logs_location()
 
+    def unkept_logs(self) -> list[str]:
+        """The tasks (by name) whose output could not all be kept where
+        :meth:`logs_location` says: each was said in a warning."""
+        return []
+
     def logs_location(self) -> str:
         """Where the full output of this backend's tasks is kept, for the user."""
         return "each task's sandbox on its host (stdout and stderr, in the Mesos web UI)"

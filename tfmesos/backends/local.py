@@ -101,6 +101,8 @@ class LocalBackend(Backend):
         self.agent_command = list(agent_command or default_agent_command())
         self._sink: EventSink | None = None
         self._procs: dict[str, AgentProcess] = {}
+        self._unkept: list[str] = []
+        """The tasks whose log could not be made (their output reaches tfrun only)."""
         self._fork_server: ForkServer | None = None
         self._use_fork_server = agent_command is None and not os.environ.get(NO_FORK_SERVER)
         self._waiters: set[asyncio.Task[None]] = set()
@@ -173,6 +175,9 @@ class LocalBackend(Backend):
                 return f"ask for less with {flag}{unit}, or run tfrun on a machine with more"
             return f"ask for less with {flag}{unit}, or run the job on a Mesos cluster (-m)"
         return f"ask for less ({resource}= of job {task.job_name!r}), or give a Mesos master"
+
+    def unkept_logs(self) -> list[str]:
+        return list(self._unkept)
 
     def logs_location(self) -> str:
         return str(self.log_dir)
@@ -301,6 +306,7 @@ class LocalBackend(Backend):
             logger.warning(
                 "task %s on %s %s", launch.task.name, self.host, describe_failure(str(log), exc)
             )
+            self._unkept.append(launch.task.name)
             log = Path(os.devnull)
             env[wire.ENV_LOG_FILE] = os.devnull
             env[wire.ENV_LOG_MAX] = "0"

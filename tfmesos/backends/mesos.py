@@ -367,6 +367,9 @@ class MesosBackend(Backend):
         # Looked up once: the launcher asks for it at every launch.
         return self.host
 
+    def unkept_logs(self) -> list[str]:
+        return list(self._logs.unkept)
+
     def logs_location(self) -> str:
         return str(self.log_dir)
 
