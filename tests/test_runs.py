@@ -83,6 +83,7 @@ def test_a_backend_lets_go_of_the_run_directory_it_made_when_it_closes(
         ("", 50 << 20),
         ("0", 0),
         ("65536", 65536),
+        ("1K", 1024),
         ("256K", 256 << 10),
         ("50M", 50 << 20),
         ("1GiB", 1 << 30),
@@ -96,7 +97,15 @@ def test_the_task_log_cap_reads_sizes(
 
 
 @pytest.mark.parametrize(
-    ("name", "text"), [(runs.ENV_TASK_LOG_MAX, "lots"), (runs.ENV_KEEP_RUNS, "0")]
+    ("name", "text"),
+    [
+        (runs.ENV_TASK_LOG_MAX, "lots"),
+        # A cap of a byte was no cap at all (its halves empty); a few bytes would
+        # rotate at every byte.
+        (runs.ENV_TASK_LOG_MAX, "1"),
+        (runs.ENV_TASK_LOG_MAX, "1000"),
+        (runs.ENV_KEEP_RUNS, "0"),
+    ],
 )
 def test_bad_settings_are_spec_errors(
     monkeypatch: pytest.MonkeyPatch, name: str, text: str

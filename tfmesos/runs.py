@@ -37,6 +37,8 @@ logger = logging.getLogger("tfmesos")
 
 ENV_KEEP_RUNS = "TFMESOS_KEEP_RUNS"
 ENV_TASK_LOG_MAX = "TFMESOS_TASK_LOG_MAX"
+TASK_LOG_MIN = 1024
+"""The smallest cap on a task's log (0 is none)."""
 KEEP_RUNS = 20
 TASK_LOG_MAX = 50 << 20
 LOCK = ".lock"
@@ -79,7 +81,12 @@ def task_log_max() -> int:
             f"{ENV_TASK_LOG_MAX} must be a size such as 50M, 1G or 65536 (0 for no cap), "
             f"not {text!r}"
         )
-    return int(number) * _UNITS[unit]
+    cap = int(number) * _UNITS[unit]
+    if 0 < cap < TASK_LOG_MIN:
+        # A log and its rotated half under a few bytes would rotate at every
+        # byte; below two the halves are empty and the cap would be none.
+        raise SpecError(f"{ENV_TASK_LOG_MAX} must be 0 (no cap) or at least 1K, not {text!r}")
+    return cap
 
 
 def new_run_dir() -> Path:
