@@ -259,8 +259,20 @@ def test_the_slurm_job_scripts_lines_on_a_full_disk_cost_the_job_nothing() -> No
         ({"A=B": "1"}, r"environment variable name 'A=B' is not one an environment can hold"),
         ({"": "1"}, r"environment variable name '' is not one an environment can hold"),
         ({"X": "\ud800"}, r"environment variable 'X': its value holds '\\ud800'"),
+        ({"A-B": "1"}, r"environment variable name 'A-B' is not one /bin/sh passes on"),
+        ({"1X": "1"}, r"environment variable name '1X' is not one /bin/sh passes on"),
+        ({"\u00c4": "1"}, r"environment variable name '\u00c4' is not one /bin/sh passes on"),
     ],
-    ids=["nul-in-value", "nul-in-name", "equals-in-name", "empty-name", "lone-surrogate"],
+    ids=[
+        "nul-in-value",
+        "nul-in-name",
+        "equals-in-name",
+        "empty-name",
+        "lone-surrogate",
+        "dash-in-name",
+        "digit-first",
+        "not-ascii",
+    ],
 )
 def test_an_environment_no_process_can_hold_is_one_line_and_exit_2(
     job_procs: JobProcesses, tmp_path: Path, env: dict[str, str], said: str

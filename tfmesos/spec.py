@@ -176,6 +176,10 @@ def parse_volume(text: str) -> Volume:
     return Volume(parts[0], parts[1], read_only=mode == "ro")
 
 
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A name a POSIX shell keeps in the environment of what it runs."""
+
+
 def _check_variable(name: object, value: object) -> None:
     """One variable of the job's environment (``-e``'s ``env``,
     ``cluster(env=...)``): what an environment can hold, and none the
@@ -200,6 +204,14 @@ def _check_variable(name: object, value: object) -> None:
                 f"environment variable {name!r}: its {what} holds {text[exc.start]!r}, "
                 "which no environment can hold (not UTF-8)"
             ) from None
+    if not _SHELL_NAME.fullmatch(name):
+        # Every task's command runs through /bin/sh -c, and dash (Debian's
+        # /bin/sh) drops such a name from the environment it passes on: the
+        # variable would vanish without a word.
+        raise SpecError(
+            f"environment variable name {name!r} is not one /bin/sh passes on to the command "
+            "(which runs through it): letters, digits and '_', not starting with a digit"
+        )
     if name == taskenv.GPU_VARIABLE:
         raise SpecError(
             f"environment variable {name} is set by tfmesos for each task and cannot be given "
