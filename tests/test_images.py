@@ -510,6 +510,7 @@ def test_killing_an_image_task_ends_its_container(task_image: str) -> None:
     scenario()
 
 
+@pytest.mark.e2e
 @needs_podman
 def test_a_missing_image_fails_the_launch(tmp_path: Path) -> None:
     from tests.test_testing_master import Scheduler, framework_info, task_info, with_master

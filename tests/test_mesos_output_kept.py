@@ -20,13 +20,28 @@ from tests.conftest import MARK, ROOT, JobProcesses, run_tfrun, tfrun_argv
 from tests.mesos_clusters import MesosUnderTest
 
 PY = sys.executable
+# Each task prints; the ps then says so in a file (the tasks share this
+# machine's disk) and serves on; the workers end once it has, so that the job
+# does not end, and the ps with it, before the ps has said its line.
 PRINT_AND_WAIT = (
-    "import sys, time\n"
+    "import os, sys, time\n"
     "print('output of', sys.argv[1], sys.argv[2], flush=True)\n"
-    "if sys.argv[1] == 'ps': time.sleep(120)\n"
+    "printed = os.path.join(sys.argv[3], 'ps-printed')\n"
+    "if sys.argv[1] == 'ps':\n"
+    "    open(printed, 'w').close()\n"
+    "    time.sleep(120)\n"
+    "deadline = time.monotonic() + 120\n"
+    "while not os.path.exists(printed) and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)\n"
 )
-JOB = ("-w", "2", "-s", "1", "--", PY, "-c", PRINT_AND_WAIT, "{job_name}", "{task_index}")
 TASKS = ("ps:0", "worker:0", "worker:1")
+
+
+def job_args(shared: Path) -> tuple[str, ...]:
+    return (
+        *("-w", "2", "-s", "1", "--", PY, "-c", PRINT_AND_WAIT),
+        *("{job_name}", "{task_index}", str(shared)),
+    )
 
 
 def run_directory(stderr: str) -> Path:
@@ -46,9 +61,9 @@ def logs_by_task(directory: Path) -> dict[str, str]:
 
 
 def test_every_task_s_output_is_in_the_run_directory_the_last_line_names(
-    mesos: MesosUnderTest, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
-    result = run_tfrun("-m", mesos.url, *JOB, env=job_procs.env())
+    result = run_tfrun("-m", mesos.url, *job_args(tmp_path), env=job_procs.env())
     assert result.returncode == 0, result.stderr
     logs = logs_by_task(run_directory(result.stderr))
     for name in TASKS:
@@ -88,12 +103,12 @@ def _stop(master: subprocess.Popen[str]) -> str:
 
 
 def test_the_test_master_keeps_its_sandboxes_when_stopped_by_a_signal_and_says_where(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     master, url = _start_master(job_procs)
     try:
         result = subprocess.run(
-            tfrun_argv("-m", url, *JOB),
+            tfrun_argv("-m", url, *job_args(tmp_path)),
             capture_output=True,
             text=True,
             env=job_procs.env(),
