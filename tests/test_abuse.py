@@ -262,6 +262,11 @@ def test_the_slurm_job_scripts_lines_on_a_full_disk_cost_the_job_nothing() -> No
         ({"A-B": "1"}, r"environment variable name 'A-B' is not one /bin/sh passes on"),
         ({"1X": "1"}, r"environment variable name '1X' is not one /bin/sh passes on"),
         ({"\u00c4": "1"}, r"environment variable name '\u00c4' is not one /bin/sh passes on"),
+        (
+            {"BIG": "a" * 200_000},
+            r"environment variable BIG is 200004 bytes as NAME=VALUE; one "
+            r"variable can be at most 131071 bytes",
+        ),
     ],
     ids=[
         "nul-in-value",
@@ -272,6 +277,7 @@ def test_the_slurm_job_scripts_lines_on_a_full_disk_cost_the_job_nothing() -> No
         "dash-in-name",
         "digit-first",
         "not-ascii",
+        "over-max-arg-strlen",
     ],
 )
 def test_an_environment_no_process_can_hold_is_one_line_and_exit_2(

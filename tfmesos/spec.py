@@ -212,6 +212,15 @@ def _check_variable(name: object, value: object) -> None:
             f"environment variable name {name!r} is not one /bin/sh passes on to the command "
             "(which runs through it): letters, digits and '_', not starting with a digit"
         )
+    size = len(name.encode()) + 1 + len(value.encode())
+    if size > MAX_COMMAND_LINE:
+        # NAME=VALUE is one string of the environment, which Linux caps as it
+        # does one argument: execve would fail in every task (E2BIG).
+        raise SpecError(
+            f"environment variable {name} is {size} bytes as NAME=VALUE; one variable can be "
+            f"at most {MAX_COMMAND_LINE} bytes (Linux's limit on one string, MAX_ARG_STRLEN): "
+            "pass large data in a file"
+        )
     if name == taskenv.GPU_VARIABLE:
         raise SpecError(
             f"environment variable {name} is set by tfmesos for each task and cannot be given "
