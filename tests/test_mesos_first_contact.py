@@ -166,3 +166,54 @@ def test_a_master_that_starts_a_moment_after_tfrun_is_waited_for_quietly(
     assert proc.returncode == 0, err
     assert "Cannot connect" not in err and "re-subscribing" not in err, err
     assert job_procs.wait_gone(10) == []
+
+
+@pytest.mark.parametrize("status", [404, 501])
+def test_a_web_server_that_is_not_a_master_fails_within_the_first_contact_budget(
+    job_procs: JobProcesses, status: int
+) -> None:
+    """A wrong -m that some other web server answers (a Mesos agent's 5051,
+    any web service): its 404 or 501 is no master's answer to SUBSCRIBE, so
+    the first-contact budget holds, and the line says what answered, in one
+    line (no web page poured out)."""
+    import http.server
+    import threading
+
+    class NotAMaster(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = b"<!DOCTYPE html>\n<html>\n<body>\n<h1>Not here</h1>\n</body>\n</html>\n"
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotAMaster)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = time.monotonic()
+        result = subprocess.run(
+            tfrun_argv("-m", f"127.0.0.1:{server.server_port}", "-w", "2", "--", "true"),
+            capture_output=True,
+            text=True,
+            env=job_procs.env(),
+            cwd=ROOT,
+            timeout=120,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 125, result.stderr
+    assert elapsed < WRONG_MASTER_BOUND, (elapsed, result.stderr)
+    (line,) = result.stderr.splitlines()
+    assert line == (
+        "tfrun: error: the mesos backend failed: could not reach the Mesos master at "
+        f"http://127.0.0.1:{server.server_port} (http://127.0.0.1:{server.server_port} answered "
+        f"{status} (a web page), which no Mesos master answers to SUBSCRIBE: is -m a Mesos "
+        "master?) within 10s"
+    ), line
+    assert job_procs.wait_gone(10) == []

@@ -89,6 +89,10 @@ STABLE_SUBSCRIPTION = 15.0
 SUBSCRIBED does not count as the master regained."""
 CONNECT_TIMEOUT = 10.0
 """The first-contact budget: how long to try before any master has answered."""
+MASTER_ANSWERS = frozenset({200, 307, 400, 401, 403, 503})
+"""What a Mesos master answers SUBSCRIBE (``src/master/http.cpp``): subscribed,
+a redirect to the leader, a refusal, or 503 while no leader is elected or it
+recovers. Anything else is not a master: it does not end the first contact."""
 FIRST_CONTACT_MAX_BACKOFF = 1.0
 """The longest wait between tries before any master has answered: a master
 that is starting is found within a second of listening."""
@@ -414,8 +418,10 @@ class SchedulerClient:
                     last_error = f"{master.url}: {exc}"
                     break
                 # A master answered: from now on one lost is a master lost,
-                # given the reconnect budget.
-                self._ever_answered = True
+                # given the reconnect budget. Only a master answers so (a
+                # 404 or 501 is some other web server at a wrong -m).
+                if response.status in MASTER_ANSWERS:
+                    self._ever_answered = True
                 if response.status == 307 and "Location" in response.headers:
                     location = response.headers["Location"]
                     response.close()
@@ -447,7 +453,16 @@ class SchedulerClient:
                             f"the Mesos master at {master.url} refused SUBSCRIBE: "
                             f"{response.status} {text}"
                         )
-                    last_error = f"{master.url} answered {response.status} {text}"
+                    last_error = f"{master.url} answered {response.status}"
+                    text = " ".join(text.split())
+                    if text.startswith("<"):
+                        text = "(a web page)"
+                    if text:
+                        last_error += f" {text}"
+                    if response.status not in MASTER_ANSWERS:
+                        last_error += (
+                            ", which no Mesos master answers to SUBSCRIBE: is -m a Mesos master?"
+                        )
                     break
                 await self._read_stream(master, response)
                 return
