@@ -21,9 +21,9 @@ from tfmesos.backends import (
 )
 from tfmesos.backends.local import LocalBackend, LocalOptions
 from tfmesos.backends.mesos import MesosBackend, MesosOptions
+from tfmesos.backends.slurm_options import SlurmOptions
 from tfmesos.errors import SpecError
 from tfmesos.run import launcher_factory
-from tfmesos.slurm.options import SlurmOptions
 from tfmesos.spec import Volume
 
 # What the CLI hands every backend (cli.main); each takes its own.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tfmesos.backends.slurm_options import SlurmOptions, validate
 from tfmesos.cli import parse_args
 from tfmesos.errors import SpecError
 from tfmesos.slurm.commands import (
@@ -16,7 +17,6 @@ from tfmesos.slurm.commands import (
     sbatch_argv,
     srun_prefix,
 )
-from tfmesos.slurm.options import SlurmOptions, validate
 from tfmesos.spec import TaskSpec
 
 

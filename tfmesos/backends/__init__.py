@@ -40,8 +40,8 @@ BACKENDS = {
 }
 OPTIONS = {
     "local": "tfmesos.backends.options:LocalOptions",
-    "mesos": "tfmesos.mesos.options:MesosOptions",
-    "slurm": "tfmesos.slurm.options:SlurmOptions",
+    "mesos": "tfmesos.backends.mesos_options:MesosOptions",
+    "slurm": "tfmesos.backends.slurm_options:SlurmOptions",
 }
 """Each backend's options class (its :attr:`Backend.options_type`), in a
 module light enough for tfrun to check a job against before it starts."""

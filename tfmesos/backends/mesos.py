@@ -35,8 +35,8 @@ from tfmesos.backends.base import (
     TaskPlaced,
     advertised_host,
 )
+from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
 from tfmesos.errors import EXIT_TFRUN_FAILED, SpecError, TFMesosError
-from tfmesos.mesos.options import MesosOptions, framework_credentials
 from tfmesos.mesos.placement import GangFit, OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import (
     DEFAULT_HEARTBEAT_SECONDS,

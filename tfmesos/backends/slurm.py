@@ -29,6 +29,7 @@ from typing import Any
 
 from tfmesos import runs, wire
 from tfmesos.aio import reap
+from tfmesos.backends import slurm_options
 from tfmesos.backends.base import (
     Backend,
     BackendFailed,
@@ -42,7 +43,6 @@ from tfmesos.backends.local import default_agent_command
 from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.proctree import bootstrap_command
 from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
-from tfmesos.slurm import options as slurm_options
 from tfmesos.slurm.commands import (
     ENDS,
     SQUEUE_FORMAT,
