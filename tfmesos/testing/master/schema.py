@@ -6,8 +6,8 @@ the messages of ``include/mesos/v1/scheduler/scheduler.proto`` and
 ``include/mesos/v1/mesos.proto`` a scheduler sends,
 ``validation::scheduler::call::validate`` and ``common::validation::validateID``
 (``src/master/validation.cpp``) and RecordIO (``docs/recordio.md``).
-``roles::validate`` (``src/common/roles.cpp``) is :func:`validate_role` of
-:mod:`tfmesos.mesos.roles`, which the client follows too; it is re-exported here.
+``roles::validate`` (``src/common/roles.cpp``) is the double's own, in
+:mod:`tfmesos.testing.master.roles`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ import json
 import math
 from collections.abc import Mapping
 from typing import Any
-
-from tfmesos.mesos.roles import validate_role as validate_role
 
 JSON = dict[str, Any]
 

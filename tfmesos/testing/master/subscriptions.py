@@ -17,9 +17,9 @@ import logging
 import math
 from collections.abc import Collection
 
-from tfmesos.mesos.roles import validate_role
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.executor import TaskRunner
+from tfmesos.testing.master.roles import role_error
 from tfmesos.testing.master.schema import JSON, ProtocolError, validate_id
 from tfmesos.testing.master.state import Framework, MasterState, Subscription, mesos_id, now
 from tfmesos.testing.master.updates import StatusUpdates
@@ -45,7 +45,7 @@ def validate_framework_info(
     if duplicates:
         return f"'FrameworkInfo.roles' contains duplicate items: {duplicates}"
     for role in roles:
-        problem = validate_role(role)
+        problem = role_error(role)
         if problem is not None:
             which = (
                 "'FrameworkInfo.roles' contains invalid role"
