@@ -22,7 +22,7 @@ from tests.test_scheduler_client import (
     until,
     within,
 )
-from tfmesos.mesos.scheduler import call_subjects
+from tfmesos.mesos.calls import call_subjects
 
 
 def test_a_call_left_unanswered_holds_up_only_the_calls_that_depend_on_it() -> None:

@@ -8,22 +8,11 @@ a seam that the tests fill with a scripted fake).
 - ``SUBSCRIBE`` is one long POST whose ``200`` answer is a chunked RecordIO
   stream of events, with the ``Mesos-Stream-Id`` header that every other call
   must carry; other calls are short POSTs answered ``202``.
-- A call never overtakes one decided before it that it depends on. Mesos's
-  own library (``src/scheduler/scheduler.cpp``) keeps two connections
-  (``struct Connections``: ``subscribe`` and ``nonSubscribe``) and sends every
-  call but SUBSCRIBE on the second (``Connection::send`` in
-  ``3rdparty/libprocess/include/process/http.hpp`` pipelines them on that one
-  connection, so the master reads them in order, and reads the next before it
-  has answered the one before). Here a call waits for the answer to every
-  earlier call it shares a subject with (:func:`call_subjects`): the offer
-  and role state for DECLINE, SUPPRESS, REVIVE and ACCEPT (a REVIVE overtaken
-  by the SUPPRESS decided before it would leave the role suppressed for good),
-  a task for the ACCEPT that launches it and a KILL or RECONCILE of it. Calls
-  with no subject in common go out at once, side by side: a call the master
-  is slow to answer holds up only those that depend on it, not every
-  ACKNOWLEDGE and KILL behind it for up to the call timeout. Where Mesos's
-  library drops a call made while not subscribed (``SchedulerProcess::_send``),
-  ours waits for the subscription.
+- A call never overtakes one decided before it that it depends on; calls
+  with no subject in common go out side by side (:mod:`tfmesos.mesos.calls`,
+  which builds them and says their order). Where Mesos's library drops a
+  call made while not subscribed (``SchedulerProcess::_send``), ours waits
+  for the subscription.
 - A non-leading master answers ``307`` with a ``Location`` that may have no
   scheme and may have a path (``//host:5050/master/api/v1/scheduler``): only
   its scheme, host and port are kept. With ``zk://`` masters the ``307`` is
@@ -34,16 +23,11 @@ a seam that the tests fill with a scripted fake).
   (``docs/scheduler-http-api.md``, "Disconnections"). A stream we cannot read
   (bad RecordIO, bad JSON, an event without a field it must have) is treated
   the same way.
-- Every step of an attempt (reaching ZooKeeper, the answer to SUBSCRIBE) has a
-  time limit, and none outlasts what is left of the budget, so the budget
-  holds whatever the master or ZooKeeper do.
-- Two budgets: until a master has answered at all (any HTTP answer, from
-  any master of a list or the one ZooKeeper names), the short first-contact
-  budget (``connect_timeout``, 10 s by default): a master that never
-  answered is most likely a wrong address, and torchrun and srun fail in
-  seconds on one. Those first tries are quiet (said at debug): a master
-  started a moment after tfrun is waited for without a word. Once one has
-  answered, a master lost gets the long reconnect budget.
+- Every step of an attempt has a time limit within the budget: a short
+  first-contact one until a master has answered at all, then the long
+  reconnect one (:mod:`tfmesos.mesos.budget`). Those first tries are quiet
+  (said at debug): a master started a moment after tfrun is waited for
+  without a word.
 """
 
 from __future__ import annotations
@@ -53,12 +37,12 @@ import contextlib
 import json
 import logging
 import random
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from tfmesos.errors import TFMesosError
+from tfmesos.mesos.budget import Budget
+from tfmesos.mesos.calls import MASTER_ANSWERS, CallQueue, Queued, subscribe_refused
 from tfmesos.mesos.masters import MasterAddress, ZooKeeperError, ZooKeeperLeader, parse_masters
 from tfmesos.mesos.recordio import RecordIODecoder
 from tfmesos.mesos.transport import AiohttpTransport, EventStream, Transport, TransportError
@@ -89,18 +73,11 @@ STABLE_SUBSCRIPTION = 15.0
 SUBSCRIBED does not count as the master regained."""
 CONNECT_TIMEOUT = 10.0
 """The first-contact budget: how long to try before any master has answered."""
-MASTER_ANSWERS = frozenset({200, 307, 400, 401, 403, 503})
-"""What a Mesos master answers SUBSCRIBE (``src/master/http.cpp``): subscribed,
-a redirect to the leader, a refusal, or 503 while no leader is elected or it
-recovers. Anything else is not a master: it does not end the first contact."""
 FIRST_CONTACT_MAX_BACKOFF = 1.0
 """The longest wait between tries before any master has answered: a master
 that is starting is found within a second of listening."""
 WEB_UI_TIMEOUT = 3.0
 """How long the question whether the master serves a web UI may take."""
-MIN_ATTEMPT = 1.0
-"""The least time a step of an attempt is given, even when the reconnect budget
-is all but spent, so that the last attempt is a real one."""
 
 Event = dict[str, Any]
 
@@ -115,43 +92,6 @@ class SchedulerError(TFMesosError):
 
 class MasterLostError(TFMesosError):
     """No master could be reached for longer than the reconnect budget."""
-
-
-OFFERS_SUBJECT = "offers"
-"""The subject of the calls that change what the master offers us."""
-
-
-def call_subjects(call: dict[str, Any]) -> frozenset[str]:
-    """What a call is about: it is sent only once every earlier call that
-    shares a subject with it is answered. Acknowledgements of one task are
-    in order already (an agent sends a task's next update only once the last
-    is acknowledged) and depend on nothing else; a call of a type not named
-    here is ordered with the offer calls."""
-    kind = call.get("type")
-
-    def task(body: Any) -> str:
-        return f"task:{body.get('task_id', {}).get('value')}"
-
-    if kind == "ACKNOWLEDGE":
-        return frozenset({"acknowledge:" + task(call.get("acknowledge", {}))})
-    if kind == "KILL":
-        return frozenset({task(call.get("kill", {}))})
-    if kind == "RECONCILE":
-        return frozenset(task(t) for t in call.get("reconcile", {}).get("tasks", []))
-    subjects = {OFFERS_SUBJECT}
-    if kind == "ACCEPT":
-        for operation in call.get("accept", {}).get("operations", []):
-            launched = operation.get("launch", {}).get("task_infos", [])
-            grouped = operation.get("launch_group", {}).get("task_group", {}).get("tasks", [])
-            subjects.update(task(info) for info in [*launched, *grouped])
-    return frozenset(subjects)
-
-
-@dataclass(eq=False)
-class _Queued:
-    call: dict[str, Any]
-    future: asyncio.Future[str | None]
-    subjects: frozenset[str] = frozenset()
 
 
 class SchedulerClient:
@@ -182,24 +122,16 @@ class SchedulerClient:
         self._source = parse_masters(masters)
         self._framework_info = dict(framework_info)
         self._on_event = on_event
-        self._reconnect_timeout = reconnect_timeout
-        self._connect_timeout = min(connect_timeout, reconnect_timeout)
+        self._budget = Budget(
+            reconnect_timeout, connect_timeout, lambda: asyncio.get_running_loop().time()
+        )
         self._subscribe_timeout = subscribe_timeout
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
         self._transport: Transport = (
             transport if transport is not None else AiohttpTransport(auth, ssl_ca=ssl_ca)
         )
-        self._lost_since = 0.0
-        """When the master was last lost (or the first attempt began): the
-        reconnect budget runs from here."""
         self._subscribed_at = 0.0
-        self._ever_subscribed = False
-        """Whether any master ever took our SUBSCRIBE: if not, running out of
-        budget is a master we could not reach, not one we lost."""
-        self._ever_answered = False
-        """Whether any master ever answered an HTTP request of ours: until
-        then the first-contact budget applies, and retries are quiet."""
         self._zookeeper: ZooKeeperLeader | None = None
         self._leader_changed = asyncio.Event()
         self._new_leader = False
@@ -226,9 +158,9 @@ class SchedulerClient:
         self.last_error = ""
         """Why the last attempt to subscribe or stay subscribed failed."""
         self._response: EventStream | None = None
-        self._queue: deque[_Queued] = deque()
+        self._queue = CallQueue()
         self._queued = asyncio.Event()
-        self._in_flight: dict[_Queued, asyncio.Task[None]] = {}
+        self._in_flight: dict[Queued, asyncio.Task[None]] = {}
         """The calls sent and not yet answered, each with the task sending it."""
         self._sender: asyncio.Task[None] | None = None
 
@@ -255,7 +187,7 @@ class SchedulerClient:
             if not self.last_error:
                 self.last_error = f"connecting to ZooKeeper at {self._source.hosts}"
             try:
-                await asyncio.to_thread(zookeeper.start, self._step_limit(ZOOKEEPER_TIMEOUT))
+                await asyncio.to_thread(zookeeper.start, self._budget.step_limit(ZOOKEEPER_TIMEOUT))
             except ZooKeeperError as exc:
                 # A failed attempt like any other: the next one starts afresh.
                 self._zookeeper = None
@@ -275,39 +207,13 @@ class SchedulerClient:
 
     # -- running ---------------------------------------------------------
 
-    def _budget(self) -> float:
-        """The reconnect budget, or the first-contact one while no master has answered."""
-        return self._reconnect_timeout if self._ever_answered else self._connect_timeout
-
-    def _budget_left(self) -> float:
-        loop = asyncio.get_running_loop()
-        return self._lost_since + self._budget() - loop.time()
-
-    def _step_limit(self, limit: float) -> float:
-        """``limit``, or what is left of the reconnect budget if that is less."""
-        return max(MIN_ATTEMPT, min(limit, self._budget_left()))
-
-    def _gave_up(self, reason: str) -> MasterLostError:
-        budget = f"{self._budget():g}s"
-        if self._ever_subscribed:
-            return MasterLostError(
-                f"lost the Mesos master ({reason}) and could not re-subscribe within {budget}"
-            )
-        # We never had a master: most likely a mistyped -m, or a master that
-        # is down. The reason names the master already when there is one.
-        where = self._where()
-        reason = reason.removeprefix(f"{where}: ")
-        return MasterLostError(
-            f"could not reach the Mesos master at {where} ({reason}) within {budget}"
-        )
-
     async def run(self) -> None:
         """Subscribe, and stay subscribed until :meth:`close`; raise
         :class:`MasterLostError` when no master answers for too long, on the
         first connection as on any later one."""
         self._sender = asyncio.create_task(self._send_calls())
         backoff = self._initial_backoff
-        self._lost_since = asyncio.get_running_loop().time()
+        self._budget.restart()
         stopped = "the scheduler client stopped"
         try:
             while not self._closing:
@@ -341,13 +247,13 @@ class SchedulerClient:
                 # trying forever.
                 quickly_unreadable = malformed and now - self._subscribed_at < STABLE_SUBSCRIPTION
                 if self.subscribed.is_set() and not quickly_unreadable:
-                    self._lost_since = now
+                    self._budget.lost_since = now
                     backoff = self._initial_backoff
                 self._lose_subscription()
                 self.last_error = reason
-                left = self._budget_left()
+                left = self._budget.left()
                 if left < 0:
-                    error = self._gave_up(reason)
+                    error = MasterLostError(self._budget.gave_up(reason, self._where()))
                     stopped = str(error)
                     raise error
                 if self._new_leader:
@@ -362,7 +268,7 @@ class SchedulerClient:
                     backoff = self._initial_backoff
                 # The last try comes when the budget ends, not a backoff after.
                 delay = min(backoff, left)
-                if self._ever_answered:
+                if self._budget.ever_answered:
                     logger.warning("Mesos: %s; re-subscribing in %.1fs", reason, delay)
                 else:
                     # No master has answered yet: said once the budget is
@@ -402,7 +308,7 @@ class SchedulerClient:
         last_error = "no master answered"
         for master in candidates:
             for _ in range(MAX_REDIRECTS):
-                limit = self._step_limit(self._subscribe_timeout)
+                limit = self._budget.step_limit(self._subscribe_timeout)
                 try:
                     # Bounds the wait for the answer's headers only: the body
                     # is the event stream, read below under the heartbeat
@@ -421,7 +327,7 @@ class SchedulerClient:
                 # given the reconnect budget. Only a master answers so (a
                 # 404 or 501 is some other web server at a wrong -m).
                 if response.status in MASTER_ANSWERS:
-                    self._ever_answered = True
+                    self._budget.ever_answered = True
                 if response.status == 307 and "Location" in response.headers:
                     location = response.headers["Location"]
                     response.close()
@@ -448,21 +354,9 @@ class SchedulerClient:
                         text = f"(the answer could not be read: {exc})"
                     finally:
                         response.close()
-                    if response.status in (400, 401, 403):
-                        raise SchedulerError(
-                            f"the Mesos master at {master.url} refused SUBSCRIBE: "
-                            f"{response.status} {text}"
-                        )
-                    last_error = f"{master.url} answered {response.status}"
-                    text = " ".join(text.split())
-                    if text.startswith("<"):
-                        text = "(a web page)"
-                    if text:
-                        last_error += f" {text}"
-                    if response.status not in MASTER_ANSWERS:
-                        last_error += (
-                            ", which no Mesos master answers to SUBSCRIBE: is -m a Mesos master?"
-                        )
+                    fatal, last_error = subscribe_refused(master.url, response.status, text)
+                    if fatal:
+                        raise SchedulerError(last_error)
                     break
                 await self._read_stream(master, response)
                 return
@@ -510,7 +404,7 @@ class SchedulerClient:
                 subscribed.get("heartbeat_interval_seconds", DEFAULT_HEARTBEAT_SECONDS)
             )
             self._subscribed_at = asyncio.get_running_loop().time()
-            self._ever_subscribed = True
+            self._budget.ever_subscribed = True
             self._unsubscribed.clear()
             self.subscribed.set()
         elif kind == "ERROR":
@@ -566,7 +460,7 @@ class SchedulerClient:
         elif self._stopped is not None:
             future.set_result(f"not sent: {self._stopped}")
         else:
-            self._queue.append(_Queued(call, future, call_subjects(call)))
+            self._queue.add(call, future)
             self._queued.set()
         return future
 
@@ -576,7 +470,7 @@ class SchedulerClient:
 
     async def _send_calls(self) -> None:
         """The dispatcher: sends each queued call once no call before it on
-        the same subject (:func:`call_subjects`) is waiting or unanswered.
+        the same subject (:func:`tfmesos.mesos.calls.call_subjects`) is waiting or unanswered.
         Woken by a call queued and by a call answered."""
         while True:
             await self.subscribed.wait()
@@ -585,22 +479,10 @@ class SchedulerClient:
             await self._queued.wait()
 
     def _send_ready(self) -> None:
-        busy: set[str] = set()
-        for sent in self._in_flight:
-            busy |= sent.subjects
-        waiting: deque[_Queued] = deque()
-        for item in self._queue:
-            if item.future.done():  # its caller stopped waiting for it
-                continue
-            if item.subjects & busy:
-                waiting.append(item)
-            else:
-                self._in_flight[item] = asyncio.create_task(self._send_one(item))
-            # Later calls on its subjects wait for it, sent or not.
-            busy |= item.subjects
-        self._queue = waiting
+        for item in self._queue.ready(list(self._in_flight)):
+            self._in_flight[item] = asyncio.create_task(self._send_one(item))
 
-    async def _send_one(self, item: _Queued) -> None:
+    async def _send_one(self, item: Queued) -> None:
         try:
             result = await self._send(item.call)
         except SchedulerError as exc:
@@ -656,12 +538,6 @@ class SchedulerClient:
         # (RECONCILE, offers coming back), so it is reported, not fatal.
         return f"{status} {text}".rstrip()
 
-    def _drop_queued(self, result: str | None) -> None:
-        while self._queue:
-            item = self._queue.popleft()
-            if not item.future.done():
-                item.future.set_result(result)
-
     async def close(self, teardown: bool) -> None:
         """Stop; with ``teardown``, first tell the master to kill every task.
 
@@ -675,7 +551,7 @@ class SchedulerClient:
         if teardown and self.subscribed.is_set():
             # The master ends the stream on TEARDOWN: that end is expected.
             self._tearing_down = True
-            self._drop_queued(None)
+            self._queue.drop(None)
             try:
                 with contextlib.suppress(TFMesosError, asyncio.TimeoutError):
                     problem = await asyncio.wait_for(
@@ -686,7 +562,7 @@ class SchedulerClient:
             finally:
                 self._teardown_answered.set()
         self._closing = True
-        self._drop_queued(None)
+        self._queue.drop(None)
         for item in self._in_flight:
             if not item.future.done():
                 item.future.set_result(None)
@@ -710,7 +586,7 @@ class SchedulerClient:
             for item in in_flight:
                 if not item.future.done():
                     item.future.set_result(result)
-            self._drop_queued(result)
+            self._queue.drop(result)
             await self._transport.aclose()
             if self._zookeeper is not None:
                 await asyncio.to_thread(self._zookeeper.stop)
