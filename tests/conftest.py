@@ -133,7 +133,19 @@ def mesos(
 # is the edit-test loop's lane; plain ``pytest`` runs them all, as CI does.
 
 E2E_FIXTURES = frozenset(
-    {"job_procs", "master", "mesos", "slurm", "zk", "zookeeper", "real_mesos", "task_image"}
+    {
+        "job_procs",
+        "master",
+        "mesos",
+        "slurm",
+        "zk",
+        "zookeeper",
+        "real_mesos",
+        "task_image",
+        # tfmesos's pytest plugin (tfmesos/testing/pytest_plugin.py)
+        "mesos_master",
+        "mesos_test_master",
+    }
 )
 """Fixtures that start processes or need a server: a test using one is e2e."""
 
