@@ -11,16 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tfmesos import SpecError
-from tfmesos.mesos.masters import (
-    MasterAddress,
+from tfmesos.mesos.masters import MasterAddress, ZooKeeperSource, default_scheme, parse_masters
+from tfmesos.mesos.zookeeper import (
     MasterInfo,
     Member,
-    ZooKeeperSource,
-    default_scheme,
     group_members,
     leading_member,
     master_info_from_node,
-    parse_masters,
 )
 
 

@@ -12,14 +12,10 @@ from hypothesis import strategies as st
 from tfmesos import ClusterSpec, Job, SpecError
 from tfmesos.backends.base import Launch
 from tfmesos.backends.mesos import MesosOptions, task_info
-from tfmesos.mesos.masters import (
-    MasterAddress,
-    ZooKeeperSource,
-    leader_from_master_info,
-    parse_masters,
-)
+from tfmesos.mesos.masters import MasterAddress, ZooKeeperSource, parse_masters
 from tfmesos.mesos.placement import OfferCapacity, place
 from tfmesos.mesos.recordio import RecordIODecoder, RecordIOError, encode
+from tfmesos.mesos.zookeeper import leader_from_master_info
 from tfmesos.spec import TaskSpec, Volume
 
 # -- RecordIO (docs/recordio.md) ------------------------------------------------

@@ -35,13 +35,8 @@ from tests.conftest import (
     start_tfrun,
     tfrun_argv,
 )
-from tfmesos.mesos.masters import (
-    MasterAddress,
-    ZooKeeperAuthError,
-    ZooKeeperLeader,
-    ZooKeeperSource,
-    parse_masters,
-)
+from tfmesos.mesos.masters import MasterAddress, ZooKeeperSource, parse_masters
+from tfmesos.mesos.zookeeper import ZooKeeperAuthError, ZooKeeperLeader
 from tfmesos.testing.master import ThreadedTestMaster
 
 ZK_HOSTS = os.environ.get("TFMESOS_TEST_ZOOKEEPER", "127.0.0.1:2181")

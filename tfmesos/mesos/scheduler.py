@@ -43,9 +43,10 @@ from typing import Any
 from tfmesos.errors import TFMesosError
 from tfmesos.mesos.budget import Budget
 from tfmesos.mesos.calls import MASTER_ANSWERS, CallQueue, Queued, subscribe_refused
-from tfmesos.mesos.masters import MasterAddress, ZooKeeperError, ZooKeeperLeader, parse_masters
+from tfmesos.mesos.masters import MasterAddress, parse_masters
 from tfmesos.mesos.recordio import RecordIODecoder
 from tfmesos.mesos.transport import AiohttpTransport, EventStream, Transport, TransportError
+from tfmesos.mesos.zookeeper import ZooKeeperError, ZooKeeperLeader
 
 __all__ = ["MasterLostError", "SchedulerClient", "SchedulerError"]
 
