@@ -402,3 +402,42 @@ def test_a_default_the_user_may_set_still_reaches_every_task(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("got 7 x y") == 2, result.stdout
+
+
+# -- a refused job leaves nothing on disk --------------------------------------------
+
+
+def test_a_job_refused_after_the_log_dirs_check_leaves_no_log_dir(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # --log-dir's check ran first and made the directory; TFMESOS_TASK_LOG_MAX's
+    # (as a backend's own, Slurm's of a backslash) refused the job after it.
+    log_dir = tmp_path / "made" / "logs"
+    result = run_tfrun(
+        "--log-dir", str(log_dir), "-w", "1", "--", "true",
+        env=job_procs.env(TFMESOS_TASK_LOG_MAX="1"), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "TFMESOS_TASK_LOG_MAX" in one_error_line(result.stderr)
+    assert list(tmp_path.iterdir()) == []
+    assert job_procs.alive() == []
+
+
+def test_a_log_dir_below_a_file_is_refused_and_what_exists_is_left_as_it_was(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "a-file").write_text("")
+    log_dir = tmp_path / "kept" / "new" / "a-file" / "logs"
+    (tmp_path / "kept" / "new").mkdir()
+    (tmp_path / "kept" / "new" / "a-file").write_text("")
+    result = run_tfrun(
+        "--log-dir", str(log_dir), "-w", "1", "--", "true", env=job_procs.env(), timeout=60
+    )
+    assert result.returncode == 2, result.stderr
+    assert one_error_line(result.stderr) == (
+        f"tfrun: error: --log-dir: cannot use {log_dir}: Not a directory (see tfrun --help)"
+    )
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "kept", "kept/a-file", "kept/new", "kept/new/a-file",
+    ]  # fmt: skip

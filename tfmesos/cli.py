@@ -379,19 +379,38 @@ def _readable(path: str | None, flag: str) -> str | None:
 
 
 def _log_dir(path: str | None) -> str | None:
-    """The log directory, made now if need be, so that one that cannot be
-    used is a usage error before anything starts."""
+    """The log directory as an absolute path (sbatch would read a relative
+    one from --chdir), once it is known that it can be made and written, so
+    that one that cannot is a usage error before anything starts.
+
+    Made to be sure, and what was made removed at once: the backend makes it
+    when the job starts, and a job refused before (a backend's own check, as
+    Slurm's of a backslash) must leave nothing behind."""
     if path is None:
         return None
-    if os.path.exists(path) and not os.path.isdir(path):
+    where = os.path.abspath(path)
+    if os.path.exists(where) and not os.path.isdir(where):
         raise SpecError(f"--log-dir: cannot use {path}: it is not a directory")
+    missing = []
+    parent = where
+    while not os.path.lexists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    made: list[str] = []
     try:
-        os.makedirs(path, exist_ok=True)
+        for directory in reversed(missing):
+            os.mkdir(directory)
+            made.append(directory)
+        writable = os.access(where, os.W_OK | os.X_OK)
     except OSError as exc:
         raise SpecError(f"--log-dir: cannot use {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
+    finally:
+        for directory in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+    if not writable:
         raise SpecError(f"--log-dir: cannot use {path}: it is not writable")
-    return path
+    return where
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
