@@ -459,6 +459,46 @@ def test_a_percent_in_the_log_dir_is_taken_literally(
     assert job_procs.wait_gone(10) == []
 
 
+def test_a_per_task_pattern_after_another_in_the_log_dir_is_taken_literally(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # srun 22.05 undoes the %% escaping itself, and where a per-task pattern
+    # (%t, %n, %N, %u) follows another it hands slurmstepd a name it reads
+    # again: each task's step failed, "Slurmd could not connect IO", exit 124.
+    log_dir = tmp_path / "v%j%t %n%N %u%5t 100%%t"
+    code = "import os; print('hello from', os.environ['TFMESOS_TASK_INDEX'])"
+    result = run_tfrun(
+        "--backend", "slurm", "--log-dir", str(log_dir), "-w", "3",
+        "--worker-logs", "*", "--", *py(code), env=job_procs.env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "[worker:2] hello from 2" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [log_dir.name]
+    for index in (1, 2):
+        (task_log,) = log_dir.glob(f"worker.{index}.*.log")
+        assert f"hello from {index}" in task_log.read_text()
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_relative_log_dir_is_tfruns_not_the_chdirs(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # sbatch reads a relative --output from the job's --chdir: the job's own
+    # output file could not be opened (JobLaunchFailure, three times, 124).
+    (tmp_path / "here").mkdir()
+    (tmp_path / "there").mkdir()
+    result = run_tfrun(
+        "--backend", "slurm", "--log-dir", "logs", "--chdir", str(tmp_path / "there"),
+        "-w", "2", "--", "true", env=job_procs.env(), timeout=120, cwd=tmp_path / "here",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    log_dir = tmp_path / "here" / "logs"
+    assert result.stderr.splitlines()[-1] == f"[tfrun] the full output of each task is in {log_dir}"
+    assert list(log_dir.glob("worker.1.*.log"))
+    assert list((tmp_path / "there").iterdir()) == []
+    assert job_procs.wait_gone(10) == []
+
+
 def test_a_backslash_in_the_log_dir_is_refused_before_anything_starts(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:
@@ -473,6 +513,9 @@ def test_a_backslash_in_the_log_dir_is_refused_before_anything_starts(
         f"tfrun: error: --log-dir: Slurm cannot write to {log_dir}: sbatch and srun drop a "
         "backslash from a file name (and stop reading %j in it); choose a directory without one"
     ], result.stderr
+    # Nothing is made for a refused job: before, --log-dir's own check made
+    # the directory before Slurm's refused it.
+    assert list(tmp_path.iterdir()) == []
     assert submitted(result.stderr) == []
     assert job_procs.alive() == []
 

@@ -32,7 +32,7 @@ import time
 from tfmesos import wire
 from tfmesos.rendezvous_client import AgentConfig, AgentError, RendezvousClient
 
-__all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE", "KEEPALIVE_INTERVAL", "main"]
+__all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE", "KEEPALIVE_INTERVAL", "main", "step_output"]
 
 KEEPALIVE_IDLE = 10
 KEEPALIVE_INTERVAL = 5
@@ -95,8 +95,7 @@ def main() -> int:
     secret = plan["secret"].encode()
     for task_id, name, group in plan["steps"]:
         log = os.path.join(log_dir, f"{task_id}.log")
-        # srun reads %x, %j, ... in a file name as patterns; %% is a %.
-        pattern = log.replace("%", "%%")
+        pattern = step_output(log)
         argv = [
             *plan["srun"][group],
             f"--job-name={name}",
@@ -143,6 +142,20 @@ def main() -> int:
                 return 0
     say("every task's step has ended")
     return 0
+
+
+def step_output(path: str) -> str:
+    """``path`` as srun's ``--output`` and ``--error`` take it literally.
+
+    Not with ``%%`` for each ``%``: srun 22.05 undoes that itself, and where
+    the name then reads as a per-task pattern (``%t``, ``%n``, ``%N``,
+    ``%u``) it hands what is left to slurmstepd, which reads the patterns
+    again (``%j%t`` became ``<job id>%0``: "Slurmd could not connect IO").
+    A backslash anywhere turns srun's patterns off: it drops every one and
+    opens the rest as it stands (src/srun/libsrun/fname.c), which is why the
+    backend refuses a log directory that holds a backslash of its own.
+    """
+    return "\\" + path
 
 
 if __name__ == "__main__":
