@@ -23,11 +23,9 @@ a seam that the tests fill with a scripted fake).
   (``docs/scheduler-http-api.md``, "Disconnections"). A stream we cannot read
   (bad RecordIO, bad JSON, an event without a field it must have) is treated
   the same way.
-- Every step of an attempt has a time limit within the budget: a short
-  first-contact one until a master has answered at all, then the long
-  reconnect one (:mod:`tfmesos.mesos.budget`). Those first tries are quiet
-  (said at debug): a master started a moment after tfrun is waited for
-  without a word.
+- Every step of an attempt is bounded by the budget (:mod:`tfmesos.mesos.budget`:
+  short until a master has answered, then long). The first tries are quiet
+  (said at debug): a master started just after tfrun is found without a word.
 """
 
 from __future__ import annotations

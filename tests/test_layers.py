@@ -1,0 +1,152 @@
+"""The package's layering, and its modules' size, held by reading the source.
+
+Every module under ``tfmesos/`` is parsed with :mod:`ast` (nothing is
+imported) and each import it makes of another tfmesos module is checked
+against :data:`LAYERS`: a module may import its own layer and those below,
+never one above. The map is the one docs/architecture.md ("Layers") explains.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import tfmesos
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = Path(tfmesos.__file__).resolve().parent
+
+FOUNDATION, AGENT, PROTOCOL, BACKENDS, LAUNCHER, ENTRY, TESTING = range(7)
+LAYER_NAMES = ["foundation", "agent", "protocol", "backends", "launcher", "entry", "testing"]
+
+LAYERS: dict[str, int] = {
+    # What both ends share, each part on its own: stdlib only or nearly.
+    "tfmesos.errors": FOUNDATION,
+    "tfmesos.wire": FOUNDATION,
+    "tfmesos.taskenv": FOUNDATION,
+    "tfmesos.spec": FOUNDATION,
+    "tfmesos.flagtypes": FOUNDATION,
+    "tfmesos.procfs": FOUNDATION,
+    "tfmesos.proctree": FOUNDATION,
+    "tfmesos.aio": FOUNDATION,
+    "tfmesos.lazyssl": FOUNDATION,
+    "tfmesos.ports": FOUNDATION,
+    "tfmesos.resources": FOUNDATION,
+    "tfmesos.policy": FOUNDATION,
+    "tfmesos.shell": FOUNDATION,
+    "tfmesos.console": FOUNDATION,
+    "tfmesos.runs": FOUNDATION,
+    "tfmesos.advertise": FOUNDATION,
+    "tfmesos.tasklog": FOUNDATION,
+    # What runs in a task.
+    "tfmesos.agent": AGENT,
+    "tfmesos.supervisor": AGENT,
+    "tfmesos.rendezvous_client": AGENT,
+    "tfmesos.forkserver": AGENT,
+    "tfmesos.tfserver": AGENT,
+    # The protocols: Mesos's scheduler API, Slurm's commands and job script,
+    # the launcher's end of the rendezvous.
+    "tfmesos.mesos": PROTOCOL,
+    "tfmesos.slurm": PROTOCOL,
+    "tfmesos.rendezvous": PROTOCOL,
+    # The backends, their options among them.
+    "tfmesos.backends": BACKENDS,
+    # The supervision of a job, and of its restarts.
+    "tfmesos.launcher": LAUNCHER,
+    "tfmesos.server_relaunch": LAUNCHER,
+    "tfmesos.run": LAUNCHER,
+    # What users call: tfrun, tfmesos.cluster(), the package's own names.
+    "tfmesos.cli": ENTRY,
+    "tfmesos.finegrained": ENTRY,
+    "tfmesos": ENTRY,
+    # Test doubles, for tfmesos's tests and users' own.
+    "tfmesos.testing": TESTING,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int | None:
+    """The layer of ``module``: that of the longest name in LAYERS it is under."""
+    while module:
+        if module in LAYERS:
+            return LAYERS[module]
+        module = module.rpartition(".")[0]
+    return None
+
+
+def imported(module: str, path: Path) -> set[str]:
+    """The tfmesos modules ``module`` imports, type-checking imports included:
+    ``from tfmesos import wire`` is ``tfmesos.wire``, not the package."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "tfmesos")
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base.split(".")[0] != "tfmesos":
+                continue
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.add(submodule if submodule in MODULES else base)
+    found.discard(module)
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [m for m in MODULES if layer_of(m) is None]
+    assert not unplaced, f"give these a layer in LAYERS (tests/test_layers.py): {unplaced}"
+
+
+def test_no_import_runs_from_a_lower_layer_to_a_higher_one() -> None:
+    upward = []
+    for module, path in MODULES.items():
+        own = layer_of(module)
+        assert own is not None
+        for target in sorted(imported(module, path)):
+            theirs = layer_of(target)
+            if theirs is not None and theirs > own:
+                upward.append(
+                    f"{module} ({LAYER_NAMES[own]}) imports {target} ({LAYER_NAMES[theirs]})"
+                )
+    assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
+    # The check above must be able to fail: a protocol module importing a backend.
+    path = tmp_path / "scheduler.py"
+    path.write_text("from tfmesos.backends import options\nfrom . import calls\n")
+    found = imported("tfmesos.mesos.scheduler", path)
+    assert found == {"tfmesos.backends.options", "tfmesos.mesos.calls"}
+    assert layer_of("tfmesos.backends.options") == BACKENDS
+    assert layer_of("tfmesos.mesos.calls") == PROTOCOL
+
+
+MAX_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    over = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path in MODULES.values()
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not over, f"modules over {MAX_LINES} lines: " + ", ".join(
+        f"{path} ({lines})" for path, lines in sorted(over.items(), key=lambda kv: -kv[1])
+    )
