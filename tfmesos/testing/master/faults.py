@@ -16,9 +16,12 @@ as by a loaded network, so that concurrent calls arrive, and are applied
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import random
 import re
 import signal
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.executor import TaskRunner
@@ -50,6 +53,151 @@ class _CallDelay:
     remaining: int | None
 
 
+# -- the table of faults --------------------------------------------------------
+#
+# Each public fault is a method of Faults marked with @fault: the mark records it
+# in FAULTS (its name, parameters with their types, docs line and HTTP route), and
+# from that one entry come the TestMaster's method, the ThreadedTestMaster's
+# method and the POST route of /__test__/ (HttpApi). A new fault is one marked
+# method; tests/test_testing_master_faults.py checks every entry on every face.
+
+# How a value read from a JSON body becomes each annotated type (the annotations
+# are strings, from ``from __future__ import annotations``).
+_FROM_JSON: dict[str, Callable[[Any], Any]] = {
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "str | None": lambda value: None if value is None else str(value),
+    "int | None": lambda value: None if value is None else int(value),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultParameter:
+    name: str
+    annotation: str
+    """The parameter's type as written, one of ``_FROM_JSON``'s keys."""
+    keyword_only: bool
+    default: Any
+    """``inspect.Parameter.empty`` for a required parameter."""
+    body_key: str
+    """Its key in the HTTP route's JSON body."""
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    name: str
+    parameters: tuple[FaultParameter, ...]
+    returns: str
+    doc: str
+    """The first paragraph of the method's docstring, on one line."""
+    path: str
+    """Its route: ``POST`` with the parameters as a JSON object."""
+    signature: inspect.Signature
+
+    def from_body(self, faults: Faults, body: Mapping[str, Any]) -> Any:
+        """Apply the fault with the parameters of an HTTP route's JSON body: a
+        missing required key raises KeyError (404), a value of the wrong kind
+        ValueError or TypeError (400)."""
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for parameter in self.parameters:
+            if parameter.required:
+                raw = body[parameter.body_key]
+            else:
+                raw = body.get(parameter.body_key, parameter.default)
+            value = _FROM_JSON[parameter.annotation](raw)
+            if parameter.keyword_only:
+                kwargs[parameter.name] = value
+            else:
+                args.append(value)
+        return getattr(faults, self.name)(*args, **kwargs)
+
+
+FAULTS: dict[str, Fault] = {}
+"""Every fault, by name, in the order Faults declares them."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def fault(
+    *,
+    path: str | None = None,
+    body_keys: Mapping[str, str] | None = None,
+    http_defaults: Mapping[str, Any] | None = None,
+) -> Callable[[F], F]:
+    """Record the method as a fault in FAULTS. ``path`` defaults to
+    ``/__test__/NAME``; ``body_keys`` renames parameters in the JSON body;
+    ``http_defaults`` gives a parameter that Python requires a default over HTTP."""
+
+    def record(method: F) -> F:
+        signature = inspect.signature(method)
+        parameters: list[FaultParameter] = []
+        for parameter in list(signature.parameters.values())[1:]:
+            annotation = str(parameter.annotation)
+            if annotation not in _FROM_JSON:
+                raise TypeError(f"fault {method.__name__}: no JSON reading of {annotation}")
+            default = (http_defaults or {}).get(parameter.name, parameter.default)
+            parameters.append(
+                FaultParameter(
+                    parameter.name,
+                    annotation,
+                    parameter.kind is inspect.Parameter.KEYWORD_ONLY,
+                    default,
+                    (body_keys or {}).get(parameter.name, parameter.name),
+                )
+            )
+        doc = inspect.getdoc(method) or ""
+        FAULTS[method.__name__] = Fault(
+            name=method.__name__,
+            parameters=tuple(parameters),
+            returns=str(signature.return_annotation),
+            doc=" ".join(doc.split("\n\n")[0].split()),
+            path=path or f"/__test__/{method.__name__}",
+            signature=signature,
+        )
+        return method
+
+    return record
+
+
+def with_faults(
+    apply: Callable[[Any, Callable[[Faults], Any]], Any],
+) -> Callable[[type[T]], type[T]]:
+    """A class decorator that gives the class one method per fault of FAULTS,
+    each running its Faults method through ``apply(self, fn)`` (``fn`` takes
+    the Faults): how the TestMaster and the ThreadedTestMaster get theirs."""
+
+    def install(cls: type[T]) -> type[T]:
+        for entry in FAULTS.values():
+            setattr(cls, entry.name, _face_method(cls, entry, apply))
+        return cls
+
+    return install
+
+
+def _face_method(
+    cls: type, entry: Fault, apply: Callable[[Any, Callable[[Faults], Any]], Any]
+) -> Callable[..., Any]:
+    name = entry.name
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return apply(self, lambda faults: getattr(faults, name)(*args, **kwargs))
+
+    method.__name__ = name
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    method.__module__ = cls.__module__
+    method.__doc__ = getattr(Faults, name).__doc__
+    method.__signature__ = entry.signature  # type: ignore[attr-defined]
+    return method
+
+
 class Faults:
     """The faults a test can inject; each one is also a method of the TestMaster."""
 
@@ -60,7 +208,7 @@ class Faults:
         updates: StatusUpdates,
         runner: TaskRunner,
     ) -> None:
-        self.state = state
+        self.master_state = state
         self.allocator = allocator
         self.updates = updates
         self.runner = runner
@@ -74,6 +222,7 @@ class Faults:
             raise ValueError("call_delay must be (low, high) with 0 <= low <= high")
         self._random = random.Random(state.config.call_delay_seed)
 
+    @fault()
     def fail_next_launch(
         self, pattern: str, *, count: int = 1, message: str = "injected failure"
     ) -> None:
@@ -93,6 +242,7 @@ class Faults:
         self._launch_failures = [r for r in self._launch_failures if r.remaining > 0]
         return message
 
+    @fault(body_keys={"call_type": "type"})
     def fail_next_call(
         self,
         call_type: str,
@@ -125,6 +275,7 @@ class Faults:
                 self._call_failures = [r for r in self._call_failures if r.remaining > 0]
                 raise ProtocolError(rule.status, rule.message)
 
+    @fault(body_keys={"call_type": "type"})
     def delay_calls(self, call_type: str, seconds: float, *, count: int | None = None) -> None:
         """Hold the next ``count`` requests of ``call_type`` (every one if None; ``"*"``:
         any type) ``seconds`` before the master takes them, as a slow network path
@@ -146,11 +297,12 @@ class Faults:
                     if rule.remaining == 0:
                         self._call_delays.remove(rule)
                 return rule.seconds
-        bounds = self.state.config.call_delay
+        bounds = self.master_state.config.call_delay
         if bounds is None:
             return 0.0
         return self._random.uniform(*bounds)
 
+    @fault()
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
         """Lose an agent (the first active one if ``agent_id`` is None); returns its ID.
 
@@ -170,6 +322,7 @@ class Faults:
         self._remove_agent(agent, mode, kill=True)
         return agent.id
 
+    @fault()
     def partition_agent(self, agent_id: str | None = None, *, freeze: bool = False) -> str:
         """The agent loses contact with the master and fails its health checks
         (``Master::markUnreachable``, ``__removeSlave``); returns its ID.
@@ -191,6 +344,7 @@ class Faults:
                     self.runner.freeze(task.pid)
         return agent.id
 
+    @fault()
     def partition_next_launch(self, pattern: str, *, freeze: bool = False) -> None:
         """The agent of the next task whose name matches ``pattern`` (``re.search``)
         loses contact, as :meth:`partition_agent`, right after it has started the
@@ -201,11 +355,12 @@ class Faults:
         for rule in self._partition_on_start:
             if rule[0].search(task.name):
                 self._partition_on_start.remove(rule)
-                agent = self.state.agents_by_id.get(task.agent_id)
+                agent = self.master_state.agents_by_id.get(task.agent_id)
                 if agent is not None and agent.state == "active":
                     self.partition_agent(agent.id, freeze=rule[1])
                 return
 
+    @fault()
     def mark_agent_gone(self, agent_id: str) -> None:
         """The operator marks the agent gone (``Master::markGone``).
 
@@ -215,14 +370,14 @@ class Faults:
         (REASON_AGENT_REMOVED), "Agent has been marked gone"; its processes run on
         until it tries to reregister, which is refused (:meth:`reregister_agent`).
         """
-        agent = self.state.agents_by_id[agent_id]
+        agent = self.master_state.agents_by_id[agent_id]
         if agent.state == "active":
             self._remove_agent(agent, "gone", kill=True)
             return
         if agent.state == "gone":
             raise ValueError(f"agent {agent_id} is already gone")
         agent.state = "gone"
-        for framework in list(self.state.frameworks_by_id.values()):
+        for framework in list(self.master_state.frameworks_by_id.values()):
             aware = framework.partition_aware
             for task in [t for t in framework.unreachable_tasks.values() if t.agent_id == agent_id]:
                 state = "TASK_GONE_BY_OPERATOR" if aware else "TASK_LOST"
@@ -242,6 +397,7 @@ class Faults:
                     task.task_id
                 )
 
+    @fault()
     def reregister_agent(self, agent_id: str) -> bool:
         """An agent that lost contact reregisters with the tasks it still has.
 
@@ -259,25 +415,27 @@ class Faults:
         tasks of frameworks removed meanwhile are shut down
         (``ShutdownFrameworkMessage``). Frozen tasks stay frozen until killed.
         """
-        agent = self.state.agents_by_id[agent_id]
+        agent = self.master_state.agents_by_id[agent_id]
         if agent.state == "active":
             raise ValueError(f"agent {agent_id} is registered")
         if agent.state == "gone":
             for task in self._tasks_on(agent_id):
                 if not task.finalized:
-                    self.runner.shutdown_task(task, self.state.config.shutdown_grace_period)
+                    self.runner.shutdown_task(task, self.master_state.config.shutdown_grace_period)
             return False
         agent.state = "active"
         agent.unreachable_time = None
         resumed: list[Task] = []
-        for framework in self.state.all_frameworks():
-            removed = framework.id not in self.state.frameworks_by_id
-            for task in self.state.framework_tasks(framework):
+        for framework in self.master_state.all_frameworks():
+            removed = framework.id not in self.master_state.frameworks_by_id
+            for task in self.master_state.framework_tasks(framework):
                 if task.agent_id != agent_id:
                     continue
                 if removed:
                     if not task.finalized:
-                        self.runner.shutdown_task(task, self.state.config.shutdown_grace_period)
+                        self.runner.shutdown_task(
+                            task, self.master_state.config.shutdown_grace_period
+                        )
                     continue
                 if task.task_id not in framework.unreachable_tasks:
                     continue
@@ -304,7 +462,7 @@ class Faults:
                 resumed.append(task)
         for task in resumed:
             if task.pending:
-                task.retry_interval = self.state.config.update_retry_interval
+                task.retry_interval = self.master_state.config.update_retry_interval
                 self.updates.forward_head(task)
         self.allocator.request_allocation()
         return True
@@ -312,11 +470,11 @@ class Faults:
     def _active_agent(self, agent_id: str | None) -> Agent:
         if agent_id is None:
             agent_id = next(
-                (a.id for a in self.state.agents_by_id.values() if a.state == "active"), None
+                (a.id for a in self.master_state.agents_by_id.values() if a.state == "active"), None
             )
             if agent_id is None:
                 raise ValueError("no active agent left")
-        agent = self.state.agents_by_id[agent_id]
+        agent = self.master_state.agents_by_id[agent_id]
         if agent.state != "active":
             raise ValueError(f"agent {agent_id} is already {agent.state}")
         return agent
@@ -324,8 +482,8 @@ class Faults:
     def _tasks_on(self, agent_id: str) -> list[Task]:
         return [
             task
-            for framework in self.state.all_frameworks()
-            for task in self.state.framework_tasks(framework)
+            for framework in self.master_state.all_frameworks()
+            for task in self.master_state.framework_tasks(framework)
             if task.agent_id == agent_id
         ]
 
@@ -334,12 +492,12 @@ class Faults:
         agent_id = agent.id
         agent.state = mode
         agent.unreachable_time = now()
-        for offer in [o for o in self.state.offers_by_id.values() if o.agent_id == agent_id]:
+        for offer in [o for o in self.master_state.offers_by_id.values() if o.agent_id == agent_id]:
             self.allocator.rescind(offer)
         if kill:
-            for key in [k for k in self.state.executors if k[1] == agent_id]:
-                del self.state.executors[key]
-        for framework in list(self.state.frameworks_by_id.values()):
+            for key in [k for k in self.master_state.executors if k[1] == agent_id]:
+                del self.master_state.executors[key]
+        for framework in list(self.master_state.frameworks_by_id.values()):
             aware = framework.partition_aware
             for task in [t for t in framework.tasks.values() if t.agent_id == agent_id]:
                 was_terminal = task.terminal
@@ -378,6 +536,7 @@ class Faults:
         if kill:
             agent.used = Resources()
 
+    @fault()
     def drop_subscription(self, framework_id: str | None = None) -> list[str]:
         """Break the subscription connection(s) as a network failure would (all if None).
 
@@ -385,7 +544,7 @@ class Faults:
         Returns the framework IDs whose connection was dropped.
         """
         dropped: list[str] = []
-        for framework in list(self.state.frameworks_by_id.values()):
+        for framework in list(self.master_state.frameworks_by_id.values()):
             if framework_id is not None and framework.id != framework_id:
                 continue
             if framework.subscription is not None:
@@ -393,11 +552,12 @@ class Faults:
                 dropped.append(framework.id)
         return dropped
 
+    @fault()
     def rescind_offer(self, offer_id: str | None = None) -> list[str]:
         """Rescind one outstanding offer (every one if None): RESCIND events. Returns the IDs."""
         offers = [
             o
-            for o in list(self.state.offers_by_id.values())
+            for o in list(self.master_state.offers_by_id.values())
             if offer_id is None or o.id == offer_id
         ]
         if offer_id is not None and not offers:
@@ -406,6 +566,7 @@ class Faults:
             self.allocator.rescind(offer)
         return [o.id for o in offers]
 
+    @fault(path="/__test__/leader", http_defaults={"leader": True})
     def set_leader(
         self,
         leader: bool,
@@ -420,8 +581,8 @@ class Faults:
         (protocol-relative, as Mesos sends it), or exactly ``location`` if given;
         with neither it answers 503 "No leader elected". Subscriptions stay as they are.
         """
-        self.state.config.leader = leader
-        self.state.config.leader_address = leader_address
-        self.state.config.redirect_location = location
+        self.master_state.config.leader = leader
+        self.master_state.config.leader_address = leader_address
+        self.master_state.config.redirect_location = location
         if leader:
             self.allocator.request_allocation()

@@ -26,7 +26,7 @@ from aiohttp import web
 
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.executor import TaskRunner
-from tfmesos.testing.master.faults import Faults
+from tfmesos.testing.master.faults import FAULTS, Fault, Faults
 from tfmesos.testing.master.inspection import Inspector
 from tfmesos.testing.master.operations import Operations
 from tfmesos.testing.master.schema import (
@@ -335,6 +335,9 @@ class HttpApi:
                 subscription.heartbeat.cancel()
             self.subscriptions.stream_ended(subscription)
 
+    def _fault_route(self, entry: Fault) -> Callable[[web.Request, JSON], Any]:
+        return lambda request, body: entry.from_body(self.faults, body)
+
     def _control_routes(self, app: web.Application) -> None:
         """The ``/__test__/`` control API (JSON in, JSON out; 404/400 on bad input).
 
@@ -348,14 +351,9 @@ class HttpApi:
         ``GET  /__test__/agents``
         ``GET  /__test__/events``           ``?framework_id=``
         ``POST /__test__/calls/clear``
-        ``POST /__test__/fail_next_launch`` ``{"pattern": "...", "count": 1, "message": "..."}``
-        ``POST /__test__/fail_next_call``   ``{"type": "ACCEPT", "count": 1, "status": 503, "message": "..."}``
-        ``POST /__test__/delay_calls``      ``{"type": "DECLINE", "seconds": 0.5, "count": null}``
-        ``POST /__test__/kill_agent``       ``{"agent_id": "...", "mode": "unreachable"|"gone"}``
         ``POST /__test__/add_agent``        ``{"cpus":..,"mem":..,"disk":..,"gpus":..,"ports":"a-b"}``
-        ``POST /__test__/drop_subscription`` ``{"framework_id": "..."}``
-        ``POST /__test__/rescind_offer``    ``{"offer_id": "..."}``
-        ``POST /__test__/leader``           ``{"leader": false, "leader_address": "h:p", "location": ".."}``
+        ``POST /__test__/NAME``             each fault of ``faults.FAULTS`` (``leader`` for
+                                            ``set_leader``), its parameters as a JSON object
         """
 
         def handler(
@@ -405,41 +403,6 @@ class HttpApi:
             ("POST", "/__test__/calls/clear", lambda r, b: self.state.received_calls.clear()),
             (
                 "POST",
-                "/__test__/fail_next_launch",
-                lambda r, b: self.faults.fail_next_launch(
-                    str(b["pattern"]),
-                    count=int(b.get("count", 1)),
-                    message=str(b.get("message", "injected failure")),
-                ),
-            ),
-            (
-                "POST",
-                "/__test__/fail_next_call",
-                lambda r, b: self.faults.fail_next_call(
-                    str(b["type"]),
-                    count=int(b.get("count", 1)),
-                    status=int(b.get("status", 503)),
-                    message=str(b.get("message", "Master has not finished recovery")),
-                ),
-            ),
-            (
-                "POST",
-                "/__test__/delay_calls",
-                lambda r, b: self.faults.delay_calls(
-                    str(b["type"]),
-                    float(b["seconds"]),
-                    count=None if b.get("count") is None else int(b["count"]),
-                ),
-            ),
-            (
-                "POST",
-                "/__test__/kill_agent",
-                lambda r, b: self.faults.kill_agent(
-                    b.get("agent_id"), mode=str(b.get("mode", "unreachable"))
-                ),
-            ),
-            (
-                "POST",
                 "/__test__/add_agent",
                 lambda r, b: self.allocator.add_agent(
                     hostname=b.get("hostname"),
@@ -451,25 +414,9 @@ class HttpApi:
                     attributes=b.get("attributes"),
                 ),
             ),
-            (
-                "POST",
-                "/__test__/drop_subscription",
-                lambda r, b: self.faults.drop_subscription(b.get(q)),
-            ),
-            (
-                "POST",
-                "/__test__/rescind_offer",
-                lambda r, b: self.faults.rescind_offer(b.get("offer_id")),
-            ),
-            (
-                "POST",
-                "/__test__/leader",
-                lambda r, b: self.faults.set_leader(
-                    bool(b.get("leader", True)),
-                    leader_address=b.get("leader_address"),
-                    location=b.get("location"),
-                ),
-            ),
         ]
+        # Every fault of the table, its parameters read from the JSON body.
+        for entry in FAULTS.values():
+            routes.append(("POST", entry.path, self._fault_route(entry)))
         for method, path, fn in routes:
             app.router.add_route(method, path, handler(fn))

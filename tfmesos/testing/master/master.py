@@ -21,14 +21,14 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.containerizer import check_isolation
 from tfmesos.testing.master.executor import Reaper, TaskRunner
-from tfmesos.testing.master.faults import Faults
+from tfmesos.testing.master.faults import Faults, with_faults
 from tfmesos.testing.master.http import HttpApi
 from tfmesos.testing.master.inspection import Inspector
 from tfmesos.testing.master.operations import Operations
@@ -59,7 +59,16 @@ def _packed_ip(address: str) -> int:
         return 0
 
 
-class TestMaster:
+if TYPE_CHECKING:
+    # What a type checker sees of the fault methods that with_faults installs
+    # (one per entry of faults.FAULTS): the Faults methods' own signatures.
+    _FaultMethods = Faults
+else:
+    _FaultMethods = object
+
+
+@with_faults(lambda master, apply: apply(master.faults))
+class TestMaster(_FaultMethods):
     """A Mesos master (and its agents) in this process, serving the v1 scheduler API.
 
     Use ``async with TestMaster(agents=2, cpus=2) as master:``; ``master.url`` is
@@ -255,65 +264,6 @@ class TestMaster:
             ports=ports,
             attributes=attributes,
         )
-
-    def fail_next_launch(
-        self, pattern: str, *, count: int = 1, message: str = "injected failure"
-    ) -> None:
-        """See :meth:`Faults.fail_next_launch`."""
-        self.faults.fail_next_launch(pattern, count=count, message=message)
-
-    def fail_next_call(
-        self,
-        call_type: str,
-        *,
-        count: int = 1,
-        status: int = 503,
-        message: str = "Master has not finished recovery",
-    ) -> None:
-        """See :meth:`Faults.fail_next_call`."""
-        self.faults.fail_next_call(call_type, count=count, status=status, message=message)
-
-    def delay_calls(self, call_type: str, seconds: float, *, count: int | None = None) -> None:
-        """See :meth:`Faults.delay_calls`."""
-        self.faults.delay_calls(call_type, seconds, count=count)
-
-    def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
-        """See :meth:`Faults.kill_agent`."""
-        return self.faults.kill_agent(agent_id, mode=mode)
-
-    def partition_agent(self, agent_id: str | None = None, *, freeze: bool = False) -> str:
-        """See :meth:`Faults.partition_agent`."""
-        return self.faults.partition_agent(agent_id, freeze=freeze)
-
-    def partition_next_launch(self, pattern: str, *, freeze: bool = False) -> None:
-        """See :meth:`Faults.partition_next_launch`."""
-        self.faults.partition_next_launch(pattern, freeze=freeze)
-
-    def mark_agent_gone(self, agent_id: str) -> None:
-        """See :meth:`Faults.mark_agent_gone`."""
-        self.faults.mark_agent_gone(agent_id)
-
-    def reregister_agent(self, agent_id: str) -> bool:
-        """See :meth:`Faults.reregister_agent`."""
-        return self.faults.reregister_agent(agent_id)
-
-    def drop_subscription(self, framework_id: str | None = None) -> list[str]:
-        """See :meth:`Faults.drop_subscription`."""
-        return self.faults.drop_subscription(framework_id)
-
-    def rescind_offer(self, offer_id: str | None = None) -> list[str]:
-        """See :meth:`Faults.rescind_offer`."""
-        return self.faults.rescind_offer(offer_id)
-
-    def set_leader(
-        self,
-        leader: bool,
-        *,
-        leader_address: str | None = None,
-        location: str | None = None,
-    ) -> None:
-        """See :meth:`Faults.set_leader`."""
-        self.faults.set_leader(leader, leader_address=leader_address, location=location)
 
     def helper_pids(self) -> list[int]:
         """Processes of the master's own (its reaper), not of any task."""

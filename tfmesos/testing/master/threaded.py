@@ -9,16 +9,25 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from tfmesos.testing.master.faults import Faults, with_faults
 from tfmesos.testing.master.master import TestMaster
 from tfmesos.testing.master.schema import JSON
 from tfmesos.testing.master.state import TERMINAL_STATES, MasterConfig
 
 T = TypeVar("T")
 
+if TYPE_CHECKING:
+    # What a type checker sees of the fault methods that with_faults installs
+    # (one per entry of faults.FAULTS): the Faults methods' own signatures.
+    _FaultMethods = Faults
+else:
+    _FaultMethods = object
 
-class ThreadedTestMaster:
+
+@with_faults(lambda threaded, apply: threaded.call(lambda master: apply(master.faults)))
+class ThreadedTestMaster(_FaultMethods):
     """A :class:`TestMaster` on its own event loop in a background thread.
 
     ``with ThreadedTestMaster(agents=2) as master:`` starts it on a free port of
@@ -128,54 +137,8 @@ class ThreadedTestMaster:
     def work_dir(self) -> Path:
         return self.master.work_dir
 
-    def fail_next_launch(
-        self, pattern: str, *, count: int = 1, message: str = "injected failure"
-    ) -> None:
-        self.call(lambda m: m.fail_next_launch(pattern, count=count, message=message))
-
-    def fail_next_call(
-        self,
-        call_type: str,
-        *,
-        count: int = 1,
-        status: int = 503,
-        message: str = "Master has not finished recovery",
-    ) -> None:
-        self.call(
-            lambda m: m.fail_next_call(call_type, count=count, status=status, message=message)
-        )
-
-    def delay_calls(self, call_type: str, seconds: float, *, count: int | None = None) -> None:
-        self.call(lambda m: m.delay_calls(call_type, seconds, count=count))
-
-    def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
-        return self.call(lambda m: m.kill_agent(agent_id, mode=mode))
-
-    def partition_agent(self, agent_id: str | None = None, *, freeze: bool = False) -> str:
-        return self.call(lambda m: m.partition_agent(agent_id, freeze=freeze))
-
-    def partition_next_launch(self, pattern: str, *, freeze: bool = False) -> None:
-        self.call(lambda m: m.partition_next_launch(pattern, freeze=freeze))
-
-    def mark_agent_gone(self, agent_id: str) -> None:
-        self.call(lambda m: m.mark_agent_gone(agent_id))
-
-    def reregister_agent(self, agent_id: str) -> bool:
-        return self.call(lambda m: m.reregister_agent(agent_id))
-
     def add_agent(self, **kwargs: Any) -> str:
         return self.call(lambda m: m.add_agent(**kwargs))
-
-    def drop_subscription(self, framework_id: str | None = None) -> list[str]:
-        return self.call(lambda m: m.drop_subscription(framework_id))
-
-    def rescind_offer(self, offer_id: str | None = None) -> list[str]:
-        return self.call(lambda m: m.rescind_offer(offer_id))
-
-    def set_leader(
-        self, leader: bool, *, leader_address: str | None = None, location: str | None = None
-    ) -> None:
-        self.call(lambda m: m.set_leader(leader, leader_address=leader_address, location=location))
 
     def clear_calls(self) -> None:
         self.call(lambda m: m.clear_calls())
