@@ -9,7 +9,10 @@ the agent's sandbox and ``MESOS_*`` environment (mesos.proto ``CommandInfo``,
 (a task's process group and session die with it), the fetcher
 (``src/launcher/fetcher.cpp``) and the KILL and SHUTDOWN calls
 (``docs/scheduler-http-api.md``; scheduler.proto ``Call.Kill``; ``Master::kill``).
-A reaper process kills every task still alive if the master's process dies.
+A reaper process kills every task still alive if the master's process dies
+(``reaper.py``); process groups and containers are ``groups.py``'s, the
+environment ``environment.py``'s, the fetcher ``fetcher.py``'s and the
+memory isolator's measures ``memory.py``'s.
 With ``cgroups/mem`` among the agent's isolators, a command task whose process
 tree's RSS exceeds its ``mem`` and the executor's 32 MB is killed and reported
 as the cgroups memory isolator reports it (:func:`memory_limitation`).
@@ -19,20 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
-from tfmesos import procfs
 from tfmesos.mesos.states import EXECUTOR_MEM
-from tfmesos.proctree import signal_group, signal_pid
 from tfmesos.testing.master.containerizer import (
     LAUNCH_SOURCE,
     ContainerLaunchError,
@@ -42,135 +41,26 @@ from tfmesos.testing.master.containerizer import (
     task_user,
     volume_mounts,
 )
-from tfmesos.testing.master.images import ContainerPlan, Podman, plan_container, task_image
+from tfmesos.testing.master.environment import (
+    command_environment,
+    executor_environment,
+    task_environment,
+)
+from tfmesos.testing.master.fetcher import fetch_uris
+from tfmesos.testing.master.groups import REMOVE, ProcessGroups
+from tfmesos.testing.master.images import ContainerPlan, plan_container, task_image
+from tfmesos.testing.master.memory import MB, MEMORY_POLL, memory_enforced, tree_rss
+
+# Re-exported: tests and the master import them from here, as before the split.
+from tfmesos.testing.master.memory import memory_limitation as memory_limitation
+from tfmesos.testing.master.memory import stout_bytes as stout_bytes
+from tfmesos.testing.master.reaper import Reaper as Reaper
 from tfmesos.testing.master.resources import MILLI
 from tfmesos.testing.master.schema import JSON, duration_seconds
-from tfmesos.testing.master.state import Framework, MasterState, Task, resolve
+from tfmesos.testing.master.state import Framework, MasterState, Task
 from tfmesos.testing.master.updates import StatusUpdates
 
 logger = logging.getLogger(__name__)
-
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_REAPER_SOURCE = """
-import json, os, shutil, signal, subprocess, sys
-groups = set()
-directories = []
-containers = {}
-for line in sys.stdin:
-    line = line.rstrip("\\n")
-    if line[:1] == "+":
-        groups.add(int(line[1:]))
-    elif line[:1] == "-":
-        groups.discard(int(line[1:]))
-    elif line[:1] == "d":
-        directories.append(line[1:])
-    elif line[:1] == "c":
-        name, argv = json.loads(line[1:])
-        containers[name] = argv
-    elif line[:1] == "x":
-        containers.pop(line[1:], None)
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
-for argv in containers.values():
-    try:
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-    except (OSError, subprocess.SubprocessError):
-        pass
-for directory in directories:
-    shutil.rmtree(directory, ignore_errors=True)
-"""
-
-
-class Reaper:
-    """A helper process told every live task process group and container. When its
-    stdin reaches EOF (the master stopped, or its process died however it died) it
-    SIGKILLs the groups still listed and removes the containers, so no task
-    outlives a crashed test run."""
-
-    def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-c", _REAPER_SOURCE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-    def _send(self, line: str) -> None:
-        process = self._process
-        if process is None or process.stdin is None:
-            return
-        try:
-            process.stdin.write(line.encode("ascii") + b"\n")
-            process.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):
-            self._process = None
-
-    @property
-    def pid(self) -> int | None:
-        """The reaper's own process ID (None once it is gone)."""
-        return self._process.pid if self._process is not None else None
-
-    def track(self, pgid: int) -> None:
-        self._send(f"+{pgid}")
-
-    def untrack(self, pgid: int) -> None:
-        self._send(f"-{pgid}")
-
-    def remove_on_exit(self, directory: Path) -> None:
-        if "\n" not in str(directory):
-            self._send(f"d{directory}")
-
-    def remove_container(self, name: str, argv: list[str]) -> None:
-        """Run ``argv`` (``podman rm -f NAME``) on exit unless :meth:`forget_container`."""
-        self._send("c" + json.dumps([name, argv]))
-
-    def forget_container(self, name: str) -> None:
-        self._send(f"x{name}")
-
-    async def close(self) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            if process.stdin is not None:
-                process.stdin.close()
-        deadline = time.monotonic() + 5
-        while process.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def killpg(pgid: int, sig: int) -> bool:
-    """Signal a task's processes; False if its process group no longer exists.
-
-    Every task starts in a session of its own (its pgid is also its session
-    id). Like Mesos, which kills a task's whole process tree (the posix
-    launcher's ``os::killtree`` follows groups and sessions; cgroups take the
-    container), the signal also reaches processes the task moved into other
-    process groups of its session.
-    """
-    for pid in _session_members(pgid):
-        signal_pid(pid, sig)
-    return signal_group(pgid, sig)
-
-
-def _session_members(sid: int) -> list[int]:
-    """Processes in session ``sid`` (Linux /proc; elsewhere none are found)."""
-    try:
-        return [p.pid for p in procfs.processes() if p.session == sid]
-    except OSError:
-        return []
-
-
-_REMOVE = ("rm", "--force", "--time", "0", "--ignore")
-"""``podman rm`` of a container that is to go now, running or not."""
 
 
 def _is_signal(number: int) -> bool:
@@ -179,74 +69,6 @@ def _is_signal(number: int) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _command_environment(command: JSON) -> dict[str, str]:
-    """``CommandInfo.environment``'s VALUE variables."""
-    env = {}
-    for variable in command.get("environment", {}).get("variables", []):
-        if variable.get("type", "VALUE") == "VALUE" and "value" in variable:
-            env[variable["name"]] = variable["value"]
-    return env
-
-
-MEMORY_POLL = 0.5
-"""Seconds between two looks at the RSS of a task's processes under ``cgroups/mem``
-(a few /proc reads per process of the task)."""
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_MB = 1 << 20
-
-
-def memory_enforced(isolation: str | None) -> bool:
-    """Whether the agent's ``--isolation`` has the isolator that ends a task
-    over its memory (``cgroups/mem``; ``posix/mem``, the default, only measures)."""
-    return isolation is not None and "cgroups/mem" in {n.strip() for n in isolation.split(",")}
-
-
-def tree_rss(pid: int) -> int:
-    """Bytes resident in ``pid`` and the processes below it (``/proc/PID/statm``)."""
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        pids += [p.pid for p in procfs.descendants(pid)]
-    total = 0
-    for member in pids:
-        try:
-            with open(f"/proc/{member}/statm", "rb") as statm:
-                total += int(statm.read().split()[1]) * _PAGE
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-    return total
-
-
-def stout_bytes(count: int) -> str:
-    """``Bytes`` as stout prints it: the largest unit that loses nothing (``288MB``)."""
-    if count == 0:
-        return "0B"
-    for unit, name in ((1 << 40, "TB"), (1 << 30, "GB"), (_MB, "MB"), (1 << 10, "KB")):
-        if count % unit == 0:
-            return f"{count // unit}{name}"
-    return f"{count}B"
-
-
-def memory_limitation(limit: int, used: int) -> tuple[str, JSON]:
-    """The message and ``limitation`` of the update that ends a container over
-    its ``limit`` bytes, its processes holding ``used``:
-    ``MemorySubsystemProcess::oomWaited`` and
-    ``Slave::sendExecutorTerminatedStatusUpdate``. "Requested" is the cgroup's
-    limit; "Maximum Used" is the cgroup's peak, which the limit caps (the
-    kernel stops the allocation there), so a real agent reports the limit
-    itself, and so does this; the limited resource is that peak, in MB. Of
-    the cgroup's ``memory.stat`` the double knows two lines, the second what
-    it measured."""
-    peak = min(used, limit)
-    message = (
-        f"Memory limit exceeded: Requested: {stout_bytes(limit)} Maximum Used: "
-        f"{stout_bytes(peak)}\n\nMEMORY STATISTICS: \n"
-        f"hierarchical_memory_limit {limit}\ntotal_rss {used}\n\n"
-    )
-    resource = {"name": "mem", "type": "SCALAR", "scalar": {"value": peak / _MB}}
-    return message, {"resources": [resource]}
 
 
 def _describe_exit(returncode: int) -> str:
@@ -258,99 +80,36 @@ def _describe_exit(returncode: int) -> str:
     return f"terminated with signal {name}"
 
 
-_ARCHIVES = (".tar", ".tgz", ".tar.gz", ".tbz2", ".tar.bz2", ".txz", ".tar.xz", ".zip")
+@dataclasses.dataclass
+class _Launch:
+    """What the agent has made ready for a task's command: its sandbox's owner
+    and either an image's container or the volumes of a task without one."""
+
+    command: JSON
+    credentials: Credentials | None
+    plan: ContainerPlan | None = None
+    mounts: list[tuple[str, str, bool]] = dataclasses.field(default_factory=list)
 
 
-def fetch_uris(uris: Sequence[JSON], sandbox: Path) -> None:
-    """The Mesos fetcher, for local paths, ``file://`` and ``http(s)://`` URIs.
+@dataclasses.dataclass
+class _CommandLine:
+    """What the task's process executes: ``program`` with ``argv``, in ``env``,
+    with ``switch`` (the user and groups to become, empty: none)."""
 
-    Each URI lands in the sandbox as ``output_file`` or its basename; then it is
-    made executable (``executable``), or unpacked into the sandbox if it is an
-    archive (``extract``, default true). Raises OSError or ValueError on failure.
-    """
-    import gzip
-    import urllib.parse
-    import urllib.request
-
-    for uri in uris:
-        value: str = uri["value"]
-        parsed = urllib.parse.urlparse(value)
-        name = uri.get("output_file") or os.path.basename(parsed.path.rstrip("/"))
-        if not name:
-            raise ValueError(f"cannot name the file fetched from {value!r}")
-        target = sandbox / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if parsed.scheme in ("http", "https"):
-            with urllib.request.urlopen(value, timeout=60) as response, open(target, "wb") as out:
-                shutil.copyfileobj(response, out)
-        elif parsed.scheme == "file":
-            shutil.copyfile(urllib.parse.unquote(parsed.path), target)
-        elif parsed.scheme:
-            raise ValueError(f"unsupported URI scheme {parsed.scheme!r} in {value!r}")
-        else:
-            shutil.copyfile(value, target)
-        if uri.get("executable", False):
-            target.chmod(0o755)
-        elif uri.get("extract", True):
-            if name.endswith(_ARCHIVES):
-                shutil.unpack_archive(str(target), str(sandbox))
-            elif name.endswith(".gz"):
-                with gzip.open(target, "rb") as packed, open(target.with_suffix(""), "wb") as out:
-                    shutil.copyfileobj(packed, out)
+    program: str
+    argv: list[str]
+    env: dict[str, str]
+    switch: dict[str, object] = dataclasses.field(default_factory=dict)
 
 
-class TaskRunner:
+class TaskRunner(ProcessGroups):
     """Starts, watches, signals and reports on every task's process group."""
 
     def __init__(self, state: MasterState, updates: StatusUpdates) -> None:
-        self.state = state
+        super().__init__(state)
         self.updates = updates
-        self.live_groups: set[int] = set()
-        """Process groups of tasks that may still have processes."""
-        self.reaper: Reaper | None = None
-        self.frozen: set[int] = set()
-        """Process groups stopped (SIGSTOP) by a partition that cuts their tasks off."""
         self.started_hooks: list[Callable[[Task], None]] = []
         """Called once a task's process has started (fault injection)."""
-        self.containers: dict[int, str] = {}
-        """The container of each image task's process group (``podman run``'s)."""
-        self._podman: Podman | bool | None = False
-        """Found on the first image task (False: not looked for yet)."""
-        self._container_calls: dict[str, asyncio.Task[None]] = {}
-        """The latest podman command sent to each container (they run in order)."""
-
-    def _task_environment(self, task: Task, command: JSON) -> dict[str, str]:
-        env = self._executor_environment(task)
-        env.update(_command_environment(command))
-        env["MESOS_ALLOCATION_ROLE"] = task.role
-        return env
-
-    def _executor_environment(self, task: Task) -> dict[str, str]:
-        """The agent's environment for the executor: its own (``inherit_env``) and
-        the ``MESOS_*`` variables."""
-        agent = self.state.agents_by_id[task.agent_id]
-        env = dict(os.environ) if self.state.config.inherit_env else {"PATH": _DEFAULT_PATH}
-        env.setdefault("PATH", _DEFAULT_PATH)
-        agent_ip = resolve(agent.hostname, self.state.config.ip)
-        env.update(
-            {
-                "MESOS_SANDBOX": str(task.sandbox),
-                "MESOS_DIRECTORY": str(task.sandbox),
-                "MESOS_FRAMEWORK_ID": task.framework_id,
-                "MESOS_EXECUTOR_ID": task.executor_id,
-                "MESOS_SLAVE_ID": task.agent_id,
-                "MESOS_AGENT_ENDPOINT": f"{agent_ip}:{agent.port}",
-                "MESOS_SLAVE_PID": f"slave(1)@{agent_ip}:{agent.port}",
-                "MESOS_CHECKPOINT": "0",
-            }
-        )
-        return env
-
-    def podman(self) -> Podman | None:
-        """The container runtime for image tasks, or None where podman is missing."""
-        if self._podman is False:
-            self._podman = Podman.find()
-        return self._podman if isinstance(self._podman, Podman) else None
 
     async def _plan_container(
         self,
@@ -383,8 +142,8 @@ class TaskRunner:
                 info=task.info,
                 sandbox=task.sandbox,
                 container_id=task.container_id,
-                executor_env=self._executor_environment(task),
-                command_env=_command_environment(command),
+                executor_env=executor_environment(self.state, task),
+                command_env=command_environment(command),
                 role=task.role,
                 credentials=credentials,
                 label=str(self.state.work_dir_path),
@@ -408,40 +167,67 @@ class TaskRunner:
                 self.sweep(task.pid)
 
     async def _run(self, task: Task) -> None:
+        """The agent's steps for one task, in order; each step that ends the
+        task's launch (an update sent, or the task finalized meanwhile) answers
+        None or False and the rest are skipped."""
         await asyncio.sleep(0)
-        if task.finalized:
+        if self._refused_at_delivery(task):
             return
+        launch = await self._prepare_container(task)
+        if launch is None or not await self._fetch(task, launch):
+            return
+        self.updates.agent_update(task, "TASK_STARTING")
+        command_line = self._command_line(task, launch)
+        if command_line is None:
+            return
+        process = await self._spawn(task, launch, command_line)
+        if process is None or not await self._started(task, process, launch.plan):
+            return
+        returncode = await self._wait(task, process, launch.plan)
+        if returncode is not None:
+            self._report_exit(task, returncode, launch.plan)
+
+    def _launch_failed(self, task: Task, state: str, reason: str, message: str) -> None:
+        """The agent's own update on a task whose executor never ran."""
+        self.updates.agent_update(
+            task, state, source="SOURCE_AGENT", reason=reason, message=message, container=False
+        )
+
+    def _refused_at_delivery(self, task: Task) -> bool:
+        """Whether the agent ends the task before it makes a container: finalized,
+        killed before delivery, an injected launch failure, a custom executor."""
+        if task.finalized:
+            return True
         if task.kill_requested:
-            self.updates.agent_update(
+            self._launch_failed(
                 task,
                 "TASK_KILLED",
-                source="SOURCE_AGENT",
-                reason="REASON_TASK_KILLED_DURING_LAUNCH",
-                message="Task killed before delivery to the executor",
-                container=False,
+                "REASON_TASK_KILLED_DURING_LAUNCH",
+                "Task killed before delivery to the executor",
             )
-            return
+            return True
         if task.inject_failure is not None:
-            self.updates.agent_update(
+            self._launch_failed(
                 task,
                 "TASK_FAILED",
-                source="SOURCE_AGENT",
-                reason="REASON_CONTAINER_LAUNCH_FAILED",
-                message=f"Failed to launch container: {task.inject_failure}",
-                container=False,
+                "REASON_CONTAINER_LAUNCH_FAILED",
+                f"Failed to launch container: {task.inject_failure}",
             )
-            return
+            return True
         if "executor" in task.info:
-            self.updates.agent_update(
+            self._launch_failed(
                 task,
                 "TASK_FAILED",
-                source="SOURCE_AGENT",
-                reason="REASON_CONTAINER_LAUNCH_FAILED",
-                message="Failed to launch container: custom executors are not supported "
+                "REASON_CONTAINER_LAUNCH_FAILED",
+                "Failed to launch container: custom executors are not supported "
                 "by the tfmesos test master",
-                container=False,
             )
-            return
+            return True
+        return False
+
+    async def _prepare_container(self, task: Task) -> _Launch | None:
+        """The sandbox (owned by the task's user) and the container: an image's
+        ``podman run``, or the host-path volumes of a task without an image."""
         command: JSON = task.info.get("command", {})
         framework = self.state.frameworks_by_id.get(task.framework_id)
         user = task_user(framework, task.info) if self.state.config.switch_user else None
@@ -451,59 +237,65 @@ class TaskRunner:
             # Slave::__run: addExecutor failed, the task is dropped (LOST for
             # frameworks that are not partition-aware), no executor is launched.
             aware = framework is not None and framework.partition_aware
-            self.updates.agent_update(
+            self._launch_failed(
                 task,
                 "TASK_DROPPED" if aware else "TASK_LOST",
-                source="SOURCE_AGENT",
-                reason="REASON_EXECUTOR_TERMINATED",
-                message=str(exc),
-                container=False,
+                "REASON_EXECUTOR_TERMINATED",
+                str(exc),
             )
-            return
-        plan: ContainerPlan | None = None
-        mounts: list[tuple[str, str, bool]] = []
+            return None
+        launch = _Launch(command, credentials)
         try:
             image = task_image(task.info)
             if image is None:
                 isolator = filesystem_isolator(self.state.config)
-                mounts = volume_mounts(task.info, task.sandbox, isolator)
+                launch.mounts = volume_mounts(task.info, task.sandbox, isolator)
             else:
-                plan = await self._plan_container(task, *image, command, credentials)
+                launch.plan = await self._plan_container(task, *image, command, credentials)
         except ContainerLaunchError as exc:
-            self.updates.agent_update(
+            self._launch_failed(
                 task,
                 "TASK_FAILED",
-                source="SOURCE_AGENT",
-                reason="REASON_CONTAINER_LAUNCH_FAILED",
-                message=f"Failed to launch container: {exc}",
-                container=False,
+                "REASON_CONTAINER_LAUNCH_FAILED",
+                f"Failed to launch container: {exc}",
             )
-            return
-        if command.get("uris"):
-            loop = asyncio.get_running_loop()
-            try:
-                await loop.run_in_executor(None, fetch_uris, command["uris"], task.sandbox)
-            except (OSError, ValueError) as exc:
-                with open(task.sandbox / "stderr", "ab") as err:
-                    err.write(f"Failed to fetch: {exc}\n".encode())
-                self.updates.agent_update(
-                    task,
-                    "TASK_FAILED",
-                    source="SOURCE_AGENT",
-                    reason="REASON_CONTAINER_LAUNCH_FAILED",
-                    message="Failed to launch container: Failed to fetch all URIs for "
-                    f"container '{task.container_id}': exited with status 1",
-                    container=False,
-                )
-                return
-            if task.finalized:
-                return
-            if credentials is not None:
-                # The fetcher runs as the task's user (src/launcher/fetcher.cpp).
-                for path in [task.sandbox, *task.sandbox.rglob("*")]:
-                    with contextlib.suppress(OSError):
-                        os.lchown(path, credentials.uid, credentials.gid)
-        self.updates.agent_update(task, "TASK_STARTING")
+            return None
+        return launch
+
+    async def _fetch(self, task: Task, launch: _Launch) -> bool:
+        """The fetcher: the command's URIs into the sandbox; False if it failed
+        (or the task was finalized meanwhile)."""
+        uris = launch.command.get("uris")
+        if not uris:
+            return True
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, fetch_uris, uris, task.sandbox)
+        except (OSError, ValueError) as exc:
+            with open(task.sandbox / "stderr", "ab") as err:
+                err.write(f"Failed to fetch: {exc}\n".encode())
+            self._launch_failed(
+                task,
+                "TASK_FAILED",
+                "REASON_CONTAINER_LAUNCH_FAILED",
+                "Failed to launch container: Failed to fetch all URIs for "
+                f"container '{task.container_id}': exited with status 1",
+            )
+            return False
+        if task.finalized:
+            return False
+        credentials = launch.credentials
+        if credentials is not None:
+            # The fetcher runs as the task's user (src/launcher/fetcher.cpp).
+            for path in [task.sandbox, *task.sandbox.rglob("*")]:
+                with contextlib.suppress(OSError):
+                    os.lchown(path, credentials.uid, credentials.gid)
+        return True
+
+    def _command_line(self, task: Task, launch: _Launch) -> _CommandLine | None:
+        """What the command executor executes: the shell or the program, inside
+        the container runtime, the launch helper (mounts) or a user switch."""
+        command, credentials = launch.command, launch.credentials
         value = command.get("value")
         if value is None:
             self.updates.agent_update(
@@ -511,37 +303,45 @@ class TaskRunner:
                 "TASK_FAILED",
                 message="Failed to launch task subprocess: the command has no 'value'",
             )
-            return
+            return None
         if command.get("shell", True):
             program = "/bin/sh"
             argv = ["sh", "-c", value]
         else:
             program = value
             argv = list(command.get("arguments", [])) or [value]
-        env = self._task_environment(task, command)
-        switch: dict[str, object] = {}
-        if plan is not None:
+        env = task_environment(self.state, task, command)
+        if launch.plan is not None:
             # The container runtime switches the user and sets the environment.
-            program, argv, env = plan.argv[0], plan.argv, plan.env
-        elif mounts:
+            return _CommandLine(launch.plan.argv[0], launch.plan.argv, launch.plan.env)
+        if launch.mounts:
             # A mount namespace of its own: the launch helper mounts, switches
             # user and execs the command (same process, same session).
             spec = {
-                "mounts": mounts,
+                "mounts": launch.mounts,
                 "program": shutil.which(program, path=env.get("PATH")) or program,
                 "argv": argv,
                 "uid": credentials.uid if credentials else None,
                 "gid": credentials.gid if credentials else None,
                 "groups": credentials.groups if credentials else [],
             }
-            program = sys.executable
-            argv = [sys.executable, "-I", "-c", LAUNCH_SOURCE, json.dumps(spec)]
-        elif credentials is not None:
-            switch = {
+            helper = [sys.executable, "-I", "-c", LAUNCH_SOURCE, json.dumps(spec)]
+            return _CommandLine(sys.executable, helper, env)
+        if credentials is not None:
+            switch: dict[str, object] = {
                 "user": credentials.uid,
                 "group": credentials.gid,
                 "extra_groups": credentials.groups,
             }
+            return _CommandLine(program, argv, env, switch)
+        return _CommandLine(program, argv, env)
+
+    async def _spawn(
+        self, task: Task, launch: _Launch, line: _CommandLine
+    ) -> asyncio.subprocess.Process | None:
+        """Start the task's process in a session of its own, its output in the
+        sandbox's ``stdout`` and ``stderr``."""
+        credentials = launch.credentials
         try:
             with (
                 open(task.sandbox / "stdout", "wb") as out,
@@ -551,23 +351,29 @@ class TaskRunner:
                     for stream in (out, err):
                         # (The executor writes these: a container's output is piped.)
                         os.fchown(stream.fileno(), credentials.uid, credentials.gid)
-                process = await asyncio.create_subprocess_exec(
-                    argv[0],
-                    *argv[1:],
-                    executable=program,
+                return await asyncio.create_subprocess_exec(
+                    line.argv[0],
+                    *line.argv[1:],
+                    executable=line.program,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
                     cwd=str(task.sandbox),
-                    env=env,
+                    env=line.env,
                     start_new_session=True,
-                    **switch,  # type: ignore[arg-type]
+                    **line.switch,  # type: ignore[arg-type]
                 )
         except OSError as exc:
             self.updates.agent_update(
                 task, "TASK_FAILED", message=f"Failed to launch task subprocess: {exc}"
             )
-            return
+            return None
+
+    async def _started(
+        self, task: Task, process: asyncio.subprocess.Process, plan: ContainerPlan | None
+    ) -> bool:
+        """Track the new process group (and container) and send TASK_RUNNING;
+        False if the task was finalized while it started (its group killed)."""
         task.process = process
         task.pid = process.pid
         self.live_groups.add(process.pid)
@@ -577,16 +383,23 @@ class TaskRunner:
             self.containers[process.pid] = plan.name
             podman = self.podman()
             if self.reaper is not None and podman is not None:
-                self.reaper.remove_container(plan.name, podman.command(*_REMOVE, plan.name))
+                self.reaper.remove_container(plan.name, podman.command(*REMOVE, plan.name))
         if task.finalized:
             self.signal_group(process.pid, signal.SIGKILL)
             await process.wait()
-            return
+            return False
         for hook in list(self.started_hooks):
             hook(task)
         self.updates.agent_update(task, "TASK_RUNNING")
         if task.kill_requested:
             self._signal_kill(task)
+        return True
+
+    async def _wait(
+        self, task: Task, process: asyncio.subprocess.Process, plan: ContainerPlan | None
+    ) -> int | None:
+        """Wait for the process (watching its memory under ``cgroups/mem``) and
+        sweep its group; its exit status, or None if the task was finalized."""
         watch: asyncio.Task[None] | None = None
         milli = task.resources.scalars.get("mem")
         mem = milli / MILLI if milli is not None else None
@@ -596,7 +409,7 @@ class TaskRunner:
             and task.group_executor is None
             and mem is not None
         ):
-            limit = int((mem + EXECUTOR_MEM) * _MB)
+            limit = int((mem + EXECUTOR_MEM) * MB)
             watch = asyncio.get_running_loop().create_task(self._watch_memory(task, limit))
         try:
             returncode = await process.wait()
@@ -608,8 +421,12 @@ class TaskRunner:
             task.kill_timer.cancel()
             task.kill_timer = None
         self.sweep(process.pid)
-        if task.finalized:
-            return
+        return None if task.finalized else returncode
+
+    def _report_exit(self, task: Task, returncode: int, plan: ContainerPlan | None) -> None:
+        """The terminal update of a task whose process ended, as the command
+        executor, the Docker executor or the containerizer words it; a task of
+        a group that did not finish takes the group down (default executor)."""
         if task.memory_limited is not None:
             # The containerizer destroyed the container for its limitation
             # (MesosContainerizerProcess::limited): the agent says so.
@@ -674,98 +491,6 @@ class TaskRunner:
             and t.agent_id == task.agent_id
             and not t.terminal
         ]
-
-    def signal_group(self, pgid: int | None, sig: int) -> None:
-        """Signal a task's process group, only while it may still have processes."""
-        if pgid is not None and pgid in self.live_groups:
-            self._signal(pgid, sig)
-            if pgid in self.frozen:
-                # Stopped processes see the signal once they run again: destroying
-                # a container reaches its processes whatever they are doing.
-                self.thaw(pgid)
-
-    def freeze(self, pgid: int | None) -> None:
-        """Stop a task's processes (SIGSTOP) until :meth:`thaw` or a signal to kill them."""
-        if pgid is not None and pgid in self.live_groups and pgid not in self.frozen:
-            self.frozen.add(pgid)
-            self._signal(pgid, signal.SIGSTOP)
-
-    def thaw(self, pgid: int | None) -> None:
-        if pgid is not None and pgid in self.frozen:
-            self.frozen.discard(pgid)
-            self._signal(pgid, signal.SIGCONT)
-
-    def _signal(self, pgid: int, sig: int) -> None:
-        """A process group's signal; a container's goes to the container (its
-        ``podman run`` would pass on only some, and outlive none)."""
-        name = self.containers.get(pgid)
-        if name is None:
-            killpg(pgid, sig)
-        elif sig == signal.SIGSTOP:
-            self._container_call(name, pgid, "pause")
-        elif sig == signal.SIGCONT:
-            self._container_call(name, pgid, "unpause")
-        else:
-            self._container_call(name, pgid, "kill", "--signal", str(int(sig)))
-
-    def _container_call(self, name: str, pgid: int | None, *args: str) -> None:
-        """Run ``podman ARGS NAME`` after the container's previous call. While its
-        ``podman run`` lives (``pgid``) a refused call is tried again: the
-        container may not exist yet."""
-        podman = self.podman()
-        if podman is None or self.state.loop is None:
-            return
-        previous = self._container_calls.get(name)
-
-        async def call() -> None:
-            if previous is not None:
-                with contextlib.suppress(Exception):
-                    await previous
-            deadline = time.monotonic() + 15.0
-            while True:
-                process = await asyncio.create_subprocess_exec(
-                    *podman.command(*args, name),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
-                if await process.wait() == 0 or pgid not in self.live_groups:
-                    return
-                if time.monotonic() > deadline:
-                    logger.warning("podman %s %s kept failing", " ".join(args), name)
-                    return
-                await asyncio.sleep(0.2)
-
-        job = self.state.loop.create_task(call())
-        self._container_calls[name] = job
-
-        def done(finished: asyncio.Task[None]) -> None:
-            if self._container_calls.get(name) is finished:
-                del self._container_calls[name]
-
-        job.add_done_callback(done)
-
-    async def drain_containers(self) -> None:
-        """Wait for the podman commands still running (the master stops)."""
-        while self._container_calls:
-            await asyncio.gather(*list(self._container_calls.values()), return_exceptions=True)
-
-    def sweep(self, pgid: int) -> None:
-        """Kill whatever is left in a task's process group (Mesos destroys the container)."""
-        if pgid in self.live_groups:
-            killpg(pgid, signal.SIGKILL)
-            self.live_groups.discard(pgid)
-            self.frozen.discard(pgid)
-            if self.reaper is not None:
-                self.reaper.untrack(pgid)
-        name = self.containers.pop(pgid, None)
-        if name is not None:
-            # Its `podman run` is gone: remove the container, whatever is left of it.
-            self._container_call(name, None, *_REMOVE)
-            job = self._container_calls.get(name)
-            if self.reaper is not None and job is not None:
-                reaper = self.reaper
-                job.add_done_callback(lambda _: reaper.forget_container(name))
 
     def finalize(self, task: Task) -> None:
         """Stop reporting on a task: no more updates, no retries."""

@@ -27,11 +27,12 @@ from aiohttp import web
 
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.containerizer import check_isolation
-from tfmesos.testing.master.executor import Reaper, TaskRunner
+from tfmesos.testing.master.executor import TaskRunner
 from tfmesos.testing.master.faults import Faults, with_faults
 from tfmesos.testing.master.http import HttpApi
 from tfmesos.testing.master.inspection import Inspector
 from tfmesos.testing.master.operations import Operations
+from tfmesos.testing.master.reaper import Reaper
 from tfmesos.testing.master.resources import Ranges
 from tfmesos.testing.master.schema import JSON
 from tfmesos.testing.master.state import (

@@ -1,0 +1,139 @@
+"""The reaper: a helper process that outlives the master's and kills what is left.
+
+The posix launcher's agents kill a task's whole process tree when it ends
+(``os::killtree``, which follows process groups and sessions); the test master
+does the same (:func:`killpg`) and, so that no task outlives a test run whose
+process died without stopping the master (a crash, SIGKILL), tells a small
+helper process of every task's process group and container: at EOF on its
+stdin it kills the groups still listed and removes the containers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tfmesos import procfs
+from tfmesos.proctree import signal_group, signal_pid
+
+_REAPER_SOURCE = """
+import json, os, shutil, signal, subprocess, sys
+groups = set()
+directories = []
+containers = {}
+for line in sys.stdin:
+    line = line.rstrip("\\n")
+    if line[:1] == "+":
+        groups.add(int(line[1:]))
+    elif line[:1] == "-":
+        groups.discard(int(line[1:]))
+    elif line[:1] == "d":
+        directories.append(line[1:])
+    elif line[:1] == "c":
+        name, argv = json.loads(line[1:])
+        containers[name] = argv
+    elif line[:1] == "x":
+        containers.pop(line[1:], None)
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+for argv in containers.values():
+    try:
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        pass
+for directory in directories:
+    shutil.rmtree(directory, ignore_errors=True)
+"""
+
+
+class Reaper:
+    """A helper process told every live task process group and container. When its
+    stdin reaches EOF (the master stopped, or its process died however it died) it
+    SIGKILLs the groups still listed and removes the containers, so no task
+    outlives a crashed test run."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [sys.executable, "-c", _REAPER_SOURCE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def _send(self, line: str) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        try:
+            process.stdin.write(line.encode("ascii") + b"\n")
+            process.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self._process = None
+
+    @property
+    def pid(self) -> int | None:
+        """The reaper's own process ID (None once it is gone)."""
+        return self._process.pid if self._process is not None else None
+
+    def track(self, pgid: int) -> None:
+        self._send(f"+{pgid}")
+
+    def untrack(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    def remove_on_exit(self, directory: Path) -> None:
+        if "\n" not in str(directory):
+            self._send(f"d{directory}")
+
+    def remove_container(self, name: str, argv: list[str]) -> None:
+        """Run ``argv`` (``podman rm -f NAME``) on exit unless :meth:`forget_container`."""
+        self._send("c" + json.dumps([name, argv]))
+
+    def forget_container(self, name: str) -> None:
+        self._send(f"x{name}")
+
+    async def close(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if process.stdin is not None:
+                process.stdin.close()
+        deadline = time.monotonic() + 5
+        while process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def killpg(pgid: int, sig: int) -> bool:
+    """Signal a task's processes; False if its process group no longer exists.
+
+    Every task starts in a session of its own (its pgid is also its session
+    id). Like Mesos, which kills a task's whole process tree (the posix
+    launcher's ``os::killtree`` follows groups and sessions; cgroups take the
+    container), the signal also reaches processes the task moved into other
+    process groups of its session.
+    """
+    for pid in _session_members(pgid):
+        signal_pid(pid, sig)
+    return signal_group(pgid, sig)
+
+
+def _session_members(sid: int) -> list[int]:
+    """Processes in session ``sid`` (Linux /proc; elsewhere none are found)."""
+    try:
+        return [p.pid for p in procfs.processes() if p.session == sid]
+    except OSError:
+        return []
