@@ -95,3 +95,69 @@ def test_a_server_that_exits_before_it_listens_is_never_ready() -> None:
     assert said_ready == []
     assert output == [b"cannot bind\n"]
     assert selector.get_map() == {}  # every descriptor of the run let go
+
+
+def _run_line(line: str, env: dict[str, str], cwd: str) -> tuple[int, bytes]:
+    """A shell command line run as the agent runs it: its status and output."""
+    output: list[bytes] = []
+    selector = selectors.DefaultSelector()
+    run = CommandRun(
+        line, env, cwd, selector, emit=output.append, note=lambda t: output.append(t.encode())
+    )
+    _drive(run, selector)
+    code = run.close()
+    run.proc.wait()
+    return code, b"".join(output)
+
+
+def _through_the_shell(line: str, env: dict[str, str], cwd: str) -> tuple[int, bytes]:
+    """What ``sh -c LINE`` prints and exits with, in the same place."""
+    import subprocess
+
+    done = subprocess.run(
+        ["/bin/sh", "-c", line], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    return done.returncode, done.stdout
+
+
+def test_a_plain_command_line_starts_without_a_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    started: list[object] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(args: object, **kwargs: object) -> object:
+        started.append(args)
+        return real_popen(args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("tfmesos.supervisor.subprocess.Popen", recording_popen)
+    code, output = _run_line("exec echo plain words", dict(os.environ), str(ROOT))
+    assert (code, output) == (0, b"plain words\n")
+    assert started == [["echo", "plain", "words"]]
+
+
+@pytest.mark.parametrize(
+    ("line", "env_change"),
+    [
+        ("exec env", {}),  # the environment as sh hands it on: PWD set
+        ("exec env", {"PWD": "/nowhere"}),  # a PWD that is not the cwd, put right
+        ("exec env", {"BAD.NAME": "1"}),  # a name sh drops
+        ("exec no-such-command-here", {}),  # not found: the shell's message and 127
+        ("exec ./not-executable", {}),  # found, not executable: 126
+        ("exec ./no-shebang", {}),  # a script without #!: sh runs it
+    ],
+)
+def test_a_command_line_does_what_sh_c_does_with_it(
+    line: str, env_change: dict[str, str], tmp_path: os.PathLike[str]
+) -> None:
+    here = os.fspath(tmp_path)
+    with open(os.path.join(here, "not-executable"), "w") as script:
+        script.write("echo never\n")
+    with open(os.path.join(here, "no-shebang"), "w") as script:
+        script.write("echo run by sh; exit 4\n")
+    os.chmod(os.path.join(here, "no-shebang"), 0o755)
+    env = {"PATH": os.environ["PATH"], "HOME": here, **env_change}
+    code, output = _run_line(line, env, here)
+    expected_code, expected = _through_the_shell(line, env, here)
+    # The order of the variables is the shell's hash order: not a promise.
+    assert (code, sorted(output.splitlines())) == (expected_code, sorted(expected.splitlines()))

@@ -6,9 +6,10 @@ Standard library only: the agent imports it.
 
 from __future__ import annotations
 
+import os
 import shlex
 
-__all__ = ["exec_if_simple"]
+__all__ = ["exec_if_simple", "plain_argv", "shell_environment"]
 
 # Shell operators that make a command line more than one simple command.
 _OPERATORS = ";&|()"
@@ -112,3 +113,57 @@ def exec_if_simple(command: str) -> str:
     if tokens[0] in _KEYWORDS or tokens[0] in _BUILTINS or "=" in tokens[0]:
         return command
     return f"exec {stripped}"
+
+
+# Characters that mean nothing to the shell inside a word: a command line of
+# words made only of these is split by the shell exactly as str.split does.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:,+@%=-")
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_NAME_REST = _NAME_START | frozenset("0123456789")
+
+
+def plain_argv(command: str) -> list[str] | None:
+    """The argv that ``sh -c COMMAND`` would ``exec``, for a command line that
+    is only plain words (no quoting, expansion, redirection or operator of any
+    kind), so that the agent can start the command without a shell; else None.
+
+    A leading ``exec`` (as :func:`exec_if_simple` puts there) is the shell's
+    own: the rest is the command. The first word must not be a keyword, a
+    builtin or an assignment, which only a shell can run.
+    """
+    words = command.split()
+    if words and words[0] == "exec":
+        words = words[1:]
+    if not words or words[0].startswith("-") or "=" in words[0]:
+        return None
+    if words[0] in _KEYWORDS or words[0] in _BUILTINS:
+        return None
+    if any(not set(word) <= _PLAIN for word in words):
+        return None
+    return words
+
+
+def shell_environment(env: dict[str, str], cwd: str | None) -> dict[str, str] | None:
+    """The environment ``sh -c`` (dash, Linux's /bin/sh) hands the command it
+    execs in ``cwd``, or None where this module cannot tell it.
+
+    The shell exports ``PWD``: the inherited one if it names the working
+    directory, else the physical path. It drops variables whose names are not
+    shell names, and without ``PATH`` it searches a default of its own: those
+    are left to the shell.
+    """
+    if "PATH" not in env or not all(_is_name(name) for name in env):
+        return None
+    here = os.path.abspath(cwd) if cwd else os.getcwd()
+    pwd = env.get("PWD", "")
+    try:
+        kept = pwd.startswith("/") and os.path.samefile(pwd, here)
+    except OSError:
+        kept = False
+    result = dict(env)
+    result["PWD"] = pwd if kept else os.path.realpath(here)
+    return result
+
+
+def _is_name(name: str) -> bool:
+    return bool(name) and name[0] in _NAME_START and set(name) <= _NAME_REST

@@ -22,7 +22,7 @@ import sys
 import time
 
 from tfmesos import proctree, taskenv, wire
-from tfmesos.shell import exec_if_simple
+from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
@@ -75,6 +75,37 @@ def task_command(
     return exec_if_simple(taskenv.fill_placeholders(str(command), values)), env
 
 
+def _start(
+    argv: str | list[str], env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
+    """The command started as the agent's child, its output on one pipe.
+
+    A command line of plain words is exec'd as ``sh -c`` would exec it (the
+    same argv, PATH and environment), without the shell's own start in every
+    task; one that cannot be exec'd so (not found, not executable, a script
+    without ``#!``) is handed to the shell after all, which says so in its
+    own words or runs the script, as it always did.
+    """
+    options: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.STDOUT,
+        "cwd": cwd,
+        "pass_fds": pass_fds,
+        "preexec_fn": proctree.own_group_dying_with_parent,
+    }
+    if isinstance(argv, str):
+        words = plain_argv(argv)
+        direct_env = shell_environment(env, cwd) if words is not None else None
+        if words is not None and direct_env is not None:
+            try:
+                return subprocess.Popen(words, env=direct_env, **options)
+            except OSError:
+                pass  # the shell's turn: its message, its exit status
+        return subprocess.Popen(argv, shell=True, env=env, **options)
+    return subprocess.Popen(argv, env=env, **options)
+
+
 class CommandRun:
     """One command, run as the agent's child in a process group of its own.
 
@@ -115,17 +146,7 @@ class CommandRun:
             self._ready, ready_write = os.pipe()
             child_env[wire.ENV_READY_FD] = str(ready_write)
         try:
-            self.proc = subprocess.Popen(
-                argv,
-                shell=isinstance(argv, str),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=child_env,
-                cwd=cwd,
-                pass_fds=() if ready_write is None else (ready_write,),
-                preexec_fn=proctree.own_group_dying_with_parent,
-            )
+            self.proc = _start(argv, child_env, cwd, () if ready_write is None else (ready_write,))
         except BaseException:
             if self._ready is not None:
                 os.close(self._ready)
