@@ -16,7 +16,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from tfmesos.testing.master import TestMaster, ThreadedTestMaster
-from tfmesos.testing.master.faults import FAULTS, Fault, Faults
+from tfmesos.testing.master.fault_table import FAULTS, Fault
+from tfmesos.testing.master.faults import Faults
 
 pytestmark = pytest.mark.unit
 

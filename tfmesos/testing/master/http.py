@@ -26,7 +26,8 @@ from aiohttp import web
 
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.executor import TaskRunner
-from tfmesos.testing.master.faults import FAULTS, Fault, Faults
+from tfmesos.testing.master.fault_table import FAULTS, Fault
+from tfmesos.testing.master.faults import Faults
 from tfmesos.testing.master.inspection import Inspector
 from tfmesos.testing.master.operations import Operations
 from tfmesos.testing.master.schema import (

@@ -28,7 +28,8 @@ from aiohttp import web
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.containerizer import check_isolation
 from tfmesos.testing.master.executor import TaskRunner
-from tfmesos.testing.master.faults import Faults, with_faults
+from tfmesos.testing.master.fault_table import with_faults
+from tfmesos.testing.master.faults import Faults
 from tfmesos.testing.master.http import HttpApi
 from tfmesos.testing.master.inspection import Inspector
 from tfmesos.testing.master.operations import Operations

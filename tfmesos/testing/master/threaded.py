@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tfmesos.testing.master.faults import Faults, with_faults
+from tfmesos.testing.master.fault_table import with_faults
+from tfmesos.testing.master.faults import Faults
 from tfmesos.testing.master.master import TestMaster
 from tfmesos.testing.master.schema import JSON
 from tfmesos.testing.master.state import TERMINAL_STATES, MasterConfig
