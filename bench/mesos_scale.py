@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import Launch
-from tfmesos.backends.mesos import MesosBackend
+from tfmesos.backends.mesos import MesosBackend, MesosOptions
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos, prepare
 
 REAL_AGENTS = 10
@@ -86,7 +86,7 @@ def placement_cpu(tasks: int, offer_count: int, events: int = 1) -> float:
     """CPU seconds of the offer handler for ``tasks`` pending on ``offer_count``
     offers, which come in ``events`` OFFERS events of equal size."""
     spec = ClusterSpec((Job("worker", tasks, cpus=1, mem=512, cmd="true"),), replica=True)
-    backend = MesosBackend(spec, master="127.0.0.1:5050")
+    backend = MesosBackend(spec, MesosOptions(master="127.0.0.1:5050"))
     sent: list[dict[str, Any]] = []
     backend._sink = lambda event: None
 
@@ -99,7 +99,7 @@ def placement_cpu(tasks: int, offer_count: int, events: int = 1) -> float:
 
     backend._submit = record  # type: ignore[method-assign]
     env = {"TFMESOS_LAUNCHER": "h:1", "TFMESOS_SECRET": "00" * 32}
-    backend._pending = [
+    backend.hold.pending = [
         Launch(f"worker.{t.index}.1.x", t, {**env, "TFMESOS_TASK_ID": f"worker.{t.index}.1.x"})
         for t in spec.tasks()
     ]

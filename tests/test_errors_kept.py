@@ -13,7 +13,7 @@ import pytest
 from tfmesos import ClusterSpec, Job, advertise
 from tfmesos.aio import reap
 from tfmesos.backends.base import BackendEvent, BackendFailed
-from tfmesos.backends.mesos import MesosBackend
+from tfmesos.backends.mesos import MesosBackend, MesosOptions
 from tfmesos.mesos.scheduler import MasterLostError
 from tfmesos.rendezvous import RendezvousServer
 
@@ -22,7 +22,7 @@ SPEC = ClusterSpec((Job("worker", 1, cmd="true"),), replica=True)
 
 def mesos_backend(monkeypatch: pytest.MonkeyPatch) -> MesosBackend:
     monkeypatch.setenv(advertise.ADVERTISE_ENV, "launcher.example")
-    return MesosBackend(SPEC, master="127.0.0.1:1")
+    return MesosBackend(SPEC, MesosOptions(master="127.0.0.1:1"))
 
 
 async def until(condition: Any) -> None:

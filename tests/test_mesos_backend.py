@@ -93,7 +93,7 @@ def offer(
 class Harness:
     def __init__(self, spec: ClusterSpec, monkeypatch: pytest.MonkeyPatch, **options: Any) -> None:
         monkeypatch.setenv(advertise.ADVERTISE_ENV, options.pop("host", "launcher.example"))
-        self.backend = MesosBackend(spec, master="127.0.0.1:1", **options)
+        self.backend = MesosBackend(spec, MesosOptions(master="127.0.0.1:1", **options))
         self.client = RecordingClient()
         self.backend.client = self.client  # type: ignore[assignment]
         self.events: list[BackendEvent] = []
@@ -187,7 +187,7 @@ async def test_a_cpu_task_takes_a_gpu_agent_after_waiting_for_another(
     assert harness.accepted() == []
     assert harness.client.types() == ["DECLINE"]
     # Nothing better came along in time: the GPU agent is better than none.
-    harness.backend._waiting_since["id-worker:0"] = time.monotonic() - GPU_AGENT_GRACE
+    harness.backend.hold.waiting_since["id-worker:0"] = time.monotonic() - GPU_AGENT_GRACE
     harness.offers(offer("gpu-agent", gpus=2))
     await harness.settle()
     assert harness.accepted() == [("gpu-agent", ["id-worker:0"])]
@@ -453,9 +453,9 @@ async def test_offers_that_come_before_the_tasks_are_used_for_them_when_they_com
 async def test_offers_held_for_tasks_that_never_come_are_given_back_after_the_hold(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tfmesos.backends import mesos
+    from tfmesos.backends.mesos import hold
 
-    monkeypatch.setattr(mesos, "GANG_HOLD_SECONDS", 0.01)
+    monkeypatch.setattr(hold, "GANG_HOLD_SECONDS", 0.01)
     harness = Harness(three_task_spec(), monkeypatch)
     harness.offers(offer("a1", cpus=4))
     while "SUPPRESS" not in harness.client.types():
@@ -477,17 +477,17 @@ async def test_an_offer_that_fits_no_task_is_declined_not_held(
     harness.offers(offer("small", cpus=1))
     await harness.settle()
     assert harness.client.types() == ["DECLINE"]
-    assert harness.backend._held == {}
+    assert harness.backend.hold.held == {}
 
 
 @in_loop
 async def test_a_hold_that_does_not_fit_the_job_is_given_back_and_asked_for_again_later(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tfmesos.backends import mesos
+    from tfmesos.backends.mesos import hold
 
-    monkeypatch.setattr(mesos, "GANG_HOLD_SECONDS", 0.01)
-    monkeypatch.setattr(mesos, "GANG_BACKOFF_SECONDS", 0.05)
+    monkeypatch.setattr(hold, "GANG_HOLD_SECONDS", 0.01)
+    monkeypatch.setattr(hold, "GANG_BACKOFF_SECONDS", 0.05)
     harness = Harness(three_task_spec(), monkeypatch)
     await harness.launch_all()
     harness.offers(offer("a1", cpus=4))
@@ -502,11 +502,10 @@ async def test_a_hold_that_does_not_fit_the_job_is_given_back_and_asked_for_agai
     assert harness.accepted() == []
     # An offer that comes while the job waits to ask again is not held.
     harness.client.sent.clear()
-    harness.backend._backoff = asyncio.get_running_loop().call_later(60, lambda: None)
+    harness.backend.hold.backing_off = True
     harness.offers(offer("a1", cpus=4))
     await harness.settle()
     assert harness.client.types() == ["DECLINE"]
-    harness.backend._backoff.cancel()
 
 
 @in_loop
@@ -546,10 +545,10 @@ def first_fit_from_scratch(backend: MesosBackend) -> dict[str, tuple[str, int]]:
     came, takes in turn those of its candidates that fit what is left of it
     and that no offer before it took. Task ID -> (offer ID, port)."""
     placed: dict[str, tuple[str, int]] = {}
-    for held in backend._held.values():
+    for held in backend.hold.held.values():
         capacity = OfferCapacity.of(held)
-        for position in backend._candidates_for(capacity):
-            launch = backend._pending[position]
+        for position in backend.hold.candidates_for(capacity):
+            launch = backend.hold.pending[position]
             if launch.task_id not in placed and capacity.fits(launch.task):
                 _, port = capacity.take(launch.task)
                 placed[launch.task_id] = (held["id"]["value"], port)
@@ -557,9 +556,9 @@ def first_fit_from_scratch(backend: MesosBackend) -> dict[str, tuple[str, int]]:
 
 
 def kept_fit(backend: MesosBackend) -> dict[str, tuple[str, int]]:
-    fit = backend._fit_held()
+    fit = backend.hold.fit_held()
     return {
-        backend._pending[position].task_id: (held["id"]["value"], port)
+        backend.hold.pending[position].task_id: (held["id"]["value"], port)
         for position, (held, _, port) in fit.placed.items()
     }
 
@@ -583,11 +582,11 @@ def mixed_spec() -> ClusterSpec:
 async def test_the_fit_kept_across_events_equals_a_fit_from_scratch(
     monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    from tfmesos.backends import mesos
+    from tfmesos.backends.mesos import hold
 
-    monkeypatch.setattr(mesos, "GANG_HOLD_SECONDS", 3600.0)
+    monkeypatch.setattr(hold, "GANG_HOLD_SECONDS", 3600.0)
     # Tasks take GPU agents only when the test says they waited long enough.
-    monkeypatch.setattr(mesos, "GPU_AGENT_GRACE", 3600.0)
+    monkeypatch.setattr(hold, "GPU_AGENT_GRACE", 3600.0)
     rng = random.Random(seed)
     harness = Harness(mixed_spec(), monkeypatch)
     backend = harness.backend
@@ -614,26 +613,26 @@ async def test_the_fit_kept_across_events_equals_a_fit_from_scratch(
                     )
                 )
             harness.offers(*batch)
-        elif step < 0.75 and backend._held:
+        elif step < 0.75 and backend.hold.held:
             # A held offer goes, from anywhere in the order they came.
-            gone = rng.choice(list(backend._held))
+            gone = rng.choice(list(backend.hold.held))
             backend._on_event({"type": "RESCIND", "rescind": {"offer_id": {"value": gone}}})
-        elif step < 0.85 and len(backend._pending) > 1:
+        elif step < 0.85 and len(backend.hold.pending) > 1:
             # A waiting task stops waiting (killed), or another starts to.
-            await backend.kill(rng.choice(backend._pending[1:]).task_id)
+            await backend.kill(rng.choice(backend.hold.pending[1:]).task_id)
         elif step < 0.93 and later:
             await backend.launch(later.pop())
         else:
             # CPU tasks waited long enough to take room on GPU agents.
-            for launch in backend._pending:
+            for launch in backend.hold.pending:
                 if rng.random() < 0.5:
-                    backend._waiting_since[launch.task_id] = time.monotonic() - 3600.0
+                    backend.hold.waiting_since[launch.task_id] = time.monotonic() - 3600.0
         expected = first_fit_from_scratch(backend)
         assert kept_fit(backend) == expected
-        if backend._held:
+        if backend.hold.held:
             assert (
-                f"the {len(backend._held)} offers held" in backend.progress()
-                and f"fit {len(expected)} of the {len(backend._pending)} tasks waiting"
+                f"the {len(backend.hold.held)} offers held" in backend.progress()
+                and f"fit {len(expected)} of the {len(backend.hold.pending)} tasks waiting"
                 in backend.progress()
             )
     await harness.settle()

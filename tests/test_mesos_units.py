@@ -218,7 +218,7 @@ def test_the_master_keeps_the_tasks_longer_than_tfrun_keeps_trying(reconnect: fl
     from tfmesos.mesos.scheduler import DEFAULT_HEARTBEAT_SECONDS, MISSED_HEARTBEATS
 
     spec = ClusterSpec((Job("worker", 2, cmd="true"),), replica=True)
-    backend = MesosBackend(spec, master="127.0.0.1:5050", reconnect_timeout=reconnect)
+    backend = MesosBackend(spec, MesosOptions(master="127.0.0.1:5050", reconnect_timeout=reconnect))
     failover = backend.framework_info["failover_timeout"]
     # tfrun notices a dead stream only after five missed heartbeats, then
     # re-subscribes for the whole budget: the master must wait out both.

@@ -26,11 +26,11 @@ from tests.conftest import ROOT, JobProcesses
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_mesos_backend import Harness, in_loop, offer
 from tfmesos import ClusterSpec, Job, JobFailedError
-from tfmesos.backends import mesos as mesos_backend
 from tfmesos.backends.base import NOT_PLACED, Launch, TaskEnded, TaskPlaced
 from tfmesos.backends.local import LocalBackend
+from tfmesos.backends.mesos import pins as mesos_pins
 from tfmesos.launcher import Launcher
-from tfmesos.server_relaunch import NotRelaunched, RelaunchAt, decide
+from tfmesos.launcher.relaunch import NotRelaunched, RelaunchAt, decide
 from tfmesos.spec import TaskSpec
 
 PY = sys.executable
@@ -485,7 +485,7 @@ async def test_a_relaunch_takes_only_its_agents_offer_that_holds_its_port(
 async def test_a_relaunch_whose_port_is_never_offered_ends_after_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(mesos_backend, "PINNED_OFFER_WAIT", 0.05)
+    monkeypatch.setattr(mesos_pins, "PINNED_OFFER_WAIT", 0.05)
     harness = await relaunching_worker(monkeypatch)
     harness.offers(with_ports(offer("a1"), (31001, 31010)))
     while not any(isinstance(e, TaskEnded) for e in harness.events):

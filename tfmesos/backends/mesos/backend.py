@@ -1,0 +1,686 @@
+"""The Mesos backend: tasks placed on a Mesos cluster's offers.
+
+It carries out what its parts decide: the offer hold (:mod:`.hold`: which
+offers to keep, accept or decline, when to suppress and revive), the pinned
+relaunches (:mod:`.pins`) and the ``TaskInfo`` of each task (:mod:`.taskinfo`);
+talking to the master lives in :mod:`tfmesos.mesos.scheduler`, the calls in
+:mod:`tfmesos.mesos.calls`, fitting tasks into offers in
+:mod:`tfmesos.mesos.placement`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import logging
+import os
+import traceback
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfmesos import runs
+from tfmesos.advertise import is_loopback_name
+from tfmesos.aio import reap
+from tfmesos.backends.base import (
+    NOT_PLACED,
+    Backend,
+    BackendFailed,
+    BackendOptions,
+    EventSink,
+    Launch,
+    TaskEnded,
+    TaskPlaced,
+    advertised_host,
+)
+from tfmesos.backends.mesos import pins as pins_module
+from tfmesos.backends.mesos.hold import (
+    DECLINE_SECONDS,
+    Accept,
+    Decision,
+    Decline,
+    OfferHold,
+    Revive,
+    StartBackoff,
+    StartHold,
+    StopHold,
+    Suppress,
+)
+from tfmesos.backends.mesos.pins import Pin, Pins
+from tfmesos.backends.mesos.taskinfo import framework_info, task_info
+from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
+from tfmesos.errors import EXIT_TFRUN_FAILED, SpecError, TFMesosError
+from tfmesos.mesos import calls
+from tfmesos.mesos.placement import OfferCapacity, describe_need
+from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
+from tfmesos.mesos.states import TaskState, describe_update, exit_status
+from tfmesos.mesos.tasklogs import TaskLogs
+from tfmesos.spec import ClusterSpec, TaskSpec
+
+__all__ = ["MesosBackend"]
+
+logger = logging.getLogger("tfmesos")
+
+REVIVE_RETRY_MAX = 15.0
+"""The longest wait between tries of a REVIVE the master refused."""
+RECONCILE_FIRST_WAIT = 2.0
+"""How long the answers to a RECONCILE are waited for before the tasks not
+yet answered are asked about again, the wait doubling each time
+(docs/reconciliation.md in Mesos: "retry with exponential backoff until all
+tasks are answered")."""
+RECONCILE_MAX_WAIT = 60.0
+
+
+@dataclass
+class _Placed:
+    launch: Launch
+    agent_id: str
+    host: str
+    ended: bool = False
+    """The job has written the task off (its end reported to the launcher)."""
+    settled: bool = False
+    """Mesos has said the task is over for good (a terminal state); until
+    then a task written off as unreachable may come back."""
+    killed: bool = False
+    strays_killed: int = 0
+    """KILLs sent for this task after it was reported gone and came back."""
+
+
+class MesosBackend(Backend):
+    name = "mesos"
+    keeps_addresses = True
+    options_type = MesosOptions
+
+    def __init__(self, spec: ClusterSpec, options: MesosOptions | None = None) -> None:
+        super().__init__(spec)
+        options = options or MesosOptions()
+        self.options = options
+        """What the user chose (checked): the tasks' container, role and user."""
+        options.check_spec(spec)
+        master = options.master or os.environ.get("MESOS_MASTER")
+        if not master:
+            raise SpecError("the mesos backend needs a master: -m HOST:5050 or MESOS_MASTER")
+        user = options.user
+        if user is not None and (not user or any(c.isspace() for c in user)):
+            raise SpecError(f"--user must be a user name, not {user!r}")
+        self.user = user or getpass.getuser()
+        """Who the tasks run as: agents switch to this user (their default
+        --switch_user) and fail a task whose user they do not have."""
+        self.host = advertised_host()
+        # Flags, else $MESOS_PRINCIPAL and $MESOS_SECRET; the secret is kept
+        # by the transport only, never on self or in a message.
+        principal, secret = framework_credentials(options.principal, None, options.secret_file)
+        self.framework_info = framework_info(spec, options, self.user, self.host, principal)
+        self.roles = self.framework_info["roles"]
+        self.client = SchedulerClient(
+            master,
+            self.framework_info,
+            self._on_event,
+            reconnect_timeout=options.reconnect_timeout,
+            connect_timeout=options.connect_timeout,
+            auth=(principal, secret) if principal and secret else None,
+            ssl_ca=options.ssl_ca,
+        )
+        self.log_dir = Path(options.log_dir) if options.log_dir else runs.new_run_dir()
+        """Where every task's output is kept on this machine, as it reaches
+        the launcher (the chief's log too: run.py puts it here)."""
+        self._own_run = not options.log_dir
+        """The run directory is this backend's own, let go when it closes."""
+        self._logs = TaskLogs(self.log_dir, runs.task_log_max())
+        self._web_ui: str | None = None
+        """The master's web UI, once the master has shown it serves one."""
+        self._sink: EventSink | None = None
+        self.hold = OfferHold()
+        """The tasks waiting for offers and the offers held for them."""
+        self.pins = Pins()
+        """The relaunches waiting for their own agent and port."""
+        self._placed: dict[str, _Placed] = {}
+        self._largest_offer: OfferCapacity | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self._resubscribed = False
+        self._reviving: asyncio.Task[None] | None = None
+        self._unanswered: set[str] = set()
+        """The tasks asked about in a RECONCILE whose state has not come since."""
+        self._reconciling: asyncio.Task[None] | None = None
+        self._closing = False
+        self._failed = False
+        """The backend reported it can no longer run the job (_fail)."""
+        self._accept_failure: tuple[int, str] | None = None
+        """How many tasks the last failed ACCEPT sent back to waiting, and why
+        it failed; cleared when an ACCEPT succeeds."""
+        self._hold_expiry: asyncio.TimerHandle | None = None
+        self._backoff: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def from_options(cls, spec: ClusterSpec, options: BackendOptions) -> MesosBackend:
+        assert isinstance(options, MesosOptions), options
+        return cls(spec, options)
+
+    # -- Backend ---------------------------------------------------------
+
+    @property
+    def rendezvous_host(self) -> str:
+        # Looked up once: the launcher asks for it at every launch.
+        return self.host
+
+    def unkept_logs(self) -> list[str]:
+        return list(self._logs.unkept)
+
+    def logs_location(self) -> str:
+        return str(self.log_dir)
+
+    def unseen_output_location(self) -> str:
+        where = f", in the Mesos web UI at {self._web_ui}" if self._web_ui else ""
+        return f"its sandbox on its host (stdout and stderr{where})"
+
+    def task_output(self, task_id: str, data: bytes) -> None:
+        placed = self._placed.get(task_id)
+        self._logs.write(task_id, data, name=placed.launch.task.name if placed else task_id)
+
+    async def start(self, sink: EventSink) -> None:
+        self._sink = sink
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SpecError(
+                f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
+            ) from None
+        self._runner = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self.client.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+
+    def check(self, tasks: Sequence[TaskSpec]) -> None:
+        # What fits is only known from offers; the diagnosis comes with progress().
+        return None
+
+    async def launch(self, launch: Launch) -> None:
+        logger.debug("Mesos: %s waits for offers", launch.task.name)
+        self._apply(self.hold.add(launch))
+
+    async def launch_many(self, launches: Sequence[Launch]) -> None:
+        for launch in launches:
+            await self.launch(launch)
+        self._apply(self.hold.handed(bool(self.pins)))
+
+    async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
+        placed = self._placed.get(earlier)
+        if placed is None:
+            assert self._sink is not None
+            self._sink(
+                TaskEnded(launch.task_id, NOT_PLACED, None, "its earlier attempt was never placed")
+            )
+            return
+        logger.debug("Mesos: %s waits for port %d on %s", launch.task.name, port, placed.host)
+        self._pin(Pin(launch, placed.agent_id, placed.host, port))
+
+    def _pin(self, pin: Pin) -> None:
+        pin.expiry = asyncio.get_running_loop().call_later(
+            pins_module.PINNED_OFFER_WAIT, self._pin_expired, pin.launch.task_id
+        )
+        self.pins.add(pin)
+        # Also lifts the filters of offers declined while every task ran.
+        self._apply(self.hold.revive())
+
+    def _pin_expired(self, task_id: str) -> None:
+        pin = self.pins.waiting.get(task_id)
+        if pin is None or self._closing:
+            return
+        self._not_placed(
+            pin,
+            f"no offer from its agent ({pin.agent_id}) held port {pin.port} within "
+            f"{pins_module.PINNED_OFFER_WAIT:g}s",
+        )
+
+    def _not_placed(self, pin: Pin, why: str) -> None:
+        """The relaunch ``pin`` waits for will not be placed: it ends, saying ``why``."""
+        self.pins.remove(pin.launch.task_id)
+        assert self._sink is not None
+        self._sink(TaskEnded(pin.launch.task_id, NOT_PLACED, None, why, pin.host))
+
+    async def kill(self, task_id: str) -> None:
+        self.pins.remove(task_id)
+        self.hold.forget(task_id)
+        placed = self._placed.get(task_id)
+        if placed is not None and not placed.ended:
+            placed.killed = True
+            self._call(calls.kill(task_id, placed.agent_id))
+
+    async def close(self) -> None:
+        self._closing = True
+        self.pins.clear()
+        self._apply(self.hold.stop())
+        if self._hold_expiry is not None:
+            self._hold_expiry.cancel()
+            self._hold_expiry = None
+        if self._backoff is not None:
+            self._backoff.cancel()
+            self._backoff = None
+        if self._reviving is not None:
+            self._reviving.cancel()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+        if self._calls:
+            # One bound for them all: a call may wait on those before it.
+            await asyncio.wait(set(self._calls), timeout=5)
+        await self.client.close(teardown=True)
+        if self._runner is not None:
+            self._runner.cancel()
+            await reap(self._runner)
+        self._logs.close()
+        if self._own_run:
+            runs.release(self.log_dir)
+
+    def progress(self) -> str:
+        if not self.client.subscribed.is_set():
+            problem = self.client.last_error or "connecting"
+            return f"not subscribed to a Mesos master yet: {problem}"
+        pending = self.hold.pending
+        if not pending and self._accept_failure is None:
+            return ""
+        text = f"{len(self._placed)} placed, {len(pending)} waiting for offers"
+        if self._accept_failure is not None:
+            # Reported until an ACCEPT goes through: between refusals the
+            # tasks are placed again, and would look as if all were well.
+            count, problem = self._accept_failure
+            text += f" ({count} sent back after their ACCEPT failed: {problem})"
+        if not pending:
+            return text
+        if self.hold.held:
+            text += f"; {self.hold.fit_held().shortfall()}"
+        elif self.hold.shortfall:
+            text += f"; {self.hold.shortfall}"
+        if self.hold.backing_off:
+            text += "; the offers held were given back, for another job to use, and are asked for again soon"
+        waiting = pending[0].task
+        text += f"; {waiting.name} needs {describe_need(waiting)}"
+        if self._largest_offer is None:
+            return text + "; no offer received yet"
+        offer = self._largest_offer
+        return (
+            text
+            + f"; the largest offer seen was {offer.summary()} on {offer.offer.get('hostname')}"
+        )
+
+    # -- decisions -----------------------------------------------------------
+
+    def _apply(self, decisions: list[Decision]) -> None:
+        """Carry out what the hold decided, in its order."""
+        loop = asyncio.get_running_loop() if decisions else None
+        for decision in decisions:
+            if isinstance(decision, Accept):
+                self._launch_on(decision.offer, decision.placed)
+            elif isinstance(decision, Decline):
+                self._call(calls.decline(decision.offer_id, decision.refuse_seconds))
+            elif isinstance(decision, Suppress):
+                self._call(calls.suppress(self.roles))
+            elif isinstance(decision, Revive):
+                self._revive()
+            elif isinstance(decision, StartHold):
+                assert loop is not None
+                self._hold_expiry = loop.call_later(decision.seconds, self._hold_expired)
+            elif isinstance(decision, StopHold):
+                if self._hold_expiry is not None:
+                    self._hold_expiry.cancel()
+                    self._hold_expiry = None
+            elif isinstance(decision, StartBackoff):
+                assert loop is not None
+                self._backoff = loop.call_later(decision.seconds, self._backoff_over)
+
+    def _hold_expired(self) -> None:
+        self._hold_expiry = None
+        if self._closing:
+            self.hold.holding = False
+            return
+        self._apply(self.hold.hold_expired(bool(self.pins)))
+
+    def _backoff_over(self) -> None:
+        self._backoff = None
+        if not self._closing:
+            self._apply(self.hold.backoff_over())
+
+    # -- calls ---------------------------------------------------------------
+
+    # Every call is handed to the client the moment it is decided
+    # (client.submit, synchronous), and the client sends them one at a time
+    # in that order, as Mesos's own scheduler library does: the master applies
+    # calls in arrival order, so a REVIVE overtaken by a SUPPRESS would leave
+    # the role suppressed, and a late DECLINE filter an agent for an hour.
+
+    def _revive(self) -> None:
+        """Ask for offers again, until the master takes the call: tasks wait
+        on it, and nothing else would ever ask again."""
+        self.hold.suppressed = False
+        if self._reviving is not None:
+            self._reviving.cancel()  # this REVIVE supersedes its retries
+        self._send_revive(1.0)
+
+    def _send_revive(self, delay: float) -> None:
+        future = self._submit(calls.revive(self.roles))
+        if future is not None:
+            self._reviving = self._track(self._revive_outcome(future, delay))
+
+    async def _revive_outcome(self, future: asyncio.Future[str | None], delay: float) -> None:
+        problem = await self._outcome(future)
+        if problem is None or self._closing or self.hold.suppressed or self._failed:
+            return
+        logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
+        await asyncio.sleep(delay)
+        if not self._closing and not self.hold.suppressed:
+            self._send_revive(min(delay * 2, REVIVE_RETRY_MAX))
+
+    def _submit(self, call: dict[str, Any]) -> asyncio.Future[str | None] | None:
+        if self._closing and call.get("type") != "KILL":
+            return None
+        return self.client.submit(call)
+
+    def _track(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coroutine)
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+        return task
+
+    def _call(self, call: dict[str, Any]) -> None:
+        future = self._submit(call)
+        if future is not None:
+            self._track(self._report(call, future))
+
+    async def _report(self, call: dict[str, Any], future: asyncio.Future[str | None]) -> None:
+        problem = await self._outcome(future)
+        if problem is not None and not self._failed:
+            # What depends on the call recovers by itself: the stream's own
+            # failure handling re-subscribes and reconciles; offers come back.
+            logger.warning("Mesos: %s call failed: %s", call.get("type"), problem)
+
+    async def _outcome(self, future: asyncio.Future[str | None]) -> str | None:
+        """Why the master did not take a call, or None. A call it calls
+        malformed (a bug of ours) fails the backend."""
+        try:
+            # Shielded: a watcher cancelled (a REVIVE superseded, the backend
+            # closing) leaves the call itself in the client's queue.
+            return await asyncio.shield(future)
+        except Exception as exc:
+            # Not None, which says the master took the call.
+            return self._fail(exc)
+
+    def _fail(self, exc: Exception) -> str:
+        """Report that the backend can no longer run the job because of
+        ``exc``; return what is said. A failure tfmesos foresaw (a
+        TFMesosError: the master lost, a call refused) is said in its words,
+        its traceback at debug (-v); anything else is a bug, and its
+        traceback is part of what the user sees, to report it."""
+        logger.debug("the Mesos backend failed", exc_info=exc)
+        if isinstance(exc, TFMesosError):
+            message = str(exc)
+        else:
+            trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            message = f"{type(exc).__name__}: {exc} (a bug in tfmesos)\n{trace.rstrip()}"
+        self._failed = True
+        assert self._sink is not None
+        status = exc.exit_status if isinstance(exc, TFMesosError) else EXIT_TFRUN_FAILED
+        self._sink(BackendFailed(message, status))
+        return message
+
+    # -- events ------------------------------------------------------------
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "SUBSCRIBED":
+            self._on_subscribed(event["subscribed"])
+        elif kind == "OFFERS":
+            self._on_offers(event.get("offers", {}).get("offers", []))
+        elif kind == "UPDATE":
+            self._on_update(event["update"]["status"])
+        elif kind == "FAILURE":
+            self._on_failure(event.get("failure", {}))
+        elif kind == "ERROR":
+            assert self._sink is not None
+            message = event.get("error", {}).get("message", "no message")
+            self._sink(BackendFailed(f"the Mesos master sent an ERROR: {message}"))
+        elif kind == "RESCIND":
+            # An offer rescinded after an ACCEPT makes its tasks
+            # TASK_DROPPED/LOST, which the relaunch path handles.
+            offer_id = event.get("rescind", {}).get("offer_id", {}).get("value")
+            logger.debug("Mesos: offer %s rescinded", offer_id)
+            self.hold.rescinded(str(offer_id))
+
+    def _on_subscribed(self, subscribed: dict[str, Any]) -> None:
+        master = self.client.master
+        framework_id = subscribed.get("framework_id", {}).get("value")
+        if master is not None:
+            logger.info("Mesos: subscribed as framework %s at %s", framework_id, master.url)
+            if not self._resubscribed:
+                self._track(self._show_web_ui(str(framework_id)))
+        if self._resubscribed:
+            # We may have missed updates while away: ask for the current state.
+            # Tasks written off as unreachable are asked about too: one that
+            # turns out to be running is then killed (_kill_stray).
+            self._reconcile({tid: p.agent_id for tid, p in self._placed.items() if not p.settled})
+            # A SUBSCRIBE replaces the framework's suppressed roles with its
+            # own (none here: Master::_subscribe, updateFramework): the roles
+            # are offered again, and declined for an hour each, unless
+            # suppressed anew below.
+            self.hold.suppressed = False
+        first = not self._resubscribed
+        self._resubscribed = True
+        self._apply(self.hold.resubscribed())
+        if self.hold.pending or self.pins:
+            # A new framework is offered everything already: nothing is
+            # suppressed or filtered yet, so only a re-subscription asks.
+            if not first:
+                self._apply(self.hold.revive())
+        else:
+            self._apply(self.hold.suppress_if_idle(bool(self.pins)))
+
+    async def _show_web_ui(self, framework_id: str) -> None:
+        """Name the framework's page in the master's web UI, where the tasks'
+        sandboxes are, if the master serves one (real Mesos does, at ``/``;
+        the test master does not): never a link that leads nowhere."""
+        self._web_ui = await self.client.web_ui()
+        if self._web_ui is not None and not self._closing:
+            logger.info(
+                "Mesos: each task's sandbox is in the master's web UI: %s/#/frameworks/%s",
+                self._web_ui,
+                framework_id,
+            )
+
+    def _reconcile(self, agents: dict[str, str]) -> None:
+        """Ask the master for the state of these tasks (``agents``: each
+        task's agent), and again for those it has not answered, backing off,
+        until it has answered them all or the subscription is renewed."""
+        if self._reconciling is not None:
+            self._reconciling.cancel()
+            self._reconciling = None
+        self._unanswered = set(agents)
+        # No tasks: an implicit reconciliation, asked once.
+        self._call(calls.reconcile(list(agents.items())))
+        if agents:
+            self._reconciling = asyncio.create_task(self._reconcile_until_answered(agents))
+
+    async def _reconcile_until_answered(self, agents: dict[str, str]) -> None:
+        wait = RECONCILE_FIRST_WAIT
+        asked = list(agents)
+        while True:
+            await asyncio.sleep(wait)
+            asked = [t for t in asked if t in self._unanswered]
+            if not asked or self._closing or self._failed:
+                return
+            logger.info(
+                "Mesos: no answer yet to the reconciliation of %s; asking again",
+                ", ".join(sorted(p.launch.task.name for t in asked if (p := self._placed.get(t)))),
+            )
+            self._call(calls.reconcile([(t, agents[t]) for t in asked]))
+            wait = min(wait * 2, RECONCILE_MAX_WAIT)
+
+    def _on_offers(self, offers: list[dict[str, Any]]) -> None:
+        for offer in offers:
+            capacity = OfferCapacity.of(offer)
+            if self._largest_offer is None or capacity.total("cpus") > self._largest_offer.total(
+                "cpus"
+            ):
+                self._largest_offer = OfferCapacity.of(offer)
+            if self._unreachable_from(offer):
+                continue
+            if self.pins:
+                pinned = self.pins.place(offer, capacity)
+                if pinned:
+                    self._launch_on(offer, pinned)  # the rest of the offer is declined
+                    continue
+            self._apply(self.hold.offered(offer, capacity, bool(self.pins)))
+        self._apply(self.hold.place())
+        self._apply(self.hold.suppress_if_idle(bool(self.pins)))
+
+    def _launch_on(
+        self, offer: dict[str, Any], placed: list[tuple[Launch, list[dict[str, Any]], int]]
+    ) -> None:
+        """Accept ``offer`` with one LAUNCH of the tasks placed on it: each
+        task with the resources and the port it takes of the offer."""
+        task_infos = []
+        for launch, resources, port in placed:
+            task_infos.append(
+                task_info(launch, self.spec, self.options, offer, resources, port, self.user)
+            )
+            self._placed[launch.task_id] = _Placed(
+                launch, offer["agent_id"]["value"], offer.get("hostname", "")
+            )
+            assert self._sink is not None
+            self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
+        future = self._submit(calls.accept(offer["id"], task_infos, DECLINE_SECONDS))
+        if future is not None:
+            self._track(self._accept(future, offer["id"], [launch for launch, _, _ in placed]))
+
+    def _unreachable_from(self, offer: dict[str, Any]) -> bool:
+        """A task on another host could not dial a loopback name: fail the job
+        rather than hand one out."""
+        agent_host = str(offer.get("hostname", ""))
+        if not is_loopback_name(self.host) or is_loopback_name(agent_host):
+            return False
+        assert self._sink is not None
+        self._sink(
+            BackendFailed(
+                f"the tasks would dial this machine as {self.host!r}, a loopback name that "
+                f"agent {agent_host} cannot reach: set TFMESOS_ADVERTISE_HOST to this "
+                "machine's name or address on the cluster's network"
+            )
+        )
+        return True
+
+    async def _accept(
+        self, future: asyncio.Future[str | None], offer_id: dict[str, Any], launches: list[Launch]
+    ) -> None:
+        try:
+            problem = await asyncio.shield(future)
+        except SchedulerError as exc:
+            # A 400 here is not our call being wrong for good: a master also
+            # answers 400 to a call made on a stream it has just replaced.
+            problem = str(exc)
+        except Exception as exc:
+            self._fail(exc)
+            return
+        if problem is None:
+            self._accept_failure = None
+            return
+        if self._closing:
+            return
+        # The master did not launch them (or, when no answer came, may not
+        # have): they wait for another offer. Should the master have launched
+        # them after all, their second launch is refused as a duplicate ID,
+        # which ends as any failed launch does. A task killed meanwhile stays
+        # placed: the answer to its KILL ends it.
+        back = []
+        for launch in launches:
+            placed = self._placed.get(launch.task_id)
+            if placed is None or placed.ended or placed.killed:
+                continue
+            del self._placed[launch.task_id]
+            pin = self.pins.not_launched(launch.task_id)
+            if pin is not None:
+                self._pin(pin)  # back to waiting for its agent and port
+                continue
+            back.append(launch)
+        if not back:
+            return
+        # Said once per cause: a master that keeps refusing would otherwise
+        # fill the log at its allocation rate; progress() keeps reporting it.
+        repeated = self._accept_failure is not None and self._accept_failure[1] == problem
+        self._accept_failure = (len(back), problem)
+        logger.log(
+            logging.DEBUG if repeated else logging.WARNING,
+            "Mesos: the ACCEPT that launches %s failed (%s); they wait for another offer",
+            ", ".join(launch.task.name for launch in back),
+            problem,
+        )
+        self.hold.requeue(back)
+        # Give the offer back, unfiltered, in case the master still holds it
+        # for us: on a one-agent cluster no other offer could come.
+        self._call(calls.decline(offer_id, 0))
+        self._apply(self.hold.revive())
+
+    def _on_update(self, status: dict[str, Any]) -> None:
+        if "uuid" in status:
+            self._call(calls.acknowledge(status))
+        task_id = status.get("task_id", {}).get("value")
+        self._unanswered.discard(task_id)
+        state = TaskState.of(status)
+        placed = self._placed.get(task_id)
+        if placed is None or state is None:
+            return
+        if state.terminal:
+            placed.settled = True
+        if placed.ended:
+            if state.alive:
+                self._kill_stray(placed, status)
+            return
+        if not (state.terminal or state.out_of_reach):
+            return
+        placed.ended = True
+        message = status.get("message", "")
+        task = placed.launch.task
+        detail = describe_update(status, task.job_name, task.mem)
+        assert self._sink is not None
+        self._sink(
+            TaskEnded(task_id, state.value, exit_status(state, message), detail, placed.host)
+        )
+
+    def _kill_stray(self, placed: _Placed, status: dict[str, Any]) -> None:
+        """A task the job has written off (unreachable, unknown, its agent
+        lost) is running after all: its replacement may already be, so it
+        holds resources for nothing. Kill it, as the HA guide advises."""
+        if placed.strays_killed >= 3:
+            return  # the master has the KILLs; it answers with the task's end
+        placed.strays_killed += 1
+        agent_id = status.get("agent_id", {}).get("value") or placed.agent_id
+        logger.warning(
+            "Mesos: task %s, reported gone, is running again on %s: killing it",
+            placed.launch.task.name,
+            placed.host or agent_id,
+        )
+        self._call(calls.kill(placed.launch.task_id, agent_id))
+
+    def _on_failure(self, failure: dict[str, Any]) -> None:
+        agent_id = failure.get("agent_id", {}).get("value")
+        if "executor_id" in failure or agent_id is None:
+            return
+        logger.warning("Mesos: agent %s was lost", agent_id)
+        for task_id, placed in self._placed.items():
+            if placed.agent_id == agent_id and not placed.ended:
+                placed.ended = True
+                assert self._sink is not None
+                self._sink(
+                    TaskEnded(
+                        task_id, "AGENT_LOST", None, f"agent {agent_id} was lost", placed.host
+                    )
+                )
+        # A relaunch waiting for this agent's offer of its port would wait out
+        # PINNED_OFFER_WAIT for an agent the master has just given up on: it
+        # ends now, naming the loss, rather than a minute later naming a
+        # missing offer.
+        for pin in self.pins.on_agent(agent_id):
+            self._not_placed(pin, f"its agent ({agent_id}) was lost, and port {pin.port} with it")
