@@ -61,6 +61,19 @@ def test_without_the_plugin_the_fixtures_are_unknown(tmp_path: Path) -> None:
     assert "fixture 'mesos_master' not found" in result.stdout
 
 
+def test_without_aiohttp_a_test_using_the_fixture_names_the_extra(tmp_path: Path) -> None:
+    """As after ``pip install tfmesos`` without the mesos extra: the plugin
+    loads, and only a test that asks for the master fails, naming the extra."""
+    (tmp_path / "conftest.py").write_text("import sys\nsys.modules['aiohttp'] = None\n")
+    (tmp_path / "test_user.py").write_text(
+        "def test_uses_it(mesos_master):\n    pass\n\n\ndef test_does_not():\n    pass\n"
+    )
+    result = run_pytest(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 passed, 1 error" in result.stdout
+    assert "pip install 'tfmesos[mesos]'" in result.stdout
+
+
 def test_loading_the_plugin_imports_neither_the_master_nor_aiohttp() -> None:
     probe = (
         "import sys, tfmesos.testing.pytest_plugin; "
