@@ -565,3 +565,37 @@ def test_a_slurm_task_that_printed_nothing_is_said_to_have_its_log_here_not_on_m
     )
     assert "Mesos" not in result.stderr
     assert job_procs.wait_gone(10) == []
+
+
+def test_a_full_log_disk_is_said_naming_each_slurm_task_and_costs_it_nothing(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        reason = (
+            "the full disk must be seen by slurmd, outside any namespace: mounting it takes root"
+        )
+        print(f"\nskipping: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    # srun wrote each step's log: once the disk filled, the rest of the task's
+    # output was lost without a word and the last line said it was all kept.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        code = "for n in range(3000): print('line %05d' % n, 'x' * 40)\nprint('END')"
+        result = run_tfrun(
+            "--backend", "slurm", "--log-dir", str(disk / "logs"), "-w", "2",
+            "--worker-logs", "*", "--", *py(code), env=job_procs.env(), timeout=120,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert result.returncode == 0, result.stderr
+    assert "[worker:1] END" in result.stdout.splitlines()
+    assert re.search(
+        rf"task worker:1 on \S+ cannot write its log {re.escape(str(disk))}/logs/worker\.1\.\S+ "
+        rf"\(No space left on device: the log disk is full \(the filesystem at {re.escape(str(disk))}\)\)",
+        result.stderr,
+    ), result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert re.search(r"but for what could not be kept of (\S+, )?worker:1(, \S+)?'s", last), last
+    assert job_procs.wait_gone(10) == []

@@ -32,7 +32,7 @@ import time
 from tfmesos import wire
 from tfmesos.rendezvous_client import AgentConfig, AgentError, RendezvousClient
 
-__all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE", "KEEPALIVE_INTERVAL", "main", "step_output"]
+__all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE", "KEEPALIVE_INTERVAL", "STEP_LOG", "logged", "main"]
 
 KEEPALIVE_IDLE = 10
 KEEPALIVE_INTERVAL = 5
@@ -95,14 +95,7 @@ def main() -> int:
     secret = plan["secret"].encode()
     for task_id, name, group in plan["steps"]:
         log = os.path.join(log_dir, f"{task_id}.log")
-        pattern = step_output(log)
-        argv = [
-            *plan["srun"][group],
-            f"--job-name={name}",
-            f"--output={pattern}",
-            f"--error={pattern}",
-            *plan["agent"],
-        ]
+        argv = [*plan["srun"][group], f"--job-name={name}", *logged(plan["agent"])]
         step_env = dict(env)
         step_env[wire.ENV_TASK_ID] = task_id
         step_env[wire.ENV_LOG_FILE] = log
@@ -144,18 +137,23 @@ def main() -> int:
     return 0
 
 
-def step_output(path: str) -> str:
-    """``path`` as srun's ``--output`` and ``--error`` take it literally.
+STEP_LOG = 'exec >>"$TFMESOS_LOG_FILE" 2>&1 && exec "$@"'
+"""How each step's agent is started: its stdout and stderr the task's log
+file itself, as the local backend gives it, not srun's --output.
 
-    Not with ``%%`` for each ``%``: srun 22.05 undoes that itself, and where
-    the name then reads as a per-task pattern (``%t``, ``%n``, ``%N``,
-    ``%u``) it hands what is left to slurmstepd, which reads the patterns
-    again (``%j%t`` became ``<job id>%0``: "Slurmd could not connect IO").
-    A backslash anywhere turns srun's patterns off: it drops every one and
-    opens the rest as it stands (src/srun/libsrun/fname.c), which is why the
-    backend refuses a log directory that holds a backslash of its own.
-    """
-    return "\\" + path
+Through srun, a log disk that filled up lost the rest of the task's output
+without a word (srun writes the file, the agent only a pipe to it), and the
+last line said the output was all there; written by the agent, the disk's
+failure is its own (:class:`tfmesos.tasklog.TaskLog`): said once, naming the
+task, the log and the disk. No file name goes through srun's patterns either
+(srun 22.05 misread a per-task one after another, as in ``v%j%t``: every
+step failed, "Slurmd could not connect IO"). A log the node cannot open
+ends the step with the shell's word, in the job's own output."""
+
+
+def logged(agent: list[str]) -> list[str]:
+    """The step's command: ``agent`` writing to its log (:data:`STEP_LOG`)."""
+    return ["/bin/sh", "-c", STEP_LOG, "tfmesos-agent", *agent]
 
 
 if __name__ == "__main__":
