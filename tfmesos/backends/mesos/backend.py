@@ -16,7 +16,6 @@ import logging
 import os
 import traceback
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +47,14 @@ from tfmesos.backends.mesos.hold import (
     Suppress,
 )
 from tfmesos.backends.mesos.pins import Pin, Pins
+from tfmesos.backends.mesos.reconcile import Reconciliation
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
+from tfmesos.backends.mesos.tasks import PlacedTasks
 from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
 from tfmesos.errors import EXIT_TFRUN_FAILED, SpecError, TFMesosError
 from tfmesos.mesos import calls
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
-from tfmesos.mesos.states import TaskState, describe_update, exit_status
 from tfmesos.mesos.tasklogs import TaskLogs
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -64,27 +64,6 @@ logger = logging.getLogger("tfmesos")
 
 REVIVE_RETRY_MAX = 15.0
 """The longest wait between tries of a REVIVE the master refused."""
-RECONCILE_FIRST_WAIT = 2.0
-"""How long the answers to a RECONCILE are waited for before the tasks not
-yet answered are asked about again, the wait doubling each time
-(docs/reconciliation.md in Mesos: "retry with exponential backoff until all
-tasks are answered")."""
-RECONCILE_MAX_WAIT = 60.0
-
-
-@dataclass
-class _Placed:
-    launch: Launch
-    agent_id: str
-    host: str
-    ended: bool = False
-    """The job has written the task off (its end reported to the launcher)."""
-    settled: bool = False
-    """Mesos has said the task is over for good (a terminal state); until
-    then a task written off as unreachable may come back."""
-    killed: bool = False
-    strays_killed: int = 0
-    """KILLs sent for this task after it was reported gone and came back."""
 
 
 class MesosBackend(Backend):
@@ -135,15 +114,16 @@ class MesosBackend(Backend):
         """The tasks waiting for offers and the offers held for them."""
         self.pins = Pins()
         """The relaunches waiting for their own agent and port."""
-        self._placed: dict[str, _Placed] = {}
+        self.tasks = PlacedTasks()
+        """The tasks launched, and what Mesos says of them."""
         self._largest_offer: OfferCapacity | None = None
         self._runner: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[None]] = set()
         self._resubscribed = False
         self._reviving: asyncio.Task[None] | None = None
-        self._unanswered: set[str] = set()
-        """The tasks asked about in a RECONCILE whose state has not come since."""
-        self._reconciling: asyncio.Task[None] | None = None
+        self._reconciliation = Reconciliation(
+            self._call, self._task_name, lambda: self._closing or self._failed
+        )
         self._closing = False
         self._failed = False
         """The backend reported it can no longer run the job (_fail)."""
@@ -175,8 +155,12 @@ class MesosBackend(Backend):
         where = f", in the Mesos web UI at {self._web_ui}" if self._web_ui else ""
         return f"its sandbox on its host (stdout and stderr{where})"
 
+    def _task_name(self, task_id: str) -> str | None:
+        placed = self.tasks.placed.get(task_id)
+        return placed.launch.task.name if placed else None
+
     def task_output(self, task_id: str, data: bytes) -> None:
-        placed = self._placed.get(task_id)
+        placed = self.tasks.placed.get(task_id)
         self._logs.write(task_id, data, name=placed.launch.task.name if placed else task_id)
 
     async def start(self, sink: EventSink) -> None:
@@ -211,7 +195,7 @@ class MesosBackend(Backend):
         self._apply(self.hold.handed(bool(self.pins)))
 
     async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
-        placed = self._placed.get(earlier)
+        placed = self.tasks.placed.get(earlier)
         if placed is None:
             assert self._sink is not None
             self._sink(
@@ -248,7 +232,7 @@ class MesosBackend(Backend):
     async def kill(self, task_id: str) -> None:
         self.pins.remove(task_id)
         self.hold.forget(task_id)
-        placed = self._placed.get(task_id)
+        placed = self.tasks.placed.get(task_id)
         if placed is not None and not placed.ended:
             placed.killed = True
             self._call(calls.kill(task_id, placed.agent_id))
@@ -265,8 +249,7 @@ class MesosBackend(Backend):
             self._backoff = None
         if self._reviving is not None:
             self._reviving.cancel()
-        if self._reconciling is not None:
-            self._reconciling.cancel()
+        self._reconciliation.cancel()
         if self._calls:
             # One bound for them all: a call may wait on those before it.
             await asyncio.wait(set(self._calls), timeout=5)
@@ -285,7 +268,7 @@ class MesosBackend(Backend):
         pending = self.hold.pending
         if not pending and self._accept_failure is None:
             return ""
-        text = f"{len(self._placed)} placed, {len(pending)} waiting for offers"
+        text = f"{len(self.tasks.placed)} placed, {len(pending)} waiting for offers"
         if self._accept_failure is not None:
             # Reported until an ACCEPT goes through: between refusals the
             # tasks are placed again, and would look as if all were well.
@@ -348,11 +331,8 @@ class MesosBackend(Backend):
 
     # -- calls ---------------------------------------------------------------
 
-    # Every call is handed to the client the moment it is decided
-    # (client.submit, synchronous), and the client sends them one at a time
-    # in that order, as Mesos's own scheduler library does: the master applies
-    # calls in arrival order, so a REVIVE overtaken by a SUPPRESS would leave
-    # the role suppressed, and a late DECLINE filter an agent for an hour.
+    # Every call is handed to the client the moment it is decided, in order
+    # (client.submit; the order they go out in: tfmesos.mesos.calls).
 
     def _revive(self) -> None:
         """Ask for offers again, until the master takes the call: tasks wait
@@ -461,8 +441,8 @@ class MesosBackend(Backend):
         if self._resubscribed:
             # We may have missed updates while away: ask for the current state.
             # Tasks written off as unreachable are asked about too: one that
-            # turns out to be running is then killed (_kill_stray).
-            self._reconcile({tid: p.agent_id for tid, p in self._placed.items() if not p.settled})
+            # turns out to be running is then killed (PlacedTasks.update).
+            self._reconciliation.start(self.tasks.unsettled())
             # A SUBSCRIBE replaces the framework's suppressed roles with its
             # own (none here: Master::_subscribe, updateFramework): the roles
             # are offered again, and declined for an hour each, unless
@@ -490,34 +470,6 @@ class MesosBackend(Backend):
                 self._web_ui,
                 framework_id,
             )
-
-    def _reconcile(self, agents: dict[str, str]) -> None:
-        """Ask the master for the state of these tasks (``agents``: each
-        task's agent), and again for those it has not answered, backing off,
-        until it has answered them all or the subscription is renewed."""
-        if self._reconciling is not None:
-            self._reconciling.cancel()
-            self._reconciling = None
-        self._unanswered = set(agents)
-        # No tasks: an implicit reconciliation, asked once.
-        self._call(calls.reconcile(list(agents.items())))
-        if agents:
-            self._reconciling = asyncio.create_task(self._reconcile_until_answered(agents))
-
-    async def _reconcile_until_answered(self, agents: dict[str, str]) -> None:
-        wait = RECONCILE_FIRST_WAIT
-        asked = list(agents)
-        while True:
-            await asyncio.sleep(wait)
-            asked = [t for t in asked if t in self._unanswered]
-            if not asked or self._closing or self._failed:
-                return
-            logger.info(
-                "Mesos: no answer yet to the reconciliation of %s; asking again",
-                ", ".join(sorted(p.launch.task.name for t in asked if (p := self._placed.get(t)))),
-            )
-            self._call(calls.reconcile([(t, agents[t]) for t in asked]))
-            wait = min(wait * 2, RECONCILE_MAX_WAIT)
 
     def _on_offers(self, offers: list[dict[str, Any]]) -> None:
         for offer in offers:
@@ -547,9 +499,7 @@ class MesosBackend(Backend):
             task_infos.append(
                 task_info(launch, self.spec, self.options, offer, resources, port, self.user)
             )
-            self._placed[launch.task_id] = _Placed(
-                launch, offer["agent_id"]["value"], offer.get("hostname", "")
-            )
+            self.tasks.add(launch, offer["agent_id"]["value"], offer.get("hostname", ""))
             assert self._sink is not None
             self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
         future = self._submit(calls.accept(offer["id"], task_infos, DECLINE_SECONDS))
@@ -596,10 +546,10 @@ class MesosBackend(Backend):
         # placed: the answer to its KILL ends it.
         back = []
         for launch in launches:
-            placed = self._placed.get(launch.task_id)
+            placed = self.tasks.placed.get(launch.task_id)
             if placed is None or placed.ended or placed.killed:
                 continue
-            del self._placed[launch.task_id]
+            del self.tasks.placed[launch.task_id]
             pin = self.pins.not_launched(launch.task_id)
             if pin is not None:
                 self._pin(pin)  # back to waiting for its agent and port
@@ -626,58 +576,22 @@ class MesosBackend(Backend):
     def _on_update(self, status: dict[str, Any]) -> None:
         if "uuid" in status:
             self._call(calls.acknowledge(status))
-        task_id = status.get("task_id", {}).get("value")
-        self._unanswered.discard(task_id)
-        state = TaskState.of(status)
-        placed = self._placed.get(task_id)
-        if placed is None or state is None:
-            return
-        if state.terminal:
-            placed.settled = True
-        if placed.ended:
-            if state.alive:
-                self._kill_stray(placed, status)
-            return
-        if not (state.terminal or state.out_of_reach):
-            return
-        placed.ended = True
-        message = status.get("message", "")
-        task = placed.launch.task
-        detail = describe_update(status, task.job_name, task.mem)
-        assert self._sink is not None
-        self._sink(
-            TaskEnded(task_id, state.value, exit_status(state, message), detail, placed.host)
-        )
-
-    def _kill_stray(self, placed: _Placed, status: dict[str, Any]) -> None:
-        """A task the job has written off (unreachable, unknown, its agent
-        lost) is running after all: its replacement may already be, so it
-        holds resources for nothing. Kill it, as the HA guide advises."""
-        if placed.strays_killed >= 3:
-            return  # the master has the KILLs; it answers with the task's end
-        placed.strays_killed += 1
-        agent_id = status.get("agent_id", {}).get("value") or placed.agent_id
-        logger.warning(
-            "Mesos: task %s, reported gone, is running again on %s: killing it",
-            placed.launch.task.name,
-            placed.host or agent_id,
-        )
-        self._call(calls.kill(placed.launch.task_id, agent_id))
+        self._reconciliation.answered(status.get("task_id", {}).get("value"))
+        ended, kill = self.tasks.update(status)
+        if kill is not None:
+            self._call(kill)
+        if ended is not None:
+            assert self._sink is not None
+            self._sink(ended)
 
     def _on_failure(self, failure: dict[str, Any]) -> None:
         agent_id = failure.get("agent_id", {}).get("value")
         if "executor_id" in failure or agent_id is None:
             return
         logger.warning("Mesos: agent %s was lost", agent_id)
-        for task_id, placed in self._placed.items():
-            if placed.agent_id == agent_id and not placed.ended:
-                placed.ended = True
-                assert self._sink is not None
-                self._sink(
-                    TaskEnded(
-                        task_id, "AGENT_LOST", None, f"agent {agent_id} was lost", placed.host
-                    )
-                )
+        for ended in self.tasks.agent_lost(agent_id):
+            assert self._sink is not None
+            self._sink(ended)
         # A relaunch waiting for this agent's offer of its port would wait out
         # PINNED_OFFER_WAIT for an agent the master has just given up on: it
         # ends now, naming the loss, rather than a minute later naming a
