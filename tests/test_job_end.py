@@ -236,7 +236,7 @@ def test_what_tfrun_itself_reports_has_statuses_of_its_own(
 
 
 def test_the_verdict_names_runs_of_many_tasks_as_ranges() -> None:
-    from tfmesos.run import _ends
+    from tfmesos.launcher.verdict import ends as _ends
 
     outcomes = {"ps:0": "stopped by tfrun", "ps:1": "stopped by tfrun"}
     outcomes.update({f"worker:{i}": "exited 0" for i in range(100)})

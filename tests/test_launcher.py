@@ -17,7 +17,7 @@ from tfmesos import ClusterSpec, ClusterStartError, Job
 from tfmesos.backends.base import Launch
 from tfmesos.backends.local import LocalBackend
 from tfmesos.errors import JobFailedError, ResourceError, TFMesosError
-from tfmesos.launcher import MAX_ATTEMPTS, Launcher, TaskState
+from tfmesos.launcher import MAX_ATTEMPTS, AttemptState, Launcher
 from tfmesos.run import run_with_restarts
 from tfmesos.testing.fake import (
     BreaksBackend,
@@ -315,7 +315,8 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
     # each. (A first version woke every waiting task on any wake-up and
     # re-armed them all: 1,023 wake-ups for 10 tasks ending 0.1 s apart.)
     from tfmesos.backends.base import TaskEnded
-    from tfmesos.launcher import _Task, _Tick
+    from tfmesos.launcher import Attempt
+    from tfmesos.launcher.loop import Tick
     from tfmesos.policy import Phase
 
     count = 10
@@ -323,7 +324,7 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
 
     class CountingQueue(asyncio.Queue):  # type: ignore[type-arg]
         def put_nowait(self, item: object) -> None:
-            if isinstance(item, _Tick):
+            if isinstance(item, Tick):
                 woken.append(item.task_id)
             super().put_nowait(item)
 
@@ -342,23 +343,22 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
         launcher._events = CountingQueue()
         launcher._phase = Phase.RUNNING
         for index, task_spec in enumerate(job.tasks()):
-            task = _Task(task_spec, f"t{index}", 1, b"", False, TaskState.RUNNING)
+            task = Attempt(task_spec, f"t{index}", 1, b"", False, AttemptState.RUNNING)
             task.connection = OpenConnection()  # type: ignore[assignment]
-            launcher._tasks[task.task_id] = task
-            launcher._current[task_spec.name] = task
+            launcher._attempts.add(task)
         loop = asyncio.get_running_loop()
         for index in range(count):
             ended = TaskEnded(f"t{index}", "exited", 0, "exited with status 0", "h", ())
             loop.call_later(index * 0.1, launcher._events.put_nowait, ended)
-        await launcher._pump(launcher._workers_done, 30, None)
-        assert all(t.state is TaskState.FINISHED for t in launcher._tasks.values())
+        await launcher._pump(launcher._attempts.workers_done, 30, None)
+        assert all(t.state is AttemptState.FINISHED for t in launcher._attempts.by_id.values())
 
     asyncio.run(scenario())
     assert sorted(woken) == sorted(f"t{index}" for index in range(count))
 
 
-def _states(launcher: Launcher) -> dict[str, TaskState]:
-    return {name: task.state for name, task in launcher._current.items()}
+def _states(launcher: Launcher) -> dict[str, AttemptState]:
+    return {name: task.state for name, task in launcher._attempts.current.items()}
 
 
 # -- end to end: the real local backend and agent ----------------------------------

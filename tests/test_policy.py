@@ -74,3 +74,34 @@ def test_a_server_relaunched_at_its_address_rejoins_the_running_cluster() -> Non
     assert on_registered(relaunched(Phase.STARTING)) is Action.RUN
     assert on_registered(relaunched(Phase.STOPPING)) is Action.STOP
     assert on_registered(relaunched(Phase.RUNNING, current=False)) is Action.STOP
+
+
+# -- who is let in when it dials in (the launcher's admit) ---------------------------
+
+
+def test_only_a_launched_latest_attempt_is_admitted_while_the_cluster_is_built() -> None:
+    from tfmesos.policy import admits
+
+    assert admits(view(Phase.STARTING), launched=True)
+    assert not admits(view(Phase.STARTING), launched=False)  # registered already
+    assert not admits(view(Phase.STARTING, current=False), launched=True)  # superseded
+    assert not admits(view(Phase.RUNNING), launched=True)  # too late
+    assert not admits(view(Phase.STOPPING), launched=True)
+
+
+def test_a_server_relaunched_at_its_address_is_admitted_while_the_cluster_runs() -> None:
+    from tfmesos.policy import admits
+
+    relaunched = TaskView(Phase.RUNNING, current=True, attempt=2, replica=False,
+                          relaunched_at_address=True)  # fmt: skip
+    assert admits(relaunched, launched=True)
+    assert not admits(relaunched, launched=False)
+    stopping = TaskView(Phase.STOPPING, True, 2, False, relaunched_at_address=True)
+    assert not admits(stopping, launched=True)
+
+
+def test_a_backends_helper_may_be_admitted_until_the_job_stops() -> None:
+    from tfmesos.policy import admits_helper
+
+    assert admits_helper(Phase.STARTING) and admits_helper(Phase.RUNNING)
+    assert not admits_helper(Phase.STOPPING)

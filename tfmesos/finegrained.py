@@ -156,7 +156,7 @@ def cluster(
     started again at its address (same host, same port), up to N times in
     all, so that TF2's ``ClusterCoordinator``, which waits for a failed
     worker to answer again there, carries on. A ps is never relaunched: its
-    variables die with it. See :mod:`tfmesos.server_relaunch`.
+    variables die with it. See :mod:`tfmesos.launcher.relaunch`.
     """
     # Each backend takes what is its own of these (BackendOptions.from_given);
     # the registry says whose each is, and which choose a backend.

@@ -17,6 +17,8 @@ __all__ = [
     "Action",
     "Phase",
     "TaskView",
+    "admits",
+    "admits_helper",
     "on_backend_failure",
     "on_registered",
     "on_task_end",
@@ -75,7 +77,7 @@ class TaskView:
     """Replica mode: tasks run the user's command, and may end with 0."""
     relaunched_at_address: bool = False
     """Fine-grained mode: a server relaunched where a dead one was
-    (:mod:`tfmesos.server_relaunch`)."""
+    (:mod:`tfmesos.launcher.relaunch`)."""
 
 
 def on_task_end(task: TaskView, exit_code: int | None) -> Action:
@@ -106,3 +108,25 @@ def on_backend_failure(phase: Phase) -> Action:
     """The backend can no longer run the job: the job fails, unless it is
     already stopping."""
     return Action.CARRY_ON if phase is Phase.STOPPING else Action.FAIL_JOB
+
+
+def admits(task: TaskView, *, launched: bool) -> bool:
+    """Whether an attempt that dials in with its task id is let in: only one
+    ``launched`` (not yet registered) that is its task's latest attempt,
+    while the cluster is being built, or, once it runs, a server relaunched
+    at its old address."""
+    return (
+        launched
+        and task.current
+        and (
+            task.phase is Phase.STARTING
+            or (task.relaunched_at_address and task.phase is Phase.RUNNING)
+        )
+    )
+
+
+def admits_helper(phase: Phase) -> bool:
+    """Whether a peer that is no task of the job (the backend's own helper,
+    such as Slurm's job script) may be let in, if its backend admits it: not
+    once the job is stopping."""
+    return phase is not Phase.STOPPING

@@ -22,6 +22,7 @@ from tfmesos.errors import (
     interrupted_status,
 )
 from tfmesos.launcher import Launcher
+from tfmesos.launcher.verdict import duration, ends, paint
 from tfmesos.spec import ClusterSpec
 
 __all__ = ["launcher_factory", "run_replica_job", "run_with_restarts"]
@@ -170,13 +171,13 @@ async def run_with_restarts(
     # with where the full output of every task is.
     colour = use_colour(sys.stderr)
     if verdict:
-        logger.error("%s", _paint(verdict, 31, colour))
+        logger.error("%s", paint(verdict, 31, colour))
     elif not interrupted:
-        elapsed = _duration(time.monotonic() - started)
-        ends = _ends(launcher.outcomes())
+        elapsed = duration(time.monotonic() - started)
+        said = ends(launcher.outcomes())
         if causes:
-            ends += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
-        logger.info("%s", _paint(f"job succeeded in {elapsed}: {ends}", 32, colour))
+            said += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
+        logger.info("%s", paint(f"job succeeded in {elapsed}: {said}", 32, colour))
     unkept = launcher.unkept_logs()
     logger.log(
         logging.ERROR if verdict else logging.INFO,
@@ -187,49 +188,3 @@ async def run_with_restarts(
         else "",
     )
     return interrupted_status(interrupted[0]) if interrupted else status
-
-
-def _paint(text: str, colour: int, enabled: bool) -> str:
-    """A verdict with its head (``job failed``, up to the first colon) in
-    bold ``colour``, where colour is on."""
-    head, colon, rest = text.partition(":")
-    if not enabled or not colon:
-        return text
-    return f"\x1b[1;{colour}m{head}\x1b[0m{colon}{rest}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s"
-
-
-def _ends(outcomes: dict[str, str]) -> str:
-    """``worker:0 and worker:1 exited 0; ps:0 stopped by tfrun``: each
-    task's end, workers first, grouped by job and end, runs of many indices
-    as ranges (``worker:0-99``)."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for name, end in outcomes.items():
-        job, _, index = name.rpartition(":")
-        groups.setdefault((job, end), []).append(int(index))
-    order = sorted(groups, key=lambda key: key[0] != "worker")  # stable: the job's own order
-    return "; ".join(f"{_names(job, groups[job, end])} {end}" for job, end in order)
-
-
-def _names(job: str, indices: list[int]) -> str:
-    indices = sorted(indices)
-    if len(indices) <= 3:
-        names = [f"{job}:{i}" for i in indices]
-        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    spans = [f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs]
-    return f"{job}:{','.join(spans)}"

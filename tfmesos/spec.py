@@ -279,7 +279,7 @@ class ClusterSpec:
     """Replica mode: times the whole job is started again after a task fails
     or is lost once the cluster is up. Fine-grained mode: times, in all, a
     worker's server that dies is started again at its address
-    (:mod:`tfmesos.server_relaunch`)."""
+    (:mod:`tfmesos.launcher.relaunch`)."""
 
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)

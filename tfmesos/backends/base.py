@@ -132,7 +132,7 @@ class Backend(abc.ABC):
         Where the port cannot be had there (in use, not offered within a
         bound), report ``TaskEnded`` with state ``NOT_PLACED``, saying why.
         Only where :attr:`keeps_addresses`; fine-grained mode relaunches a
-        dead worker's server with it (:mod:`tfmesos.server_relaunch`)."""
+        dead worker's server with it (:mod:`tfmesos.launcher.relaunch`)."""
         raise NotImplementedError(f"the {self.name} backend cannot start a task at a given port")
 
     def admit(self, peer_id: str) -> bool:

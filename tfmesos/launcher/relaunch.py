@@ -10,16 +10,19 @@ memory and die with it, and the coordinator fails the program's next step
 that reads them.
 
 This module is the policy alone, with no process and no backend, so that it
-is tested by itself; the launcher applies it (``Launcher._relaunch_server``).
+is tested by itself (:func:`decide`, and :func:`relaunch_or_fail`, which
+also words the failure that ends the job); the launcher carries it out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from tfmesos.errors import TaskFailure
+from tfmesos.launcher.attempts import Attempt
 from tfmesos.spec import TaskSpec
 
-__all__ = ["RELAUNCHED_JOB", "NotRelaunched", "RelaunchAt", "decide"]
+__all__ = ["RELAUNCHED_JOB", "NotRelaunched", "RelaunchAt", "decide", "relaunch_or_fail"]
 
 RELAUNCHED_JOB = "worker"
 """The one job whose servers are relaunched: the job ``ClusterCoordinator``
@@ -78,3 +81,36 @@ def decide(
             f"relaunch{'es' if allowed != 1 else ''} max_restarts={allowed} allows"
         )
     return RelaunchAt(address, done + 1, allowed)
+
+
+def relaunch_or_fail(
+    task: Attempt,
+    failure: TaskFailure,
+    *,
+    done: int,
+    allowed: int,
+    backend: str,
+    backend_keeps_addresses: bool,
+) -> RelaunchAt | TaskFailure:
+    """Fine-grained mode: the dead server ``task`` (whose end is ``failure``)
+    is relaunched at its address where :func:`decide` allows; else the
+    failure that ends the job, saying why it was not relaunched."""
+    if task.keep_address and not task.ready:
+        # The relaunch itself failed: trying again elsewhere is no use
+        # (the program dials this address), and again here seldom is.
+        return replace(
+            failure, reason=f"could not be relaunched at {task.keep_address}: {failure.reason}"
+        )
+    decision = decide(
+        task.spec,
+        task.addr,
+        done=done,
+        allowed=allowed,
+        backend=backend,
+        backend_keeps_addresses=backend_keeps_addresses,
+    )
+    if isinstance(decision, RelaunchAt):
+        return decision
+    if not decision.why:
+        return failure
+    return replace(failure, reason=f"{failure.reason}; {decision.why}")

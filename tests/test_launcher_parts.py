@@ -1,0 +1,190 @@
+"""The launcher package's parts alone (tfmesos.launcher.*): attempts and their
+one state-transition method, the cluster message, the relaunch decision, the
+verdict's words, the output's prefixes. No process, no loop."""
+
+from __future__ import annotations
+
+import ast
+import io
+import signal
+from pathlib import Path
+
+import pytest
+
+from tfmesos import ClusterSpec, Job
+from tfmesos.backends.base import NOT_PLACED, TaskEnded
+from tfmesos.errors import ClusterStartError, TaskFailure
+from tfmesos.launcher import message, relaunch, verdict
+from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState, IllegalMove
+from tfmesos.launcher.output import OutputRouter, size_in_words
+from tfmesos.rendezvous import Exited
+
+pytestmark = pytest.mark.unit
+
+JOB = ClusterSpec((Job("ps", 1, cmd="true"), Job("worker", 2, cmd="true")), replica=True)
+
+
+def attempt(name: str = "worker:0", state: AttemptState = AttemptState.PENDING) -> Attempt:
+    spec = next(t for t in JOB.tasks() if t.name == name)
+    return Attempt(spec, f"{name}.1", 1, b"", False, state)
+
+
+# -- attempts ----------------------------------------------------------------------
+
+
+def test_an_attempt_moves_forward_along_the_diagram_and_observers_hear_each_move() -> None:
+    moves: list[tuple[str, str]] = []
+    task = attempt()
+    task.observer = lambda _t, old, new: moves.append((old.value, new.value))
+    for state in ("launched", "registered", "running", "finished"):
+        task.move(AttemptState(state))
+    task.move(AttemptState.FINISHED)  # to where it is: nothing happens
+    assert moves == [
+        ("pending", "launched"),
+        ("launched", "registered"),
+        ("registered", "running"),
+        ("running", "finished"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("start", "to"),
+    [
+        (AttemptState.FINISHED, AttemptState.RUNNING),
+        (AttemptState.STOPPED, AttemptState.FAILED),
+        (AttemptState.FAILED, AttemptState.FINISHED),
+        (AttemptState.RUNNING, AttemptState.REGISTERED),
+        (AttemptState.PENDING, AttemptState.RUNNING),
+        (AttemptState.LAUNCHED, AttemptState.RUNNING),
+    ],
+)
+def test_a_move_the_diagram_does_not_allow_is_refused(
+    start: AttemptState, to: AttemptState
+) -> None:
+    task = attempt(state=start)
+    with pytest.raises(IllegalMove, match=f"{start.value} -> {to.value}"):
+        task.move(to)
+    assert task.state is start
+
+
+def test_every_state_change_in_the_launcher_goes_through_move() -> None:
+    # The state is a read-only property: an assignment anywhere in the
+    # package would fail, so that Attempt.move is the one way it changes.
+    with pytest.raises(AttributeError):
+        attempt().state = AttemptState.RUNNING  # type: ignore[misc]
+    package = Path(message.__file__).parent
+    for module in package.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    assert not (
+                        isinstance(target, ast.Attribute) and target.attr in ("state", "_state")
+                    ) or (module.name == "attempts.py"), f"{module.name}:{node.lineno}"
+
+
+def test_the_table_answers_what_the_loop_waits_on() -> None:
+    table = Attempts()
+    ps, w0, w1 = (attempt(n, AttemptState.REGISTERED) for n in ("ps:0", "worker:0", "worker:1"))
+    for task in (ps, w0, w1):
+        table.add(task)
+    assert table.all_registered() and table.count(AttemptState.REGISTERED) == 3
+    later = Attempt(w1.spec, "worker:1.2", 2, b"", False, AttemptState.LAUNCHED)
+    table.add(later)
+    assert not table.is_current(w1) and table.is_current(later)
+    assert table.waiting(set()) == ["worker:1"] and table.waiting({"worker:1"}) == []
+    for task in (w0, later):
+        task.move(AttemptState.FINISHED)
+    assert table.workers_done() and not table.all_over()
+    assert [t.spec.name for t in table.live()] == ["ps:0"]
+
+
+def test_an_attempt_keeps_only_the_tail_of_its_output() -> None:
+    task = attempt()
+    task.keep_output(b"x" * 5000 + b"\nlast\n")
+    assert len(task.tail) == 4096 and task.tail_lines()[-1] == "last"
+
+
+# -- the cluster message -----------------------------------------------------------
+
+
+def test_the_cluster_definition_is_by_job_in_index_order() -> None:
+    tasks = [attempt("worker:1"), attempt("ps:0"), attempt("worker:0")]
+    for task, addr in zip(tasks, ["h:3", "h:1", "h:2"], strict=True):
+        task.addr = addr
+    cluster = message.cluster_def_of(tasks)
+    assert cluster == {"worker": ["h:2", "h:3"], "ps": ["h:1"]}
+    assert message.summary({"ps": ["a"], "worker": ["b", "c"]}) == "1 ps, 2 workers"
+    sent = message.cluster_message(JOB, tasks[0], run_id="r", restart=1, cluster_def=cluster)
+    assert sent["job_name"] == "worker" and sent["task_index"] == 1
+    assert sent["cluster_def"] == cluster and sent["run_id"] == "r" and sent["restart"] == 1
+
+
+def test_a_cluster_message_over_the_frame_is_refused_naming_its_size() -> None:
+    message.check_size({"cmd": "x" * 1000})
+    with pytest.raises(ClusterStartError, match="more than the rendezvous's 1 MiB"):
+        message.check_size({"cmd": "x" * (1 << 20)})
+
+
+# -- fine-grained relaunches -------------------------------------------------------
+
+
+def test_a_relaunch_that_never_served_is_not_tried_again() -> None:
+    task = attempt()
+    task.keep_address = "h:9"
+    failure = TaskFailure("worker:0", "killed by SIGKILL")
+    got = relaunch.relaunch_or_fail(
+        task, failure, done=0, allowed=3, backend="local", backend_keeps_addresses=True
+    )
+    assert isinstance(got, TaskFailure)
+    assert got.reason == "could not be relaunched at h:9: killed by SIGKILL"
+
+
+def test_relaunch_or_fail_relaunches_a_worker_and_says_why_a_ps_is_not() -> None:
+    failure = TaskFailure("x", "killed by SIGKILL")
+    worker = attempt()
+    worker.addr = "h:5"
+    kw = {"done": 0, "allowed": 1, "backend": "local", "backend_keeps_addresses": True}
+    assert relaunch.relaunch_or_fail(worker, failure, **kw) == relaunch.RelaunchAt("h:5", 1, 1)  # type: ignore[arg-type]
+    got = relaunch.relaunch_or_fail(attempt("ps:0"), failure, **kw)  # type: ignore[arg-type]
+    assert isinstance(got, TaskFailure) and "a ps holds the model's variables" in got.reason
+    unasked = relaunch.relaunch_or_fail(worker, failure, **{**kw, "allowed": 0})  # type: ignore[arg-type]
+    assert unasked == failure
+
+
+# -- the verdict's words -----------------------------------------------------------
+
+
+def test_an_end_is_said_with_its_signal_or_status() -> None:
+    assert verdict.describe_exit(Exited("t", 137, signal.SIGKILL)) == "killed by SIGKILL"
+    said = verdict.describe_exit(Exited("t", 3, None, signal.SIGTERM))
+    assert said == "exited with status 3 (its agent was sent SIGTERM)"
+    assert verdict.signal_name(200) == "signal 200"
+    assert verdict.describe_end(TaskEnded("t", NOT_PLACED, None, "no offer fits", "", ())) == (
+        "no offer fits"
+    )
+    assert verdict.describe_end(TaskEnded("t", "lost", None, "agent gone", "", ())) == (
+        "ended in state lost: agent gone"
+    )
+
+
+def test_the_outcomes_and_the_verdicts_form() -> None:
+    tasks = [attempt("ps:0", AttemptState.STOPPED), attempt("worker:0", AttemptState.FINISHED)]
+    assert verdict.outcomes(tasks) == {"ps:0": "stopped by tfrun", "worker:0": "exited 0"}
+    assert verdict.ends(verdict.outcomes(tasks)) == "worker:0 exited 0; ps:0 stopped by tfrun"
+    assert verdict.names("worker", [0, 1, 2]) == "worker:0, worker:1 and worker:2"
+    assert verdict.duration(59.94) == "59.9s" and verdict.duration(3725) == "1h02m05s"
+    assert verdict.paint("job failed: x", 31, True) == "\x1b[1;31mjob failed\x1b[0m: x"
+    assert verdict.paint("job failed: x", 31, False) == "job failed: x"
+
+
+# -- output ------------------------------------------------------------------------
+
+
+def test_prefixes_are_coloured_only_for_shown_tasks_where_colour_is_on() -> None:
+    router = OutputRouter(io.BytesIO(), ["worker:0"], colour=True, notes_after_output=False)
+    assert router.prefix("ps:0") == b"[ps:0] "
+    assert router.prefix("worker:0").startswith(b"\x1b[")
+    plain = OutputRouter(io.BytesIO(), ["worker:0"], colour=False, notes_after_output=False)
+    assert plain.prefix("worker:0") == b"[worker:0] "
+    assert size_in_words(10) == "10 B" and size_in_words(3 << 20) == "3.0 MiB"

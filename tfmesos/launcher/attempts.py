@@ -1,0 +1,177 @@
+"""The launcher's attempts at its tasks, and their states.
+
+Every attempt moves through
+
+    pending -> launched -> registered -> running -> finished | failed | stopped
+
+and every change of state goes through one method, :meth:`Attempt.move`,
+which refuses a move the diagram does not allow (a task's end is final). The
+:class:`Attempts` table holds every attempt by id and the latest one of each
+task, and answers the questions the loop waits on (all registered, every
+worker done, ...).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tfmesos.backends.base import TaskEnded
+from tfmesos.rendezvous import Connection
+from tfmesos.spec import TaskSpec
+
+__all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptState", "Attempts", "IllegalMove"]
+
+TAIL_BYTES = 4096
+"""How much of each task's latest output is kept to explain a failure."""
+TAIL_LINES = 15
+
+
+class AttemptState(enum.Enum):
+    """Where one attempt at one task is (not a Mesos ``TaskState``,
+    :mod:`tfmesos.mesos.states`)."""
+
+    PENDING = "pending"
+    LAUNCHED = "launched"
+    REGISTERED = "registered"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def over(self) -> bool:
+        return self in _OVER
+
+
+_OVER = frozenset({AttemptState.FINISHED, AttemptState.FAILED, AttemptState.STOPPED})
+
+_NEXT: dict[AttemptState, frozenset[AttemptState]] = {
+    AttemptState.PENDING: frozenset({AttemptState.LAUNCHED}) | _OVER,
+    AttemptState.LAUNCHED: frozenset({AttemptState.REGISTERED}) | _OVER,
+    AttemptState.REGISTERED: frozenset({AttemptState.RUNNING}) | _OVER,
+    AttemptState.RUNNING: _OVER,
+    AttemptState.FINISHED: frozenset(),
+    AttemptState.FAILED: frozenset(),
+    AttemptState.STOPPED: frozenset(),
+}
+"""The moves each state allows: forward along the diagram, or to an end."""
+
+
+class IllegalMove(AssertionError):
+    """A move the state diagram does not allow: a bug in the launcher."""
+
+
+Observer = Callable[["Attempt", AttemptState, AttemptState], None]
+
+
+@dataclass
+class Attempt:
+    """The launcher's mutable record of one attempt at one task."""
+
+    spec: TaskSpec
+    task_id: str
+    attempt: int
+    prefix: bytes
+    forward: bool
+    initial: AttemptState = AttemptState.PENDING
+    addr: str = ""
+    host: str = ""
+    connection: Connection | None = None
+    disconnected: bool = False
+    disconnected_at: float = 0.0
+    ready: bool = False
+    ended: TaskEnded | None = None
+    ended_at: float = 0.0
+    keep_address: str = ""
+    """Where this attempt must serve: the address of the attempt it replaces,
+    for a fine-grained relaunch (:mod:`tfmesos.launcher.relaunch`); else empty."""
+    exit_code: int | None = None
+    tail: bytearray = field(default_factory=bytearray)
+    cut: bool = False
+    """Its output is no longer shown: the job is stopping and the terminal
+    did not keep up (what is shown stays a prefix of what it printed)."""
+    observer: Observer | None = None
+    """Told of every move (old state, new state), after it is made."""
+
+    def __post_init__(self) -> None:
+        self._state = self.initial
+
+    @property
+    def state(self) -> AttemptState:
+        return self._state
+
+    def move(self, state: AttemptState) -> None:
+        """The one way an attempt's state changes. A move to the state it is
+        in does nothing; one the diagram does not allow raises."""
+        old = self._state
+        if state is old:
+            return
+        if state not in _NEXT[old]:
+            raise IllegalMove(
+                f"task {self.spec.name} ({self.task_id}): {old.value} -> {state.value}"
+            )
+        self._state = state
+        if self.observer is not None:
+            self.observer(self, old, state)
+
+    def keep_output(self, data: bytes) -> None:
+        self.tail += data
+        if len(self.tail) > TAIL_BYTES:
+            del self.tail[: len(self.tail) - TAIL_BYTES]
+
+    def tail_lines(self) -> tuple[str, ...]:
+        text = self.tail.decode("utf-8", "replace")
+        return tuple(text.splitlines()[-TAIL_LINES:])
+
+
+class Attempts:
+    """Every attempt, by task id, and the latest of each task, by name, in
+    the job's order."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, Attempt] = {}
+        self.current: dict[str, Attempt] = {}
+
+    def add(self, attempt: Attempt) -> None:
+        self.by_id[attempt.task_id] = attempt
+        self.current[attempt.spec.name] = attempt
+
+    def get(self, task_id: str) -> Attempt | None:
+        return self.by_id.get(task_id)
+
+    def is_current(self, attempt: Attempt) -> bool:
+        return self.current.get(attempt.spec.name) is attempt
+
+    def live(self) -> list[Attempt]:
+        return [t for t in self.current.values() if not t.state.over]
+
+    def count(self, state: AttemptState) -> int:
+        return sum(t.state is state for t in self.current.values())
+
+    def all_registered(self) -> bool:
+        return all(t.state is AttemptState.REGISTERED for t in self.current.values())
+
+    def workers_done(self) -> bool:
+        return all(
+            t.state is AttemptState.FINISHED
+            for t in self.current.values()
+            if t.spec.job_name == "worker"
+        )
+
+    def all_ready(self) -> bool:
+        return all(t.ready for t in self.current.values())
+
+    def all_over(self) -> bool:
+        return all(t.state.over for t in self.current.values())
+
+    def waiting(self, held: set[str]) -> list[str]:
+        """The tasks the cluster waits for, in the job's order, but those in
+        ``held`` (a local task held until the backend places its first task:
+        it waits for the others, and naming it would blame this machine)."""
+        return [
+            t.spec.name
+            for t in self.current.values()
+            if t.state is not AttemptState.REGISTERED and t.spec.name not in held
+        ]

@@ -1,0 +1,293 @@
+"""The launcher: one job from the first launch to the last teardown.
+
+:class:`Launcher` starts the backends and the rendezvous, launches every
+task, delivers the cluster once every task has registered, and stops it all;
+what happens meanwhile is the loop's (:mod:`tfmesos.launcher.loop`). Every
+way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
+:meth:`Launcher.watch` and :meth:`Launcher.stop` goes through teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+from tfmesos import taskenv, wire
+from tfmesos.backends.base import Backend, Launch, TaskPlaced
+from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
+from tfmesos.launcher import message, relaunch, verdict
+from tfmesos.launcher.attempts import Attempt, AttemptState
+from tfmesos.launcher.loop import KILL_WAIT, OUTPUT_LINGER, Event, Loop
+from tfmesos.policy import Phase
+from tfmesos.spec import TaskSpec
+
+if TYPE_CHECKING:
+    import ssl
+
+__all__ = ["Launcher"]
+
+logger = logging.getLogger("tfmesos")
+
+
+class Launcher(Loop):
+    """Runs one job: ``await start()``, then ``wait_for_workers()`` (replica
+    mode) or ``watch()`` (fine-grained mode), and ``stop()`` at the end."""
+
+    @property
+    def targets(self) -> dict[str, str]:
+        return {
+            f"/job:{job}/task:{index}": f"{self.spec.protocol}://{addr}"
+            for job, addrs in self.cluster_def.items()
+            for index, addr in enumerate(addrs)
+        }
+
+    async def start(self) -> dict[str, list[str]]:
+        """Launch every task and bring the cluster up; return its definition."""
+        tasks = self.spec.tasks()
+        for backend in self._backends():
+            backend.check([t for t in tasks if self._backend_for(t) is backend])
+        await self._rendezvous.start(self.backend.rendezvous_bind, tls=self._tls_context())
+        self._started_backend = True
+        await self.backend.start(self._on_backend)
+        local = [(task, 1) for task in tasks if self._backend_for(task) is not self.backend]
+        if local and len(local) < len(tasks):
+            # The chief, beside the launcher, waits for the cluster's first
+            # placement (a Mesos offer taken, a Slurm allocation running): a
+            # wrong master or a job that never fits starts nothing here.
+            remote = []
+            for task in tasks:  # in the job's order, which messages keep
+                if self._backend_for(task) is self.backend:
+                    remote.append(self._prepare(task, 1))
+                else:
+                    self._prepare(task, 1, state=AttemptState.PENDING)
+            self._chief_waits = local
+            await self.backend.launch_many(remote)
+        else:
+            await self._start_chief()
+            await self._launch_all([(task, 1) for task in tasks])
+        deadline = (
+            None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
+        )
+        await self._pump(
+            self._attempts.all_registered, self.spec.start_timeout, self._start_timed_out
+        )
+        self._deliver_cluster()
+        if not self.spec.replica:
+            # Fine-grained mode hands out targets: they must answer when it does.
+            left = None if deadline is None else max(0.1, deadline - time.monotonic())
+            try:
+                await self._pump(self._attempts.all_ready, left, self._start_timed_out)
+            except JobFailedError as exc:
+                # Not retried: every other server already holds the dead
+                # one's address in its cluster definition.
+                raise ClusterStartError(
+                    f"{exc.failure.describe()}\nits TensorFlow server died before it accepted "
+                    "connections",
+                    exc.failure,
+                ) from None
+            logger.info("every TensorFlow server accepts connections")
+        return self.cluster_def
+
+    async def wait_for_workers(self) -> None:
+        """Replica mode: return when every worker has exited 0; raise if any task failed."""
+        await self._pump(self._attempts.workers_done, None, None)
+        rest = bool(self._attempts.live())
+        self._output.say_after_output(
+            logging.INFO,
+            "all workers finished" + ("; stopping the rest of the job" if rest else ""),
+        )
+
+    async def watch(self) -> None:
+        """Fine-grained mode: run until cancelled; raise when a task fails."""
+        await self._pump(lambda: False, None, None)
+
+    async def stop(self, *, drop_stalled_output: bool = False) -> None:
+        """Stop every task and release the backend. Safe to call more than once.
+
+        Stopping never waits for the terminal: the tasks' output is taken in
+        whether or not it can be shown, so that every agent hears "stop" and
+        stops its command within its grace. With ``drop_stalled_output`` (a
+        failure, a signal), output the terminal has not taken is dropped
+        once it takes nothing for ``OUTPUT_STALL`` seconds; otherwise (the
+        job's normal end, every task gone) it is all written first."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._phase = Phase.STOPPING
+        self._output.stopping = True
+        self._output.console.release()
+        live = self._attempts.live()
+        for task in live:
+            if task.connection is not None:
+                task.connection.send({"type": "stop", "reason": "the job is ending"})
+        try:
+            unregistered = [t for t in live if t.connection is None]
+            await asyncio.gather(
+                *(
+                    self._backend_for(t.spec).kill(t.task_id)
+                    for t in unregistered
+                    if t.state is not AttemptState.PENDING
+                )
+            )
+            for task in unregistered:  # nothing of theirs is left to wait for
+                task.move(AttemptState.STOPPED)
+            if live:
+                await self._pump(self._attempts.all_over, KILL_WAIT, lambda: None)
+        finally:
+            try:
+                if self._started_backend:
+                    for backend in self._backends():
+                        if backend is not self.chief_backend or self._chief_started:
+                            await backend.close()
+            finally:
+                # The tasks are gone; what they sent last may still be on
+                # its way in.
+                await self._rendezvous.close(linger=OUTPUT_LINGER)
+                # Every task is gone: what they printed goes out before the
+                # launcher says how the job ended.
+                await self._output.close(
+                    drop_stalled=drop_stalled_output, where=self.logs_location()
+                )
+        for task in self._attempts.current.values():
+            if not task.state.over:
+                task.move(AttemptState.STOPPED)
+
+    def outcomes(self) -> dict[str, str]:
+        """How each task ended, in words, by task name, in the job's order:
+        ``exited 0``, ``stopped by tfrun``, or how it failed."""
+        return verdict.outcomes(self._attempts.current.values())
+
+    def unkept_logs(self) -> list[str]:
+        """The tasks whose output could not all be kept where
+        :meth:`logs_location` says (each was said in a warning), by name."""
+        names = [*self._unkept_logs, *(n for b in self._backends() for n in b.unkept_logs())]
+        return list(dict.fromkeys(names))
+
+    def logs_location(self) -> str:
+        """Where the full output of every task is kept, for the user."""
+        return "; ".join(dict.fromkeys(b.logs_location() for b in self._backends()))
+
+    def abandon_output(self, reason: str) -> None:
+        """Drop task output not yet written, so that :meth:`stop` need not
+        wait for a terminal that does not read, and say so once, with where
+        the full output is."""
+        self._output.abandon(reason, self.logs_location())
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if self.spec.tls_cert is None:
+            return None
+        import ssl  # here: a job without TLS never imports it (tfmesos.lazyssl)
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.spec.tls_cert, self.spec.tls_key)
+            with open(self.spec.tls_cert) as cert:
+                self._tls_pem = cert.read()
+        except (OSError, ssl.SSLError) as exc:
+            raise SpecError(f"cannot use TLS certificate {self.spec.tls_cert}: {exc}") from None
+        return context
+
+    async def _launch_all(self, specs: list[tuple[TaskSpec, int]]) -> None:
+        """Launch tasks (each with its attempt number) that start together:
+        each backend is handed its share at once (``Backend.launch_many``)."""
+        shares: dict[int, tuple[Backend, list[Launch]]] = {}
+        for spec, attempt in specs:
+            backend = self._backend_for(spec)
+            shares.setdefault(id(backend), (backend, []))[1].append(self._prepare(spec, attempt))
+        for backend, launches in shares.values():
+            await backend.launch_many(launches)
+
+    async def _start_chief(self) -> None:
+        """Start the backend of the tasks beside the launcher (the chief), and
+        launch those that waited for the cluster's first placement."""
+        if self.chief_backend is None or self._chief_started:
+            return
+        self._chief_started = True
+        await self.chief_backend.start(self._on_backend)
+        waiting, self._chief_waits = self._chief_waits, []
+        launches = []
+        for spec, _ in waiting:
+            task = self._attempts.current[spec.name]
+            if task.state is AttemptState.PENDING:
+                task.move(AttemptState.LAUNCHED)
+                launches.append(self._launch_of(task))
+        if launches:
+            logger.debug("the cluster has its first task placed: starting the chief here")
+            await self.chief_backend.launch_many(launches)
+
+    def _prepare(
+        self, spec: TaskSpec, attempt: int, state: AttemptState = AttemptState.LAUNCHED
+    ) -> Launch:
+        run = f"r{self.restart}." if self.restart else ""
+        task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{os.urandom(4).hex()}"
+        task = Attempt(
+            spec=spec,
+            task_id=task_id,
+            attempt=attempt,
+            prefix=self._output.prefix(spec.name),
+            forward=self.spec.forwards(spec),
+            initial=state,
+        )
+        self._attempts.add(task)
+        return self._launch_of(task)
+
+    def _launch_of(self, task: Attempt) -> Launch:
+        env = dict(self.spec.env)
+        env.update(
+            {
+                wire.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
+                wire.ENV_TASK_ID: task.task_id,
+                wire.ENV_SECRET: self._secret.hex(),
+                taskenv.ENV_RESTART: str(self.restart),
+            }
+        )
+        if self._tls_pem is not None:
+            env[wire.ENV_TLS_CERT] = self._tls_pem
+        return Launch(task.task_id, task.spec, env)
+
+    def _deliver_cluster(self) -> None:
+        self.cluster_def = message.cluster_def_of(self._attempts.current.values())
+        checked = False
+        for task in self._attempts.current.values():
+            assert task.connection is not None
+            sealed = task.connection.seal(self._cluster_message(task))
+            if not checked:
+                message.check_size(sealed)
+                checked = True
+            task.connection.send(sealed)
+            task.move(AttemptState.RUNNING)
+        self._phase = Phase.RUNNING
+        for target, url in sorted(self.targets.items()):
+            logger.debug("%s at %s", target, url)
+        logger.info("cluster up: %s", message.summary(self.cluster_def))
+
+    async def _after_event(self, event: Event) -> None:
+        if not self._chief_started and not self._stopped and isinstance(event, TaskPlaced):
+            await self._start_chief()
+        if self._relaunch:
+            again, self._relaunch = self._relaunch, []
+            await self._launch_all(again)
+        if self._relaunch_at:
+            at_address, self._relaunch_at = self._relaunch_at, []
+            for earlier, decision in at_address:
+                await self._launch_at(earlier, decision)
+
+    async def _launch_at(self, earlier: Attempt, decision: relaunch.RelaunchAt) -> None:
+        launch = self._prepare(earlier.spec, earlier.attempt + 1)
+        later = self._attempts.get(launch.task_id)
+        assert later is not None
+        later.keep_address = decision.address
+        port = int(decision.address.rpartition(":")[2])
+        await self._backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
+
+    def _start_timed_out(self) -> None:
+        waiting = self._waiting()
+        detail = self.backend.progress()
+        raise ClusterStartError(
+            f"the cluster was not up after {self.spec.start_timeout:g}s: "
+            f"still waiting for {', '.join(waiting)}" + (f" ({detail})" if detail else "")
+        )

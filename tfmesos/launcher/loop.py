@@ -1,0 +1,498 @@
+"""The launcher's loop: the events that come in, and what each changes.
+
+The supervision loop is written once, here; backends only start, kill and
+report. Each attempt at a task moves through the states of
+:mod:`tfmesos.launcher.attempts`, by its one method ``Attempt.move``. A task
+that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per task,
+as the original allowed); once the cluster is up, a task that fails ends the
+job, but in fine-grained mode, where a dead worker's server may come back at
+its address (:mod:`tfmesos.launcher.relaunch`). Those rules are decided in
+:mod:`tfmesos.policy`, as pure functions; this module carries them out. Every
+way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
+:meth:`Launcher.watch` and :meth:`Launcher.stop` goes through teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
+
+from tfmesos import wire
+from tfmesos.backends.base import (
+    Backend,
+    BackendEvent,
+    BackendFailed,
+    TaskEnded,
+    TaskPlaced,
+)
+from tfmesos.console import binary_stream
+from tfmesos.errors import (
+    ClusterStartError,
+    JobFailedError,
+    TaskFailure,
+    TFMesosError,
+    task_status,
+)
+from tfmesos.launcher import message, relaunch, verdict
+from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
+from tfmesos.launcher.output import OutputRouter
+from tfmesos.policy import (
+    MAX_ATTEMPTS,
+    Action,
+    Phase,
+    TaskView,
+    admits,
+    admits_helper,
+    on_backend_failure,
+    on_registered,
+    on_task_end,
+)
+from tfmesos.rendezvous import (
+    Disconnected,
+    Exited,
+    Message,
+    Output,
+    Ready,
+    Registered,
+    RendezvousEvent,
+    RendezvousServer,
+)
+from tfmesos.spec import ClusterSpec, TaskSpec
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["Event", "Loop", "RendezvousFactory", "Tick"]
+
+logger = logging.getLogger("tfmesos")
+
+PROGRESS_INTERVAL = 15.0
+LOST_CONNECTION_GRACE = 10.0
+"""After a task's connection drops, how long to wait for its backend to say why."""
+OUTPUT_LINGER = 2.0
+"""At teardown, how long the tasks' connections get to deliver their last output."""
+DISCONNECT_GRACE = 2.0
+"""After a backend says a task ended, how long to wait for its last output."""
+KILL_WAIT = wire.STOP_GRACE + 3.0
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Wakes the loop to re-check one task's grace deadline."""
+
+    task_id: str
+
+
+Event = RendezvousEvent | BackendEvent | Tick
+
+RendezvousFactory = Callable[
+    [
+        bytes,
+        Callable[[str], bool],
+        Callable[[RendezvousEvent], None],
+        Callable[[str], Awaitable[None]],
+    ],
+    RendezvousServer,
+]
+"""Makes the launcher's rendezvous from its secret, its ``admit``, its event
+sink and its output ``flow`` (:class:`RendezvousServer`'s own arguments): the
+seam through which :mod:`tfmesos.testing.fake` stands in for the network."""
+
+
+def _real_rendezvous(
+    secret: bytes,
+    admit: Callable[[str], bool],
+    sink: Callable[[RendezvousEvent], None],
+    flow: Callable[[str], Awaitable[None]],
+) -> RendezvousServer:
+    return RendezvousServer(secret, admit, sink, flow=flow)
+
+
+class Loop:
+    """The launcher's state and its event loop: what comes in (the
+    rendezvous's and the backends' events), what each means for the task
+    it is about (:func:`tfmesos.policy` decides), and the moves of each
+    attempt. :class:`tfmesos.launcher.job.Launcher` adds the job around it."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        backend: Backend,
+        *,
+        output: BinaryIO | None = None,
+        secret: bytes | None = None,
+        chief_backend: Backend | None = None,
+        restart: int = 0,
+        colour: bool | None = None,
+        notes_after_output: bool | None = None,
+        rendezvous: RendezvousFactory = _real_rendezvous,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.restart = restart
+        """Which run of the job this is (``--max-restarts``): 0 for the first."""
+        # Where the backend runs its tasks elsewhere, replica mode runs the
+        # chief beside the launcher (Backend.chief_beside_launcher): its exit
+        # decides the job's.
+        self.chief_backend = chief_backend
+        stream = output if output is not None else binary_stream(sys.stdout)
+        self._output = OutputRouter(
+            stream,
+            [t.name for t in spec.tasks() if spec.forwards(t)],
+            colour=colour,
+            notes_after_output=notes_after_output,
+        )
+        self._secret = secret or os.urandom(32)
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._held: collections.deque[Event] = collections.deque()
+        """Events taken off the queue when the pump was cancelled (_next_event)."""
+        self._attempts = Attempts()
+        self._rendezvous = rendezvous(
+            self._secret, self._admit, self._on_rendezvous, self._output_flow
+        )
+        self._phase = Phase.STARTING
+        self._started_backend = False
+        self._chief_started = chief_backend is None
+        """Whether the chief's backend has started: only once the cluster
+        has placed a first task (see :meth:`start`)."""
+        self._chief_waits: list[tuple[TaskSpec, int]] = []
+        """The tasks beside the launcher that wait for that first placement."""
+        self._stopped = False
+        self._relaunch: list[tuple[TaskSpec, int]] = []
+        self._relaunch_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
+        """Fine-grained mode: dead servers to start again at their address."""
+        self._server_relaunches = 0
+        self._unkept_logs: list[str] = []
+        """Tasks whose agent said its log could not be written (``log_failed``)."""
+        self._tls_pem: str | None = None
+        """The certificate tasks pin, read once when the rendezvous starts."""
+        self.cluster_def: dict[str, list[str]] = {}
+        self.run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
+        """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
+
+    def _backend_for(self, task: TaskSpec) -> Backend:
+        if self.chief_backend is not None and self.spec.is_chief(task):
+            return self.chief_backend
+        return self.backend
+
+    def _backends(self) -> list[Backend]:
+        return [self.backend] + ([self.chief_backend] if self.chief_backend else [])
+
+    async def _pump(
+        self,
+        done: Callable[[], bool],
+        timeout: float | None,
+        on_timeout: Callable[[], None] | None,
+    ) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        next_progress = time.monotonic() + PROGRESS_INTERVAL
+        while not done():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                if on_timeout is not None:
+                    on_timeout()
+                return
+            wait = next_progress - now if deadline is None else min(deadline, next_progress) - now
+            event = await self._next_event(max(wait, 0.0))
+            if event is None:
+                if time.monotonic() >= next_progress:
+                    self._report_progress()
+                    next_progress = time.monotonic() + PROGRESS_INTERVAL
+                continue
+            self._handle(event)
+            await self._after_event(event)
+
+    async def _after_event(self, event: Event) -> None:
+        """What the job does once ``event`` is handled: start the chief, launch
+        what is to be relaunched (:class:`tfmesos.launcher.job.Launcher`)."""
+        raise NotImplementedError
+
+    async def _next_event(self, timeout: float) -> Event | None:
+        """The next event, or None after ``timeout`` seconds. Not
+        ``asyncio.wait_for``: on Python 3.10 and 3.11 it returns the event
+        and drops the caller's cancellation when both come on one turn of the
+        loop, and a Ctrl-C (run.py cancels the job) would be lost."""
+        if self._held:
+            return self._held.popleft()
+        if not self._events.empty():
+            return self._events.get_nowait()
+        getter = asyncio.ensure_future(self._events.get())
+        try:
+            await asyncio.wait({getter}, timeout=timeout)
+        except asyncio.CancelledError:
+            if getter.done() and not getter.cancelled():
+                # Taken off the queue as the caller was cancelled: the pump
+                # that stops the job handles it first.
+                self._held.append(getter.result())
+            getter.cancel()
+            raise
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+        return None
+
+    def _handle(self, event: Event) -> None:
+        if isinstance(event, Tick):
+            self._check_grace(event.task_id)
+            return
+        if isinstance(event, BackendFailed):
+            if on_backend_failure(self._phase) is Action.CARRY_ON:
+                # The job's verdict is already made; teardown goes on.
+                logger.warning(
+                    "the %s backend failed while stopping: %s", self.backend.name, event.message
+                )
+                return
+            error = TFMesosError(f"the {self.backend.name} backend failed: {event.message}")
+            error.exit_status = event.exit_status
+            raise error
+        task = self._attempts.get(event.task_id)
+        if task is None:
+            return
+        if isinstance(event, Message):
+            if event.message.get("type") == "log_failed":  # its agent's log; it goes on
+                where = f" on {task.host}" if task.host else ""
+                logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
+                self._unkept_logs.append(task.spec.name)
+            return
+        if isinstance(event, Registered):
+            task.connection = event.connection
+            task.addr = event.addr
+            # Where a task turned out to run, when its backend could not say.
+            task.host = task.host or event.addr.rpartition(":")[0]
+            task.move(AttemptState.REGISTERED)
+            registered = self._attempts.count(AttemptState.REGISTERED)
+            logger.info(
+                "task %s registered at %s (%s)",
+                task.spec.name,
+                task.addr,
+                "relaunched"
+                if task.keep_address
+                else f"{registered}/{len(self._attempts.current)}",
+            )
+            action = on_registered(self._view(task))
+            if action is Action.REJOIN:
+                self._rejoin(task)
+            elif action is Action.STOP:
+                event.connection.send({"type": "stop", "reason": "superseded"})
+        elif isinstance(event, Ready):
+            task.ready = True
+            if task.keep_address:
+                logger.info("task %s is back at %s", task.spec.name, task.addr)
+        elif isinstance(event, Exited):
+            self._over(task, event.code, verdict.describe_exit(event))
+        elif isinstance(event, Disconnected):
+            task.disconnected = True
+            task.disconnected_at = time.monotonic()
+            if task.ended is not None:
+                self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
+            else:
+                # An agent exits when its connection drops, so the task is as
+                # good as gone; wait a little for the backend's word on why.
+                asyncio.get_running_loop().call_later(
+                    LOST_CONNECTION_GRACE, self._events.put_nowait, Tick(task.task_id)
+                )
+        elif isinstance(event, TaskPlaced):
+            task.host = event.host
+        elif isinstance(event, TaskEnded):
+            task.ended = event
+            task.ended_at = time.monotonic()
+            task.host = task.host or event.host
+            if task.connection is None or task.disconnected:
+                self._over(task, event.exit_code, verdict.describe_end(event))
+            else:
+                # The agent's last output and exit report may still be in
+                # flight on its connection: give them a moment.
+                asyncio.get_running_loop().call_later(
+                    DISCONNECT_GRACE, self._events.put_nowait, Tick(task.task_id)
+                )
+
+    def _check_grace(self, task_id: str) -> None:
+        """One task's grace may be over: for its last output after its end, or
+        for the backend's word after its connection dropped."""
+        task = self._attempts.get(task_id)
+        if task is None or task.state.over:
+            return
+        now = time.monotonic()
+        if task.ended is not None:
+            left = DISCONNECT_GRACE - (now - task.ended_at)
+        elif task.disconnected:
+            left = LOST_CONNECTION_GRACE - (now - task.disconnected_at)
+        else:
+            return
+        if left > 0.001:  # woken early (not by the loop's own rounding): look again then
+            asyncio.get_running_loop().call_later(left, self._events.put_nowait, Tick(task_id))
+        elif task.ended is not None:
+            self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
+        else:
+            self._over(task, None, "lost its connection to the launcher")
+
+    def _on_rendezvous(self, event: RendezvousEvent) -> None:
+        if isinstance(event, Output):
+            # Handled at once, on the connection's own reader, in order. A slow
+            # terminal fills the console's buffer, which makes the readers wait
+            # (the rendezvous's flow), TCP slows the agent, and the pipe slows
+            # the task: no unbounded queue anywhere, and the loop never blocks.
+            task = self._attempts.get(event.task_id)
+            if task is not None:
+                self._backend_for(task.spec).task_output(task.task_id, event.data)
+                self._output.write(task, event.data)
+            return
+        if self._attempts.get(event.task_id) is None:
+            self.backend.on_peer(event)  # the backend's own helper
+            return
+        self._events.put_nowait(event)
+
+    def _on_backend(self, event: BackendEvent) -> None:
+        self._events.put_nowait(event)
+
+    async def _output_flow(self, task_id: str) -> None:
+        task = self._attempts.get(task_id)
+        if task is not None:
+            await self._output.flow(task)
+
+    def _admit(self, task_id: str) -> bool:
+        task = self._attempts.get(task_id)
+        if task is None:
+            # Not a task: maybe the backend's own helper (Slurm's job script).
+            return admits_helper(self._phase) and self.backend.admit(task_id)
+        return admits(self._view(task), launched=task.state is AttemptState.LAUNCHED)
+
+    def _view(self, task: Attempt) -> TaskView:
+        """What the rules (tfmesos.policy) know of ``task``."""
+        return TaskView(
+            phase=self._phase,
+            current=self._attempts.is_current(task),
+            attempt=task.attempt,
+            replica=self.spec.replica,
+            relaunched_at_address=bool(task.keep_address),
+        )
+
+    def _over(self, task: Attempt, code: int | None, reason: str) -> None:
+        if task.state.over:
+            return
+        task.exit_code = code
+        if task.connection is not None:
+            task.connection.close()
+        action = on_task_end(self._view(task), code)
+        if action is Action.STOP:
+            task.move(AttemptState.STOPPED)
+            return
+        # The task's own log (the backend's tail) has all it printed; what
+        # came over the connection may stop short of the end.
+        tail = (task.ended.output_tail if task.ended else ()) or task.tail_lines()
+        failure = TaskFailure(task.spec.name, reason, task.host, tail)
+        if action in (Action.RELAUNCH, Action.GIVE_UP):
+            task.move(AttemptState.FAILED)
+            if action is Action.GIVE_UP:
+                hint = ""
+                if not failure.output_tail:
+                    hint = (
+                        "; it printed nothing the launcher could see: its own output is kept "
+                        f"in {self._backend_for(task.spec).unseen_output_location()}"
+                    )
+                raise ClusterStartError(
+                    f"{failure.describe()}\nthe task failed {task.attempt} times before the "
+                    f"cluster was up; giving up{hint}",
+                    failure,
+                )
+            logger.warning(
+                "%s",
+                failure.describe(
+                    f" before the cluster was up; relaunching it "
+                    f"(attempt {task.attempt + 1} of {MAX_ATTEMPTS})"
+                ),
+            )
+            self._relaunch.append((task.spec, task.attempt + 1))
+            return
+        if action is Action.FINISH:
+            task.move(AttemptState.FINISHED)
+            # Its output came in before its exit report, on the same
+            # connection, and is on its way to the terminal from the
+            # console's thread: said after it.
+            self._output.say_after_output(logging.INFO, "task %s finished (exit 0)", task.spec.name)
+            return
+        task.move(AttemptState.FAILED)
+        if code == 0:
+            failure = TaskFailure(
+                task.spec.name,
+                "exited while the cluster was running",
+                task.host,
+                failure.output_tail,
+            )
+        if not self.spec.replica:
+            unrelaunched = self._relaunch_server(task, failure)
+            if unrelaunched is None:
+                return
+            failure = unrelaunched
+        raise JobFailedError(failure, exit_code=task_status(code))
+
+    def _relaunch_server(self, task: Attempt, failure: TaskFailure) -> TaskFailure | None:
+        """Fine-grained mode: queue the dead server ``task`` for a relaunch
+        at its address and return None, where the policy allows
+        (:func:`tfmesos.launcher.relaunch.relaunch_or_fail`); else return the
+        failure that ends the job, saying why it was not relaunched."""
+        backend = self._backend_for(task.spec)
+        decision = relaunch.relaunch_or_fail(
+            task,
+            failure,
+            done=self._server_relaunches,
+            allowed=self.spec.max_restarts,
+            backend=backend.name,
+            backend_keeps_addresses=backend.keeps_addresses,
+        )
+        if isinstance(decision, TaskFailure):
+            return decision
+        self._server_relaunches = decision.number
+        logger.warning(
+            "%s",
+            failure.describe(
+                f"; relaunching it at {decision.address} "
+                f"(relaunch {decision.number} of {decision.allowed})"
+            ),
+        )
+        self._relaunch_at.append((task, decision))
+        return None
+
+    def _rejoin(self, task: Attempt) -> None:
+        """A relaunched server registered: give it the cluster it left."""
+        assert task.connection is not None
+        if task.addr != task.keep_address:
+            raise JobFailedError(
+                TaskFailure(
+                    task.spec.name,
+                    f"could not be relaunched at {task.keep_address}: its relaunch registered "
+                    f"at {task.addr}",
+                    task.host,
+                )
+            )
+        task.connection.send(task.connection.seal(self._cluster_message(task)))
+        task.move(AttemptState.RUNNING)
+
+    def _cluster_message(self, task: Attempt) -> dict[str, object]:
+        """What ``task`` runs, with the cluster's definition."""
+        return message.cluster_message(
+            self.spec, task, run_id=self.run_id, restart=self.restart, cluster_def=self.cluster_def
+        )
+
+    def _waiting(self) -> list[str]:
+        return self._attempts.waiting({spec.name for spec, _ in self._chief_waits})
+
+    def _report_progress(self) -> None:
+        if self._phase is not Phase.STARTING:
+            return
+        waiting = self._waiting()
+        detail = self.backend.progress()
+        logger.info(
+            "waiting for %d of %d tasks to register: %s%s",
+            len(waiting),
+            len(self._attempts.current),
+            ", ".join(waiting[:10]) + ("…" if len(waiting) > 10 else ""),
+            f" ({detail})" if detail else "",
+        )

@@ -1,0 +1,122 @@
+"""The tasks' output: which task's lines are shown, with what prefix, and the
+flow control that lets a slow terminal slow the tasks that it shows, never
+the others, and never the job's teardown."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import BinaryIO
+
+from tfmesos.console import ConsoleWriter, colour_prefix, same_destination, use_colour
+from tfmesos.launcher.attempts import Attempt
+
+__all__ = ["OUTPUT_STALL", "OutputRouter", "size_in_words"]
+
+logger = logging.getLogger("tfmesos")
+
+OUTPUT_STALL = 2.0
+"""After a failure or a signal, how long a terminal may take no output at all
+before what is not written yet is dropped."""
+
+
+class OutputRouter:
+    """Writes the shown tasks' output to ``stream``, each line prefixed with
+    its task's name (coloured on a terminal), and keeps every task's tail."""
+
+    def __init__(
+        self,
+        stream: BinaryIO,
+        shown: list[str],
+        *,
+        colour: bool | None = None,
+        notes_after_output: bool | None = None,
+    ) -> None:
+        self.console = ConsoleWriter(stream)
+        self._colour = use_colour(stream) if colour is None else colour
+        """Whether the tasks' prefixes are coloured: on a terminal, unless
+        NO_COLOR says not to (console.use_colour)."""
+        self._shown = {name: position for position, name in enumerate(shown)}
+        """Each task whose output is shown, with its place: its colour."""
+        self._notes_after_output = (
+            same_destination(stream, sys.stderr)
+            if notes_after_output is None
+            else notes_after_output
+        )
+        """Whether what the launcher says about a task's end waits until the
+        output before it is written: where both go to one place (a terminal,
+        ``2>&1``), so that they come out in order there. Elsewhere it is said
+        at once, so that a stdout nobody reads cannot hold it back."""
+        self.stopping = False
+        """Set when the job stops: from then on a task whose output the
+        terminal does not keep up with is cut off."""
+        self._dropped = 0
+        """Bytes of shown output dropped while stopping, the terminal being full."""
+        self._abandoned = False
+
+    def prefix(self, name: str) -> bytes:
+        text = f"[{name}]"
+        if self._colour and name in self._shown:
+            text = colour_prefix(text, self._shown[name])
+        return f"{text} ".encode()
+
+    async def flow(self, task: Attempt) -> None:
+        # Only a task whose output is shown waits for the terminal: the
+        # others (by default every task but worker 0) never do, so a paused
+        # terminal cannot hide their failures.
+        if task.forward:
+            await self.console.writable()
+
+    def write(self, task: Attempt, data: bytes) -> None:
+        task.keep_output(data)
+        if not task.forward:
+            return
+        if self.stopping and (task.cut or self.console.full):
+            # Stopping: taken in so that the task hears "stop", not shown
+            # once the terminal is behind.
+            task.cut = True
+            self._dropped += len(data)
+            return
+        body = data[:-1] if data.endswith(b"\n") else data
+        self.console.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
+
+    def say_after_output(self, level: int, message: str, *args: object) -> None:
+        """Log ``message`` once the tasks' output printed so far is out: the
+        output goes to stdout from the console's thread, logging writes to
+        stderr at once, and on a terminal a task's "finished" must come after
+        its last line, not before it."""
+        if self._notes_after_output:
+            self.console.after_written(lambda: logger.log(level, message, *args))
+        else:
+            logger.log(level, message, *args)
+
+    def abandon(self, reason: str, where: str) -> None:
+        """Drop the output not yet written, and say so once, with ``where``
+        the full output is."""
+        dropped = self.console.abandon() + self._dropped
+        self._dropped = 0
+        if self._abandoned:
+            return
+        self._abandoned = True
+        logger.warning(
+            "%s: dropped %s of the tasks' output not yet written; the full output of each "
+            "task is in %s",
+            reason,
+            size_in_words(dropped),
+            where,
+        )
+
+    async def close(self, *, drop_stalled: bool, where: str) -> None:
+        """Write what is left (or, with ``drop_stalled``, drop it once the
+        terminal takes nothing for ``OUTPUT_STALL`` seconds)."""
+        stall = OUTPUT_STALL if drop_stalled else None
+        if not await self.console.aclose(stall=stall):
+            self.abandon(f"the terminal took no output for {OUTPUT_STALL:g}s", where)
+
+
+def size_in_words(count: int) -> str:
+    if count < 1024:
+        return f"{count} B"
+    if count < 1 << 20:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count / (1 << 20):.1f} MiB"
