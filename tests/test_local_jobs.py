@@ -694,10 +694,18 @@ def test_a_failing_chief_fails_the_job(job_procs: JobProcesses) -> None:
     assert job_procs.wait_gone(5) == []
 
 
-def test_an_agent_killed_outright_takes_its_command_with_it(job_procs: JobProcesses) -> None:
-    proc, _ = start_tfrun(
-        "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)"), env=job_procs.env()
-    )
+@pytest.mark.parametrize(
+    "command",
+    [
+        py("import time; time.sleep(600)"),  # quoted: through sh -c 'exec ...'
+        ["sleep", "600"],  # plain words: exec'd by the agent (setpriv where there is one)
+    ],
+    ids=["shell", "plain"],
+)
+def test_an_agent_killed_outright_takes_its_command_with_it(
+    job_procs: JobProcesses, command: list[str]
+) -> None:
+    proc, _ = start_tfrun("-w", "1", "-s", "1", "--", *command, env=job_procs.env())
     deadline = time.monotonic() + 10
     while True:  # both agents up, each with its command started
         agents = [p for p in job_procs.alive(exclude=proc.pid) if is_agent(p)]

@@ -7,6 +7,7 @@ import os
 import selectors
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 import pytest
@@ -125,6 +126,7 @@ def test_a_plain_command_line_starts_without_a_shell(monkeypatch: pytest.MonkeyP
 
     started: list[object] = []
     real_popen = subprocess.Popen
+    proctree.death_signal_program()  # looked for before, as the fork server does
 
     def recording_popen(args: object, **kwargs: object) -> object:
         started.append(args)
@@ -133,7 +135,12 @@ def test_a_plain_command_line_starts_without_a_shell(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr("tfmesos.supervisor.subprocess.Popen", recording_popen)
     code, output = _run_line("exec echo plain words", dict(os.environ), str(ROOT))
     assert (code, output) == (0, b"plain words\n")
-    assert started == [["echo", "plain", "words"]]
+    assert len(started) == 1
+    # Exec'd as it is, or through setpriv (its parent-death signal): no shell.
+    assert started[0] in (
+        ["echo", "plain", "words"],
+        [proctree.death_signal_program(), "--pdeathsig", "KILL", "--", "echo", "plain", "words"],
+    )
 
 
 @pytest.mark.parametrize(
@@ -161,3 +168,51 @@ def test_a_command_line_does_what_sh_c_does_with_it(
     expected_code, expected = _through_the_shell(line, env, here)
     # The order of the variables is the shell's hash order: not a promise.
     assert (code, sorted(output.splitlines())) == (expected_code, sorted(expected.splitlines()))
+
+
+# A stand-in agent: runs one command line under CommandRun, says its pid, waits.
+AGENT_STAND_IN = """
+import os, selectors, signal, sys
+from tfmesos.supervisor import CommandRun
+run = CommandRun(sys.argv[1], dict(os.environ), None, selectors.DefaultSelector(), lambda b: None, print)
+print(run.pid, flush=True)
+signal.pause()
+"""
+
+
+@pytest.mark.parametrize("line", ["exec sleep 600", "exec sleep '600'"], ids=["plain", "shell"])
+def test_a_command_dies_with_its_agent_killed_outright(line: str) -> None:
+    import select
+    import subprocess
+
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT_STAND_IN, line], cwd=ROOT, stdout=subprocess.PIPE
+    )
+    assert agent.stdout is not None
+    command_pid = int(agent.stdout.readline())
+    watch = proctree.open_pidfd(command_pid)
+    if watch is None:
+        agent.kill()
+        agent.wait()
+        pytest.skip("no pidfd on this system to wait on a process that is not a child")
+    try:
+        # Once the command runs, its death signal is asked for (by the
+        # preexec_fn before the exec, or by setpriv before its own exec).
+        deadline = time.monotonic() + 30
+        while not _cmdline(command_pid).startswith(b"sleep\0") and time.monotonic() < deadline:
+            select.select([], [], [], 0.01)
+        agent.kill()  # as the OOM killer would: no chance to stop its command
+        agent.wait()
+        readable, _, _ = select.select([watch], [], [], 30)
+        assert readable, "the command outlived its agent killed outright"
+    finally:
+        os.close(watch)
+        proctree.signal_pid(command_pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read()
+    except OSError:
+        return b""

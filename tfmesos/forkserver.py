@@ -56,6 +56,8 @@ def main(launcher_pid: int) -> int:
         return 1
     _name_process(b"tfmesos-forks")
     proctree.become_subreaper()
+    # Looked for once here rather than in every agent it forks.
+    proctree.death_signal_program()
     wakeup_r, wakeup_w = os.pipe()
     os.set_blocking(wakeup_r, False)
     os.set_blocking(wakeup_w, False)

@@ -4,7 +4,8 @@
   standard-library-only programs (the agent, the fork server, the Slurm job
   script and watchdog) in a new interpreter, without ``site``.
 * Binding a process's life to another's: :func:`exit_with_parent`,
-  :func:`become_subreaper`, :func:`own_group_dying_with_parent`.
+  :func:`become_subreaper`, :func:`own_group_dying_with_parent`,
+  :func:`death_signal_program`.
 * Signalling: :func:`signal_pid` and :func:`signal_group` tolerate a process
   that is gone (ESRCH) or not ours (EPERM).
 * Waiting for a process to exit without reaping it and without a thread:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "become_subreaper",
     "bootstrap_command",
+    "death_signal_program",
     "end_descendants",
     "end_groups",
     "exit_with_parent",
@@ -121,6 +123,61 @@ def own_group_dying_with_parent() -> None:
     os.setpgid(0, 0)
     if sys.platform.startswith("linux"):
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+_SETPRIV_PLACES = ("/usr/bin/setpriv", "/bin/setpriv")
+_SETPRIV_PDEATHSIG_SINCE = (2, 33)
+"""util-linux's setpriv has ``--pdeathsig`` from this version on."""
+_death_signal_program: str | None = None
+_death_signal_looked_for = False
+
+
+def death_signal_program() -> str | None:
+    """util-linux's ``setpriv``, where it can ask for the parent-death signal
+    (``setpriv --pdeathsig KILL -- CMD...``), looked for once and kept; else None.
+
+    A command started through it needs no Python between the fork and the
+    exec (:func:`own_group_dying_with_parent`), so ``subprocess`` can
+    ``vfork``: no copy of the agent's page tables, no copy-on-write faults in
+    the child, a few ms of CPU per command (``bench/spawn_cost.py``). The fork
+    server looks for it before it forks any agent.
+    """
+    global _death_signal_program, _death_signal_looked_for
+    if _death_signal_looked_for:
+        return _death_signal_program
+    _death_signal_looked_for = True
+    if not sys.platform.startswith("linux"):
+        return None
+    import subprocess
+
+    for place in _SETPRIV_PLACES:
+        if not os.access(place, os.X_OK):
+            continue
+        try:
+            said = subprocess.run(
+                [place, "--version"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                timeout=5,
+                check=False,
+            ).stdout.decode(errors="replace")
+        except (OSError, subprocess.SubprocessError):
+            continue
+        # "setpriv from util-linux 2.38.1"
+        if "util-linux" in said and _version(said.split()[-1]) >= _SETPRIV_PDEATHSIG_SINCE:
+            _death_signal_program = place
+            return place
+    return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for part in text.split(".")[:2]:
+        if not part.isdigit():
+            return ()
+        parts.append(int(part))
+    return tuple(parts)
 
 
 # -- Signalling -------------------------------------------------------------------

@@ -98,12 +98,41 @@ def _start(
         words = plain_argv(argv)
         direct_env = shell_environment(env, cwd) if words is not None else None
         if words is not None and direct_env is not None:
+            wrapper = proctree.death_signal_program() if sys.version_info >= (3, 11) else None
+            if wrapper is not None and _execable(words[0], direct_env, cwd):
+                # The parent-death signal asked for by setpriv, which execs
+                # the command in place: no Python in the child, so vfork.
+                del options["preexec_fn"]
+                options["process_group"] = 0  # Python 3.11's: this is under 3.11 only
+                return subprocess.Popen(
+                    [wrapper, "--pdeathsig", "KILL", "--", *words], env=direct_env, **options
+                )
             try:
                 return subprocess.Popen(words, env=direct_env, **options)
             except OSError:
                 pass  # the shell's turn: its message, its exit status
         return subprocess.Popen(argv, shell=True, env=env, **options)
     return subprocess.Popen(argv, env=env, **options)
+
+
+def _execable(word: str, env: dict[str, str], cwd: str | None) -> bool:
+    """Whether the program ``word`` names (through ``PATH`` where it has no
+    slash, as the shell looks) is a file an ``exec`` runs as it is: an
+    executable that starts as a binary or a ``#!`` script does. Anything else
+    (not found, not executable, a script the shell would read itself) is the
+    shell's to start, and to explain."""
+    here = cwd or "."
+    places = [word] if "/" in word else [d or "." for d in env["PATH"].split(":")]
+    for place in places:
+        path = os.path.join(here, place if "/" in word else os.path.join(place, word))
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            try:
+                with open(path, "rb") as program:
+                    start = program.read(4)
+            except OSError:
+                return False
+            return start == b"\x7fELF" or start[:2] == b"#!"
+    return False
 
 
 class CommandRun:
