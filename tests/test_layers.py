@@ -56,7 +56,6 @@ LAYERS: dict[str, int] = {
     "tfmesos.backends": BACKENDS,
     # The supervision of a job, and of its restarts.
     "tfmesos.launcher": LAUNCHER,
-    "tfmesos.server_relaunch": LAUNCHER,
     "tfmesos.run": LAUNCHER,
     # What users call: tfrun, tfmesos.cluster(), the package's own names.
     "tfmesos.cli": ENTRY,
