@@ -22,6 +22,7 @@ BENCHMARKS = (
     "bringup_tf",
     "bringup_trivial",
     "fixed_cost",
+    "spawn_cost",
     "agent_cost",
     "log_forwarding",
     "launcher_memory",
