@@ -92,8 +92,9 @@ def test_only_a_launched_latest_attempt_is_admitted_while_the_cluster_is_built()
 def test_a_server_relaunched_at_its_address_is_admitted_while_the_cluster_runs() -> None:
     from tfmesos.policy import admits
 
-    relaunched = TaskView(Phase.RUNNING, current=True, attempt=2, replica=False,
-                          relaunched_at_address=True)  # fmt: skip
+    relaunched = TaskView(
+        Phase.RUNNING, current=True, attempt=2, replica=False, relaunched_at_address=True
+    )
     assert admits(relaunched, launched=True)
     assert not admits(relaunched, launched=False)
     stopping = TaskView(Phase.STOPPING, True, 2, False, relaunched_at_address=True)

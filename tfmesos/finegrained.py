@@ -11,16 +11,26 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 
 from tfmesos.backends import BackendOptions, backend_options, choose_backend, create_backend
 from tfmesos.console import binary_stream
-from tfmesos.errors import SpecError, TFMesosError
+from tfmesos.errors import (
+    EXIT_NEVER_UP,
+    ClusterStartError,
+    JobFailedError,
+    ResourceError,
+    SpecError,
+    TFMesosError,
+    interrupted_status,
+)
 from tfmesos.launcher import Launcher
+from tfmesos.launcher.events import NO_EVENTS, Events, open_events
 from tfmesos.spec import ClusterSpec, Job, coerce_jobs
 
 __all__ = ["Cluster", "cluster"]
@@ -33,10 +43,19 @@ JobsArg = Job | Mapping[str, Any] | Iterable[Job | Mapping[str, Any]]
 class Cluster:
     """A running set of TF servers. Use :func:`cluster`, which stops it for you."""
 
-    def __init__(self, spec: ClusterSpec, backend: str, options: BackendOptions) -> None:
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        backend: str,
+        options: BackendOptions,
+        events: Events = NO_EVENTS,
+    ) -> None:
         self.spec = spec
+        self.events = events
         self._backend = create_backend(backend, spec, options)
-        self._launcher = Launcher(spec, self._backend, output=binary_stream(sys.stderr))
+        self._launcher = Launcher(
+            spec, self._backend, output=binary_stream(sys.stderr), events=events
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="tfmesos-launcher", daemon=True
@@ -141,6 +160,7 @@ def cluster(
     user: str | None = None,
     slurm: Mapping[str, Any] | None = None,
     max_restarts: int = 0,
+    events: str | os.PathLike[str] | IO[str] | None = None,
 ) -> Iterator[Cluster]:
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
@@ -157,6 +177,11 @@ def cluster(
     all, so that TF2's ``ClusterCoordinator``, which waits for a failed
     worker to answer again there, carries on. A ps is never relaunched: its
     variables die with it. See :mod:`tfmesos.launcher.relaunch`.
+
+    ``events``: a path or an open text file to which the cluster's events
+    go, one JSON object a line (the README's "The event stream"); the last,
+    ``job_verdict``, has exit status 0, or that of the error the block
+    raises (:class:`tfmesos.TFMesosError`'s ``exit_status``).
     """
     # Each backend takes what is its own of these (BackendOptions.from_given);
     # the registry says whose each is, and which choose a backend.
@@ -197,11 +222,46 @@ def cluster(
     _quiet_logging(quiet)
     options = backend_options(backend, **given)
     options.check_spec(spec)
-    running = Cluster(spec, backend, options)
-    running.start()
+    sink = NO_EVENTS if events is None else open_events(events)
     try:
-        yield running
+        running = Cluster(spec, backend, options, sink)
+        failure: BaseException | None = None
+        try:
+            running.start()
+            try:
+                yield running
+            finally:
+                running.stop()
+            failure = running.failure
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            _say_verdict(sink, failure)
+        if running.failure is not None:
+            raise running.failure
     finally:
-        running.stop()
-    if running.failure is not None:
-        raise running.failure
+        sink.close()
+
+
+def _say_verdict(events: Events, failure: BaseException | None) -> None:
+    """The cluster's last event: how the block ended (its status as tfrun's
+    would be: :mod:`tfmesos.errors`)."""
+    status, result, message = 0, "succeeded", ""
+    if isinstance(failure, JobFailedError):
+        status, result, message = failure.exit_code, "failed", str(failure)
+    elif isinstance(failure, ClusterStartError):
+        status, result, message = EXIT_NEVER_UP, "never up", str(failure)
+    elif isinstance(failure, SpecError | ResourceError):
+        status, result, message = failure.exit_status, "refused", str(failure)
+    elif isinstance(failure, TFMesosError):
+        status, result, message = failure.exit_status, "error", str(failure)
+    elif isinstance(failure, KeyboardInterrupt):
+        status, result, message = interrupted_status(signal.SIGINT), "interrupted", "interrupted"
+    elif failure is not None:
+        # The block's own exception: the cluster was fine, the program was not.
+        status, result, message = 1, "error", f"the block raised {type(failure).__name__}"
+    stopped_by = "SIGINT" if isinstance(failure, KeyboardInterrupt) else None
+    events.emit(
+        "job_verdict", exit_status=status, result=result, message=message, signal=stopped_by
+    )

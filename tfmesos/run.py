@@ -22,6 +22,7 @@ from tfmesos.errors import (
     interrupted_status,
 )
 from tfmesos.launcher import Launcher
+from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.verdict import duration, ends, paint
 from tfmesos.spec import ClusterSpec
 
@@ -40,26 +41,30 @@ def run_replica_job(
     options: BackendOptions | None = None,
     *,
     started: float | None = None,
+    events: Events = NO_EVENTS,
 ) -> int:
     """Run the job to its end on backend ``backend`` (by its registered name)
     and return ``tfrun``'s exit status (tfmesos.errors says which).
     ``started``: when tfrun started, by ``time.monotonic()``, for the time the
-    verdict gives."""
+    verdict gives; ``events``: where the job's events go (``--events``)."""
     started = time.monotonic() if started is None else started
     given = options or backend_class(backend).options_type()
     # A job that may restart makes its run directory here, for all its runs
     # (launcher_factory keeps it), and lets it go when the last run is over.
     chosen = given.for_restarts() if spec.max_restarts else given
-    make = launcher_factory(spec, backend, chosen)
+    make = launcher_factory(spec, backend, chosen, events)
     try:
-        return asyncio.run(run_with_restarts(spec, make, started))
+        return asyncio.run(run_with_restarts(spec, make, started, events=events))
     finally:
         if chosen.log_dir and chosen.log_dir != given.log_dir:
             runs.release(Path(chosen.log_dir))
 
 
 def launcher_factory(
-    spec: ClusterSpec, backend_name: str, options: BackendOptions | None = None
+    spec: ClusterSpec,
+    backend_name: str,
+    options: BackendOptions | None = None,
+    events: Events = NO_EVENTS,
 ) -> LauncherFactory:
     """A fresh backend and launcher for each run; the chief beside the
     launcher, on this machine, where the backend says so."""
@@ -83,17 +88,22 @@ def launcher_factory(
                 log_dir=getattr(backend, "log_dir", None) or chosen.log_dir,
                 chief_only=True,
             )
-        return Launcher(spec, backend, chief_backend=chief, restart=restart)
+        return Launcher(spec, backend, chief_backend=chief, restart=restart, events=events)
 
     return make
 
 
 async def run_with_restarts(
-    spec: ClusterSpec, make_launcher: LauncherFactory, started: float
+    spec: ClusterSpec,
+    make_launcher: LauncherFactory,
+    started: float,
+    *,
+    events: Events = NO_EVENTS,
 ) -> int:
     """Run the job, and again after a failure up to ``spec.max_restarts``
     times, each run with a launcher from ``make_launcher``; stop it on
-    SIGINT, SIGTERM, SIGHUP. Returns ``tfrun``'s exit status."""
+    SIGINT, SIGTERM, SIGHUP. Returns ``tfrun``'s exit status, which the last
+    of ``events``, ``job_verdict``, says too."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
@@ -122,12 +132,13 @@ async def run_with_restarts(
         launcher = make_launcher(restart)
         status = 0
         verdict = ""
+        result = "succeeded"
         again = False
         try:
             await launcher.start()
             await launcher.wait_for_workers()
         except JobFailedError as exc:
-            status, verdict = exc.exit_code, f"job failed: {exc}"
+            status, verdict, result = exc.exit_code, f"job failed: {exc}", "failed"
             where = f" on {exc.failure.host}" if exc.failure.host else ""
             summary = f"task {exc.failure.task}{where} {exc.failure.reason}"
             again = restart < spec.max_restarts
@@ -142,8 +153,15 @@ async def run_with_restarts(
             )
             if again:
                 causes.append(summary)
+                events.emit(
+                    "job_restart",
+                    restart=restart + 1,
+                    max_restarts=spec.max_restarts,
+                    cause=summary,
+                )
         except ClusterStartError as exc:
             status, verdict = EXIT_NEVER_UP, f"the cluster did not come up: {exc}"
+            result = "never up"
         except asyncio.CancelledError:
             if not received:
                 raise
@@ -170,6 +188,7 @@ async def run_with_restarts(
     # Said after the tasks' last output is out, so that it is the last word,
     # with where the full output of every task is.
     colour = use_colour(sys.stderr)
+    succeeded = ""
     if verdict:
         logger.error("%s", paint(verdict, 31, colour))
     elif not interrupted:
@@ -177,7 +196,8 @@ async def run_with_restarts(
         said = ends(launcher.outcomes())
         if causes:
             said += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
-        logger.info("%s", paint(f"job succeeded in {elapsed}: {said}", 32, colour))
+        succeeded = f"job succeeded in {elapsed}: {said}"
+        logger.info("%s", paint(succeeded, 32, colour))
     unkept = launcher.unkept_logs()
     logger.log(
         logging.ERROR if verdict else logging.INFO,
@@ -187,4 +207,17 @@ async def run_with_restarts(
         if unkept
         else "",
     )
-    return interrupted_status(interrupted[0]) if interrupted else status
+    said_verdict = verdict or succeeded
+    stopped_by = None
+    if interrupted:
+        status = interrupted_status(interrupted[0])
+        stopped_by = signal.Signals(interrupted[0]).name
+        result, said_verdict = "interrupted", verdict or f"tfrun was stopped by {stopped_by}"
+    events.emit(
+        "job_verdict",
+        exit_status=status,
+        result=result,
+        message=said_verdict,
+        signal=stopped_by,
+    )
+    return status

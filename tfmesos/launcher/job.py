@@ -116,6 +116,10 @@ class Launcher(Loop):
         if self._stopped:
             return
         self._stopped = True
+        # A job refused before its first launch says only its verdict.
+        launched = bool(self._attempts.by_id)
+        if launched:
+            self._emit("job_stopping", restart=self.restart)
         self._phase = Phase.STOPPING
         self._output.stopping = True
         self._output.console.release()
@@ -154,6 +158,8 @@ class Launcher(Loop):
         for task in self._attempts.current.values():
             if not task.state.over:
                 task.move(AttemptState.STOPPED)
+        if launched:
+            self._emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
 
     def outcomes(self) -> dict[str, str]:
         """How each task ended, in words, by task name, in the job's order:
@@ -215,6 +221,7 @@ class Launcher(Loop):
             if task.state is AttemptState.PENDING:
                 task.move(AttemptState.LAUNCHED)
                 launches.append(self._launch_of(task))
+                self._emit_launched(task)
         if launches:
             logger.debug("the cluster has its first task placed: starting the chief here")
             await self.chief_backend.launch_many(launches)
@@ -233,7 +240,15 @@ class Launcher(Loop):
             initial=state,
         )
         self._attempts.add(task)
+        if state is AttemptState.LAUNCHED:
+            self._emit_launched(task)
         return self._launch_of(task)
+
+    def _emit_launched(self, task: Attempt) -> None:
+        backend = self._backend_for(task.spec).name
+        self._emit(
+            "task_launched", task, task_id=task.task_id, backend=backend, restart=self.restart
+        )
 
     def _launch_of(self, task: Attempt) -> Launch:
         env = dict(self.spec.env)
@@ -264,6 +279,7 @@ class Launcher(Loop):
         for target, url in sorted(self.targets.items()):
             logger.debug("%s at %s", target, url)
         logger.info("cluster up: %s", message.summary(self.cluster_def))
+        self._emit("cluster_up", cluster=self.cluster_def, restart=self.restart)
 
     async def _after_event(self, event: Event) -> None:
         if not self._chief_started and not self._stopped and isinstance(event, TaskPlaced):

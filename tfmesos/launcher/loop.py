@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfmesos import wire
 from tfmesos.backends.base import (
@@ -42,6 +42,7 @@ from tfmesos.errors import (
 )
 from tfmesos.launcher import message, relaunch, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
+from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.output import OutputRouter
 from tfmesos.policy import (
     MAX_ATTEMPTS,
@@ -133,9 +134,12 @@ class Loop:
         colour: bool | None = None,
         notes_after_output: bool | None = None,
         rendezvous: RendezvousFactory = _real_rendezvous,
+        events: Events = NO_EVENTS,
     ) -> None:
         self.spec = spec
         self.backend = backend
+        self.events = events
+        """Where what the launcher decides and sees goes (``tfrun --events``)."""
         self.restart = restart
         """Which run of the job this is (``--max-restarts``): 0 for the first."""
         # Where the backend runs its tasks elsewhere, replica mode runs the
@@ -267,6 +271,7 @@ class Loop:
             # Where a task turned out to run, when its backend could not say.
             task.host = task.host or event.addr.rpartition(":")[0]
             task.move(AttemptState.REGISTERED)
+            self._emit("task_registered", task, addr=task.addr, host=task.host)
             registered = self._attempts.count(AttemptState.REGISTERED)
             logger.info(
                 "task %s registered at %s (%s)",
@@ -286,7 +291,7 @@ class Loop:
             if task.keep_address:
                 logger.info("task %s is back at %s", task.spec.name, task.addr)
         elif isinstance(event, Exited):
-            self._over(task, event.code, verdict.describe_exit(event))
+            self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
         elif isinstance(event, Disconnected):
             task.disconnected = True
             task.disconnected_at = time.monotonic()
@@ -300,6 +305,8 @@ class Loop:
                 )
         elif isinstance(event, TaskPlaced):
             task.host = event.host
+            backend = self._backend_for(task.spec).name
+            self._emit("task_placed", task, backend=backend, host=event.host)
         elif isinstance(event, TaskEnded):
             task.ended = event
             task.ended_at = time.monotonic()
@@ -374,13 +381,30 @@ class Loop:
             relaunched_at_address=bool(task.keep_address),
         )
 
-    def _over(self, task: Attempt, code: int | None, reason: str) -> None:
+    def _emit(self, event: str, task: Attempt | None = None, **fields: Any) -> None:
+        """The one seam through which the launcher's events go out."""
+        if task is not None:
+            fields = {"task": task.spec.name, "attempt": task.attempt, **fields}
+        self.events.emit(event, **fields)
+
+    def _over(
+        self, task: Attempt, code: int | None, reason: str, *, signal: int | None = None
+    ) -> None:
         if task.state.over:
             return
         task.exit_code = code
         if task.connection is not None:
             task.connection.close()
         action = on_task_end(self._view(task), code)
+        self._emit(
+            "task_exited",
+            task,
+            host=task.host,
+            exit_code=code,
+            signal=None if signal is None else verdict.signal_name(signal),
+            reason=reason,
+            action=action.value,
+        )
         if action is Action.STOP:
             task.move(AttemptState.STOPPED)
             return
@@ -410,6 +434,13 @@ class Loop:
                 ),
             )
             self._relaunch.append((task.spec, task.attempt + 1))
+            self.events.emit(
+                "task_relaunched",
+                task=task.spec.name,
+                attempt=task.attempt + 1,
+                reason=reason,
+                address=None,
+            )
             return
         if action is Action.FINISH:
             task.move(AttemptState.FINISHED)
@@ -458,6 +489,13 @@ class Loop:
             ),
         )
         self._relaunch_at.append((task, decision))
+        self.events.emit(
+            "task_relaunched",
+            task=task.spec.name,
+            attempt=task.attempt + 1,
+            reason=failure.reason,
+            address=decision.address,
+        )
         return None
 
     def _rejoin(self, task: Attempt) -> None:

@@ -1,0 +1,270 @@
+"""The job's event stream (tfmesos.launcher.events): every kind of event,
+through the fake backend (no process), then tfrun --events and
+cluster(events=...) for real at the bottom."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tfmesos import ClusterSpec, Job
+from tfmesos.launcher import Launcher
+from tfmesos.launcher.events import (
+    EVENTS,
+    SCHEMA_VERSION,
+    EventRecorder,
+    Events,
+    EventWriter,
+    open_events,
+)
+from tfmesos.run import run_with_restarts
+from tfmesos.testing.fake import DiesEarly, FakeBackend, Hangs, Plan, Runs
+
+OK = "true"
+
+
+def spec(**kw: Any) -> ClusterSpec:
+    return ClusterSpec((Job("ps", 1, cmd=OK), Job("worker", 2, cmd=OK)), replica=True, **kw)
+
+
+def launcher_of(backend: FakeBackend, events: Events, restart: int = 0) -> Launcher:
+    return Launcher(
+        backend.spec,
+        backend,
+        restart=restart,
+        output=io.BytesIO(),
+        colour=False,
+        notes_after_output=False,
+        rendezvous=backend.network.rendezvous,
+        events=events,
+    )
+
+
+def run(job: ClusterSpec, runs: list[dict[str, Plan | list[Plan]]]) -> tuple[int, EventRecorder]:
+    """Run ``job`` as tfrun does, each run on a fake backend with its plans."""
+    events = EventRecorder()
+
+    def make(restart: int) -> Launcher:
+        plans = runs[restart] if restart < len(runs) else {}
+        return launcher_of(FakeBackend(job, plans), events, restart)
+
+    return asyncio.run(run_with_restarts(job, make, 0.0, events=events)), events
+
+
+def check_common(events: EventRecorder) -> None:
+    for record in events.records:
+        assert record["v"] == SCHEMA_VERSION and isinstance(record["ts"], float)
+        assert record["event"] in EVENTS
+    assert events.names()[-1] == "job_verdict" and events.names().count("job_verdict") == 1
+
+
+pytestmark_unit = pytest.mark.unit
+"""The unit lane's mark: the tests at the bottom start processes."""
+
+
+@pytestmark_unit
+def test_a_job_that_succeeds_says_each_step_and_its_verdict() -> None:
+    status, events = run(spec(), [{}])
+    check_common(events)
+    assert status == 0
+    names = events.names()
+    for name in ("task_launched", "task_placed", "task_registered", "task_exited"):
+        assert {r["task"] for r in events.of(name)} >= {"worker:0", "worker:1"}, name
+    assert names.index("cluster_up") > max(i for i, n in enumerate(names) if n == "task_registered")
+    assert names.index("job_stopping") < names.index("job_stopped") < names.index("job_verdict")
+    [placed] = [r for r in events.of("task_placed") if r["task"] == "ps:0"]
+    assert placed["backend"] == "fake" and placed["attempt"] == 1 and placed["host"]
+    [up] = events.of("cluster_up")
+    assert sorted(up["cluster"]) == ["ps", "worker"] and len(up["cluster"]["worker"]) == 2
+    exits = {r["task"]: r for r in events.of("task_exited")}
+    assert exits["worker:0"]["exit_code"] == 0 and exits["worker:0"]["action"] == "finish"
+    [stopped] = events.of("job_stopped")
+    assert stopped["outcomes"] == {
+        "ps:0": "stopped by tfrun",
+        "worker:0": "exited 0",
+        "worker:1": "exited 0",
+    }
+    verdict = events.records[-1]
+    assert verdict["exit_status"] == 0 and verdict["result"] == "succeeded"
+    assert verdict["message"].startswith("job succeeded in ")
+
+
+@pytestmark_unit
+def test_a_failed_task_says_its_status_and_the_verdict_has_tfruns_status() -> None:
+    status, events = run(spec(), [{"worker:1": Runs(3)}])
+    check_common(events)
+    assert status == 3
+    [failed] = [r for r in events.of("task_exited") if r["task"] == "worker:1"]
+    assert failed["exit_code"] == 3 and failed["action"] == "fail job" and failed["signal"] is None
+    verdict = events.records[-1]
+    assert verdict["exit_status"] == 3 and verdict["result"] == "failed"
+    assert "worker:1" in verdict["message"]
+
+
+@pytestmark_unit
+def test_a_task_killed_by_a_signal_names_the_signal() -> None:
+    # The ps runs until the job's end stops it: its agent's command is
+    # killed by SIGTERM (the fake plays it so).
+    status, events = run(spec(), [{}])
+    [stopped] = [r for r in events.of("task_exited") if r["task"] == "ps:0"]
+    assert stopped["signal"] == "SIGTERM" and stopped["exit_code"] == 128 + signal.SIGTERM
+    assert stopped["action"] == "stop" and status == 0
+
+
+@pytestmark_unit
+def test_a_task_that_dies_before_the_cluster_is_up_is_relaunched_then_given_up() -> None:
+    status, events = run(spec(), [{"worker:1": [DiesEarly(), DiesEarly(), DiesEarly()]}])
+    check_common(events)
+    assert status == 124
+    relaunched = [r for r in events.of("task_relaunched") if r["task"] == "worker:1"]
+    assert [r["attempt"] for r in relaunched] == [2, 3]
+    assert relaunched[0]["address"] is None and relaunched[0]["reason"]
+    actions = [r["action"] for r in events.of("task_exited") if r["task"] == "worker:1"]
+    assert actions == ["relaunch", "relaunch", "give up"]
+    assert "cluster_up" not in events.names()
+    assert events.records[-1]["result"] == "never up"
+
+
+@pytestmark_unit
+def test_a_restart_is_said_with_its_cause() -> None:
+    status, events = run(spec(max_restarts=1), [{"worker:1": Runs(5)}, {}])
+    check_common(events)
+    assert status == 0
+    [restart] = events.of("job_restart")
+    assert restart["restart"] == 1 and restart["max_restarts"] == 1
+    assert "worker:1" in restart["cause"]
+    assert [r["restart"] for r in events.of("cluster_up")] == [0, 1]
+
+
+class SignalsOnLaunch(EventRecorder):
+    """Sends this process SIGTERM once the first task is launched, as a
+    user's kill would come while the job starts."""
+
+    def record(self, obj: dict[str, Any]) -> None:
+        super().record(obj)
+        if obj["event"] == "task_launched" and len(self.of("task_launched")) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytestmark_unit
+def test_a_signal_ends_the_stream_with_the_interrupted_status() -> None:
+    job = spec()
+    events = SignalsOnLaunch()
+
+    def make(restart: int) -> Launcher:
+        plans: dict[str, Plan | list[Plan]] = {"worker:1": Hangs()}
+        return launcher_of(FakeBackend(job, plans), events, restart)
+
+    status = asyncio.run(run_with_restarts(job, make, 0.0, events=events))
+    check_common(events)
+    assert status == 128 + signal.SIGTERM
+    verdict = events.records[-1]
+    assert verdict["exit_status"] == status and verdict["result"] == "interrupted"
+    assert verdict["signal"] == "SIGTERM"
+    assert "job_stopping" in events.names() and "cluster_up" not in events.names()
+
+
+@pytestmark_unit
+def test_the_first_verdict_is_the_only_one() -> None:
+    events = EventRecorder()
+    events.emit("job_verdict", exit_status=3)
+    events.emit("job_verdict", exit_status=125)
+    assert [r["exit_status"] for r in events.records] == [3]
+    with pytest.raises(ValueError, match="unknown event"):
+        events.emit("no_such_event")
+
+
+@pytestmark_unit
+def test_the_writer_writes_one_flushed_line_per_event(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    writer = open_events(path)
+    writer.emit("job_stopping", restart=0)
+    assert json.loads(path.read_text())["event"] == "job_stopping"  # flushed already
+    writer.emit("job_verdict", exit_status=0, message="it's \u2713\nok")
+    writer.close()
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["job_stopping", "job_verdict"]
+    stream = io.StringIO()
+    EventWriter(stream).emit("job_stopped", restart=0)
+    assert json.loads(stream.getvalue())["v"] == 1
+
+
+# -- for real: tfrun --events, cluster(events=...) -----------------------------------
+
+
+def tfrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tfmesos.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard
+        cwd=cwd,
+    )
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("code", [0, 4])
+def test_tfrun_events_end_with_the_status_tfrun_returns(tmp_path: Path, code: int) -> None:
+    path = tmp_path / "events.jsonl"
+    cmd = f"{sys.executable} -c 'import sys; sys.exit({code} if {{task_index}} == 1 else 0)'"
+    result = tfrun("--events", str(path), "-w", "2", "-s", "1", "--", cmd, cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    events = read_events(path)
+    assert events[-1]["event"] == "job_verdict"
+    assert events[-1]["exit_status"] == result.returncode
+    assert all(e["v"] == 1 and isinstance(e["ts"], float) for e in events)
+    names = [e["event"] for e in events]
+    assert "cluster_up" in names and names.count("job_verdict") == 1
+    exited = {e["task"]: e["exit_code"] for e in events if e["event"] == "task_exited"}
+    assert exited["worker:1"] == code
+
+
+@pytest.mark.e2e
+def test_a_job_refused_once_the_file_is_open_writes_its_verdict_alone(tmp_path: Path) -> None:
+    # More CPUs than this machine has: the local backend refuses the job
+    # before it launches anything.
+    path = tmp_path / "events.jsonl"
+    result = tfrun(
+        "--events", str(path), "-w", "1", "--worker-cpus", "100000", "--", "true", cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr
+    [verdict] = read_events(path)
+    assert verdict["event"] == "job_verdict" and verdict["exit_status"] == 2
+    assert verdict["result"] == "refused" and verdict["message"]
+
+
+@pytest.mark.e2e
+def test_a_command_line_tfrun_refuses_writes_no_events(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    result = tfrun("--events", str(path), "-w", "0", "--", "true", cwd=tmp_path)
+    assert result.returncode == 2 and not path.exists()
+
+
+@pytest.mark.e2e
+def test_cluster_events_go_to_a_path_or_a_file(tmp_path: Path) -> None:
+    import tfmesos
+
+    path = tmp_path / "events.jsonl"
+    with tfmesos.cluster({"name": "worker", "num": 1}, backend="local", events=path) as c:
+        assert c.targets
+    events = read_events(path)
+    names = [e["event"] for e in events]
+    assert names[-1] == "job_verdict" and "cluster_up" in names and "job_stopped" in names
+    assert events[-1]["exit_status"] == 0 and events[-1]["result"] == "succeeded"
+    stream = io.StringIO()
+    with tfmesos.cluster({"name": "worker", "num": 1}, backend="local", events=stream):
+        pass
+    assert json.loads(stream.getvalue().splitlines()[-1])["event"] == "job_verdict"
