@@ -172,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of parameter servers (ps); default 0, unless the command uses {ps_hosts}",
     )
     job.add_argument(
+        "--events",
+        metavar="FILE",
+        help="write the job's events to FILE, one JSON object a line, flushed as each happens; "
+        "the last is the verdict, with tfrun's exit status (the README's 'The event stream')",
+    )
+    job.add_argument(
         "--max-restarts",
         type=_restarts,
         default=0,
@@ -502,25 +508,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Its start overlaps the launcher's imports (docs/benchmarks.md).
         forkstart.start()
     lazyssl.import_asyncio()  # asyncio without ssl until TLS or Mesos asks for it
+    from tfmesos.launcher.events import NO_EVENTS, Events, open_events
     from tfmesos.run import run_replica_job
 
+    events: Events = NO_EVENTS
+    if args.events is not None:
+        try:
+            events = open_events(args.events)
+        except OSError as exc:
+            forkstart.discard()
+            print(
+                f"tfrun: error: --events: cannot write {args.events}: {exc.strerror or exc}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return EXIT_USAGE
     try:
-        status = run_replica_job(spec, args.backend, args.options, started=started)
+        status = run_replica_job(spec, args.backend, args.options, started=started, events=events)
     except (ResourceError, SpecError) as exc:
         # Bad usage, found when the backend looked (a job this machine can
         # never hold, a certificate that cannot be used): said as usage is.
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
+        events.emit(
+            "job_verdict", exit_status=EXIT_USAGE, result="refused", message=str(exc), signal=None
+        )
         return EXIT_USAGE
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
+        events.emit(
+            "job_verdict",
+            exit_status=exc.exit_status,
+            result="error",
+            message=str(exc),
+            signal=None,
+        )
         return exc.exit_status
-    except Exception:
+    except Exception as exc:
         # A bug, or a failure nobody foresaw: tfrun's own, not a task's.
         traceback.print_exc()
         print("tfrun: error: tfrun itself failed (above)", file=sys.stderr, flush=True)
+        events.emit(
+            "job_verdict",
+            exit_status=EXIT_TFRUN_FAILED,
+            result="error",
+            message=f"tfrun itself failed: {exc!r}",
+            signal=None,
+        )
         return EXIT_TFRUN_FAILED
     finally:
         forkstart.discard()
+        events.close()
     if argv is None and args.backend == "local":
         _exit_now(status)
     return status
