@@ -268,3 +268,25 @@ def test_cluster_events_go_to_a_path_or_a_file(tmp_path: Path) -> None:
     with tfmesos.cluster({"name": "worker", "num": 1}, backend="local", events=stream):
         pass
     assert json.loads(stream.getvalue().splitlines()[-1])["event"] == "job_verdict"
+
+
+@pytestmark_unit
+def test_fine_grained_servers_say_when_they_accept_connections() -> None:
+    job = ClusterSpec((Job("ps", 1), Job("worker", 2)))
+    events = EventRecorder()
+    plans: dict[str, Plan | list[Plan]] = {
+        name: Runs(None) for name in ("ps:0", "worker:0", "worker:1")
+    }
+    launcher = launcher_of(FakeBackend(job, plans), events)
+
+    async def scenario() -> None:
+        try:
+            await launcher.start()
+        finally:
+            await launcher.stop()
+
+    asyncio.run(scenario())
+    ready = {e["task"]: e["relaunched"] for e in events.of("task_ready")}
+    assert ready == {"ps:0": False, "worker:0": False, "worker:1": False}
+    names = events.names()
+    assert names.index("cluster_up") < names.index("task_ready") < names.index("job_stopped")

@@ -36,6 +36,7 @@ EVENTS = frozenset(
         "task_placed",
         "task_registered",
         "cluster_up",
+        "task_ready",
         "task_exited",
         "task_relaunched",
         "job_restart",

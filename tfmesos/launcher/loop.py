@@ -288,6 +288,7 @@ class Loop:
                 event.connection.send({"type": "stop", "reason": "superseded"})
         elif isinstance(event, Ready):
             task.ready = True
+            self._emit("task_ready", task, addr=task.addr, relaunched=bool(task.keep_address))
             if task.keep_address:
                 logger.info("task %s is back at %s", task.spec.name, task.addr)
         elif isinstance(event, Exited):
