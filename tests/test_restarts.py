@@ -9,9 +9,11 @@ then, not the run.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,11 @@ PY = sys.executable
 
 
 # -- the rule, with shell commands ---------------------------------------------
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """tfrun's --events FILE, one object a line."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def test_a_task_failing_once_is_restarted_with_the_whole_job(
@@ -46,8 +53,11 @@ def restart_once(cluster: MesosUnderTest | None, job_procs: JobProcesses, tmp_pa
         f'echo "run $TFMESOS_RESTART $TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS"; '
         f"if [ {{task_index}} = 1 ] && [ ! -e {marker} ]; then touch {marker}; exit 3; fi"
     )
+    events = tmp_path / "events.jsonl"
     result = run_tfrun(
         *(("-m", cluster.url) if cluster is not None else ()),
+        "--events",
+        str(events),
         "-w",
         "2",
         "-s",
@@ -59,8 +69,13 @@ def restart_once(cluster: MesosUnderTest | None, job_procs: JobProcesses, tmp_pa
         env=job_procs.env(),
     )
     assert result.returncode == 0, result.stderr
-    assert "stopping every task to start the job again (restart 1 of 1)" in result.stderr
-    assert re.search(r"task worker:1 on \S+ exited with status 3", result.stderr)
+    said = read_events(events)
+    [restart] = [e for e in said if e["event"] == "job_restart"]
+    assert (restart["restart"], restart["max_restarts"]) == (1, 1)
+    assert re.search(r"task worker:1 on \S+ exited with status 3", restart["cause"])
+    failed = [e for e in said if e["event"] == "task_exited" and e["exit_code"] == 3]
+    assert [e["task"] for e in failed] == ["worker:1"]
+    assert said[-1]["event"] == "job_verdict" and said[-1]["exit_status"] == 0
     # The chief's output: one line per run (torchrun's two numbers alike).
     assert result.stdout.splitlines() == ["[worker:0] run 0 0/1", "[worker:0] run 1 1/1"]
     assert not job_procs.wait_gone(10)
@@ -96,17 +111,24 @@ def test_when_restarts_run_out_the_verdict_names_every_runs_cause(
 
 
 def test_a_cluster_that_never_comes_up_is_not_restarted(
-    master: ThreadedTestMaster, job_procs: JobProcesses
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     # The start has its own rules (three attempts per task, --timeout); a
     # restart would only repeat them.
     result = run_tfrun(
-        "-m", master.url, "-w", "2", "-s", "0", "-Cw", "64", "--timeout", "3",
+        "-m", master.url, "--events", str(tmp_path / "events.jsonl"),
+        "-w", "2", "-s", "0", "-Cw", "64", "--timeout", "3",
         "--max-restarts", "3", "--", "true",
         env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 124, result.stderr  # the cluster never came up
-    assert "start the job again" not in result.stderr
+    said = read_events(tmp_path / "events.jsonl")
+    assert not [e for e in said if e["event"] == "job_restart"]
+    assert (said[-1]["event"], said[-1]["result"], said[-1]["exit_status"]) == (
+        "job_verdict",
+        "never up",
+        124,
+    )
     assert "the cluster was not up after 3s" in result.stderr
     assert len(master.frameworks(include_completed=True)) == 1
 
