@@ -441,3 +441,14 @@ def test_a_log_dir_below_a_file_is_refused_and_what_exists_is_left_as_it_was(
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
         "kept", "kept/a-file", "kept/new", "kept/new/a-file",
     ]  # fmt: skip
+
+
+def test_an_empty_log_dir_is_refused_not_taken_as_this_directory(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    result = run_tfrun("--log-dir", "", "-w", "1", "--", "true", env=job_procs.env(), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert one_error_line(result.stderr) == (
+        "tfrun: error: --log-dir: the directory's name is empty (see tfrun --help)"
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -394,6 +394,8 @@ def _log_dir(path: str | None) -> str | None:
     Slurm's of a backslash) must leave nothing behind."""
     if path is None:
         return None
+    if not path:  # os.path.abspath would make it this directory
+        raise SpecError("--log-dir: the directory's name is empty")
     where = os.path.abspath(path)
     if os.path.exists(where) and not os.path.isdir(where):
         raise SpecError(f"--log-dir: cannot use {path}: it is not a directory")
