@@ -599,3 +599,38 @@ def test_a_full_log_disk_is_said_naming_each_slurm_task_and_costs_it_nothing(
     last = result.stderr.splitlines()[-1]
     assert re.search(r"but for what could not be kept of (\S+, )?worker:1(, \S+)?'s", last), last
     assert job_procs.wait_gone(10) == []
+
+
+def test_what_a_slurm_task_left_in_a_session_of_its_own_ends_with_its_killed_agent(
+    job_procs: JobProcesses,
+) -> None:
+    # proctrack/linuxproc follows parents: the command's setsid child of an
+    # agent killed outright lived on under pid 1 after the step and the job.
+    proc, _ = start_tfrun(
+        "--backend", "slurm", "-w", "2", "--",
+        "sh", "-c", "setsid sleep 300 & sleep 300", env=job_procs.env(),
+    )  # fmt: skip
+    try:
+        agents = [
+            p
+            for p in job_procs.alive()
+            if "tfmesos.agent" in " ".join(p.cmdline())
+            and p.name() != "srun"  # it carries the agent's command line
+            and p.environ().get("TFMESOS_TASK_ID", "").startswith("worker.1.")
+        ]
+        assert len(agents) == 1, agents  # the cluster is up: every agent has registered
+        # Each task's sleep and its setsid child: registered agents start
+        # their commands once the cluster is up, so a moment after this line.
+        deadline = time.monotonic() + 30
+        sleeps: list[psutil.Process] = []
+        while len(sleeps) < 4 and time.monotonic() < deadline:
+            sleeps = [p for p in job_procs.alive() if p.cmdline()[:2] == ["sleep", "300"]]
+        assert len(sleeps) == 4, sleeps
+        agents[0].kill()
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode != 0, stderr
+        assert "worker:1" in stderr
+        assert job_procs.wait_gone(15) == [], stderr
+    finally:
+        job_procs.kill_all()
+        proc.wait(30)

@@ -29,14 +29,25 @@ import subprocess
 import sys
 import time
 
-from tfmesos import wire
+from tfmesos import procfs, wire
+from tfmesos.proctree import kill_until_gone
 from tfmesos.rendezvous_client import AgentConfig, AgentError, RendezvousClient
 
-__all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE", "KEEPALIVE_INTERVAL", "STEP_LOG", "logged", "main"]
+__all__ = [
+    "KEEPALIVE_COUNT",
+    "KEEPALIVE_IDLE",
+    "KEEPALIVE_INTERVAL",
+    "STEP_LOG",
+    "end_task_processes",
+    "logged",
+    "main",
+]
 
 KEEPALIVE_IDLE = 10
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_COUNT = 3
+END_ROUNDS = 50
+"""At most this many rounds of SIGKILL for what a task left behind."""
 
 
 def _keepalive(sock: socket.socket) -> None:
@@ -128,6 +139,7 @@ def main() -> int:
             if code is None:
                 continue
             del steps[pid]
+            end_task_processes(task_id)
             try:
                 channel.send_json({"type": "step_ended", "task_id": task_id, "code": code})
             except OSError:
@@ -135,6 +147,23 @@ def main() -> int:
                 return 0
     say("every task's step has ended")
     return 0
+
+
+def end_task_processes(task_id: str) -> None:
+    """Kill what is left on this node of a task whose step has ended: every
+    process that carries its id in its environment (the agent hands it to
+    its commands). Slurm's proctrack/linuxproc follows parents only, so the
+    command's ``setsid`` children of an agent killed outright lived on under
+    pid 1 after the step and the job. Other nodes' are their proctrack's."""
+
+    def find() -> list[int]:
+        try:
+            found = procfs.with_environment(wire.ENV_TASK_ID, task_id)
+        except OSError:  # no /proc
+            return []
+        return [pid for pid in found if pid != os.getpid()]
+
+    kill_until_gone(find, rounds=END_ROUNDS)
 
 
 STEP_LOG = 'exec >>"$TFMESOS_LOG_FILE" 2>&1 && exec "$@"'
