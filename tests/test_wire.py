@@ -73,3 +73,13 @@ def test_garbage_gives_frames_or_a_frame_error_never_anything_else(data: bytes) 
     except wire.FrameError:
         pass
     assert decoder.pending <= 1000 + 5
+
+
+@pytest.mark.unit
+def test_the_agents_log_settings_are_named_as_the_agents_not_as_a_second_user_setting() -> None:
+    # TFMESOS_LOG_MAX beside the user's TFMESOS_TASK_LOG_MAX read as a second
+    # knob for the same cap; the backend sets these for the agent alone.
+    for name in (wire.ENV_LOG_FILE, wire.ENV_LOG_MAX):
+        assert name.startswith("TFMESOS_AGENT_"), name
+        assert name in wire.AGENT_ONLY
+    assert wire.ENV_LOG_MAX.endswith("_BYTES")

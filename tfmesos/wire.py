@@ -100,11 +100,14 @@ ENV_READY_FD = "TFMESOS_READY_FD"
 """Fine-grained mode: a descriptor ``tfmesos.tfserver`` inherits from the agent
 and writes one byte to once its server listens (the agent then tells the
 launcher ``ready``)."""
-ENV_LOG_FILE = "TFMESOS_LOG_FILE"
+ENV_LOG_FILE = "TFMESOS_AGENT_LOG_FILE"
 """The file the agent's stdout and stderr go to (local backend): with
 ``ENV_LOG_MAX``, the agent rotates it so that it and its one rotated file
 (``FILE.1``) hold at most that many bytes together."""
-ENV_LOG_MAX = "TFMESOS_LOG_MAX"
+ENV_LOG_MAX = "TFMESOS_AGENT_LOG_MAX_BYTES"
+"""The agent's copy of the user's ``TFMESOS_TASK_LOG_MAX`` (a size such as
+50M), in bytes, set by the backend: the one setting has one user-facing name,
+and this name says that it is the agent's (a user who sets it is overridden)."""
 ENV_TLS_CERT = "TFMESOS_TLS_CERT"
 """The launcher's TLS certificate (PEM): when set, the rendezvous is TLS and
 this exact certificate is the only one trusted."""

@@ -166,7 +166,7 @@ def end_task_processes(task_id: str) -> None:
     kill_until_gone(find, rounds=END_ROUNDS)
 
 
-STEP_LOG = 'exec >>"$TFMESOS_LOG_FILE" 2>&1 && exec "$@"'
+STEP_LOG = 'exec >>"$TFMESOS_AGENT_LOG_FILE" 2>&1 && exec "$@"'
 """How each step's agent is started: its stdout and stderr the task's log
 file itself, as the local backend gives it, not srun's --output.
 
