@@ -634,7 +634,10 @@ async def test_resubscribing_within_failover_timeout_keeps_the_tasks(
     async with session.post(master.url + "/__test__/drop_subscription", json={}) as response:
         assert (await response.json())["result"] == [sched.framework_id]
     await asyncio.wait_for(first.ended.wait(), 5)
-    await asyncio.sleep(0.3)
+    # The master has seen the disconnection (and started the failover
+    # timer) rather than removing the framework: its task lives on.
+    await wait_until(lambda: not master.framework(sched.framework_id)["connected"])
+    assert not master.framework(sched.framework_id)["removed"]
     assert pid_alive(pid)
     old_stream = first.stream_id
     second = await sched.subscribe(

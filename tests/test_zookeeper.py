@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.conftest import (
@@ -185,6 +186,20 @@ def watch(group: str) -> Iterator[Callable[[], tuple[ZooKeeperLeader, Leaders]]]
     yield start
     for leader in started:
         leader.stop()
+
+
+def wait_for_zookeeper_session(pid: int, timeout: float = 60) -> None:
+    """Wait until process ``pid`` has a connection open to ZooKeeper."""
+    port = int(ZK_HOSTS.rsplit(":", 1)[1])
+    proc = psutil.Process(pid)
+    deadline = time.monotonic() + timeout
+    while not any(
+        c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        for c in proc.net_connections(kind="tcp")
+    ):
+        assert proc.is_running(), "tfrun ended before it reached ZooKeeper"
+        assert time.monotonic() < deadline, f"tfrun did not reach ZooKeeper within {timeout} s"
+        time.sleep(0.05)
 
 
 def _closed_port() -> int:
@@ -505,7 +520,9 @@ def test_a_group_path_that_does_not_exist_is_named_and_watched_for(
         cwd=ROOT,
     )
     try:
-        time.sleep(2)
+        # tfrun is looking for the group before it exists: it has a session
+        # with ZooKeeper open.
+        wait_for_zookeeper_session(proc.pid)
         zk.ensure_path(group)
         zk.create(
             f"{group}/json.info_",
