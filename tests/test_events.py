@@ -22,7 +22,6 @@ from tfmesos.launcher.events import (
     EVENTS,
     SCHEMA_VERSION,
     EventRecorder,
-    Events,
     EventWriter,
     open_events,
 )
@@ -36,26 +35,13 @@ def spec(**kw: Any) -> ClusterSpec:
     return ClusterSpec((Job("ps", 1, cmd=OK), Job("worker", 2, cmd=OK)), replica=True, **kw)
 
 
-def launcher_of(backend: FakeBackend, events: Events, restart: int = 0) -> Launcher:
-    return Launcher(
-        backend.spec,
-        backend,
-        restart=restart,
-        output=io.BytesIO(),
-        colour=False,
-        notes_after_output=False,
-        rendezvous=backend.network.rendezvous,
-        events=events,
-    )
-
-
 def run(job: ClusterSpec, runs: list[dict[str, Plan | list[Plan]]]) -> tuple[int, EventRecorder]:
     """Run ``job`` as tfrun does, each run on a fake backend with its plans."""
     events = EventRecorder()
 
     def make(restart: int) -> Launcher:
         plans = runs[restart] if restart < len(runs) else {}
-        return launcher_of(FakeBackend(job, plans), events, restart)
+        return FakeBackend(job, plans).launcher(restart=restart, events=events)
 
     return asyncio.run(run_with_restarts(job, make, 0.0, events=events)), events
 
@@ -162,7 +148,7 @@ def test_a_signal_ends_the_stream_with_the_interrupted_status() -> None:
 
     def make(restart: int) -> Launcher:
         plans: dict[str, Plan | list[Plan]] = {"worker:1": Hangs()}
-        return launcher_of(FakeBackend(job, plans), events, restart)
+        return FakeBackend(job, plans).launcher(restart=restart, events=events)
 
     status = asyncio.run(run_with_restarts(job, make, 0.0, events=events))
     check_common(events)
@@ -277,7 +263,7 @@ def test_fine_grained_servers_say_when_they_accept_connections() -> None:
     plans: dict[str, Plan | list[Plan]] = {
         name: Runs(None) for name in ("ps:0", "worker:0", "worker:1")
     }
-    launcher = launcher_of(FakeBackend(job, plans), events)
+    launcher = FakeBackend(job, plans).launcher(events=events)
 
     async def scenario() -> None:
         try:

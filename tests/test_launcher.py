@@ -18,6 +18,7 @@ from tfmesos.backends.base import Launch
 from tfmesos.backends.local import LocalBackend
 from tfmesos.errors import JobFailedError, ResourceError, TFMesosError
 from tfmesos.launcher import MAX_ATTEMPTS, AttemptState, Launcher
+from tfmesos.launcher.events import EventRecorder
 from tfmesos.run import run_with_restarts
 from tfmesos.testing.fake import (
     BreaksBackend,
@@ -128,6 +129,16 @@ def test_a_task_that_fails_after_the_cluster_is_up_ends_the_job_at_once() -> Non
     assert backend.sent("ps:0")[-1] == {"type": "stop", "reason": "the job is ending"}
     assert backend.sent("worker:0")[-1]["type"] == "stop"
     assert backend.closed == 1
+
+
+def test_the_fake_backends_launcher_sends_its_events_where_the_test_says() -> None:
+    backend = fake({"worker:1": Runs(7), "worker:0": Runs(None)})
+    events = EventRecorder()
+    with pytest.raises(JobFailedError):
+        asyncio.run(run_job(backend.launcher(events=events)))
+    [failed] = [e for e in events.of("task_exited") if e["task"] == "worker:1"]
+    assert failed["exit_code"] == 7 and failed["action"] == "fail job"
+    assert events.names().index("cluster_up") < events.names().index("job_stopped")
 
 
 def test_a_replica_that_exits_0_has_done_its_part_and_the_job_waits_for_the_workers() -> None:

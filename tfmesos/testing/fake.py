@@ -37,6 +37,7 @@ from tfmesos.backends.base import (
 )
 from tfmesos.errors import ResourceError
 from tfmesos.launcher import Launcher
+from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.rendezvous import (
     Connection,
     Disconnected,
@@ -326,9 +327,11 @@ class FakeBackend(Backend):
         chief_backend: FakeBackend | None = None,
         restart: int = 0,
         output: BinaryIO | None = None,
+        events: Events = NO_EVENTS,
     ) -> Launcher:
         """A launcher driving this backend (and ``chief_backend``, which must
-        share its network) through the fake rendezvous."""
+        share its network) through the fake rendezvous, its events to
+        ``events`` (an :class:`EventRecorder` keeps them for the test)."""
         import io
 
         if chief_backend is not None:
@@ -342,6 +345,7 @@ class FakeBackend(Backend):
             colour=False,
             notes_after_output=False,
             rendezvous=self.network.rendezvous,
+            events=events,
         )
 
     def plan_for(self, task: TaskSpec, attempt: int) -> Plan:
