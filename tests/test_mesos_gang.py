@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MESOS_KINDS, JobProcesses, run_tfrun, tfrun_argv
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, open_cluster
 from tfmesos.testing.real_mesos import AgentSpec
 
@@ -57,19 +58,6 @@ def agents_later(
         yield cluster
 
 
-def _read_until(job: subprocess.Popen[str], text: str) -> str:
-    """What ``job`` said on stderr up to a line with ``text`` (both jobs have
-    then every remote task waiting, before the cluster has any agent)."""
-    assert job.stderr is not None
-    said = ""
-    for line in job.stderr:
-        said += line
-        if text in line:
-            return said
-    job.wait()
-    raise AssertionError(f"the job ended before saying {text!r}:\n{said}")
-
-
 def _busy_interval(framework: dict[str, Any]) -> tuple[float, float]:
     """From its first task's first status to its last task's last, as the
     master's /state has them."""
@@ -83,27 +71,32 @@ def _busy_interval(framework: dict[str, Any]) -> tuple[float, float]:
 
 
 def test_two_jobs_started_together_on_a_cluster_that_fits_one_both_finish_one_after_the_other(
-    agents_later: MesosUnderTest, job_procs: JobProcesses
+    agents_later: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     master = agents_later
     env = job_procs.env()
+    names = ("gang-a", "gang-b")
+    events = {name: JobEvents(tmp_path / f"{name}.jsonl") for name in names}
     jobs = [
         subprocess.Popen(
-            tfrun_argv("-v", "-m", master.url, "-n", name, *JOB),
+            tfrun_argv("-m", master.url, "-n", name, *events[name].flag, *JOB),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=env,
         )
-        for name in ("gang-a", "gang-b")
+        for name in names
     ]
-    said = [_read_until(job, "worker:2 waits for offers") for job in jobs]
+    # Both jobs have every remote task waiting for offers (worker:2 is handed
+    # to the backend last) before the cluster has any agent.
+    for name, job in zip(names, jobs, strict=True):
+        events[name].wait_for("task_launched", job, where=lambda e: e["task"] == "worker:2")
     # Together: the allocator offers the two agents one to each job (the
     # lower share first), each holding half of what it needs.
     master.add_agents(*ONE_CPU_AGENTS)
-    results = [(job.wait(timeout=300), *job.communicate()) for job in jobs]
-    for (returncode, _, stderr), before in zip(results, said, strict=True):
-        assert returncode == 0, before + stderr
+    said = [job.communicate(timeout=300)[1] for job in jobs]
+    for name, stderr in zip(names, said, strict=True):
+        assert events[name].verdict()["result"] == "succeeded", stderr
     assert not job_procs.wait_gone(10)
 
     state = master.state()
@@ -120,15 +113,17 @@ def test_two_jobs_started_together_on_a_cluster_that_fits_one_both_finish_one_af
 
 
 def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
-    two_agents: MesosUnderTest, job_procs: JobProcesses
+    two_agents: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     # Three remote tasks of one CPU each: every one fits an agent, the job
     # does not fit the cluster.
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
         "-m",
         two_agents.url,
         "-n",
         "too-big",
+        *events.flag,
         "-w",
         "4",
         "-s",
@@ -141,11 +136,12 @@ def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
         "true",
         env=job_procs.env(),
     )
-    assert result.returncode != 0
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("never up", 124), result.stderr
+    assert "task_placed" not in events.names(), events.names()
     assert not two_agents.tasks(), "a part of a job that could never run was launched"
-    last = result.stderr.strip().splitlines()[-2:]
-    diagnosis = "\n".join(last)
+    # The diagnosis's wording, as the user reads it: why, in the user's units.
     assert "not up after 12s" in result.stderr, result.stderr
     assert "fit 2 of the 3 tasks waiting" in result.stderr, result.stderr
-    assert "cpus 3, mem 768 MiB, 3 ports together" in result.stderr, diagnosis
+    assert "cpus 3, mem 768 MiB, 3 ports together" in result.stderr, result.stderr
     assert not job_procs.wait_gone(10)
