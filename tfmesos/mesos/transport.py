@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import re
@@ -59,6 +60,7 @@ __all__ = [
     "TransportError",
     "client_tls",
     "describe",
+    "speaks_tls",
 ]
 
 logger = logging.getLogger("tfmesos")
@@ -271,6 +273,44 @@ def _refused(error: ssl.SSLError) -> bool:
     return isinstance(error, ssl.SSLCertVerificationError) or type(error) is ssl.SSLError
 
 
+_TLS_ALERT = re.compile(r"^(SSLV3|TLSV1|TLSV13)_ALERT_")
+"""An SSL error's reason when the peer sent a TLS alert: it speaks TLS."""
+
+
+async def speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether ``host:port`` answers a TLS handshake as a TLS server does:
+    completes it, or refuses it with a TLS alert. Nothing is verified (what
+    is asked is only whether it speaks TLS), and nothing is sent after."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    # A master at libprocess's defaults shares none of Python's own ciphers.
+    context.set_ciphers(f"DEFAULT:{LIBPROCESS_CIPHERS}")
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context), timeout
+        )
+    except ssl.SSLError as exc:
+        return bool(_TLS_ALERT.match(str(exc.reason or "")))
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        await writer.wait_closed()
+    return True
+
+
+def _answered_with_tls(where: URL) -> str:
+    """What to say of a master dialled with ``http`` that answered in TLS."""
+    https = where.with_scheme("https").origin()
+    return (
+        f"the Mesos master at {where.origin()} answered with TLS: it serves https only; "
+        f"give -m {https} (or set LIBPROCESS_SSL_ENABLED=true, so that every master, "
+        f"ZooKeeper's too, is dialled with https; its certificate must chain to "
+        f"{CA_FLAG} FILE|DIR, ${CA_FILE} / ${CA_DIR}, or else the system's CAs)"
+    )
+
+
 class EventStream(Protocol):
     """The answer to SUBSCRIBE: status and headers now, the body in chunks."""
 
@@ -472,6 +512,18 @@ class AiohttpTransport:
                 ssl=self._ssl(url),
             )
         except (aiohttp.ClientError, OSError) as exc:
+            # A server that speaks only TLS hangs up on plain HTTP ("Server
+            # disconnected", a reset), which reads as a master lost: asked
+            # once, in TLS, it says what it is, and no retry can mend that.
+            where = URL(url)
+            if (
+                where.scheme == "http"
+                and not isinstance(exc, aiohttp.ClientConnectorError)
+                and where.host is not None
+                and where.port is not None
+                and await speaks_tls(where.host, where.port, self._connect_timeout)
+            ):
+                raise TLSError(_answered_with_tls(where)) from None
             raise self._failed(url, exc) from exc
         if response.status == 401:
             response.release()
