@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import logging
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -101,3 +105,69 @@ def test_tfrun_at_a_tls_master_given_as_http_says_so_in_one_line_at_once(
     # At once: well within the first-contact budget (--connect-timeout, 10 s).
     assert elapsed < 8, (elapsed, line)
     assert job_procs.wait_gone(10) == []
+
+
+# -- a signal while tfrun says its verdict --------------------------------------
+
+
+class InterruptingStderr(io.StringIO):
+    """tfrun's stderr, which sends ``signum`` to this process as the first
+    line starting with ``starting`` is written: the signal lands exactly
+    while tfrun says it (a signal to oneself is handled before os.kill
+    returns to Python code)."""
+
+    def __init__(self, starting: str, signum: int = signal.SIGINT) -> None:
+        super().__init__()
+        self.starting = starting
+        self.signum = signum
+        self.sent = False
+
+    def write(self, text: str) -> int:
+        if not self.sent and text.startswith(self.starting):
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+        return super().write(text)
+
+
+@pytest.fixture
+def tfrun_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """cli.main run here on a fake backend that fails as it starts (its
+    master lost, say), with the signal handlers and tfmesos's log level as
+    they were afterwards."""
+    import tfmesos.run
+    from tfmesos.errors import TFMesosError
+    from tfmesos.testing.fake import FakeBackend
+
+    def launcher_factory(spec: Any, backend: str, options: Any, events: Any) -> Any:
+        def make(restart: int) -> Any:
+            failing = FakeBackend(spec, start_error=TFMesosError("the master is gone"))
+            return failing.launcher()
+
+        return make
+
+    monkeypatch.setattr(tfmesos.run, "launcher_factory", launcher_factory)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    level = logging.getLogger("tfmesos").level
+    yield
+    logging.getLogger("tfmesos").setLevel(level)
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_tfrun_says_its_error_cuts_neither_it_nor_its_status(
+    tfrun_in_process: None, monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    """Before: the job's event loop had put Python's handlers back, and
+    SIGINT raised KeyboardInterrupt in the middle of the line (a traceback,
+    no verdict), SIGTERM killed tfrun there."""
+    from tfmesos import cli
+
+    stderr = InterruptingStderr("tfrun: error:", signum)
+    monkeypatch.setattr("sys.stderr", stderr)
+    status = cli.main(["-m", "127.0.0.1:1", "-w", "2", "--", "true"])
+    assert stderr.sent
+    assert status == 125
+    said = stderr.getvalue()
+    assert "tfrun: error: the master is gone\n" in said, said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, said

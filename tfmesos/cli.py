@@ -511,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         forkstart.start()
     lazyssl.import_asyncio()  # asyncio without ssl until TLS or Mesos asks for it
     from tfmesos.launcher.events import NO_EVENTS, Events, open_events
-    from tfmesos.run import run_replica_job
+    from tfmesos.run import LateSignals, run_replica_job
 
     events: Events = NO_EVENTS
     if args.events is not None:
@@ -525,8 +525,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
             return EXIT_USAGE
+    # From the job's end to tfrun's, a signal must not cut the verdict short.
+    late_signals = LateSignals()
     try:
-        status = run_replica_job(spec, args.backend, args.options, started=started, events=events)
+        try:
+            status = run_replica_job(
+                spec,
+                args.backend,
+                args.options,
+                started=started,
+                events=events,
+                late_signals=late_signals,
+            )
+        finally:
+            # Where the job never reached its event loop, nothing has handed
+            # the signals over yet.
+            late_signals.take_over(None)
     except (ResourceError, SpecError) as exc:
         # Bad usage, found when the backend looked (a job this machine can
         # never hold, a certificate that cannot be used): said as usage is.
@@ -560,6 +574,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         forkstart.discard()
         events.close()
+        if argv is not None:
+            # Called in a process that goes on: its own handlers back. (Run
+            # as tfrun, they stay taken in until the interpreter exits.)
+            late_signals.restore()
     if argv is None and args.backend == "local":
         _exit_now(status)
     return status

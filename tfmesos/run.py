@@ -26,7 +26,7 @@ from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.verdict import duration, ends, paint
 from tfmesos.spec import ClusterSpec
 
-__all__ = ["launcher_factory", "run_replica_job", "run_with_restarts"]
+__all__ = ["LateSignals", "launcher_factory", "run_replica_job", "run_with_restarts"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -42,11 +42,14 @@ def run_replica_job(
     *,
     started: float | None = None,
     events: Events = NO_EVENTS,
+    late_signals: LateSignals | None = None,
 ) -> int:
     """Run the job to its end on backend ``backend`` (by its registered name)
     and return ``tfrun``'s exit status (tfmesos.errors says which).
     ``started``: when tfrun started, by ``time.monotonic()``, for the time the
-    verdict gives; ``events``: where the job's events go (``--events``)."""
+    verdict gives; ``events``: where the job's events go (``--events``);
+    ``late_signals``: what handles the interrupting signals once the job is
+    over (see :class:`LateSignals`)."""
     started = time.monotonic() if started is None else started
     given = options or backend_class(backend).options_type()
     # A job that may restart makes its run directory here, for all its runs
@@ -54,7 +57,9 @@ def run_replica_job(
     chosen = given.for_restarts() if spec.max_restarts else given
     make = launcher_factory(spec, backend, chosen, events)
     try:
-        return asyncio.run(run_with_restarts(spec, make, started, events=events))
+        return asyncio.run(
+            run_with_restarts(spec, make, started, events=events, late_signals=late_signals)
+        )
     finally:
         if chosen.log_dir and chosen.log_dir != given.log_dir:
             runs.release(Path(chosen.log_dir))
@@ -93,17 +98,74 @@ def launcher_factory(
     return make
 
 
+class LateSignals:
+    """The interrupting signals that come once the job is over, while tfrun
+    says how it ended: taken in, not raised. Python's own SIGINT handler
+    raises KeyboardInterrupt wherever the main thread is, and so cut tfrun's
+    last line short with a traceback instead of its exit status. A signal
+    then changes nothing, as one during the teardown changes no verdict:
+    what is over cannot be stopped, and the verdict is already decided.
+
+    Until :meth:`take_over`, the job's event loop handles them (they stop
+    the job); :meth:`restore` puts back what was there before, for a caller
+    that goes on in the same process."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        """The signals taken in, in the order they came."""
+        self._before = {signum: signal.getsignal(signum) for signum in INTERRUPTING_SIGNALS}
+
+    def _take_in(self, signum: int, frame: object = None) -> None:
+        self.received.append(signum)
+        logger.debug(
+            "%s received once the job was over: tfrun ends as decided",
+            signal.Signals(signum).name,
+        )
+
+    def take_over(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Handle the signals from now on, in place of ``loop``'s (if any)."""
+        for signum in INTERRUPTING_SIGNALS:
+            try:
+                if loop is not None:
+                    # This puts Python's default back (SIGINT's raises):
+                    # replaced at once, and one that lands between the two
+                    # is taken in here.
+                    loop.remove_signal_handler(signum)
+                signal.signal(signum, self._take_in)
+            except KeyboardInterrupt:
+                signal.signal(signum, self._take_in)
+                self._take_in(signal.SIGINT)
+
+    def restore(self) -> None:
+        for signum, handler in self._before.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
 async def run_with_restarts(
     spec: ClusterSpec,
     make_launcher: LauncherFactory,
     started: float,
     *,
     events: Events = NO_EVENTS,
+    late_signals: LateSignals | None = None,
 ) -> int:
     """Run the job, and again after a failure up to ``spec.max_restarts``
     times, each run with a launcher from ``make_launcher``; stop it on
     SIGINT, SIGTERM, SIGHUP. Returns ``tfrun``'s exit status, which the last
-    of ``events``, ``job_verdict``, says too."""
+    of ``events``, ``job_verdict``, says too. With ``late_signals``, those
+    signals are handed to it as the job's event loop ends, however it ends,
+    so that none raises while tfrun says its verdict."""
+    try:
+        return await _run_with_restarts(spec, make_launcher, started, events)
+    finally:
+        if late_signals is not None:
+            late_signals.take_over(asyncio.get_running_loop())
+
+
+async def _run_with_restarts(
+    spec: ClusterSpec, make_launcher: LauncherFactory, started: float, events: Events
+) -> int:
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
