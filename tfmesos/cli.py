@@ -525,22 +525,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
             return EXIT_USAGE
-    # From the job's end to tfrun's, a signal must not cut the verdict short.
-    late_signals = LateSignals()
+    late = LateSignals()  # from the job's end to tfrun's, no signal cuts the verdict short
     try:
-        try:
-            status = run_replica_job(
-                spec,
-                args.backend,
-                args.options,
-                started=started,
-                events=events,
-                late_signals=late_signals,
-            )
-        finally:
-            # Where the job never reached its event loop, nothing has handed
-            # the signals over yet.
-            late_signals.take_over(None)
+        status = run_replica_job(
+            spec, args.backend, args.options, started=started, events=events, late_signals=late
+        )
     except (ResourceError, SpecError) as exc:
         # Bad usage, found when the backend looked (a job this machine can
         # never hold, a certificate that cannot be used): said as usage is.
@@ -577,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv is not None:
             # Called in a process that goes on: its own handlers back. (Run
             # as tfrun, they stay taken in until the interpreter exits.)
-            late_signals.restore()
+            late.restore()
     if argv is None and args.backend == "local":
         _exit_now(status)
     return status

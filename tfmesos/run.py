@@ -61,6 +61,10 @@ def run_replica_job(
             run_with_restarts(spec, make, started, events=events, late_signals=late_signals)
         )
     finally:
+        if late_signals is not None:
+            # Where the job never reached its event loop, nothing has handed
+            # the signals over yet.
+            late_signals.take_over(None)
         if chosen.log_dir and chosen.log_dir != given.log_dir:
             runs.release(Path(chosen.log_dir))
 
