@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "tfmesos.runs": FOUNDATION,
     "tfmesos.advertise": FOUNDATION,
     "tfmesos.tasklog": FOUNDATION,
+    "tfmesos.pathtext": FOUNDATION,
     # What runs in a task.
     "tfmesos.agent": AGENT,
     "tfmesos.supervisor": AGENT,

@@ -22,6 +22,7 @@ from tfmesos import lazyssl, runs, wire
 from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.flagtypes import count, positive_number
+from tfmesos.pathtext import shown_path
 from tfmesos.spec import MAX_RESTARTS, MAX_TASKS, ClusterSpec, Job
 from tfmesos.taskenv import placeholders_in
 
@@ -348,22 +349,22 @@ def _extra_config(path: str | None) -> tuple[str | None, str | None, dict[str, s
         with open(path) as config_file:
             config = json.load(config_file)
     except OSError as exc:
-        raise SpecError(f"-e: cannot read {path}: {exc.strerror}") from None
+        raise SpecError(f"-e: cannot read {shown_path(path)}: {exc.strerror}") from None
     except ValueError as exc:
-        raise SpecError(f"-e: {path} is not valid JSON: {exc}") from None
+        raise SpecError(f"-e: {shown_path(path)} is not valid JSON: {exc}") from None
     if not isinstance(config, dict):
-        raise SpecError(f"-e: {path} must hold a JSON object")
+        raise SpecError(f"-e: {shown_path(path)} must hold a JSON object")
     unknown = sorted(set(config) - {"initializer", "finalizer", "env"})
     if unknown:
         raise SpecError(
-            f"-e: unknown key {unknown[0]!r} in {path} (known: initializer, finalizer, env)"
+            f"-e: unknown key {unknown[0]!r} in {shown_path(path)} (known: initializer, finalizer, env)"
         )
     env = config.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise SpecError(f"-e: 'env' in {path} must map names to strings")
+        raise SpecError(f"-e: 'env' in {shown_path(path)} must map names to strings")
     for key in ("initializer", "finalizer"):
         if config.get(key) is not None and not isinstance(config[key], str):
-            raise SpecError(f"-e: {key!r} in {path} must be a shell command string")
+            raise SpecError(f"-e: {key!r} in {shown_path(path)} must be a shell command string")
     return config.get("initializer"), config.get("finalizer"), env
 
 
@@ -374,13 +375,13 @@ def _chdir(path: str | None, backend: str) -> str:
         return os.getcwd()
     where = os.path.abspath(path)
     if backend == "local" and not os.path.isdir(where):
-        raise SpecError(f"--chdir: {path} is not a directory")
+        raise SpecError(f"--chdir: {shown_path(path)} is not a directory")
     return where
 
 
 def _readable(path: str | None, flag: str) -> str | None:
     if path is not None and not os.access(path, os.R_OK):
-        raise SpecError(f"{flag}: cannot read {path}")
+        raise SpecError(f"{flag}: cannot read {shown_path(path)}")
     return os.path.abspath(path) if path else None
 
 
@@ -398,7 +399,7 @@ def _log_dir(path: str | None) -> str | None:
         raise SpecError("--log-dir: the directory's name is empty")
     where = os.path.abspath(path)
     if os.path.exists(where) and not os.path.isdir(where):
-        raise SpecError(f"--log-dir: cannot use {path}: it is not a directory")
+        raise SpecError(f"--log-dir: cannot use {shown_path(path)}: it is not a directory")
     missing = []
     parent = where
     while not os.path.lexists(parent):
@@ -411,13 +412,15 @@ def _log_dir(path: str | None) -> str | None:
             made.append(directory)
         writable = os.access(where, os.W_OK | os.X_OK)
     except OSError as exc:
-        raise SpecError(f"--log-dir: cannot use {path}: {exc.strerror or exc}") from None
+        raise SpecError(
+            f"--log-dir: cannot use {shown_path(path)}: {exc.strerror or exc}"
+        ) from None
     finally:
         for directory in reversed(made):
             with contextlib.suppress(OSError):
                 os.rmdir(directory)
     if not writable:
-        raise SpecError(f"--log-dir: cannot use {path}: it is not writable")
+        raise SpecError(f"--log-dir: cannot use {shown_path(path)}: it is not writable")
     return where
 
 
@@ -520,7 +523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as exc:
             forkstart.discard()
             print(
-                f"tfrun: error: --events: cannot write {args.events}: {exc.strerror or exc}",
+                f"tfrun: error: --events: cannot write {shown_path(args.events)}: "
+                f"{exc.strerror or exc}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -41,6 +41,7 @@ from tfmesos.backends.forking import (
 from tfmesos.backends.forkstart import NO_FORK_SERVER, raise_open_file_limit
 from tfmesos.backends.options import LocalOptions
 from tfmesos.errors import ResourceError, SpecError
+from tfmesos.pathtext import shown_path
 from tfmesos.ports import PortAllocator
 from tfmesos.proctree import bootstrap_command, kill_until_gone, signal_group
 from tfmesos.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
@@ -180,7 +181,7 @@ class LocalBackend(Backend):
         return list(self._unkept)
 
     def logs_location(self) -> str:
-        return str(self.log_dir)
+        return shown_path(self.log_dir)
 
     def task_log(self, task_id: str) -> Path:
         return self.log_dir / f"{task_id}.log"
@@ -191,7 +192,7 @@ class LocalBackend(Backend):
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecError(
-                f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
+                f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
             ) from None
         raise_open_file_limit()
         if self._use_fork_server:
@@ -202,7 +203,7 @@ class LocalBackend(Backend):
                 logger.debug("no fork server (%s): each agent starts a new interpreter", exc)
             else:
                 self._fork_server = server
-        logger.info("the full output of each task goes to %s", self.log_dir)
+        logger.info("the full output of each task goes to %s", shown_path(self.log_dir))
 
     async def launch_many(self, launches: Sequence[Launch]) -> None:
         """Through the fork server, every agent's request goes out before the

@@ -41,6 +41,7 @@ from tfmesos.backends.base import (
 )
 from tfmesos.backends.local import default_agent_command
 from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
+from tfmesos.pathtext import shown_path
 from tfmesos.proctree import bootstrap_command
 from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
 from tfmesos.slurm.commands import (
@@ -131,7 +132,7 @@ class SlurmBackend(Backend):
         self.host = advertised_host()
         if log_dir and "\\" in str(log_dir):
             raise SpecError(
-                f"--log-dir: Slurm cannot write to {log_dir}: sbatch and srun drop a "
+                f"--log-dir: Slurm cannot write to {shown_path(log_dir)}: sbatch and srun drop a "
                 "backslash from a file name (and stop reading %j in it); choose a directory "
                 "without one"
             )
@@ -139,7 +140,7 @@ class SlurmBackend(Backend):
             # Said before the run's directory is made, naming where its path
             # comes from: no --log-dir was given.
             raise SpecError(
-                f"Slurm cannot write the run's logs under {runs.runs_root()} "
+                f"Slurm cannot write the run's logs under {shown_path(runs.runs_root())} "
                 "($XDG_STATE_HOME/tfmesos/runs): sbatch and srun drop a backslash from a file "
                 "name (and stop reading %j in it); give --log-dir a directory without one, or "
                 "set XDG_STATE_HOME to one"
@@ -167,7 +168,7 @@ class SlurmBackend(Backend):
         return self.host
 
     def logs_location(self) -> str:
-        return str(self.log_dir)
+        return shown_path(self.log_dir)
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
@@ -175,12 +176,12 @@ class SlurmBackend(Backend):
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecError(
-                f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
+                f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
             ) from None
         self._watchdog = _start_watchdog()
         self._poller = asyncio.create_task(self._poll())
         if not self.spec.replica:  # in replica mode the chief, beside tfrun, says it
-            logger.info("the full output of each task goes to %s", self.log_dir)
+            logger.info("the full output of each task goes to %s", shown_path(self.log_dir))
 
     async def launch(self, launch: Launch) -> None:
         await self.launch_many([launch])
