@@ -433,5 +433,80 @@ class OutputLines:
             yield time.perf_counter(), line
 
 
+Event = dict[str, Any]
+"""One object of tfrun's event stream (the README's "The event stream")."""
+
+EVENTS_POLL = 0.01
+"""How often :meth:`EventStream.follow` looks at the file again. Times come
+from each event's ``ts``, not from when it was read: this bounds only how
+late a benchmark acts on an event (mesos_scale's reading of tfrun's CPU time
+at ``cluster_up``)."""
+
+
+class EventStream:
+    """tfrun's event stream (``tfrun --events FILE``), read as tfrun writes it.
+
+    The benchmarks learn what a job did (its cluster up, a task relaunched,
+    its verdict) from these lines, not from tfrun's messages, which are
+    written for people and may be reworded. When something happened is the
+    event's ``ts``: the launcher's clock (``time.time()``) at the event
+    itself, at least as accurate as the moment a message reached a reader, so
+    set it against ``time.time()`` taken at the start.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.events: list[Event] = []
+        """Every event read so far, in order."""
+        self._offset = 0
+        self._partial = b""
+        # A file an earlier run left here would be read as this run's
+        # until tfrun truncated it.
+        path.unlink(missing_ok=True)
+
+    @property
+    def flag(self) -> list[str]:
+        """tfrun's arguments that write the events here."""
+        return ["--events", str(self.path)]
+
+    def read(self) -> list[Event]:
+        """The events written since the last read. A line still being
+        written (no newline yet) waits for the next read."""
+        try:
+            with open(self.path, "rb") as file:
+                file.seek(self._offset)
+                data = file.read()
+        except FileNotFoundError:
+            return []  # tfrun opens FILE once it has checked its command line
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        new = [json.loads(line) for line in lines if line]
+        self.events += new
+        return new
+
+    def follow(self, proc: subprocess.Popen[Any]) -> Iterator[Event]:
+        """Each event as it is written, until ``proc`` (the tfrun writing
+        them) has exited and every line it wrote has been read."""
+        while True:
+            ended = proc.poll() is not None  # before the read: it then sees the last lines
+            yield from self.read()
+            if ended:
+                return
+            time.sleep(EVENTS_POLL)
+
+    def of(self, name: str) -> list[Event]:
+        return [event for event in self.events if event["event"] == name]
+
+    def first(self, name: str) -> Event | None:
+        return next((event for event in self.events if event["event"] == name), None)
+
+    def describe(self) -> str:
+        """What the events say of the job's end, for a failure's message."""
+        verdict = self.first("job_verdict")
+        if verdict is not None:
+            return f"its verdict: {verdict['result']}: {verdict['message']}"
+        return f"no verdict; its events: {', '.join(e['event'] for e in self.events) or 'none'}"
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
