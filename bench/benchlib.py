@@ -412,8 +412,9 @@ def spawn(argv: Sequence[str], *, stderr: int = subprocess.DEVNULL) -> subproces
 class OutputLines:
     """A command started with its stdout and stderr together in one pipe,
     read line by line as they come: ``for arrived, line in output``, with
-    ``arrived`` from ``time.perf_counter()``. ``tail`` keeps the last lines,
-    for the message of a failure."""
+    ``arrived`` from ``time.time()``, the clock of tfrun's events' ``ts``, so
+    that a task's line and one of tfrun's events can be set against each
+    other. ``tail`` keeps the last lines, for the message of a failure."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str], keep: int = 40) -> None:
         self.proc = subprocess.Popen(
@@ -430,7 +431,7 @@ class OutputLines:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.tail.append(line)
-            yield time.perf_counter(), line
+            yield time.time(), line
 
 
 Event = dict[str, Any]

@@ -4,11 +4,12 @@ The README's first job is ``tfrun -w 2 -s 1 -- python
 examples/mnist/mnist_replica.py ...``: three processes that each import
 TensorFlow, on a machine with as few as two cores. This benchmark runs it and
 ``bench/hand_launch_mnist.sh`` (the same three processes started by hand)
-side by side, and stamps the lines each prints as they arrive, from the moment
-the command starts ("Enter"):
+side by side, and times each of these from the moment the command starts
+("Enter"), by the job's own lines as they arrive and by tfrun's events:
 
 - cluster up: tfrun has started every task and handed out the addresses
-  (tfrun only; by hand the addresses are fixed before the tasks start);
+  (tfrun only, the ``ts`` of its ``cluster_up`` event, ``--events``; by hand
+  the addresses are fixed before the tasks start);
 - data loaded: the chief has imported TensorFlow, started its server and
   loaded the data (its ``worker 0: ...images...`` line);
 - first step: the chief's session is up and it is about to take its first
@@ -57,6 +58,7 @@ from benchlib import (
     BENCH,
     PYTHON,
     ROOT,
+    EventStream,
     JobFailed,
     OutputLines,
     Result,
@@ -70,7 +72,7 @@ from benchlib import (
 
 EXAMPLE = "examples/mnist/mnist_replica.py"
 MARKS = (
-    ("cluster up", re.compile(rb"\[tfrun\] cluster up")),
+    # The chief's own lines: the task's output, which tfrun passes on.
     ("data loaded", re.compile(rb"worker 0: .*images")),
     ("first step", re.compile(rb"^(\[worker:0\] )?initial validation")),
     ("trained", re.compile(rb"training: \d+ global steps")),
@@ -170,11 +172,14 @@ def installed_trees() -> list[Path]:
     return sorted(roots)
 
 
-def run_job(argv: list[str], env: dict[str, str], cold: bool) -> Run:
+def run_job(argv: list[str], env: dict[str, str], cold: bool, events: Path | None = None) -> Run:
+    """One run of the job; ``events``: the file ``argv`` (tfrun's) writes
+    its event stream to, whose ``cluster_up`` is the cluster-up mark."""
     if cold:
         evict([*installed_trees(), ROOT / EXAMPLE])
     run = Run()
-    started = time.perf_counter()
+    stream = None if events is None else EventStream(events)
+    started = time.time()  # the clock of the output's arrival and of the events' ts
     output = OutputLines(argv, env, keep=31)
     proc = output.proc
     for arrived, line in output:
@@ -186,13 +191,22 @@ def run_job(argv: list[str], env: dict[str, str], cold: bool) -> Run:
                     run.cpu[name] = tree_cpu(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = code = os.waitstatus_to_exitcode(status)
-    run.stamps["exit"] = time.perf_counter() - started
+    run.stamps["exit"] = time.time() - started
     # Every process of the job was waited for by its parent, and so counts
     # in the command's own rusage.
     run.cpu["exit"] = usage.ru_utime + usage.ru_stime
-    if code != 0 or "first step" not in run.stamps:
+    if stream is not None:
+        stream.read()
+        up = stream.first("cluster_up")
+        if up is not None:
+            run.stamps["cluster up"] = up["ts"] - started
+            run.stamps = dict(sorted(run.stamps.items(), key=lambda stamp: stamp[1]))
+    marks = ("first step",) if stream is None else ("first step", "cluster up")
+    if code != 0 or any(mark not in run.stamps for mark in marks):
         raise JobFailed(
-            f"{argv[0]} exited with status {code}:\n"
+            f"{argv[0]} exited with status {code}"
+            + (f", {stream.describe()}" if stream is not None else "")
+            + ":\n"
             + b"".join(output.tail).decode(errors="replace")
         )
     return run
@@ -277,9 +291,11 @@ def main() -> None:
     )
     with scratch("first-step") as logs, tempfile.TemporaryDirectory() as hide_dir:
         hidden = hiding_dir(Path(hide_dir))
+        events = logs / "events.jsonl"
         tfrun_argv = [
             *tfrun(),
-            *("-w", "2", "-s", "1", "--worker-logs", "*", "--log-dir", str(logs), "--"),
+            *("-w", "2", "-s", "1", "--worker-logs", "*", "--log-dir", str(logs)),
+            *("--events", str(events), "--"),
             *("python", EXAMPLE, "--ps_hosts={ps_hosts}", "--worker_hosts={worker_hosts}"),
             *("--job_name={job_name}", "--task_index={task_index}", *steps),
         ]
@@ -290,7 +306,9 @@ def main() -> None:
         contenders: dict[str, Callable[[], Run | dict[str, tuple[float, float]]]] = {}
         for suffix, hide in variants.items():
             env = job_env(hide)
-            contenders[f"tfrun{suffix}"] = functools.partial(run_job, tfrun_argv, env, args.cold)
+            contenders[f"tfrun{suffix}"] = functools.partial(
+                run_job, tfrun_argv, env, args.cold, events
+            )
             contenders[f"hand{suffix}"] = functools.partial(run_job, hand_argv, env, args.cold)
             contenders[f"one task{suffix}"] = functools.partial(task_phases, env, args.cold)
         runs = alternate(args.reps, contenders, warmup=args.warmup and not args.cold)

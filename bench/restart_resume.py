@@ -20,10 +20,13 @@ Three contenders, alternating their order from one repetition to the next:
   non-zero; the benchmark at once runs the same command again, as a user's
   shell loop (``until tfrun ...; do :; done``) would.
 
-Also recorded: the moment tfrun names the failure ("... stopping every task"),
-the moment the next run's cluster is up, and the wall time of the whole job
-(the first tfrun's start to the last one's exit). Nothing here is judged: the
-issue (#14) asks for the figures, not for a target.
+Also recorded, from tfrun's event stream (``--events``, each event's ``ts``):
+the moment tfrun names the failure (worker 1's ``task_exited``, whose action
+is ``fail job``), the moment the next run's cluster is up (its
+``cluster_up``); and the wall time of the whole job (the first tfrun's start
+to the last one's exit). All on one clock, ``time.time()``, the events'.
+Nothing here is judged: the issue (#14) asks for the figures, not for a
+target.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import psutil
 from benchlib import (
     PYTHON,
     ROOT,
+    Event,
+    EventStream,
     JobFailed,
     OutputLines,
     Result,
@@ -61,9 +66,8 @@ MESOS = "--max-restarts 1, test master"
 HAND = "hand restart, local"
 CONTENDERS = (LOCAL, MESOS, HAND)
 
+# The chief's own line (the task's output, which tfrun passes on).
 RESUMED = re.compile(rb"\[worker:0\] worker 0: training from global step (\d+)")
-NOTICED = re.compile(rb"stopping every task")
-UP = re.compile(rb"cluster up")
 LATEST = re.compile(r'^model_checkpoint_path: ".*?-(\d+)"', re.MULTILINE)
 
 
@@ -114,7 +118,7 @@ class Crash(threading.Thread):
                 except psutil.Error as exc:
                     self.error = f"could not kill {target.pid}: {exc}"
                     return
-                self.killed_at = time.perf_counter()
+                self.killed_at = time.time()
                 self.step = step
                 return
             self.done.wait(0.01)
@@ -129,9 +133,9 @@ class Run:
     wall: float
     """The first tfrun's start to the last one's exit."""
     noticed: float
-    """Crash to tfrun's "stopping every task" line."""
+    """Crash to worker 1's ``task_exited`` event that fails the job."""
     up: float
-    """Crash to the next run's "cluster up" line."""
+    """Crash to the next run's ``cluster_up`` event."""
     resumed: float
     """Crash to the chief's "training from global step N" line, N > 0."""
     killed_after: int
@@ -144,34 +148,48 @@ class Run:
 
 
 class Watch:
-    """Reads one tfrun's output (stdout and stderr together), timing its lines."""
+    """Runs tfrun, once or more, and keeps what each run did: its events
+    (``--events``) and the chief's lines, timed as they arrive, from its
+    output (stdout and stderr together)."""
 
-    def __init__(self) -> None:
-        self.noticed: float | None = None
-        self.ups: list[float] = []
+    def __init__(self, events: Path) -> None:
+        self.path = events
+        self.events: list[Event] = []
+        """Every run's events, in order."""
         self.starts: list[tuple[float, int]] = []
         self.tail: Sequence[bytes] = ()
         self.own: list[tuple[float, bytes]] = []
 
+    @property
+    def flag(self) -> list[str]:
+        return ["--events", str(self.path)]
+
     def run(self, argv: list[str], env: dict[str, str]) -> int:
+        stream = EventStream(self.path)  # each run writes the file anew
         output = OutputLines(argv, env, keep=41)
         self.tail = output.tail
         for now, line in output:
-            # tfrun's own lines: "[tfrun] ..." (with -v), its warnings and verdict.
+            # tfrun's own lines, kept for a reader of the results: "[tfrun]
+            # ..." (with -v), its warnings and verdict. Nothing is read from them.
             ours = line.startswith(b"[tfrun]") or not line.startswith(b"[")
             if ours and len(self.own) < 200:
                 self.own.append((now, line.rstrip()))
-            if self.noticed is None and NOTICED.search(line):
-                self.noticed = now
-            if UP.search(line):
-                self.ups.append(now)
             resumed = RESUMED.search(line)
             if resumed:
                 self.starts.append((now, int(resumed.group(1))))
-        return output.proc.wait(timeout=600)
+        code = output.proc.wait(timeout=600)
+        self.events += stream.read()
+        return code
+
+    def after(self, name: str, moment: float) -> list[Event]:
+        """The events called ``name`` after ``moment`` (``time.time()``)."""
+        return [e for e in self.events if e["event"] == name and e["ts"] > moment]
 
     def failure(self, why: str) -> JobFailed:
-        return JobFailed(why + ":\n" + b"".join(self.tail).decode(errors="replace"))
+        said = ", ".join(e["event"] for e in self.events) or "none"
+        return JobFailed(
+            f"{why} (its events: {said}):\n" + b"".join(self.tail).decode(errors="replace")
+        )
 
 
 def mnist(checkpoint_dir: Path, train_steps: int, save_steps: int) -> list[str]:
@@ -188,15 +206,15 @@ def crash_and_resume(master: str | None, restarts: bool, train_steps: int, save_
     """One job, worker 1 killed after the first checkpoint; the times from the kill."""
     with scratch("restart") as work:
         checkpoints = work / "checkpoints"
-        argv = [*tfrun(), *(["-m", master] if master else []), "-w", "2", "-s", "1"]
+        watch = Watch(work / "events.jsonl")
+        argv = [*tfrun(), *(["-m", master] if master else []), "-w", "2", "-s", "1", *watch.flag]
         if restarts:
             argv += ["--max-restarts", "1"]
         argv += ["--", *mnist(checkpoints, train_steps, save_steps)]
         # Each run's logs under the scratch folder, not the user's state directory.
         env = bench_env(PYTHON=PYTHON, XDG_STATE_HOME=str(work / "state"))
         crash = Crash(checkpoints, ("--job_name=worker", "--task_index=1", str(checkpoints)))
-        watch = Watch()
-        started = time.perf_counter()
+        started = time.time()  # one clock: the events' ts, the kill, the lines' arrival
         crash.start()
         try:
             codes = [watch.run(argv, env)]
@@ -209,18 +227,23 @@ def crash_and_resume(master: str | None, restarts: bool, train_steps: int, save_
                 raise watch.failure("tfrun without --max-restarts exited 0 after the crash")
             # The user's loop: the same command again, at once.
             codes.append(watch.run(argv, env))
-        wall = time.perf_counter() - started
+        wall = time.time() - started
         if codes[-1] != 0:
             raise watch.failure(f"the job exited with status {codes[-1]}")
         killed = crash.killed_at
         after = [(at, step) for at, step in watch.starts if at > killed]
-        ups = [at for at in watch.ups if at > killed]
-        if not after or after[0][1] <= 0 or not ups or watch.noticed is None:
+        ups = watch.after("cluster_up", killed)
+        noticed = [
+            e
+            for e in watch.after("task_exited", killed)
+            if e["task"] == "worker:1" and e["action"] == "fail job"
+        ]
+        if not after or after[0][1] <= 0 or not ups or not noticed:
             raise watch.failure("no run resumed from a checkpoint after the crash")
         return Run(
             wall=wall,
-            noticed=watch.noticed - killed,
-            up=ups[0] - killed,
+            noticed=noticed[0]["ts"] - killed,
+            up=ups[0]["ts"] - killed,
             resumed=after[0][0] - killed,
             killed_after=crash.step,
             resumed_from=after[0][1],
