@@ -6,8 +6,9 @@
   new one each time one is closed, from the moment the port listens to the
   end of the job.
 
-Bring-up is the time from tfrun's start to its ``cluster up`` line; each job's
-relaunches (a task refused and started again) are counted. Without the fork
+Bring-up is the time from tfrun's start to its ``cluster_up`` event (the
+event's ``ts``, ``tfrun --events``); each job's relaunches (a task refused and
+started again: its ``task_relaunched`` events) are counted. Without the fork
 server every agent is a new interpreter, so the tasks dial in over a second
 or so, with the flood in place. Target: bring-up with the flood within 2x of
 bring-up without.
@@ -18,11 +19,13 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from benchlib import (
     BENCH,
     PYTHON,
     ROOT,
+    EventStream,
     JobFailed,
     Result,
     alternate,
@@ -42,16 +45,18 @@ SMOKE_FLOOD = 50
 """With --smoke: the same code path, small enough for the test suite."""
 
 
-def bring_up(logs: str, tasks: int, flood: int, relaunches: list[int]) -> float:
-    """Seconds from tfrun's start to ``cluster up`` with ``flood`` silent
+def bring_up(logs: Path, tasks: int, flood: int, relaunches: list[int]) -> float:
+    """Seconds from tfrun's start to its cluster up with ``flood`` silent
     connections held (none: 0); the job must exit 0."""
-    argv = [*tfrun(), "-w", str(tasks), "-s", "0", "--log-dir", logs, "--", PYTHON, "-c", "pass"]
-    started = time.perf_counter()
+    events = EventStream(logs / "events.jsonl")
+    argv = [*tfrun(), "-w", str(tasks), "-s", "0", "--log-dir", str(logs), *events.flag]
+    argv += ["--", PYTHON, "-c", "pass"]
+    started = time.time()  # the clock of the events' ts
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         env=bench_env(TFMESOS_NO_FORK_SERVER="1"),
         cwd=ROOT,
     )
@@ -63,24 +68,18 @@ def bring_up(logs: str, tasks: int, flood: int, relaunches: list[int]) -> float:
             stdout=subprocess.DEVNULL,
             env=bench_env(),
         )
-    assert proc.stderr is not None
-    up = None
-    said = []
     try:
-        for raw in proc.stderr:
-            line = raw.decode("utf-8", "replace")
-            said.append(line)
-            if up is None and "cluster up" in line:
-                up = time.perf_counter() - started
         code = proc.wait()
     finally:
         if flooder is not None:
             flooder.kill()
             flooder.wait()
+    events.read()
+    up = events.first("cluster_up")
     if code != 0 or up is None:
-        raise JobFailed(f"tfrun exited with status {code}:\n" + "".join(said[-20:]))
-    relaunches.append(sum("relaunching it" in line for line in said))
-    return up
+        raise JobFailed(f"tfrun exited with status {code}, {events.describe()}")
+    relaunches.append(len(events.of("task_relaunched")))
+    return float(up["ts"]) - started
 
 
 def main() -> None:
@@ -103,8 +102,8 @@ def main() -> None:
         walls = alternate(
             args.reps,
             {
-                "no flood": lambda: bring_up(str(logs), tasks, 0, relaunched["no flood"]),
-                "flood": lambda: bring_up(str(logs), tasks, flood, relaunched["flood"]),
+                "no flood": lambda: bring_up(logs, tasks, 0, relaunched["no flood"]),
+                "flood": lambda: bring_up(logs, tasks, flood, relaunched["flood"]),
             },
             warmup=args.warmup,
         )
