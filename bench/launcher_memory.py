@@ -3,20 +3,21 @@
 ``tfrun -w N -s 0 -Cw 0.01 -Mw 1 -- sleep S`` on the local backend: every task
 sleeps a few seconds once the cluster is up. The tfrun process's RSS (and its
 thread and file descriptor counts) is sampled with psutil every 50 ms from start
-to exit; the agents' memory is taken once, while every task sleeps. Target:
-launcher RSS at most 100 MiB at 500 tasks.
+to exit; the agents' memory is taken once, while every task sleeps (0.3 s after
+the ``cluster_up`` of tfrun's event stream, ``--events``, whose ``ts`` is also
+the start-to-cluster-up time). Target: launcher RSS at most 100 MiB at 500 tasks.
 """
 
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 from benchlib import (
+    EventStream,
     JobFailed,
     MiB,
     Result,
@@ -40,15 +41,8 @@ class Sample:
     agents_uss: float
 
 
-def _watch_stderr(proc: subprocess.Popen[bytes], started: float, box: dict[str, float]) -> None:
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        if b"cluster up" in line and "up" not in box:
-            box["up"] = time.perf_counter() - started
-    proc.stderr.close()
-
-
-def measure(tasks: int, sleep: float, logs: str) -> Sample:
+def measure(tasks: int, sleep: float, logs: Path) -> Sample:
+    events = EventStream(logs / "events.jsonl")
     argv = [
         *tfrun(),
         "-w",
@@ -60,24 +54,27 @@ def measure(tasks: int, sleep: float, logs: str) -> Sample:
         "-Mw",
         "1",
         "--log-dir",
-        logs,
+        str(logs),
+        *events.flag,
         "--",
         f"sleep {sleep}",
     ]
-    started = time.perf_counter()
-    proc = spawn(argv, stderr=subprocess.PIPE)
-    box: dict[str, float] = {}
-    watcher = threading.Thread(target=_watch_stderr, args=(proc, started, box))
-    watcher.start()
+    started = time.time()  # the clock of the events' ts
+    proc = spawn(argv)
     launcher = psutil.Process(proc.pid)
     rss = threads = fds = 0
     agents_rss = agents_uss = 0
+    up: float | None = None
     while proc.poll() is None:
+        if up is None:
+            events.read()
+            cluster_up = events.first("cluster_up")
+            up = None if cluster_up is None else float(cluster_up["ts"])
         with contextlib.suppress(psutil.Error):
             rss = max(rss, launcher.memory_info().rss)
             threads = max(threads, launcher.num_threads())
             fds = max(fds, launcher.num_fds())
-            if "up" in box and not agents_rss and time.perf_counter() - started > box["up"] + 0.3:
+            if up is not None and not agents_rss and time.time() > up + 0.3:
                 # Once, while every task sleeps: what the agents (and the fork
                 # server they come from, if any) hold between them; not the
                 # tasks' own `sleep`s.
@@ -89,16 +86,19 @@ def measure(tasks: int, sleep: float, logs: str) -> Sample:
                         agents_rss += info.rss
                         agents_uss += info.uss
         time.sleep(0.05)
-    watcher.join()
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise JobFailed(f"tfrun -w {tasks}: exited with status {proc.returncode}")
+    wall = time.time() - started
+    events.read()
+    cluster_up = events.first("cluster_up")
+    if proc.returncode != 0 or cluster_up is None:
+        raise JobFailed(
+            f"tfrun -w {tasks}: exited with status {proc.returncode}, {events.describe()}"
+        )
     return Sample(
         rss / MiB,
         threads,
         fds,
         wall,
-        box.get("up", float("nan")),
+        cluster_up["ts"] - started,
         agents_rss / MiB,
         agents_uss / MiB,
     )
@@ -118,7 +118,7 @@ def main() -> None:
         samples = alternate(
             args.reps,
             {
-                f"{n} tasks": (lambda n=n: measure(n, sleep, str(logs)))  # type: ignore[misc]
+                f"{n} tasks": (lambda n=n: measure(n, sleep, logs))  # type: ignore[misc]
                 for n in sizes
             },
             warmup=args.warmup,
