@@ -6,8 +6,8 @@ A. The scheduler's own CPU time to place 1,000 tasks on 200 offers: the Mesos
    same 200 offers also come in 20 OFFERS events of 10 and in 200 of one, as
    agents that register over time or offers back from a filter make them come:
    the job holds each offer until the last one lets every task fit.
-B. Bring-up: time from tfrun's start to every task registered ("cluster up")
-   for 10, 100 and 500 trivial tasks (``sleep``) over 50 agents of a test
+B. Bring-up: time from tfrun's start to every task registered (the ``ts`` of
+   its ``cluster_up`` event, ``tfrun --events``) for 10, 100 and 500 trivial tasks (``sleep``) over 50 agents of a test
    master running in its own process, over 10 agents of real Apache Mesos
    (``tfmesos.testing.real_mesos``, when one can be prepared here; up to
    REAL_MAX_TASKS tasks), against
@@ -30,7 +30,18 @@ import time
 from typing import Any
 
 import psutil
-from benchlib import PYTHON, ROOT, Result, alternate, bench_env, command_line, parse_args, tfrun
+from benchlib import (
+    PYTHON,
+    ROOT,
+    EventStream,
+    Result,
+    alternate,
+    bench_env,
+    command_line,
+    parse_args,
+    scratch,
+    tfrun,
+)
 
 sys.path.insert(0, str(ROOT))
 
@@ -192,35 +203,38 @@ def start_real_mesos() -> RealMesos | str:
 
 
 def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
-    """Seconds from tfrun's start to "cluster up", and tfrun's CPU seconds until then."""
-    argv = [*tfrun()]
-    if master:
-        argv += ["-m", master]
-    argv += ["-w", str(tasks), "-s", "0", "-Cw", "0.01", "-Mw", "1", "--", "sleep", "1"]
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        env=bench_env(),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    up = None
-    cpu = 0.0
-    said = ""  # what tfrun said before "cluster up", for the error if it never came
-    for line in proc.stderr:
-        said += line
-        if "cluster up" in line:
-            up = time.perf_counter() - started
-            times = psutil.Process(proc.pid).cpu_times()
-            cpu = times.user + times.system
-            break
-    rest = proc.stderr.read()
-    if proc.wait(timeout=600) != 0 or up is None:
-        raise RuntimeError(f"tfrun failed ({proc.returncode}): {(said + rest)[-4000:]}")
-    return up, cpu
+    """Seconds from tfrun's start to its cluster up, and tfrun's CPU seconds until then."""
+    with scratch("scale") as work:
+        events = EventStream(work / "events.jsonl")
+        argv = [*tfrun()]
+        if master:
+            argv += ["-m", master]
+        argv += ["-w", str(tasks), "-s", "0", "-Cw", "0.01", "-Mw", "1", *events.flag]
+        argv += ["--", "sleep", "1"]
+        started = time.time()  # the clock of the events' ts
+        proc = subprocess.Popen(
+            argv,
+            env=bench_env(),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        up = None
+        cpu = 0.0
+        for event in events.follow(proc):
+            if event["event"] == "cluster_up":
+                up = event["ts"] - started
+                # Read once the event is seen, within EVENTS_POLL of it: tfrun
+                # then waits on tasks that sleep, so the lag adds little CPU.
+                times = psutil.Process(proc.pid).cpu_times()
+                cpu = times.user + times.system
+                break
+        code = proc.wait(timeout=600)
+        events.read()
+        if code != 0 or up is None:
+            raise RuntimeError(f"tfrun exited with status {code}, {events.describe()}")
+        return up, cpu
 
 
 def main() -> None:
