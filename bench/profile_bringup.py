@@ -2,10 +2,11 @@
 
     python bench/profile_bringup.py [-w 4] [--reps 5] [--py-spy DIR]
 
-Runs ``tfrun -v -w N -s 0 -- python -c pass`` and stamps each line tfrun logs
-as it arrives, giving the median time from start to: the first log line (the
-launcher's interpreter and imports done), each task registered (the agents up),
-the cluster up, every worker finished, and exit (teardown). With ``--py-spy``
+Runs ``tfrun -w N -s 0 --events FILE -- python -c pass`` and reads the time of
+each event (its ``ts``), giving the median time from start to: the first task
+launched (the launcher's interpreter, imports and backend up), the first and
+the last task registered (the agents up), the cluster up, every worker exited,
+every task stopped (teardown) and exit (the interpreter's end). With ``--py-spy``
 it also records the launcher and its agents with py-spy (``pip install
 py-spy``) and prints the functions holding the most samples. A diagnostic for
 docs/benchmarks.md, not one of the benchmarks run_all runs.
@@ -21,43 +22,50 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchlib import PYTHON, ROOT, JobFailed, bench_env, scratch, tfrun
+from benchlib import PYTHON, ROOT, EventStream, JobFailed, bench_env, scratch, tfrun
 
 MARKS = (
-    ("first log line", b"[tfrun]"),
-    ("first task registered", b"registered at"),
-    ("cluster up", b"cluster up"),
-    ("all workers finished", b"all workers finished"),
+    "first task launched",
+    "first task registered",
+    "last task registered",
+    "cluster up",
+    "all workers exited",
+    "every task stopped",
+    "exit",
 )
 
 
-def timeline(workers: int, logs: str) -> dict[str, float]:
-    argv = [*tfrun(), "-v", "-w", str(workers), "-s", "0", "--log-dir", logs]
+def timeline(workers: int, logs: Path) -> dict[str, float]:
+    """Seconds from tfrun's start to each of MARKS, in one run."""
+    events = EventStream(logs / "events.jsonl")
+    argv = [*tfrun(), "-w", str(workers), "-s", "0", "--log-dir", str(logs), *events.flag]
     argv += ["--", PYTHON, "-c", "pass"]
-    started = time.perf_counter()
-    proc = subprocess.Popen(
+    started = time.time()  # the clock of the events' ts
+    code = subprocess.run(
         argv,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         stdin=subprocess.DEVNULL,
         env=bench_env(),
         cwd=ROOT,
-    )
-    assert proc.stderr is not None
-    seen: dict[str, float] = {}
-    registered = 0
-    for line in proc.stderr:
-        now = time.perf_counter() - started
-        for name, mark in MARKS:
-            if mark in line and name not in seen:
-                seen[name] = now
-        if b"registered at" in line:
-            registered += 1
-            if registered == workers:
-                seen["last task registered"] = now
-    if proc.wait() != 0:
-        raise JobFailed(f"tfrun exited with status {proc.returncode}")
-    seen["exit"] = time.perf_counter() - started
+        check=False,
+    ).returncode
+    ended = time.time()
+    events.read()
+    if code != 0:
+        raise JobFailed(f"tfrun exited with status {code}, {events.describe()}")
+    registered = events.of("task_registered")
+    exited = [e for e in events.of("task_exited") if e["task"].startswith("worker:")]
+    found = {
+        "first task launched": events.first("task_launched"),
+        "first task registered": registered[0] if registered else None,
+        "last task registered": registered[-1] if len(registered) >= workers else None,
+        "cluster up": events.first("cluster_up"),
+        "all workers exited": exited[-1] if len(exited) >= workers else None,
+        "every task stopped": events.first("job_stopped"),
+    }
+    seen = {name: event["ts"] - started for name, event in found.items() if event is not None}
+    seen["exit"] = ended - started
     return seen
 
 
@@ -123,13 +131,11 @@ def main() -> None:
     parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR")
     args = parser.parse_args()
     with scratch("profile") as logs:
-        timeline(args.w, str(logs))  # warm-up
-        runs = [timeline(args.w, str(logs)) for _ in range(args.reps)]
-        names = [m for m, _ in MARKS[:2]] + ["last task registered"]
-        names += [m for m, _ in MARKS[2:]] + ["exit"]
+        timeline(args.w, logs)  # warm-up
+        runs = [timeline(args.w, logs) for _ in range(args.reps)]
         print(f"tfrun -w {args.w} -s 0 -- python -c pass, median of {args.reps}:")
         previous = 0.0
-        for name in names:
+        for name in MARKS:
             values = [r[name] for r in runs if name in r]
             if not values:
                 continue
