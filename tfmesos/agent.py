@@ -232,7 +232,9 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
     return code
 
 
-def main() -> int:
+def main(environ: dict[str, str] | None = None) -> int:
+    """``environ``: the agent's environment, where its caller (the fork
+    server) has it at hand already; else read from ``os.environ``."""
     # An ignored SIGCHLD (inherited through exec) would have the kernel reap
     # the commands before their status could be read.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -240,7 +242,7 @@ def main() -> int:
     # a signal that kills the agent; the commands get SIGXFSZ's default back
     # (subprocess's restore_signals).
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    environ = dict(os.environ)
+    environ = dict(os.environ) if environ is None else environ
     try:
         config = AgentConfig.from_environ(environ)
         if config.parent_pid is not None and not proctree.exit_with_parent(config.parent_pid):

@@ -128,9 +128,8 @@ def _become_agent(request: dict[str, Any], env: dict[str, str]) -> None:
         _close_inherited()  # the server's pipes and selector
         if request.get("cwd"):
             os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(env)
-        code = agent_main()
+        _become_environment(env)
+        code = agent_main(env)
     except BaseException:
         import traceback  # here: the server does not need it (~5 ms to import)
 
@@ -140,6 +139,19 @@ def _become_agent(request: dict[str, Any], env: dict[str, str]) -> None:
             with contextlib.suppress(Exception):  # nothing more can be said
                 stream.flush()
         os._exit(code)
+
+
+def _become_environment(env: dict[str, str]) -> None:
+    """Make ``env`` this process's environment, changing only what differs
+    from the server's (the launcher's, mostly the same): each putenv and
+    unsetenv scans the C environment, and clear() then update() did ~140 of
+    them in every agent (docs/benchmarks.md, "The fixed cost")."""
+    environ = os.environ
+    for name in [name for name in environ if name not in env]:
+        del environ[name]
+    for name, value in env.items():
+        if environ.get(name) != value:
+            environ[name] = value
 
 
 def _name_process(name: bytes) -> None:
