@@ -289,6 +289,10 @@ def end_descendants(grace: float) -> bool:
         live = live_descendants(me)
     except OSError:
         return False
+    if not live:
+        # The usual end: nothing runs below, and nothing that does not run
+        # forks; no second reading of /proc (every agent passes here).
+        return True
     for pid in live:
         signal_pid(pid, signal.SIGTERM)
         signal_pid(pid, signal.SIGCONT)
