@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,6 +14,8 @@ from typing import Any, NoReturn
 
 import psutil
 import pytest
+
+from tests.jobevents import JobEvents
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "TFMESOS_TEST_MARK"
@@ -259,21 +263,77 @@ def run_tfrun(
     )
 
 
-def start_tfrun(*args: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
-    """Start tfrun; return once it says the cluster is up, with what it said so far."""
-    proc = subprocess.Popen(
-        tfrun_argv(*args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    assert proc.stderr is not None
-    said = []
-    for line in proc.stderr:
-        said.append(line)
-        if "cluster up" in line:
-            return proc, said
-    proc.wait()
-    raise AssertionError("the job never came up:\n" + "".join(said))
+class Tfrun(subprocess.Popen[str]):
+    """A tfrun that :func:`start_tfrun` started, its events written to
+    :attr:`events`. Its stderr goes to a file, not a pipe, so that tfrun never
+    waits on a test that is not reading it (a pipe holds 64 KiB), and so that
+    what it said before an event is all there once the event is:
+    :meth:`communicate` returns it as a pipe's would be returned. The test's
+    ``_tfruns_closed`` fixture ends and closes it."""
+
+    def __init__(self, args: tuple[str, ...], env: dict[str, str]) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="tfrun-"))
+        self.events = JobEvents(self.directory / "events.jsonl")
+        self._stderr = self.directory / "stderr"
+        with self._stderr.open("wb") as stderr:  # tfrun has its own copy
+            super().__init__(
+                tfrun_argv(*self.events.flag, *args),
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=env,
+                cwd=ROOT,
+            )
+
+    def said(self) -> str:
+        """What tfrun has said on stderr so far."""
+        return self._stderr.read_text(errors="replace")
+
+    def communicate(self, input: str | None = None, timeout: float | None = None) -> Any:
+        out, _ = super().communicate(input, timeout)
+        return out, self.said()
+
+    def close(self) -> None:
+        """End tfrun if the test left it running, and free what it holds."""
+        with self:  # closes stdout and waits
+            if self.poll() is None:
+                self.kill()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_started: list[Tfrun] = []
+"""The tfruns the running test started, for ``_tfruns_closed`` to close."""
+
+
+@pytest.fixture(autouse=True)
+def _tfruns_closed() -> Iterator[None]:
+    """Every tfrun a test starts is ended and its pipe closed when the test
+    ends, whether or not the test got that far (an open pipe is a
+    ResourceWarning, and warnings fail tests)."""
+    yield
+    while _started:
+        _started.pop().close()
+
+
+def popen_tfrun(*args: str, env: dict[str, str]) -> Tfrun:
+    """Start tfrun and return at once; it is ended when the test ends."""
+    proc = Tfrun(args, env)
+    _started.append(proc)
+    return proc
+
+
+def start_tfrun(*args: str, env: dict[str, str]) -> tuple[Tfrun, list[str]]:
+    """Start tfrun; return once its cluster is up (its ``cluster_up`` event),
+    with the lines it said on stderr until then."""
+    proc = popen_tfrun(*args, env=env)
+    try:
+        proc.events.wait_for("cluster_up", proc, timeout=300)
+    except AssertionError as error:
+        raise AssertionError(f"the job never came up: {error}\n{proc.said()}") from None
+    return proc, proc.said().splitlines(keepends=True)
+
+
+@pytest.fixture
+def job_events(tmp_path: Path) -> JobEvents:
+    """Where a test's tfrun writes its events: pass ``*job_events.flag``."""
+    return JobEvents(tmp_path / "events.jsonl")
