@@ -19,8 +19,16 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.jobevents import JobEvents
 
 PY = sys.executable
+
+
+def every_task_exited_0(events: JobEvents, tasks: int) -> None:
+    """Each of the job's ``tasks`` ran once and exited 0, and the job succeeded."""
+    exits = [(e["exit_code"], e["action"]) for e in events.of("task_exited")]
+    assert exits == [(0, "finish")] * tasks, events.of("task_exited")
+    assert events.verdict()["result"] == "succeeded"
 
 
 def one_error_line(stderr: str) -> str:
@@ -58,7 +66,7 @@ def _full_disk_wrapper() -> list[str]:
 
 
 def test_a_full_log_disk_is_said_once_per_task_and_costs_neither_the_task_nor_its_output(
-    job_procs: JobProcesses, tmp_path: Path
+    job_procs: JobProcesses, job_events: JobEvents, tmp_path: Path
 ) -> None:
     disk, kept = tmp_path / "disk", tmp_path / "kept"
     disk.mkdir()
@@ -78,8 +86,8 @@ def test_a_full_log_disk_is_said_once_per_task_and_costs_neither_the_task_nor_it
     )
     argv = [
         *_full_disk_wrapper(), "sh", "-c", script, str(disk),
-        *tfrun_argv("--log-dir", str(disk), "-w", "2", "-s", "0", "--worker-logs", "*",
-                    "--", PY, "-c", code),
+        *tfrun_argv(*job_events.flag, "--log-dir", str(disk), "-w", "2", "-s", "0",
+                    "--worker-logs", "*", "--", PY, "-c", code),
     ]  # fmt: skip
     result = subprocess.run(
         argv, capture_output=True, text=True, timeout=180, cwd=ROOT,
@@ -100,7 +108,7 @@ def test_a_full_log_disk_is_said_once_per_task_and_costs_neither_the_task_nor_it
     )
     assert sorted(w[0] for w in warned) == ["worker:0", "worker:1"], result.stderr
     assert all(Path(log).parent == disk and at == str(disk) for _, log, at in warned)
-    assert "exited with status" not in result.stderr
+    every_task_exited_0(job_events, 2)
     assert "Traceback" not in result.stdout + result.stderr
     # The last line names the place and does not claim it holds everything.
     last = result.stderr.splitlines()[-1]
@@ -156,7 +164,7 @@ def test_a_log_whose_directory_is_removed_is_given_up_with_one_warning(
 
 
 def test_a_log_that_cannot_rotate_for_want_of_an_inode_stays_under_its_cap(
-    job_procs: JobProcesses, tmp_path: Path
+    job_procs: JobProcesses, job_events: JobEvents, tmp_path: Path
 ) -> None:
     # A tmpfs with room for its root and one file: the rotation moves the log
     # to FILE.1 and cannot make a new FILE. Before, the agent wrote on into
@@ -171,7 +179,7 @@ def test_a_log_that_cannot_rotate_for_want_of_an_inode_stays_under_its_cap(
     )
     argv = [
         *_full_disk_wrapper(), "sh", "-c", script, str(disk),
-        *tfrun_argv("--log-dir", str(disk), "-w", "1", "--", PY, "-c", code),
+        *tfrun_argv(*job_events.flag, "--log-dir", str(disk), "-w", "1", "--", PY, "-c", code),
     ]  # fmt: skip
     result = subprocess.run(
         argv, capture_output=True, text=True, timeout=180, cwd=ROOT,
@@ -180,6 +188,7 @@ def test_a_log_that_cannot_rotate_for_want_of_an_inode_stays_under_its_cap(
     assert result.returncode == 0, result.stderr[-3000:]
     got = [line for line in result.stdout.splitlines() if line.startswith("[worker:0] ")]
     assert len(got) == 1001 and got[-1] == "[worker:0] END", got[-3:]
+    every_task_exited_0(job_events, 1)
     warned = re.findall(
         r"^\[tfrun\] task worker:0 on \S+ cannot write its log (\S+) \(No space left on "
         r"device: the log disk is full \(the filesystem at (\S+)\)\); what the log holds is kept",
@@ -197,7 +206,7 @@ def test_a_log_that_cannot_rotate_for_want_of_an_inode_stays_under_its_cap(
 
 @pytest.mark.parametrize("fork_server", [True, False], ids=["fork-server", "no-fork-server"])
 def test_a_log_that_cannot_be_made_is_said_once_per_task_and_costs_the_task_nothing(
-    job_procs: JobProcesses, tmp_path: Path, fork_server: bool
+    job_procs: JobProcesses, job_events: JobEvents, tmp_path: Path, fork_server: bool
 ) -> None:
     # A tmpfs with an inode for its root only: no task's log can be made.
     # Before, each agent died opening it (a traceback, three starts, exit
@@ -207,8 +216,8 @@ def test_a_log_that_cannot_be_made_is_said_once_per_task_and_costs_the_task_noth
     script = 'mount -t tmpfs -o size=1m,nr_inodes=1 tfmesos-noinode "$0" || exit 97\nexec "$@"\n'
     argv = [
         *_full_disk_wrapper(), "sh", "-c", script, str(disk),
-        *tfrun_argv("--log-dir", str(disk), "-w", "2", "--worker-logs", "*", "--",
-                    "echo hello from {task_index}"),
+        *tfrun_argv(*job_events.flag, "--log-dir", str(disk), "-w", "2", "--worker-logs", "*",
+                    "--", "echo hello from {task_index}"),
     ]  # fmt: skip
     env = job_procs.env() if fork_server else job_procs.env(TFMESOS_NO_FORK_SERVER="1")
     result = subprocess.run(
@@ -217,6 +226,7 @@ def test_a_log_that_cannot_be_made_is_said_once_per_task_and_costs_the_task_noth
     assert result.returncode == 0, result.stderr[-3000:]
     for index in range(2):
         assert f"[worker:{index}] hello from {index}" in result.stdout.splitlines(), result.stdout
+    every_task_exited_0(job_events, 2)  # no agent died opening its log, none was relaunched
     warned = re.findall(
         r"^\[tfrun\] task (worker:\d) on \S+ cannot write its log (\S+) \(No space left on "
         r"device: the log disk is full \(the filesystem at (\S+)\)\); ",
