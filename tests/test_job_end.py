@@ -12,11 +12,11 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.jobevents import JobEvents
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.local import LocalBackend
 
@@ -89,33 +89,36 @@ def test_a_tasks_finished_comes_after_its_last_output_line(job_procs: JobProcess
     assert job_procs.wait_gone(5) == []
 
 
-def test_a_job_that_succeeds_says_so_last_with_each_tasks_end(job_procs: JobProcesses) -> None:
+def test_a_job_that_succeeds_says_so_last_with_each_tasks_end(
+    job_procs: JobProcesses, job_events: JobEvents
+) -> None:
     code = "import time; time.sleep(600 if '{job_name}' == 'ps' else 0.2); print('done')"
-    result = run_tfrun("-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
+    result = run_tfrun(*job_events.flag, "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
     assert result.returncode == 0, result.stderr
-    *_, verdict, logs = result.stderr.splitlines()
+    [stopped] = job_events.of("job_stopped")
+    assert stopped["outcomes"] == {
+        "ps:0": "stopped by tfrun",
+        "worker:0": "exited 0",
+        "worker:1": "exited 0",
+    }
+    # The wording a user sees (the one check of a succeeded job's verdict),
+    # last but one: the last line names the logs (test_local_jobs checks it).
+    verdict = result.stderr.splitlines()[-2]
     assert re.fullmatch(
         r"\[tfrun\] job succeeded in [0-9hm.]+s: worker:0 and worker:1 exited 0; "
         r"ps:0 stopped by tfrun",
         verdict,
     ), verdict
-    where = logs.removeprefix("[tfrun] the full output of each task is in ")
-    assert where != logs
-    assert sorted(p.name.split(".")[0] for p in Path(where).glob("*.log")) == [
-        "ps",
-        "worker",
-        "worker",
-    ]
     assert ESC not in result.stderr and ESC not in result.stdout  # pipes: no colour
     assert job_procs.wait_gone(5) == []
 
 
 def test_on_a_terminal_prefixes_are_coloured_and_the_end_comes_in_order(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, job_events: JobEvents
 ) -> None:
     code = "import time; time.sleep(600 if '{job_name}' == 'ps' else 0.2); print('hello')"
     env = {k: v for k, v in job_procs.env().items() if k not in ("NO_COLOR", "TERM")}
-    argv = tfrun_argv("-w", "2", "-s", "1", "--worker-logs", "*", "--", *py(code))
+    argv = tfrun_argv(*job_events.flag, "-w", "2", "-s", "1", "--worker-logs", "*", "--", *py(code))
     status, shown = run_on_a_terminal(argv, env)
     assert status == 0, shown
     lines = shown.splitlines()
@@ -123,11 +126,12 @@ def test_on_a_terminal_prefixes_are_coloured_and_the_end_comes_in_order(
     worker_1 = lines.index(f"{ESC}35m[worker:1]{ESC}0m hello")  # a colour of its own
     for task, shown_at in (("worker:0", worker_0), ("worker:1", worker_1)):
         assert lines.index(f"[tfrun] task {task} finished (exit 0)") > shown_at, shown
-    assert re.fullmatch(
-        rf"\[tfrun\] {re.escape(ESC)}1;32mjob succeeded in [0-9hm.]+s{re.escape(ESC)}0m: "
-        r"worker:0 and worker:1 exited 0; ps:0 stopped by tfrun",
-        lines[-2],
-    ), shown
+    # The verdict, last but one, its first words green.
+    green = re.fullmatch(
+        rf"\[tfrun\] {re.escape(ESC)}1;32m(job succeeded in [^:]+){re.escape(ESC)}0m(.*)", lines[-2]
+    )
+    assert green is not None, shown
+    assert green[1] + green[2] == job_events.verdict()["message"], shown
     assert lines[-1].startswith("[tfrun] the full output of each task is in "), shown
     # NO_COLOR, set to anything, turns colour off on a terminal too.
     status, shown = run_on_a_terminal(argv, {**env, "NO_COLOR": "1"})
@@ -163,20 +167,30 @@ def test_force_color_colours_a_pipe_and_no_color_wins_over_it(job_procs: JobProc
     ],
 )
 def test_a_failed_tasks_status_never_reads_as_tfruns_own(
-    job_procs: JobProcesses, task_status: int, tfrun_status: int
+    job_procs: JobProcesses, job_events: JobEvents, task_status: int, tfrun_status: int
 ) -> None:
-    result = run_tfrun("-w", "1", "-s", "0", "--", f"exit {task_status}", env=job_procs.env())
-    assert result.returncode == tfrun_status, result.stderr
-    # The verdict says the task's own status whatever tfrun exits with.
-    assert f"job failed: task worker:0 on 127.0.0.1 exited with status {task_status}" in (
-        result.stderr
+    result = run_tfrun(
+        *job_events.flag, "-w", "1", "-s", "0", "--", f"exit {task_status}", env=job_procs.env()
     )
+    assert result.returncode == tfrun_status, result.stderr
+    verdict = job_events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("failed", tfrun_status), verdict
+    # The task's own status is kept whatever tfrun exits with.
+    assert job_events.exited()["worker:0"]["exit_code"] == task_status
 
 
-def test_a_command_not_found_is_127_as_the_shell_says(job_procs: JobProcesses) -> None:
-    result = run_tfrun("-w", "1", "-s", "0", "--", "no-such-command-here", env=job_procs.env())
+def test_a_command_not_found_is_127_as_the_shell_says(
+    job_procs: JobProcesses, job_events: JobEvents
+) -> None:
+    result = run_tfrun(
+        *job_events.flag, "-w", "1", "-s", "0", "--", "no-such-command-here", env=job_procs.env()
+    )
     assert result.returncode == 127, result.stderr
-    assert "no-such-command-here: not found" in result.stderr
+    assert job_events.exited()["worker:0"]["exit_code"] == 127
+    assert "no-such-command-here: not found" in result.stderr  # the shell's word, in the tail
+
+
+SLEEPS = (PY, "-c", "import time; time.sleep(30)")
 
 
 class _NeverStarts(LocalBackend):
@@ -205,11 +219,26 @@ class _Broken(LocalBackend):
 
 
 @pytest.mark.parametrize(
-    ("backend", "status", "said"),
+    ("backend", "status", "result", "said"),
     [
-        (_NeverStarts, 124, "the cluster did not come up: the cluster was not up after 1s"),
-        (_FailsOnceStarted, 125, "tfrun: error: the local backend failed: master gone for good"),
-        (_Broken, 125, "RuntimeError: a bug in tfrun\ntfrun: error: tfrun itself failed (above)"),
+        (
+            _NeverStarts,
+            124,
+            "never up",
+            "the cluster did not come up: the cluster was not up after 1s",
+        ),
+        (
+            _FailsOnceStarted,
+            125,
+            "error",
+            "tfrun: error: the local backend failed: master gone for good",
+        ),
+        (
+            _Broken,
+            125,
+            "error",
+            "RuntimeError: a bug in tfrun\ntfrun: error: tfrun itself failed (above)",
+        ),
     ],
     ids=["never-up", "tfrun-failed", "tfrun-bug"],
 )
@@ -218,8 +247,10 @@ def test_what_tfrun_itself_reports_has_statuses_of_its_own(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
+    job_events: JobEvents,
     backend: type[LocalBackend],
     status: int,
+    result: str,
     said: str,
 ) -> None:
     from tfmesos import cli, run
@@ -227,10 +258,11 @@ def test_what_tfrun_itself_reports_has_statuses_of_its_own(
     monkeypatch.setattr(
         run, "create_backend", lambda _, spec, options: backend.from_options(spec, options)
     )
-    code = cli.main(
-        ["-w", "1", "-s", "0", "--timeout", "1", "--", PY, "-c", "import time; time.sleep(30)"]
-    )
+    code = cli.main([*job_events.flag, "-w", "1", "-s", "0", "--timeout", "1", "--", *SLEEPS])
     assert code == status
+    verdict = job_events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == (result, status), verdict
+    # The wording a user sees (the one check of each of these reports):
     text = capsys.readouterr().err + caplog.text
     assert said in text, text
 
