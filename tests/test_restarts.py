@@ -9,15 +9,14 @@ then, not the run.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos.testing.master import ThreadedTestMaster
 
@@ -29,35 +28,30 @@ PY = sys.executable
 # -- the rule, with shell commands ---------------------------------------------
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """tfrun's --events FILE, one object a line."""
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 def test_a_task_failing_once_is_restarted_with_the_whole_job(
-    job_procs: JobProcesses, tmp_path: Path
+    job_procs: JobProcesses, job_events: JobEvents, tmp_path: Path
 ) -> None:
-    restart_once(None, job_procs, tmp_path)
+    restart_once(None, job_procs, job_events, tmp_path)
 
 
 def test_a_task_failing_once_is_restarted_with_the_whole_job_on_mesos(
-    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
+    mesos: MesosUnderTest, job_procs: JobProcesses, job_events: JobEvents, tmp_path: Path
 ) -> None:
-    restart_once(mesos, job_procs, tmp_path)
+    restart_once(mesos, job_procs, job_events, tmp_path)
 
 
-def restart_once(cluster: MesosUnderTest | None, job_procs: JobProcesses, tmp_path: Path) -> None:
+def restart_once(
+    cluster: MesosUnderTest | None, job_procs: JobProcesses, events: JobEvents, tmp_path: Path
+) -> None:
     marker = tmp_path / "crashed"
     # worker:1 fails the first time only; every task says which run it is in.
     command = (
         f'echo "run $TFMESOS_RESTART $TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS"; '
         f"if [ {{task_index}} = 1 ] && [ ! -e {marker} ]; then touch {marker}; exit 3; fi"
     )
-    events = tmp_path / "events.jsonl"
     result = run_tfrun(
         *(("-m", cluster.url) if cluster is not None else ()),
-        "--events",
-        str(events),
+        *events.flag,
         "-w",
         "2",
         "-s",
@@ -69,13 +63,13 @@ def restart_once(cluster: MesosUnderTest | None, job_procs: JobProcesses, tmp_pa
         env=job_procs.env(),
     )
     assert result.returncode == 0, result.stderr
-    said = read_events(events)
-    [restart] = [e for e in said if e["event"] == "job_restart"]
+    [restart] = events.of("job_restart")
     assert (restart["restart"], restart["max_restarts"]) == (1, 1)
-    assert re.search(r"task worker:1 on \S+ exited with status 3", restart["cause"])
-    failed = [e for e in said if e["event"] == "task_exited" and e["exit_code"] == 3]
-    assert [e["task"] for e in failed] == ["worker:1"]
-    assert said[-1]["event"] == "job_verdict" and said[-1]["exit_status"] == 0
+    failed = [e for e in events.of("task_exited") if e["exit_code"] == 3]
+    assert [(e["task"], e["action"]) for e in failed] == [("worker:1", "fail job")]
+    assert events.all().index(failed[0]) < events.all().index(restart)
+    assert [e["restart"] for e in events.of("cluster_up")] == [0, 1]
+    assert events.verdict()["exit_status"] == 0
     # The chief's output: one line per run (torchrun's two numbers alike).
     assert result.stdout.splitlines() == ["[worker:0] run 0 0/1", "[worker:0] run 1 1/1"]
     assert not job_procs.wait_gone(10)
@@ -87,9 +81,10 @@ def restart_once(cluster: MesosUnderTest | None, job_procs: JobProcesses, tmp_pa
 
 
 def test_when_restarts_run_out_the_verdict_names_every_runs_cause(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, job_events: JobEvents
 ) -> None:
     result = run_tfrun(
+        *job_events.flag,
         "-w",
         "2",
         "-s",
@@ -102,6 +97,11 @@ def test_when_restarts_run_out_the_verdict_names_every_runs_cause(
     )
     # The last run's failure decides, as without restarts.
     assert result.returncode == 5, result.stderr
+    assert [e["restart"] for e in job_events.of("job_restart")] == [1, 2]
+    failures = [e["exit_code"] for e in job_events.of("task_exited") if e["action"] == "fail job"]
+    assert failures == [3, 4, 5]
+    assert job_events.verdict()["exit_status"] == 5
+    # The wording a user sees (the one check of a restarted job's verdict).
     verdict = result.stderr[result.stderr.index("job failed:") :]
     assert "task worker:1 on 127.0.0.1 exited with status 5" in verdict
     assert "this was run 3, after 2 restarts; before it:" in verdict
@@ -111,25 +111,20 @@ def test_when_restarts_run_out_the_verdict_names_every_runs_cause(
 
 
 def test_a_cluster_that_never_comes_up_is_not_restarted(
-    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
+    master: ThreadedTestMaster, job_procs: JobProcesses, job_events: JobEvents
 ) -> None:
     # The start has its own rules (three attempts per task, --timeout); a
     # restart would only repeat them.
     result = run_tfrun(
-        "-m", master.url, "--events", str(tmp_path / "events.jsonl"),
+        "-m", master.url, *job_events.flag,
         "-w", "2", "-s", "0", "-Cw", "64", "--timeout", "3",
         "--max-restarts", "3", "--", "true",
         env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 124, result.stderr  # the cluster never came up
-    said = read_events(tmp_path / "events.jsonl")
-    assert not [e for e in said if e["event"] == "job_restart"]
-    assert (said[-1]["event"], said[-1]["result"], said[-1]["exit_status"]) == (
-        "job_verdict",
-        "never up",
-        124,
-    )
-    assert "the cluster was not up after 3s" in result.stderr
+    assert job_events.of("job_restart") == []
+    verdict = job_events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("never up", 124), verdict
     assert len(master.frameworks(include_completed=True)) == 1
 
 
@@ -153,12 +148,16 @@ def test_a_lost_agent_restarts_the_job_on_mesos(
     agent_id = mesos.kill_agent_of("/job:ps/task:0")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    # As in test_mesos_jobs' lost agent: the checkpointed task is unreachable.
-    lost = "ended in state (TASK_UNREACHABLE|AGENT_LOST)"
-    assert re.search(
-        rf"task ps:0 on 127\.0\.0\.1 {lost}[^\n]*to start the job again \(restart 1 of 1\)",
-        err,
-    ), err
+    events = proc.events
+    # As in test_mesos_jobs' lost agent: the checkpointed task is unreachable,
+    # with no exit status; the job starts again.
+    lost = next(e for e in events.of("task_exited") if e["task"] == "ps:0")
+    assert (lost["exit_code"], lost["action"]) == (None, "fail job"), lost
+    assert re.search("TASK_UNREACHABLE|AGENT_LOST", lost["reason"]), lost
+    [restart] = events.of("job_restart")
+    assert (restart["restart"], restart["max_restarts"]) == (1, 1)
+    assert events.all().index(lost) < events.all().index(restart)
+    assert events.verdict()["exit_status"] == 0
     mesos.end_orphans_of(agent_id, job_procs)
     assert not job_procs.wait_gone(30)
 
@@ -200,7 +199,11 @@ def final_step(stdout: str) -> int:
 @pytest.mark.heavy
 @pytest.mark.parametrize("backend", ["local", "mesos"])
 def test_a_worker_crashing_mid_training_resumes_from_its_checkpoint(
-    backend: str, request: pytest.FixtureRequest, job_procs: JobProcesses, tmp_path: Path
+    backend: str,
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    job_events: JobEvents,
+    tmp_path: Path,
 ) -> None:
     cluster = request.getfixturevalue("master") if backend == "mesos" else None
     job = (*on(cluster), "-w", "1", "-s", "1", "--max-restarts", "1", "--")
@@ -211,6 +214,7 @@ def test_a_worker_crashing_mid_training_resumes_from_its_checkpoint(
     # The chief is killed once a checkpoint past step 0 is on disk.
     crash = (PY, str(ROOT / "tests" / "crash_after_checkpoint.py"), str(tmp_path / "crashed"))
     crashed = run_tfrun(
+        *job_events.flag,
         *job,
         *crash,
         str(tmp_path / "checkpoints"),
@@ -219,11 +223,11 @@ def test_a_worker_crashing_mid_training_resumes_from_its_checkpoint(
         env=job_procs.env(),
     )
     assert crashed.returncode == 0, crashed.stderr
-    assert (
-        "task worker:0 exited with status 1: stopping every task to start the job again"
-        in (crashed.stderr)
-        or "to start the job again (restart 1 of 1)" in crashed.stderr
-    ), crashed.stderr
+    # Every task runs the crash wrapper: the first to see the checkpoint
+    # exits 1, which starts the job again.
+    assert len(job_events.of("job_restart")) == 1
+    failed = [e for e in job_events.of("task_exited") if e["action"] == "fail job"]
+    assert [e["exit_code"] for e in failed] == [1], job_events.of("task_exited")
     starts = [int(s) for s in re.findall(r"training from global step (\d+)", crashed.stdout)]
     # Run 1 began at 0; run 2 at the checkpoint the crash came after, not at 0.
     assert starts[0] == 0 and len(starts) == 2, crashed.stdout
