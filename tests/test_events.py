@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.jobevents import JobEvents
 from tfmesos import ClusterSpec, Job
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import (
@@ -197,59 +198,56 @@ def tfrun(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("code", [0, 4])
-def test_tfrun_events_end_with_the_status_tfrun_returns(tmp_path: Path, code: int) -> None:
-    path = tmp_path / "events.jsonl"
+def test_tfrun_events_end_with_the_status_tfrun_returns(
+    tmp_path: Path, job_events: JobEvents, code: int
+) -> None:
     cmd = f"{sys.executable} -c 'import sys; sys.exit({code} if {{task_index}} == 1 else 0)'"
-    result = tfrun("--events", str(path), "-w", "2", "-s", "1", "--", cmd, cwd=tmp_path)
+    result = tfrun(*job_events.flag, "-w", "2", "-s", "1", "--", cmd, cwd=tmp_path)
     assert result.returncode == code, result.stderr
-    events = read_events(path)
-    assert events[-1]["event"] == "job_verdict"
-    assert events[-1]["exit_status"] == result.returncode
-    assert all(e["v"] == 1 and isinstance(e["ts"], float) for e in events)
-    names = [e["event"] for e in events]
+    assert job_events.verdict()["exit_status"] == result.returncode
+    assert all(e["v"] == 1 and isinstance(e["ts"], float) for e in job_events.all())
+    names = job_events.names()
     assert "cluster_up" in names and names.count("job_verdict") == 1
-    exited = {e["task"]: e["exit_code"] for e in events if e["event"] == "task_exited"}
-    assert exited["worker:1"] == code
+    assert job_events.exited()["worker:1"]["exit_code"] == code
 
 
 @pytest.mark.e2e
-def test_a_job_refused_once_the_file_is_open_writes_its_verdict_alone(tmp_path: Path) -> None:
+def test_a_job_refused_once_the_file_is_open_writes_its_verdict_alone(
+    tmp_path: Path, job_events: JobEvents
+) -> None:
     # More CPUs than this machine has: the local backend refuses the job
     # before it launches anything.
-    path = tmp_path / "events.jsonl"
     result = tfrun(
-        "--events", str(path), "-w", "1", "--worker-cpus", "100000", "--", "true", cwd=tmp_path
+        *job_events.flag, "-w", "1", "--worker-cpus", "100000", "--", "true", cwd=tmp_path
     )
     assert result.returncode == 2, result.stderr
-    [verdict] = read_events(path)
+    [verdict] = job_events.all()
     assert verdict["event"] == "job_verdict" and verdict["exit_status"] == 2
     assert verdict["result"] == "refused" and verdict["message"]
 
 
 @pytest.mark.e2e
-def test_a_command_line_tfrun_refuses_writes_no_events(tmp_path: Path) -> None:
-    path = tmp_path / "events.jsonl"
-    result = tfrun("--events", str(path), "-w", "0", "--", "true", cwd=tmp_path)
-    assert result.returncode == 2 and not path.exists()
+def test_a_command_line_tfrun_refuses_writes_no_events(
+    tmp_path: Path, job_events: JobEvents
+) -> None:
+    result = tfrun(*job_events.flag, "-w", "0", "--", "true", cwd=tmp_path)
+    assert result.returncode == 2 and not job_events.path.exists()
 
 
 @pytest.mark.e2e
-def test_cluster_events_go_to_a_path_or_a_file(tmp_path: Path) -> None:
+def test_cluster_events_go_to_a_path_or_a_file(job_events: JobEvents) -> None:
     import tfmesos
 
-    path = tmp_path / "events.jsonl"
-    with tfmesos.cluster({"name": "worker", "num": 1}, backend="local", events=path) as c:
+    with tfmesos.cluster(
+        {"name": "worker", "num": 1}, backend="local", events=job_events.path
+    ) as c:
         assert c.targets
-    events = read_events(path)
-    names = [e["event"] for e in events]
-    assert names[-1] == "job_verdict" and "cluster_up" in names and "job_stopped" in names
-    assert events[-1]["exit_status"] == 0 and events[-1]["result"] == "succeeded"
+    names = job_events.names()
+    assert "cluster_up" in names and "job_stopped" in names
+    verdict = job_events.verdict()
+    assert verdict["exit_status"] == 0 and verdict["result"] == "succeeded"
     stream = io.StringIO()
     with tfmesos.cluster({"name": "worker", "num": 1}, backend="local", events=stream):
         pass

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.jobevents import JobEvents
 
 pytestmark = pytest.mark.e2e
 
@@ -44,10 +45,13 @@ _RUN_AND_LIST = (
 )
 
 
-def test_a_trivial_local_job_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+def test_a_trivial_local_job_imports_nothing_it_does_not_use(
+    tmp_path: Path, job_events: JobEvents
+) -> None:
     env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))  # the run directory made as by default
+    job = ("-w", "3", "-s", "1", "--", "/bin/true")
     result = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, "-w", "3", "-s", "1", "--", "/bin/true"],
+        [sys.executable, "-c", _RUN_AND_LIST, *job_events.flag, *job],
         capture_output=True,
         text=True,
         env=env,
@@ -58,7 +62,7 @@ def test_a_trivial_local_job_imports_nothing_it_does_not_use(tmp_path: Path) -> 
     modules = set(json.loads(result.stdout.splitlines()[-1]))
     assert {"tfmesos.launcher", "tfmesos.backends.local", "asyncio"} <= modules
     assert sorted(modules.intersection(UNUSED)) == []
-    assert "job succeeded" in result.stderr
+    assert job_events.verdict()["result"] == "succeeded"
 
 
 def test_asyncio_gets_ssl_once_something_imports_it() -> None:
