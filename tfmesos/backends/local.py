@@ -70,6 +70,12 @@ def _count(amount: float, unit: str) -> str:
     return f"{amount:g} {unit}" + ("" if amount == 1 else "s")
 
 
+ON_A_CLUSTER = "run the job on a cluster (-m MASTER for Mesos, --backend slurm)"
+"""What a local job that asks for more than this machine has can do instead,
+in tfrun's words: every cluster backend, not one a user may not have."""
+ON_A_CLUSTER_WITH_GPUS = "run the job on a cluster with GPUs (-m MASTER for Mesos, --backend slurm)"
+
+
 class LocalBackend(Backend):
     name = "local"
     options_type = LocalOptions
@@ -90,7 +96,8 @@ class LocalBackend(Backend):
     ) -> None:
         super().__init__(spec)
         self.chief_only = chief_only
-        """Runs only a Mesos job's chief: resources are checked more leniently."""
+        """Runs only the chief of a job on a cluster (Mesos, Slurm): resources
+        are checked more leniently, and what to do is said for tfrun's machine."""
         self.host = host
         self.log_max = runs.task_log_max()
         self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
@@ -122,14 +129,14 @@ class LocalBackend(Backend):
         wanted = sum(t.gpus for t in tasks)
         have = machine_resources(gpus=wanted > 0)
         self._gpus = GpuAllocator(have.gpus)
-        # Beside a Mesos job, only the chief runs here: say so, since the
-        # user asked Mesos, not this machine, for the resources.
+        # Beside a job on a cluster, only the chief runs here: say so, since
+        # the user asked the cluster, not this machine, for the resources.
         here = " (the chief runs on this machine, beside tfrun)" if self.chief_only else ""
         if wanted > len(have.gpus) and all(t.gpus <= len(have.gpus) for t in tasks):
             raise ResourceError(
                 f"the tasks ask for {_count(wanted, 'GPU')} in all, and this machine has "
                 f"{len(have.gpus)} (a GPU is never shared between tasks): ask for fewer, "
-                "or run the job on a Mesos cluster (-m)"
+                f"or {ON_A_CLUSTER}"
             )
         for task in tasks:
             short = []
@@ -169,13 +176,16 @@ class LocalBackend(Backend):
             if resource == "gpus" and self.chief_only:
                 return f"run tfrun on a machine with a GPU, or give {flag} 0"
             if resource == "gpus":
-                return f"give {flag} 0, or run the job on a Mesos cluster with GPUs (-m)"
+                return f"give {flag} 0, or {ON_A_CLUSTER_WITH_GPUS}"
             unit = " (MiB)" if resource == "mem" else ""
             if self.chief_only:
                 # The job is on a cluster already: only the chief is here.
                 return f"ask for less with {flag}{unit}, or run tfrun on a machine with more"
-            return f"ask for less with {flag}{unit}, or run the job on a Mesos cluster (-m)"
-        return f"ask for less ({resource}= of job {task.job_name!r}), or give a Mesos master"
+            return f"ask for less with {flag}{unit}, or {ON_A_CLUSTER}"
+        less = f"ask for less ({resource}= of job {task.job_name!r})"
+        if self.chief_only:
+            return f"{less}, or run it on a machine with more"
+        return f"{less}, or run the job on a cluster (master= for Mesos, backend='slurm')"
 
     def unkept_logs(self) -> list[str]:
         return list(self._unkept)
