@@ -194,12 +194,22 @@ class RendezvousServer:
         self._unsaid: dict[str, tuple[int, str]] = {}
         """Refusals of each kind not said yet: how many, and the latest peer."""
         self._summaries: dict[str, asyncio.TimerHandle] = {}
+        self._stopping = False
+        """The job is stopping (:meth:`stopping`)."""
         self.port = 0
 
     @property
     def in_handshake(self) -> int:
         """Connections accepted that have not proven the secret yet."""
         return len(self._silent) + len(self._speaking)
+
+    def stopping(self) -> None:
+        """The job is stopping: a task that registers from now on is refused,
+        and that is expected (one launched a moment before, its agent
+        dialling in while the launcher kills it), not news to the user. Such
+        a refusal is said at debug level only; during a live job, a refused
+        task id is still a warning."""
+        self._stopping = True
 
     async def start(self, host: str, port: int = 0, tls: ssl.SSLContext | None = None) -> int:
         # The accept loop is this server's own rather than asyncio's
@@ -405,12 +415,14 @@ class RendezvousServer:
             await writer.drain()
             return None
         if not self._admit(task_id):
-            self._refused(
-                "for a task not expected now",
+            refusal = (
                 f"rendezvous: refused task id {task_id!r} from {peer_name(writer)}: "
-                "not expected now",
-                peer_name(writer),
+                "not expected now"
             )
+            if self._stopping:
+                logger.debug("%s (the job is stopping)", refusal)
+            else:
+                self._refused("for a task not expected now", refusal, peer_name(writer))
             writer.write(wire.encode_json({"type": "reject", "reason": "task not expected"}))
             await writer.drain()
             return None

@@ -121,6 +121,8 @@ class Launcher(Loop):
         if launched:
             self._emit("job_stopping", restart=self.restart)
         self._phase = Phase.STOPPING
+        # A task that dials in from now on is refused, as expected: not news.
+        self._rendezvous.stopping()
         self._output.stopping = True
         self._output.console.release()
         live = self._attempts.live()
