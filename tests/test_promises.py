@@ -394,7 +394,7 @@ def test_the_launcher_tells_its_rendezvous_that_the_job_is_stopping_before_it_ki
     from tfmesos.spec import ClusterSpec, Job
     from tfmesos.testing.fake import FakeBackend, Hangs
 
-    told: list[bool] = []  # whether the rendezvous was still open when told
+    told: list[object] = []  # whether the rendezvous was still open when told
     monkeypatch.setattr(
         RendezvousServer, "stopping", lambda self: told.append(getattr(self, "open", None))
     )
