@@ -13,7 +13,6 @@ import logging
 import signal
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +42,19 @@ class ForkServerGone(RuntimeError):
     """The fork server is not running (any more); start agents another way."""
 
 
-@dataclass(frozen=True)
 class AgentProcess:
-    """An agent, however it was started: its pid (also its process group)."""
+    """An agent, however it was started: its pid (also its process group).
 
-    pid: int
-    exited: asyncio.Future[int]
-    """Resolves to its exit status as ``Popen.returncode`` gives it."""
+    A plain class rather than a frozen dataclass: making a dataclass compiles
+    each of its methods at import, ~0.6 ms of every tfrun's start for two
+    fields (docs/benchmarks.md, "The fixed cost")."""
+
+    __slots__ = ("exited", "pid")
+
+    def __init__(self, pid: int, exited: asyncio.Future[int]) -> None:
+        self.pid = pid
+        self.exited = exited
+        """Resolves to its exit status as ``Popen.returncode`` gives it."""
 
 
 class _Replies(asyncio.Protocol):
