@@ -81,6 +81,34 @@ def test_a_tls_master_dialled_with_http_is_named_as_tls_by_the_transport(pki: An
     assert str(error) == answered_with_tls(port)
 
 
+@pytest.mark.unit
+def test_a_plain_server_that_hangs_up_is_still_a_master_lost_and_retried() -> None:
+    """Only an answer in TLS makes the hang-up a TLS master: a plain server
+    that hangs up (a master going down) is asked once, briefly, and stays a
+    TransportError, which the client retries."""
+    from tfmesos.mesos.transport import TransportError
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.close()
+
+    async def scenario() -> BaseException:
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport = AiohttpTransport()
+        try:
+            await transport.open_stream(f"http://127.0.0.1:{port}{API}", b"{}", {})
+        except BaseException as exc:  # what it raised is the subject
+            return exc
+        finally:
+            await transport.aclose()
+            server.close()
+        raise AssertionError("a server that hangs up answered")
+
+    error = asyncio.run(scenario())
+    assert type(error) is TransportError, repr(error)
+
+
 @pytest.mark.e2e
 def test_tfrun_at_a_tls_master_given_as_http_says_so_in_one_line_at_once(
     pki: Any, job_procs: JobProcesses

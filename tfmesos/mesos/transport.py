@@ -81,6 +81,10 @@ CERT_FILE = "LIBPROCESS_SSL_CERT_FILE"
 KEY_FILE = "LIBPROCESS_SSL_KEY_FILE"
 VERIFY = ("LIBPROCESS_SSL_VERIFY_SERVER_CERT", "LIBPROCESS_SSL_VERIFY_CERT")
 """The variable libprocess reads, then its legacy alias."""
+TLS_PROBE_TIMEOUT = 3.0
+"""How long a master that hung up on plain HTTP is given to answer a TLS
+handshake (a TLS server answers at once; anything else is not asked for long:
+the probe delays the retry of a master merely lost)."""
 CREDENTIALS_HINT = "--principal and --secret-file, or $MESOS_PRINCIPAL and $MESOS_SECRET"
 
 
@@ -521,7 +525,9 @@ class AiohttpTransport:
                 and not isinstance(exc, aiohttp.ClientConnectorError)
                 and where.host is not None
                 and where.port is not None
-                and await speaks_tls(where.host, where.port, self._connect_timeout)
+                and await speaks_tls(
+                    where.host, where.port, min(self._connect_timeout, TLS_PROBE_TIMEOUT)
+                )
             ):
                 raise TLSError(_answered_with_tls(where)) from None
             raise self._failed(url, exc) from exc
