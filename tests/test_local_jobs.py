@@ -918,6 +918,8 @@ def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
     assert result.returncode == 0, result.stderr
     root = tmp_path / "tfmesos" / "runs"
     [run] = list(root.iterdir())
+    # The wording a user sees (the one check of these two messages; no event
+    # names the run's directory).
     said = result.stderr.splitlines()
     assert said[0] == f"[tfrun] the full output of each task goes to {run}", said
     assert said[-1] == f"[tfrun] the full output of each task is in {run}", said
