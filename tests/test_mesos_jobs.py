@@ -38,6 +38,7 @@ from tests.conftest import (
     run_tfrun,
     start_tfrun,
 )
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import CuttableProxy, HoldingProxy, MesosUnderTest, real_mesos_home
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
@@ -67,12 +68,14 @@ def launched_tasks(master: ThreadedTestMaster) -> list[dict]:  # type: ignore[ty
 
 
 def test_a_replica_job_runs_on_offers_and_is_torn_down(
-    mesos: MesosUnderTest, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     code = "print('{job_name}:{task_index} ps={ps_hosts} workers={worker_hosts}')"
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
         "-m",
         mesos.url,
+        *events.flag,
         "-w",
         "2",
         "-s",
@@ -84,9 +87,10 @@ def test_a_replica_job_runs_on_offers_and_is_torn_down(
         env=job_procs.env(),
     )
     assert result.returncode == 0, result.stderr
-    assert "subscribed as framework" in result.stderr
-    # The web UI's link only where there is one: real Mesos's, not the double's.
-    assert (f"{mesos.url}/#/frameworks/" in result.stderr) == (mesos.double is None)
+    assert events.verdict()["result"] == "succeeded", result.stderr
+    # ps:0 and worker:1 placed from offers; the chief beside tfrun.
+    placed = {e["task"]: e["backend"] for e in events.of("task_placed")}
+    assert placed == {"ps:0": "mesos", "worker:0": "local", "worker:1": "mesos"}, placed
     assert "TEARDOWN call failed" not in result.stderr
     lines = sorted(result.stdout.splitlines())
     assert [line.split(" ")[1] for line in lines] == ["worker:0", "worker:1"]
@@ -147,20 +151,30 @@ def test_a_master_named_in_a_file_is_read_from_it(
 
 
 def test_a_task_that_fails_to_launch_is_retried(
-    master: ThreadedTestMaster, job_procs: JobProcesses
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     master.fail_next_launch(r"/job:worker/task:1$", count=2)
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "-m", master.url, "-w", "2", "-s", "0", "--", *py("print('ok')"), env=job_procs.env()
-    )
+        "-m", master.url, *events.flag, "-w", "2", "-s", "0", "--", *py("print('ok')"),
+        env=job_procs.env(),
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("relaunching it") == 2
-    assert "TASK_FAILED" in result.stderr
+    assert events.verdict()["result"] == "succeeded", result.stderr
+    ends = [e for e in events.of("task_exited") if e["task"] == "worker:1"]
+    assert [(e["attempt"], e["action"]) for e in ends] == [
+        (1, "relaunch"),
+        (2, "relaunch"),
+        (3, "finish"),
+    ], ends
+    assert all("TASK_FAILED" in e["reason"] for e in ends[:2]), ends
+    relaunched = [(e["task"], e["attempt"]) for e in events.of("task_relaunched")]
+    assert relaunched == [("worker:1", 2), ("worker:1", 3)]
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
 def test_a_worker_failing_mid_job_fails_it_and_tears_down(
-    mesos: MesosUnderTest, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     code = (
         "import sys, time\n"
@@ -168,10 +182,19 @@ def test_a_worker_failing_mid_job_fails_it_and_tears_down(
         "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(4)\n"
         "time.sleep(120)\n"
     )
-    result = run_tfrun("-m", mesos.url, "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
+    events = JobEvents(tmp_path / "events.jsonl")
+    result = run_tfrun(
+        "-m", mesos.url, *events.flag, "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
+    )
     assert result.returncode == 4, result.stderr
-    assert "task worker:1 on 127.0.0.1 exited with status 4" in result.stderr
-    assert "| worker 1 gives up" in result.stderr
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("failed", 4), result.stderr
+    worker_1 = events.exited()["worker:1"]
+    assert (worker_1["host"], worker_1["exit_code"], worker_1["action"]) == (
+        "127.0.0.1",
+        4,
+        "fail job",
+    ), worker_1
     assert mesos.torn_down()
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
@@ -284,11 +307,13 @@ def test_a_non_leading_master_redirects_to_the_leader(
 
 
 def test_a_job_that_does_not_fit_says_why_at_the_timeout(
-    mesos: MesosUnderTest, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
         "-m",
         mesos.url,
+        *events.flag,
         "--timeout",
         "3",
         "-w",
@@ -301,7 +326,10 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
         "true",
         env=job_procs.env(),
     )
-    assert result.returncode == 124  # the cluster never came up
+    assert result.returncode == 124
+    assert events.verdict()["result"] == "never up", result.stderr
+    assert "ps:0" not in {e["task"] for e in events.of("task_placed")}
+    # The diagnosis's wording: what is missing, what it needs, what was offered.
     assert "not up after 3s: still waiting for ps:0" in result.stderr
     assert "ps:0 needs cpus 64, mem 1 GiB, 1 port" in result.stderr
     assert "the largest offer seen was cpus 4" in result.stderr
@@ -330,13 +358,17 @@ def test_a_lost_agent_fails_the_job_naming_the_task(
         *py("import time; time.sleep(120)"),
         env=job_procs.env(),
     )
+    events = proc.events
     agent_id = mesos.kill_agent_of("/job:ps/task:0")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
-    lost = r"ended in state (TASK_UNREACHABLE|AGENT_LOST)"
+    assert events.verdict()["result"] == "failed", err
+    ps = events.exited()["ps:0"]
+    assert (ps["host"], ps["action"]) == ("127.0.0.1", "fail job"), ps
     if mesos.real is not None and not checkpoint:
-        lost = r"killed by SIGTERM"
-    assert re.search(rf"task ps:0 on 127\.0\.0\.1 {lost}", err), err
+        assert ps["signal"] == "SIGTERM", ps
+    else:
+        assert re.match(r"ended in state (TASK_UNREACHABLE|AGENT_LOST)\b", ps["reason"]), ps
     assert mesos.torn_down()
     if checkpoint:
         mesos.end_orphans_of(agent_id, job_procs)
@@ -430,13 +462,20 @@ def test_a_master_lost_beyond_the_retry_budget_fails_the_job(
         *py("import time; time.sleep(120)"),
         env=job_procs.env(),
     )
+    events = proc.events
     lost.stop()  # the master and its agent go away, tasks and all
     _, err = proc.communicate(timeout=120)
-    # The master lost for good is tfrun's own failure (125); a task lost, a task's (1).
-    assert proc.returncode == (125 if "lost the Mesos master" in err else 1), err
-    assert re.search(
-        r"task ps:0 on 127\.0\.0\.1 lost its connection to the launcher|lost the Mesos master", err
-    ), err
+    # The master lost for good is tfrun's own failure (125); a task lost, a task's (1):
+    # whichever tfrun sees first.
+    verdict = events.verdict()
+    assert proc.returncode == verdict["exit_status"], err
+    if verdict["result"] == "error":
+        assert verdict["exit_status"] == 125, verdict
+        assert "lost the Mesos master" in verdict["message"], verdict
+    else:
+        assert (verdict["result"], verdict["exit_status"]) == ("failed", 1), verdict
+        ps = events.exited()["ps:0"]
+        assert ps["reason"] == "lost its connection to the launcher", ps
     assert job_procs.wait_gone(10) == []
 
 
@@ -494,8 +533,11 @@ def test_sigterm_stops_every_task_and_tears_down(
         *py("import time; time.sleep(600)"),
         env=job_procs.env(),
     )
+    events = proc.events
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["signal"]) == ("interrupted", "SIGTERM"), verdict
     assert mesos.torn_down()
     assert mesos.framework()["checkpoint"] is False
     assert job_procs.wait_gone(10) == []
@@ -589,15 +631,24 @@ def test_the_launcher_advertises_the_host_it_is_told(
 
 
 def test_a_task_that_never_starts_is_named_with_where_to_look(
-    master: ThreadedTestMaster, job_procs: JobProcesses
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     master.fail_next_launch(r"/job:ps/task:0$", count=3, message="Failed to pull the image")
-    result = run_tfrun("-m", master.url, "-w", "1", "-s", "1", "--", "true", env=job_procs.env())
-    assert result.returncode == 124
-    assert (
-        "task ps:0 on 127.0.0.1 ended in state TASK_FAILED: "
-        "Failed to launch container: Failed to pull the image" in result.stderr
+    events = JobEvents(tmp_path / "events.jsonl")
+    result = run_tfrun(
+        "-m", master.url, *events.flag, "-w", "1", "-s", "1", "--", "true", env=job_procs.env()
     )
+    assert result.returncode == 124
+    assert events.verdict()["result"] == "never up", result.stderr
+    failed = [e for e in events.of("task_exited") if e["task"] == "ps:0"]
+    assert [(e["attempt"], e["action"]) for e in failed] == [
+        (1, "relaunch"),
+        (2, "relaunch"),
+        (3, "give up"),
+    ], failed
+    reason = "ended in state TASK_FAILED: Failed to launch container: Failed to pull the image"
+    assert all(e["reason"].startswith(reason) for e in failed), failed
+    # The verdict's wording: how often, and where the task's own output is.
     assert "failed 3 times before the cluster was up; giving up" in result.stderr
     assert "its sandbox on its host" in result.stderr
     assert "re-subscribing" not in result.stderr  # the end of the stream was expected
@@ -855,8 +906,7 @@ def test_an_unreadable_event_stream_is_dropped_and_the_master_resubscribed(
     assert result.stdout.strip() == "[worker:0] worker:0 up"
     assert f"{garbled.url} sent an event stream that cannot be read" in result.stderr
     assert why in result.stderr
-    assert f"redirected to the leading master {master.url}" in result.stderr
-    assert len(framework_calls(master, "SUBSCRIBE")) == 1
+    assert len(framework_calls(master, "SUBSCRIBE")) == 1  # redirected to the leader
     assert job_procs.wait_gone(10) == []
 
 
@@ -934,7 +984,7 @@ def test_a_refused_revive_is_tried_again(
 
 
 def test_a_task_killed_by_a_signal_is_named_with_its_signal_and_last_lines(
-    mesos: MesosUnderTest, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     code = (
         "import os, signal, time\n"
@@ -942,12 +992,18 @@ def test_a_task_killed_by_a_signal_is_named_with_its_signal_and_last_lines(
         "    print('about to die', flush=True); os.kill(os.getpid(), signal.SIGKILL)\n"
         "time.sleep(120)\n"
     )
-    result = run_tfrun("-m", mesos.url, "-w", "2", "-s", "0", "--", *py(code), env=job_procs.env())
+    events = JobEvents(tmp_path / "events.jsonl")
+    result = run_tfrun(
+        "-m", mesos.url, *events.flag, "-w", "2", "-s", "0", "--", *py(code), env=job_procs.env()
+    )
     assert result.returncode == 137, result.stderr
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("failed", 137), result.stderr
+    worker_1 = events.exited()["worker:1"]
+    assert worker_1["host"] == "127.0.0.1", worker_1
     # The command runs behind a shell, which reports its child's signal as 137.
-    assert re.search(
-        r"task worker:1 on 127\.0\.0\.1 (killed by SIGKILL|exited with status 137)", result.stderr
-    ), result.stderr
+    assert worker_1["signal"] == "SIGKILL" or worker_1["exit_code"] == 137, worker_1
+    # The verdict's wording: the task's last lines, as the user reads them.
     assert "| about to die" in result.stderr
     assert mesos.torn_down()
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
@@ -961,8 +1017,12 @@ def test_ctrl_c_or_sigterm_of_tfrun_stops_every_task_and_tears_down(
         "-m", mesos.url, "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
         env=job_procs.env(),
     )  # fmt: skip
+    events = proc.events
     proc.send_signal(signum)
     assert proc.wait(timeout=60) == status
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("interrupted", status), verdict
+    assert verdict["signal"] == signal.Signals(signum).name, verdict
     assert job_procs.wait_gone(15) == []
     assert mesos.torn_down()
     # Nothing of the job left on the agents: no executor, no task running.
@@ -1007,6 +1067,7 @@ def test_an_agent_restarted_mid_job(
         cluster = MesosUnderTest(real=real)
         args = ["-m", real.url, "-w", "1", "-s", "1"] + ([] if checkpoint else ["--no-checkpoint"])
         proc, _ = start_tfrun(*args, "--", *py(chief), env=job_procs.env())
+        events = proc.events
         try:
             (task,) = [t for t in cluster.tasks() if t["name"].endswith("/job:ps/task:0")]
             index = next(i for i in range(3) if real.agent_id(i) == task["slave_id"])
@@ -1021,10 +1082,12 @@ def test_an_agent_restarted_mid_job(
                 proc.kill()
         if checkpoint:
             assert proc.returncode == 0, err + real.logs()
-            assert "job succeeded" in err
+            assert events.verdict()["result"] == "succeeded", err
         else:
             assert proc.returncode != 0, err
-            assert re.search(r"task ps:0 on 127\.0\.0\.1 killed by SIGTERM", err), err
+            assert events.verdict()["result"] == "failed", err
+            ps = events.exited()["ps:0"]
+            assert (ps["host"], ps["signal"]) == ("127.0.0.1", "SIGTERM"), ps
         assert cluster.torn_down()
         assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
 
@@ -1052,6 +1115,7 @@ def test_a_launcher_cut_off_from_a_real_master_for_over_a_minute_keeps_its_job(
             "-m", f"127.0.0.1:{proxy.port}", "-w", "1", "-s", "1", "--", *py(chief),
             env=job_procs.env(),
         )  # fmt: skip
+        events = proc.events
         try:
             proxy.cut()
             cluster.wait_for(
@@ -1079,7 +1143,9 @@ def test_a_launcher_cut_off_from_a_real_master_for_over_a_minute_keeps_its_job(
             if proc.poll() is None:
                 proc.kill()
         assert proc.returncode == 0, err + real.logs()
-        assert "job succeeded" in err
+        assert events.verdict()["result"] == "succeeded", err
+        # ps:0 ran through the outage: never relaunched, never a restart.
+        assert sorted(e["task"] for e in events.of("task_launched")) == ["ps:0", "worker:0"]
         assert cluster.torn_down()
         assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
 
