@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import MARK, ROOT, JobProcesses, marked_master, start_tfrun, tfrun_argv
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import CuttableProxy
 
 PY = sys.executable
@@ -46,14 +47,16 @@ def descendants(pid: int) -> list[psutil.Process]:
     ids=["one-master", "a-list", "zookeeper"],
 )
 def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
-    job_procs: JobProcesses, masters: str
+    job_procs: JobProcesses, masters: str, tmp_path: Path
 ) -> None:
     master = masters.format(port=free_port(), other=free_port())
+    events = JobEvents(tmp_path / "events.jsonl")
+    argv = tfrun_argv(
+        "-m", master, *events.flag, "-w", "2", "-s", "1", "--", PY, "-c", "import time; time.sleep(60)"
+    )  # fmt: skip
     started = time.monotonic()
     proc = subprocess.Popen(
-        tfrun_argv(
-            "-m", master, "-w", "2", "-s", "1", "--", PY, "-c", "import time; time.sleep(60)"
-        ),
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -81,6 +84,10 @@ def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
     print(f"tfrun -m {master} (nothing listening) exited {proc.returncode} after {elapsed:.1f}s")
     assert proc.returncode == 125, err
     assert elapsed < WRONG_MASTER_BOUND, (elapsed, err)
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("error", 125), verdict
+    assert "task_placed" not in events.names(), events.names()
+    # The one line's wording: what could not be reached, within what.
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("tfrun: error: "), err
@@ -126,7 +133,11 @@ def test_a_master_lost_after_subscribing_keeps_the_long_budget(
                     proc.wait()
         finally:
             proxy.close()
+        subscribed = [c["status"] for c in master.calls("SUBSCRIBE")]
     assert proc.returncode == 0, err
+    assert proc.events.verdict()["result"] == "succeeded", err
+    assert subscribed == [200, 200], subscribed  # once, then again after the cut
+    # The warning's wording, as the user reads it while tfrun tries again.
     assert "re-subscribing" in err, err
     assert job_procs.wait_gone(10) == []
 
@@ -136,8 +147,9 @@ def test_a_master_that_starts_a_moment_after_tfrun_is_waited_for_quietly(
 ) -> None:
     port = free_port()
     monkeypatch.setenv(MARK, job_procs.mark)
+    events = JobEvents(tmp_path / "events.jsonl")
     proc = subprocess.Popen(
-        tfrun_argv("-m", f"127.0.0.1:{port}", "-w", "2", "-s", "0", "--", "true"),
+        tfrun_argv("-m", f"127.0.0.1:{port}", *events.flag, "-w", "2", "-s", "0", "--", "true"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -164,13 +176,15 @@ def test_a_master_that_starts_a_moment_after_tfrun_is_waited_for_quietly(
                 process.terminate()
                 process.wait(30)
     assert proc.returncode == 0, err
+    assert events.verdict()["result"] == "succeeded", err
+    # Quietly: no warning for the user to read.
     assert "Cannot connect" not in err and "re-subscribing" not in err, err
     assert job_procs.wait_gone(10) == []
 
 
 @pytest.mark.parametrize("status", [404, 501])
 def test_a_web_server_that_is_not_a_master_fails_within_the_first_contact_budget(
-    job_procs: JobProcesses, status: int
+    job_procs: JobProcesses, status: int, tmp_path: Path
 ) -> None:
     """A wrong -m that some other web server answers (a Mesos agent's 5051,
     any web service): its 404 or 501 is no master's answer to SUBSCRIBE, so
@@ -192,11 +206,14 @@ def test_a_web_server_that_is_not_a_master_fails_within_the_first_contact_budget
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotAMaster)
+    events = JobEvents(tmp_path / "events.jsonl")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         started = time.monotonic()
         result = subprocess.run(
-            tfrun_argv("-m", f"127.0.0.1:{server.server_port}", "-w", "2", "--", "true"),
+            tfrun_argv(
+                "-m", f"127.0.0.1:{server.server_port}", *events.flag, "-w", "2", "--", "true"
+            ),
             capture_output=True,
             text=True,
             env=job_procs.env(),
@@ -209,6 +226,10 @@ def test_a_web_server_that_is_not_a_master_fails_within_the_first_contact_budget
         server.server_close()
     assert result.returncode == 125, result.stderr
     assert elapsed < WRONG_MASTER_BOUND, (elapsed, result.stderr)
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("error", 125), verdict
+    assert "task_placed" not in events.names(), events.names()
+    # The one line's wording: what answered, and that no master answers so.
     (line,) = result.stderr.splitlines()
     assert line == (
         "tfrun: error: the mesos backend failed: could not reach the Mesos master at "
