@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import MARK, ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
 
 PY = sys.executable
@@ -45,6 +46,8 @@ def job_args(shared: Path) -> tuple[str, ...]:
 
 
 def run_directory(stderr: str) -> Path:
+    """The run directory tfrun's last line names: the line's wording is what
+    these tests check (no event names the directory)."""
     last = stderr.strip().splitlines()[-1]
     found = re.fullmatch(r"\[tfrun\] the full output of each task is in (\S+)", last)
     assert found, stderr
@@ -63,13 +66,16 @@ def logs_by_task(directory: Path) -> dict[str, str]:
 def test_every_task_s_output_is_in_the_run_directory_the_last_line_names(
     mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
-    result = run_tfrun("-m", mesos.url, *job_args(tmp_path), env=job_procs.env())
+    events = JobEvents(tmp_path / "events.jsonl")
+    result = run_tfrun("-m", mesos.url, *events.flag, *job_args(tmp_path), env=job_procs.env())
     assert result.returncode == 0, result.stderr
+    assert events.verdict()["result"] == "succeeded", result.stderr
     logs = logs_by_task(run_directory(result.stderr))
     for name in TASKS:
         job, index = name.split(":")
         assert f"output of {job} {index}" in logs.get(name, ""), (name, logs)
-    # A web UI only where there is one: real Mesos serves it, the test master not.
+    # A web UI only where there is one: real Mesos serves it, the test master
+    # not. The link's wording, as the user reads it (its one check).
     link = re.search(r"web UI: (http://\S+)/#/frameworks/\S+", result.stderr)
     if mesos.double is not None:
         assert link is None and "web UI" not in result.stderr, result.stderr
@@ -106,9 +112,10 @@ def test_the_test_master_keeps_its_sandboxes_when_stopped_by_a_signal_and_says_w
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     master, url = _start_master(job_procs)
+    events = JobEvents(tmp_path / "events.jsonl")
     try:
         result = subprocess.run(
-            tfrun_argv("-m", url, *job_args(tmp_path)),
+            tfrun_argv("-m", url, *events.flag, *job_args(tmp_path)),
             capture_output=True,
             text=True,
             env=job_procs.env(),
@@ -118,6 +125,7 @@ def test_the_test_master_keeps_its_sandboxes_when_stopped_by_a_signal_and_says_w
     finally:
         said = _stop(master)
     assert result.returncode == 0, result.stderr
+    assert events.verdict()["result"] == "succeeded", result.stderr
     found = re.search(r"sandboxes are kept in (\S+)", said)
     assert found, said
     kept = Path(found.group(1))
