@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tfmesos import resources
 from tfmesos.resources import GpuAllocator, machine_resources
 
 
@@ -31,3 +32,10 @@ def test_machine_has_cpus_and_memory() -> None:
     have = machine_resources()
     assert have.cpus >= 1
     assert have.mem_mib > 100
+
+
+def test_too_many_local_tasks_are_sent_to_every_cluster_backend_not_mesos_alone() -> None:
+    said = resources.local_task_limit(resources.MAX_LOCAL_TASKS + 1)
+    assert said is not None
+    assert f"at most {resources.MAX_LOCAL_TASKS} tasks" in said
+    assert "-m MASTER for Mesos, --backend slurm" in said

@@ -124,7 +124,7 @@ def local_task_limit(tasks: int) -> str | None:
     if tasks > MAX_LOCAL_TASKS:
         return (
             f"the local backend runs at most {MAX_LOCAL_TASKS} tasks in one job, not {tasks}: "
-            "use a Mesos cluster (-m) for more"
+            "run it on a cluster (-m MASTER for Mesos, --backend slurm) for more"
         )
     try:
         import resource
