@@ -36,6 +36,7 @@ from tests.conftest import (
     marked_master,
     run_tfrun,
 )
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, real_mesos_home, real_mesos_unavailable
 from tfmesos.mesos.states import EXECUTOR_MEM, MEM_FLAGS, describe_update
 from tfmesos.testing.master.executor import memory_limitation, stout_bytes
@@ -70,12 +71,15 @@ def hog(tmp_path: Path) -> Path:
     return path
 
 
-def run_hog(mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path, hold: float) -> Any:
+def run_hog(
+    mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path, hold: float, events: JobEvents
+) -> Any:
     """``tfrun -w 2 -s 0 -Mw 256``: worker 1 allocates twice that and holds
-    it for ``hold`` seconds, then exits 3."""
+    it for ``hold`` seconds, then exits 3. Its events go to ``events``."""
     return run_tfrun(
         "-m",
         mesos.url,
+        *events.flag,
         "-w",
         "2",
         "-s",
@@ -203,12 +207,14 @@ def watching_mesos(
 
 
 def test_a_task_over_its_memory_is_killed_and_tfrun_names_it_the_limit_and_the_flag(
-    enforcing_mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path
+    enforcing_mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path, tmp_path: Path
 ) -> None:
     mesos = enforcing_mesos
-    result = run_hog(mesos, job_procs, hog, hold=60)
+    events = JobEvents(tmp_path / "events.jsonl")
+    result = run_hog(mesos, job_procs, hog, hold=60, events=events)
     context = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert result.returncode == 1, context
+    assert events.verdict()["result"] == "failed", context
     # Killed before it could hold what it asked for.
     assert "[worker:1] allocating" in result.stdout.splitlines(), context
     if mesos.real is not None:
@@ -234,11 +240,20 @@ def test_a_task_over_its_memory_is_killed_and_tfrun_names_it_the_limit_and_the_f
     }, end
     assert "container_status" not in end, end
 
-    said = (
-        f"task worker:1 on 127.0.0.1 ended in state TASK_FAILED: killed for exceeding its "
-        f"memory limit of {TASK_MEM} MiB (raise it with -Mw/--worker-mem); the agent said: "
-        f"{head} (the task's {TASK_MEM} MiB and 32 MiB for its executor)"
+    reason = (
+        f"ended in state TASK_FAILED: killed for exceeding its memory limit of {TASK_MEM} MiB "
+        f"(raise it with -Mw/--worker-mem); the agent said: {head} (the task's {TASK_MEM} MiB "
+        "and 32 MiB for its executor)"
     )
+    worker_1 = events.exited()["worker:1"]
+    assert (worker_1["host"], worker_1["reason"], worker_1["action"]) == (
+        "127.0.0.1",
+        reason,
+        "fail job",
+    ), worker_1
+    # The wording the user reads, the subject of this test: in one line as
+    # tfrun stops the job, and in the verdict.
+    said = f"task worker:1 on 127.0.0.1 {reason}"
     lines = result.stderr.splitlines()
     assert f"[tfrun] {said}: stopping every task" in lines, context
     assert f"[tfrun] job failed: {said}; its last output:" in lines, context
@@ -247,27 +262,36 @@ def test_a_task_over_its_memory_is_killed_and_tfrun_names_it_the_limit_and_the_f
 
 
 def test_a_task_within_a_small_memory_finishes_where_memory_is_enforced(
-    enforcing_mesos: MesosUnderTest, job_procs: JobProcesses
+    enforcing_mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     """64 MiB (96 MB for the container) hold the executor, the task's agent
     and a command: the double's watch finds no excess where the kernel finds none."""
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "-m", enforcing_mesos.url, "-Mw", "64", *TWO_WORKERS_TRUE, env=job_procs.env(), timeout=240
-    )
+        "-m", enforcing_mesos.url, *events.flag, "-Mw", "64", *TWO_WORKERS_TRUE,
+        env=job_procs.env(), timeout=240,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert events.exited()["worker:1"]["exit_code"] == 0, events.exited()
     statuses = worker_1_statuses(enforcing_mesos)
     assert not [s for s in statuses if "reason" in s and "LIMITATION" in s["reason"]], statuses
 
 
 def test_a_task_over_its_memory_lives_on_where_the_agent_only_watches_memory(
-    watching_mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path
+    watching_mesos: MesosUnderTest, job_procs: JobProcesses, hog: Path, tmp_path: Path
 ) -> None:
-    result = run_hog(watching_mesos, job_procs, hog, hold=1)
+    events = JobEvents(tmp_path / "events.jsonl")
+    result = run_hog(watching_mesos, job_procs, hog, hold=1, events=events)
     context = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert f"[worker:1] allocated {HOG_MEM} MiB" in result.stdout.splitlines(), context
-    assert "[tfrun] job failed: task worker:1 on 127.0.0.1 exited with status 3" in result.stderr, (
-        context
-    )
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("failed", 3), context
+    worker_1 = events.exited()["worker:1"]
+    assert (worker_1["host"], worker_1["exit_code"], worker_1["signal"]) == (
+        "127.0.0.1",
+        3,
+        None,
+    ), worker_1
     [end] = [
         s
         for s in worker_1_statuses(watching_mesos)
