@@ -258,6 +258,21 @@ def test_where_the_local_and_slurm_backends_keep_the_logs_is_shown_quoted(
     assert SlurmBackend(job, log_dir=where).logs_location() == repr(str(where))
 
 
+def test_the_mesos_backends_files_are_shown_quoted(tmp_path: Any) -> None:
+    from tfmesos.backends.mesos_options import read_secret
+    from tfmesos.errors import SpecError
+    from tfmesos.mesos.masters import parse_masters
+
+    odd = tmp_path / "a\nb"
+    quoted = repr(str(odd))
+    with pytest.raises(SpecError) as secret:
+        read_secret(str(odd))
+    with pytest.raises(SpecError) as master:
+        parse_masters(f"file://{odd}")
+    for said in (str(secret.value), str(master.value)):
+        assert quoted in said and "\n" not in said, said
+
+
 @pytest.mark.e2e
 def test_a_local_job_with_a_newline_in_its_log_dir_says_where_its_logs_are_on_one_line(
     tmp_path: Any, job_procs: JobProcesses

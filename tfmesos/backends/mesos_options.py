@@ -17,6 +17,7 @@ from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
 from tfmesos.flagtypes import positive_number
 from tfmesos.mesos.roles import validate_role
+from tfmesos.pathtext import shown_path
 from tfmesos.spec import ClusterSpec, Volume, parse_volume
 
 __all__ = ["MesosOptions", "framework_credentials", "read_secret"]
@@ -181,7 +182,7 @@ class MesosOptions(BackendOptions):
             read_secret(self.secret_file)
         if self.ssl_ca is not None and not os.access(self.ssl_ca, os.R_OK):
             why = "cannot be read" if os.path.exists(self.ssl_ca) else "no such file or directory"
-            raise SpecError(f"--ssl-ca {self.ssl_ca}: {why}")
+            raise SpecError(f"--ssl-ca {shown_path(self.ssl_ca)}: {why}")
 
     @classmethod
     def from_given(cls, given: Mapping[str, Any]) -> MesosOptions:
@@ -223,14 +224,14 @@ def read_secret(path: str) -> str:
         with open(path, "rb") as file:
             data = file.read()
     except OSError as exc:
-        raise SpecError(f"--secret-file {path}: {exc.strerror or exc}") from None
+        raise SpecError(f"--secret-file {shown_path(path)}: {exc.strerror or exc}") from None
     try:
         text = data.decode()
     except UnicodeDecodeError:
-        raise SpecError(f"--secret-file {path}: not UTF-8 text") from None
+        raise SpecError(f"--secret-file {shown_path(path)}: not UTF-8 text") from None
     text = text.removesuffix("\n").removesuffix("\r")
     if not text:
-        raise SpecError(f"--secret-file {path}: the file is empty")
+        raise SpecError(f"--secret-file {shown_path(path)}: the file is empty")
     return text
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from tfmesos.errors import SpecError
+from tfmesos.pathtext import shown_path
 
 __all__ = [
     "MasterAddress",
@@ -136,9 +137,13 @@ def _read_master_file(text: str) -> str:
             content = file.read().strip()
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SpecError(f"Mesos master {text}: cannot read {path}: {why}") from None
+        raise SpecError(
+            f"Mesos master {shown_path(text)}: cannot read {shown_path(path)}: {why}"
+        ) from None
     if not content:
-        raise SpecError(f"Mesos master {text}: {path} is empty (it should name the master)")
+        raise SpecError(
+            f"Mesos master {shown_path(text)}: {shown_path(path)} is empty (it should name the master)"
+        )
     return content
 
 

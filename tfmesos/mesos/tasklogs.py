@@ -20,6 +20,8 @@ import logging
 import os
 from pathlib import Path
 
+from tfmesos.pathtext import shown_path
+
 __all__ = ["TaskLogs"]
 
 logger = logging.getLogger("tfmesos")
@@ -92,7 +94,7 @@ class TaskLogs:
                 "cannot keep the output of task %s in %s (%s): the rest of it is only in its "
                 "sandbox",
                 name or task_id,
-                log.path,
+                shown_path(log.path),
                 exc.strerror or exc,
             )
 

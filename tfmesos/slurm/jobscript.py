@@ -30,6 +30,7 @@ import sys
 import time
 
 from tfmesos import procfs, wire
+from tfmesos.pathtext import shown_path
 from tfmesos.proctree import kill_until_gone
 from tfmesos.rendezvous_client import AgentConfig, AgentError, RendezvousClient
 
@@ -99,7 +100,7 @@ def main() -> int:
     try:
         os.makedirs(log_dir, exist_ok=True)
     except OSError as exc:
-        say(f"cannot make {log_dir} for the tasks' logs: {exc}")
+        say(f"cannot make {shown_path(log_dir)} for the tasks' logs: {exc}")
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in plan["env"].items()})
     steps: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}

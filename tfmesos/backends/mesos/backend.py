@@ -56,6 +56,7 @@ from tfmesos.mesos import calls
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.tasklogs import TaskLogs
+from tfmesos.pathtext import shown_path
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["MesosBackend"]
@@ -149,7 +150,7 @@ class MesosBackend(Backend):
         return list(self._logs.unkept)
 
     def logs_location(self) -> str:
-        return str(self.log_dir)
+        return shown_path(self.log_dir)
 
     def unseen_output_location(self) -> str:
         where = f", in the Mesos web UI at {self._web_ui}" if self._web_ui else ""
@@ -169,7 +170,7 @@ class MesosBackend(Backend):
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecError(
-                f"cannot use {self.log_dir} for the tasks' logs: {exc.strerror}"
+                f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
             ) from None
         self._runner = asyncio.create_task(self._run())
 
