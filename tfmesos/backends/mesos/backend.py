@@ -169,9 +169,8 @@ class MesosBackend(Backend):
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise SpecError(
-                f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
-            ) from None
+            where = shown_path(self.log_dir)
+            raise SpecError(f"cannot use {where} for the tasks' logs: {exc.strerror}") from None
         self._runner = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
