@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun
+from tests.jobevents import JobEvents
 
 PY = sys.executable
 RELEASE_BOUND = 15.0
@@ -67,7 +68,7 @@ pytestmark = pytest.mark.usefixtures("slurm")
 
 
 def submitted(stderr: str) -> list[str]:
-    """The Slurm jobs tfrun said it submitted."""
+    """The Slurm jobs tfrun said it submitted (no event names a Slurm job)."""
     return re.findall(r"Slurm: submitted job (\d+)", stderr)
 
 
@@ -116,18 +117,30 @@ def node_memory() -> int:
     return int(out.split()[0])
 
 
-def test_a_replica_job_runs_its_remote_tasks_as_one_slurm_job(job_procs: JobProcesses) -> None:
+def test_a_replica_job_runs_its_remote_tasks_as_one_slurm_job(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
     code = (
         "import os; print('{job_name}:{task_index} ps={ps_hosts} workers={worker_hosts} "
         "job=' + os.environ.get('SLURM_JOB_ID', '-') + ' step=' + os.environ.get('SLURM_STEP_ID', '-') "
         "+ ' secret=' + str('TFMESOS_SECRET' in os.environ))"
     )
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "-w", "3", "-s", "1", "--worker-logs", "*", "--", *py(code),
-        env=job_procs.env(),
+        "--backend", "slurm", *events.flag, "-w", "3", "-s", "1", "--worker-logs", "*", "--",
+        *py(code), env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert events.verdict()["result"] == "succeeded", result.stderr
+    placed = {e["task"]: e["backend"] for e in events.of("task_placed")}
+    assert placed == {
+        "ps:0": "slurm",
+        "worker:0": "local",
+        "worker:1": "slurm",
+        "worker:2": "slurm",
+    }
     (job,) = submitted(result.stderr)
+    # The submission's wording: the job, its size and its tasks.
     assert f"Slurm: submitted job {job} (3 x 1 CPU, 1024 MiB) for ps:0, worker:1, worker:2" in (
         result.stderr
     )
@@ -147,9 +160,10 @@ def test_a_replica_job_runs_its_remote_tasks_as_one_slurm_job(job_procs: JobProc
     assert job_procs.wait_gone(10) == []
 
 
-def test_mnist_replica_trains_on_slurm(job_procs: JobProcesses) -> None:
+def test_mnist_replica_trains_on_slurm(job_procs: JobProcesses, tmp_path: Path) -> None:
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "-w", "2", "-s", "1", "--worker-logs", "*", "--",
+        "--backend", "slurm", *events.flag, "-w", "2", "-s", "1", "--worker-logs", "*", "--",
         PY, "examples/mnist/mnist_replica.py", "--ps_hosts", "{ps_hosts}",
         "--worker_hosts", "{worker_hosts}", "--job_name", "{job_name}",
         "--task_index", "{task_index}",
@@ -161,7 +175,8 @@ def test_mnist_replica_trains_on_slurm(job_procs: JobProcesses) -> None:
     assert initial and final, result.stdout[-3000:]
     assert float(final.group(1)) < float(initial.group(1)) / 4
     assert "[worker:1]" in result.stdout  # worker 1, in the Slurm job, trained too
-    assert "task worker:1 finished" in result.stderr
+    worker_1 = events.exited()["worker:1"]
+    assert (worker_1["exit_code"], worker_1["action"]) == (0, "finish"), worker_1
     assert wait_released(submitted(result.stderr), 30) == {submitted(result.stderr)[0]: "COMPLETED"}
     assert job_procs.wait_gone(10) == []
 
@@ -181,7 +196,7 @@ def test_plus_runs_on_slurm_in_fine_grained_mode(job_procs: JobProcesses, tmp_pa
 
 
 def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     code = (
         "import sys, time\n"
@@ -189,13 +204,18 @@ def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
         "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(3)\n"
         "time.sleep(3600)\n"  # past run_tfrun's hang guard: the others must be stopped
     )
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
+        "--backend", "slurm", *events.flag, "-w", "2", "-s", "1", "--", *py(code),
+        env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
-    last = result.stderr.strip().splitlines()
-    verdict = next(line for line in last if "job failed:" in line)
-    assert re.search(r"job failed: task worker:1 on \S+ exited with status 3", verdict), verdict
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("failed", 3), result.stderr
+    worker_1 = events.exited()["worker:1"]
+    assert (worker_1["exit_code"], worker_1["action"]) == (3, "fail job"), worker_1
+    assert worker_1["host"], worker_1  # the Slurm node it ran on
+    # The verdict's wording: the task's last lines, from its Slurm step.
     assert "  | worker 1 gives up" in result.stderr
     (job,) = submitted(result.stderr)
     # tfrun waited for the allocation to be released before it exited.
@@ -204,7 +224,7 @@ def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
 
 
 def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
-    job_procs: JobProcesses, blocker: list[str]
+    job_procs: JobProcesses, blocker: list[str], tmp_path: Path
 ) -> None:
     memory = node_memory()
     held = subprocess.run(
@@ -216,12 +236,16 @@ def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
     while states([held]).get(held) != "RUNNING":
         assert time.monotonic() < deadline, "the blocking job never ran"
         time.sleep(0.2)
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "--timeout", "6", "-w", "3", "-s", "0", "-Mw", "2048", "--",
-        "true", env=job_procs.env(),
+        "--backend", "slurm", *events.flag, "--timeout", "6", "-w", "3", "-s", "0", "-Mw", "2048",
+        "--", "true", env=job_procs.env(),
     )  # fmt: skip
-    assert result.returncode == 124, result.stderr  # the cluster never came up
+    assert result.returncode == 124, result.stderr
+    assert events.verdict()["result"] == "never up", result.stderr
+    assert "task_placed" not in events.names(), events.names()
     (job,) = submitted(result.stderr)
+    # The diagnosis's wording: Slurm's reason, in words.
     assert re.search(
         r"the cluster was not up after 6s: still waiting for worker:1, worker:2 \(Slurm job "
         rf"{job} is pending \(Resources: the resources it asks for are in use\)\)",
@@ -232,12 +256,18 @@ def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
     assert job_procs.wait_gone(10) == []
 
 
-def test_a_job_slurm_can_never_run_is_refused_in_slurms_words(job_procs: JobProcesses) -> None:
+def test_a_job_slurm_can_never_run_is_refused_in_slurms_words(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "-w", "2", "-s", "0", "-Mw", str(node_memory() * 4), "--", "true",
-        env=job_procs.env(),
+        "--backend", "slurm", *events.flag, "-w", "2", "-s", "0", "-Mw", str(node_memory() * 4),
+        "--", "true", env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("refused", 2), verdict
+    assert "task_placed" not in events.names(), events.names()
     assert re.search(
         r"^tfrun: error: Slurm refused the job for worker:1: Memory specification can not be "
         r"satisfied",
@@ -310,9 +340,12 @@ def test_sigterm_stops_the_job_and_cancels_the_allocation(job_procs: JobProcesse
         "--backend", "slurm", "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
         env=job_procs.env(),
     )  # fmt: skip
+    events = proc.events
     (job,) = submitted("".join(said))
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["signal"]) == ("interrupted", "SIGTERM"), verdict
     assert states([job])[job] not in ACTIVE
     assert job_procs.wait_gone(10) == []
 
@@ -349,16 +382,19 @@ def our_jobs(name: str) -> list[str]:
     return out.split()
 
 
-def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(job_procs: JobProcesses) -> None:
+def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
     # sbatch takes it (EnforcePartLimits=NO, Slurm's default) and it would
     # wait in the queue for ever: "PartitionConfig".
     name = f"never-fits-{job_procs.mark[:8]}"
     cpus = str(node_cpus() * 10 + 2)
+    events = JobEvents(tmp_path / "events.jsonl")
     started = time.monotonic()
     try:
         result = run_tfrun(
-            "--backend", "slurm", "-n", name, "-w", "2", "-s", "0", "-Cw", cpus, "--", "true",
-            env=job_procs.env(), timeout=60,
+            "--backend", "slurm", "-n", name, *events.flag, "-w", "2", "-s", "0", "-Cw", cpus,
+            "--", "true", env=job_procs.env(), timeout=60,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         # On a timeout, subprocess.run leaves the output undecoded, even with text=True.
@@ -368,6 +404,8 @@ def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(job_procs: JobP
     took = time.monotonic() - started
     assert result.returncode == 2, result.stderr
     assert took < 20, (took, result.stderr)
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("refused", 2), verdict
     errors = [line for line in result.stderr.splitlines() if line.startswith("tfrun: error:")]
     (job,) = submitted(result.stderr)
     assert errors == [
@@ -381,7 +419,7 @@ def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(job_procs: JobP
 
 
 def test_a_job_whose_dependency_can_never_be_satisfied_ends_in_seconds_with_exit_2(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     # A job it depends on failed: Slurm keeps it pending for ever,
     # "DependencyNeverSatisfied" (unless kill_invalid_depend is set).
@@ -392,11 +430,13 @@ def test_a_job_whose_dependency_can_never_be_satisfied_ends_in_seconds_with_exit
     assert failed.returncode != 0, failed.stderr
     depend = failed.stdout.strip().split(";")[0]
     name = f"never-depends-{job_procs.mark[:8]}"
+    events = JobEvents(tmp_path / "events.jsonl")
     started = time.monotonic()
     try:
         result = run_tfrun(
-            "--backend", "slurm", "-n", name, "-w", "2", f"--sbatch-args=--dependency=afterok:{depend}",
-            "--", "true", env=job_procs.env(), timeout=60,
+            "--backend", "slurm", "-n", name, *events.flag, "-w", "2",
+            f"--sbatch-args=--dependency=afterok:{depend}", "--", "true", env=job_procs.env(),
+            timeout=60,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         pytest.fail(
@@ -404,6 +444,8 @@ def test_a_job_whose_dependency_can_never_be_satisfied_ends_in_seconds_with_exit
         )
     assert result.returncode == 2, result.stderr
     assert time.monotonic() - started < 20, result.stderr
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("refused", 2), verdict
     errors = [line for line in result.stderr.splitlines() if line.startswith("tfrun: error:")]
     (job,) = submitted(result.stderr)
     assert errors == [
@@ -555,11 +597,14 @@ def test_a_slurm_task_that_printed_nothing_is_said_to_have_its_log_here_not_on_m
     # directory: it fails before its script can print a word.
     log_dir = tmp_path / "logs"
     log_dir.mkdir(mode=0o700)
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "--log-dir", str(log_dir), "--sbatch-args=--uid=nobody",
+        "--backend", "slurm", *events.flag, "--log-dir", str(log_dir), "--sbatch-args=--uid=nobody",
         "-w", "2", "-s", "0", "--", "true", env=job_procs.env(), timeout=120,
     )  # fmt: skip
     assert result.returncode == 124, result.stderr
+    assert events.verdict()["result"] == "never up", result.stderr
+    # The verdict's wording: where the task's own output is.
     assert f"it printed nothing the launcher could see: its own output is kept in {log_dir}" in (
         result.stderr
     )
@@ -610,6 +655,7 @@ def test_what_a_slurm_task_left_in_a_session_of_its_own_ends_with_its_killed_age
         "--backend", "slurm", "-w", "2", "--",
         "sh", "-c", "setsid sleep 300 & sleep 300", env=job_procs.env(),
     )  # fmt: skip
+    events = proc.events
     try:
         agents = [
             p
@@ -629,7 +675,8 @@ def test_what_a_slurm_task_left_in_a_session_of_its_own_ends_with_its_killed_age
         agents[0].kill()
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode != 0, stderr
-        assert "worker:1" in stderr
+        assert events.verdict()["result"] == "failed", stderr
+        assert events.exited()["worker:1"]["action"] == "fail job", events.exited()
         assert job_procs.wait_gone(15) == [], stderr
     finally:
         job_procs.kill_all()
