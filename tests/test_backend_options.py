@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tfmesos
-from tfmesos import ClusterSpec, Job, advertise, runs
+from tfmesos import ClusterSpec, Job, advertise, rundirs
 from tfmesos.backends import (
     BACKENDS,
     backend_class,
@@ -146,7 +146,7 @@ def test_every_run_of_a_restarting_job_keeps_its_logs_in_one_directory(
     assert chosen.log_dir is not None and Path(chosen.log_dir).is_dir()
     assert chosen.for_restarts() == chosen
     assert LocalOptions(log_dir="/mine").for_restarts() == LocalOptions(log_dir="/mine")
-    runs.release(Path(chosen.log_dir))
+    rundirs.release(Path(chosen.log_dir))
 
 
 def test_the_chief_runs_beside_the_launcher_where_the_backend_says_so(
@@ -172,8 +172,8 @@ def test_the_chief_runs_beside_the_launcher_where_the_backend_says_so(
     assert second.chief_backend.log_dir == chief.log_dir
     assert (first.restart, second.restart) == (0, 1)
     # Each factory made a run directory for its runs (run_replica_job lets go of it).
-    runs.release(local.backend.log_dir)
-    runs.release(chief.log_dir)
+    rundirs.release(local.backend.log_dir)
+    rundirs.release(chief.log_dir)
 
 
 def test_each_backend_declares_its_own_flags_for_tfrun() -> None:

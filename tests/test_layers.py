@@ -38,7 +38,7 @@ LAYERS: dict[str, int] = {
     "tfmesos.policy": FOUNDATION,
     "tfmesos.shell": FOUNDATION,
     "tfmesos.console": FOUNDATION,
-    "tfmesos.runs": FOUNDATION,
+    "tfmesos.rundirs": FOUNDATION,
     "tfmesos.advertise": FOUNDATION,
     "tfmesos.tasklog": FOUNDATION,
     "tfmesos.pathtext": FOUNDATION,

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfmesos import lazyssl, runs, wire
+from tfmesos import lazyssl, rundirs, wire
 from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.flagtypes import count, positive_number
@@ -494,8 +494,8 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         # Each backend takes what is its own of the flags (BackendOptions.from_given).
         args.options = options_type.from_given(vars(args))
         args.options.check_spec(spec)
-        runs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start
-        runs.task_log_max()
+        rundirs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start
+        rundirs.task_log_max()
     except SpecError as exc:
         parser.error(str(exc))
     return args, spec

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tfmesos import runs
+from tfmesos import rundirs
 from tfmesos.backends import BackendOptions, backend_class, create_backend
 from tfmesos.console import use_colour
 from tfmesos.errors import (
@@ -66,7 +66,7 @@ def run_replica_job(
             # the signals over yet.
             late_signals.take_over(None)
         if chosen.log_dir and chosen.log_dir != given.log_dir:
-            runs.release(Path(chosen.log_dir))
+            rundirs.release(Path(chosen.log_dir))
 
 
 def launcher_factory(

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos import procfs, runs, wire
+from tfmesos import procfs, rundirs, wire
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
@@ -99,8 +99,8 @@ class LocalBackend(Backend):
         """Runs only the chief of a job on a cluster (Mesos, Slurm): resources
         are checked more leniently, and what to do is said for tfrun's machine."""
         self.host = host
-        self.log_max = runs.task_log_max()
-        self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        self.log_max = rundirs.task_log_max()
+        self.log_dir = Path(log_dir) if log_dir else rundirs.new_run_dir()
         self._own_run = not log_dir
         """The run directory is this backend's own, let go when it closes."""
         self._ports = ports or PortAllocator()
@@ -426,7 +426,7 @@ class LocalBackend(Backend):
         if self._fork_server is not None:
             await self._fork_server.close()
         if self._own_run:
-            runs.release(self.log_dir)
+            rundirs.release(self.log_dir)
 
 
 def default_agent_command() -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tfmesos import runs
+from tfmesos import rundirs
 
 if TYPE_CHECKING:
     from tfmesos.spec import ClusterSpec
@@ -102,7 +102,7 @@ class BackendOptions:
         every run keeps its logs in the same directory."""
         if self.log_dir:
             return self
-        return dataclasses.replace(self, log_dir=str(runs.new_run_dir()))
+        return dataclasses.replace(self, log_dir=str(rundirs.new_run_dir()))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfmesos import runs, wire
+from tfmesos import rundirs, wire
 from tfmesos.aio import reap
 from tfmesos.backends import slurm_options
 from tfmesos.backends.base import (
@@ -136,19 +136,19 @@ class SlurmBackend(Backend):
                 "backslash from a file name (and stop reading %j in it); choose a directory "
                 "without one"
             )
-        if not log_dir and "\\" in str(runs.runs_root()):
+        if not log_dir and "\\" in str(rundirs.runs_root()):
             # Said before the run's directory is made, naming where its path
             # comes from: no --log-dir was given.
             raise SpecError(
-                f"Slurm cannot write the run's logs under {shown_path(runs.runs_root())} "
+                f"Slurm cannot write the run's logs under {shown_path(rundirs.runs_root())} "
                 "($XDG_STATE_HOME/tfmesos/runs): sbatch and srun drop a backslash from a file "
                 "name (and stop reading %j in it); give --log-dir a directory without one, or "
                 "set XDG_STATE_HOME to one"
             )
-        self.log_dir = Path(log_dir) if log_dir else runs.new_run_dir()
+        self.log_dir = Path(log_dir) if log_dir else rundirs.new_run_dir()
         self._own_run = not log_dir
         """The run directory is this backend's own, let go when it closes."""
-        self.log_max = runs.task_log_max()
+        self.log_max = rundirs.task_log_max()
         self._sink: EventSink | None = None
         self._jobs: dict[str, _Job] = {}
         self._by_peer: dict[str, _Job] = {}
@@ -328,7 +328,7 @@ class SlurmBackend(Backend):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 await asyncio.to_thread(self._watchdog.wait, 5)
         if self._own_run:
-            runs.release(self.log_dir)
+            rundirs.release(self.log_dir)
 
     def admit(self, peer_id: str) -> bool:
         job = self._by_peer.get(peer_id)

@@ -19,7 +19,7 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfmesos import runs
+from tfmesos import rundirs
 from tfmesos.advertise import is_loopback_name
 from tfmesos.aio import reap
 from tfmesos.backends.base import (
@@ -102,12 +102,12 @@ class MesosBackend(Backend):
             auth=(principal, secret) if principal and secret else None,
             ssl_ca=options.ssl_ca,
         )
-        self.log_dir = Path(options.log_dir) if options.log_dir else runs.new_run_dir()
+        self.log_dir = Path(options.log_dir) if options.log_dir else rundirs.new_run_dir()
         """Where every task's output is kept on this machine, as it reaches
         the launcher (the chief's log too: run.py puts it here)."""
         self._own_run = not options.log_dir
         """The run directory is this backend's own, let go when it closes."""
-        self._logs = TaskLogs(self.log_dir, runs.task_log_max())
+        self._logs = TaskLogs(self.log_dir, rundirs.task_log_max())
         self._web_ui: str | None = None
         """The master's web UI, once the master has shown it serves one."""
         self._sink: EventSink | None = None
@@ -259,7 +259,7 @@ class MesosBackend(Backend):
             await reap(self._runner)
         self._logs.close()
         if self._own_run:
-            runs.release(self.log_dir)
+            rundirs.release(self.log_dir)
 
     def progress(self) -> str:
         if not self.client.subscribed.is_set():
