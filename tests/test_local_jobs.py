@@ -453,7 +453,7 @@ def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobPro
     assert result.returncode == 2
     assert re.search(
         r"task worker:0 asks for 100000 CPUs, and this machine has \d+: ask for less with -Cw, "
-        r"or run the job on a Mesos cluster \(-m\)",
+        r"or run the job on a cluster \(-m MASTER for Mesos, --backend slurm\)",
         result.stderr,
     ), result.stderr
     result = run_tfrun("-w", "1", "-s", "0", "-Mw", "99999999", "--", "true", env=job_procs.env())
@@ -469,7 +469,8 @@ def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobPro
     assert result.returncode == 2
     assert (
         "task worker:0 asks for 1 GPU, and this machine has none: give -Gw 0, "
-        "or run the job on a Mesos cluster with GPUs (-m)" in result.stderr
+        "or run the job on a cluster with GPUs (-m MASTER for Mesos, --backend slurm)"
+        in result.stderr
     )
     assert job_procs.alive() == []
 
