@@ -44,6 +44,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, run_tfrun, tfrun_argv
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import real_mesos_home, real_mesos_unavailable
 from tests.test_zookeeper import ZK_HOSTS, master_info, zookeeper_client
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
@@ -310,9 +311,12 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def tfrun_timed(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+def tfrun_timed(
+    *args: str, env: dict[str, str], events: JobEvents
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """tfrun with ``args``, its events to ``events``, and how long it took."""
     started = time.monotonic()
-    done = run_tfrun(*args, env=env, timeout=300)
+    done = run_tfrun(*events.flag, *args, env=env, timeout=300)
     return done, time.monotonic() - started
 
 
@@ -320,10 +324,16 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("tfrun: error:")]
 
 
-def assert_said_at_once(done: subprocess.CompletedProcess[str], status: int) -> str:
-    """tfrun exited ``status`` with one error line, at the first try: no
-    re-subscription, no reconnect budget spent. The line, returned."""
+def assert_said_at_once(
+    done: subprocess.CompletedProcess[str], status: int, events: JobEvents
+) -> str:
+    """tfrun exited ``status``, tfrun's own error, no task placed, with one
+    error line, at the first try: no re-subscription, no reconnect budget
+    spent. The line, returned."""
     assert done.returncode == status, done.stderr
+    verdict = events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("error", status), verdict
+    assert "task_placed" not in events.names(), events.names()
     (line,) = error_lines(done.stderr)
     assert "re-subscribing" not in done.stderr, done.stderr
     assert "within 30s" not in line, line
@@ -347,29 +357,30 @@ def zookeeper() -> Iterator[Any]:
 @pytest.mark.parametrize("given", ["--ssl-ca", "LIBPROCESS_SSL_CA_FILE", "LIBPROCESS_SSL_CA_DIR"])
 @pytest.mark.e2e
 def test_a_job_runs_through_a_tls_master_with_its_ca_given(
-    plain_mesos: RealMesos, pki: PKI, given: str
+    plain_mesos: RealMesos, pki: PKI, given: str, tmp_path: Path
 ) -> None:
     """The CA as a flag (its file) or as libprocess's variables (its file, or
     a hashed directory), the master's scheme from ``LIBPROCESS_SSL_ENABLED``
     (as libprocess decides it) or given: the job runs."""
+    events = JobEvents(tmp_path / "events.jsonl")
     cert, key = pki.cert("master")
     with tls_proxy(master_port(plain_mesos), libprocess_server_context(cert, key)) as proxy:
         if given == "--ssl-ca":
             done, took = tfrun_timed(
-                "-m", proxy.url, "--ssl-ca", str(pki.ca), *JOB, env=clean_env()
+                "-m", proxy.url, "--ssl-ca", str(pki.ca), *JOB, env=clean_env(), events=events
             )
         else:
             trust = str(pki.ca if given == "LIBPROCESS_SSL_CA_FILE" else pki.ca_dir)
             env = clean_env(LIBPROCESS_SSL_ENABLED="true", **{given: trust})
-            done, took = tfrun_timed("-m", f"127.0.0.1:{proxy.port}", *JOB, env=env)
+            done, took = tfrun_timed("-m", f"127.0.0.1:{proxy.port}", *JOB, env=env, events=events)
     say(f"TLS job with the CA from {given}: exit {done.returncode} in {took:.2f} s")
     assert done.returncode == 0, done.stderr
-    assert "job succeeded" in done.stderr
+    assert events.verdict()["result"] == "succeeded", done.stderr
     assert not proxy.refused, proxy.refused
 
 
 def test_a_tls_master_found_through_zookeeper_is_dialled_and_verified_by_its_ip(
-    plain_mesos: RealMesos, pki: PKI, zookeeper: Any
+    plain_mesos: RealMesos, pki: PKI, zookeeper: Any, tmp_path: Path
 ) -> None:
     """The master's MasterInfo in ZooKeeper, as a master writes it, under a
     host name that does not resolve, its ``pid`` at the TLS endpoint: tfrun
@@ -377,6 +388,7 @@ def test_a_tls_master_found_through_zookeeper_is_dialled_and_verified_by_its_ip(
     certificate's IP subjectAltName."""
     cert, key = pki.cert("master")
     group = f"/tfmesos-security-{uuid.uuid4().hex}"
+    events = JobEvents(tmp_path / "events.jsonl")
     with tls_proxy(master_port(plain_mesos), libprocess_server_context(cert, key)) as proxy:
         zookeeper.create(
             f"{group}/json.info_", master_info("mesos-master.invalid", proxy.port, pid_host="127.0.0.1"),
@@ -384,28 +396,31 @@ def test_a_tls_master_found_through_zookeeper_is_dialled_and_verified_by_its_ip(
         )  # fmt: skip
         try:
             env = clean_env(LIBPROCESS_SSL_ENABLED="true", LIBPROCESS_SSL_CA_FILE=str(pki.ca))
-            done, took = tfrun_timed("-m", f"zk://{ZK_HOSTS}{group}", *JOB, env=env)
+            done, took = tfrun_timed("-m", f"zk://{ZK_HOSTS}{group}", *JOB, env=env, events=events)
         finally:
             zookeeper.delete(group, recursive=True)
     say(f"TLS master through ZooKeeper: exit {done.returncode} in {took:.2f} s")
     assert done.returncode == 0, done.stderr
-    assert f"127.0.0.1:{proxy.port}" in done.stderr  # the framework's page: the IP dialled
+    assert events.verdict()["result"] == "succeeded", done.stderr
+    # No event names the master: the framework's page, as the user reads it, names the IP dialled.
+    assert f"127.0.0.1:{proxy.port}" in done.stderr
     assert not proxy.refused, proxy.refused
 
 
 @pytest.mark.e2e
 def test_without_the_ca_the_job_ends_at_once_with_the_ssl_reason(
-    plain_mesos: RealMesos, pki: PKI
+    plain_mesos: RealMesos, pki: PKI, tmp_path: Path
 ) -> None:
     """The CA not given: tfrun trusts the system's CAs, which never signed
     the master's certificate. One line, the SSL reason, what was trusted and
     what to set; no retry for the reconnect budget (the old message,
     "Cannot connect: Operation not permitted", after 120 s)."""
+    events = JobEvents(tmp_path / "events.jsonl")
     cert, key = pki.cert("master")
     port = master_port(plain_mesos)
     with tls_proxy(port, libprocess_server_context(cert, key)) as proxy:
-        done, took = tfrun_timed("-m", proxy.url, *JOB, env=clean_env())
-    line = assert_said_at_once(done, 125)
+        done, took = tfrun_timed("-m", proxy.url, *JOB, env=clean_env(), events=events)
+    line = assert_said_at_once(done, 125, events)
     say(f"no CA: exit {done.returncode} in {took:.2f} s: {line}")
     assert f"TLS handshake with {proxy.url} failed: certificate verify failed:" in line
     assert "unable to get local issuer certificate" in line
@@ -415,13 +430,14 @@ def test_without_the_ca_the_job_ends_at_once_with_the_ssl_reason(
 
 
 @pytest.mark.e2e
-def test_a_wrong_ca_is_refused_and_named(plain_mesos: RealMesos, pki: PKI) -> None:
+def test_a_wrong_ca_is_refused_and_named(plain_mesos: RealMesos, pki: PKI, tmp_path: Path) -> None:
+    events = JobEvents(tmp_path / "events.jsonl")
     cert, key = pki.cert("master")
     port = master_port(plain_mesos)
     with tls_proxy(port, libprocess_server_context(cert, key)) as proxy:
         env = clean_env(LIBPROCESS_SSL_CA_FILE=str(pki.other_ca))
-        done, took = tfrun_timed("-m", proxy.url, *JOB, env=env)
-    line = assert_said_at_once(done, 125)
+        done, took = tfrun_timed("-m", proxy.url, *JOB, env=env, events=events)
+    line = assert_said_at_once(done, 125, events)
     say(f"a wrong CA: exit {done.returncode} in {took:.2f} s: {line}")
     assert "certificate verify failed" in line
     assert f"the CAs in {pki.other_ca} ($LIBPROCESS_SSL_CA_FILE)" in line
@@ -429,15 +445,18 @@ def test_a_wrong_ca_is_refused_and_named(plain_mesos: RealMesos, pki: PKI) -> No
 
 @pytest.mark.e2e
 def test_a_certificate_that_does_not_name_the_masters_ip_is_refused(
-    plain_mesos: RealMesos, pki: PKI
+    plain_mesos: RealMesos, pki: PKI, tmp_path: Path
 ) -> None:
     """Signed by the CA given, but for a host name only, while the master is
     dialled by its IP (as a master found through ZooKeeper is)."""
+    events = JobEvents(tmp_path / "events.jsonl")
     cert, key = pki.cert("master-by-name")
     port = master_port(plain_mesos)
     with tls_proxy(port, libprocess_server_context(cert, key)) as proxy:
-        done, took = tfrun_timed("-m", proxy.url, "--ssl-ca", str(pki.ca), *JOB, env=clean_env())
-    line = assert_said_at_once(done, 125)
+        done, took = tfrun_timed(
+            "-m", proxy.url, "--ssl-ca", str(pki.ca), *JOB, env=clean_env(), events=events
+        )
+    line = assert_said_at_once(done, 125, events)
     say(f"a certificate without the IP: exit {done.returncode} in {took:.2f} s: {line}")
     assert "IP address mismatch" in line
     assert "must name the address dialled, 127.0.0.1" in line
@@ -445,11 +464,13 @@ def test_a_certificate_that_does_not_name_the_masters_ip_is_refused(
 
 @pytest.mark.e2e
 def test_a_master_that_requires_a_client_certificate_gets_libprocess_s(
-    plain_mesos: RealMesos, pki: PKI
+    plain_mesos: RealMesos, pki: PKI, tmp_path: Path
 ) -> None:
     """``LIBPROCESS_SSL_REQUIRE_CLIENT_CERT`` on the master: tfrun presents
     ``LIBPROCESS_SSL_CERT_FILE``/``KEY_FILE``, as libprocess does, and the
     job runs; without them, the master's refusal is said at once."""
+    events = JobEvents(tmp_path / "events.jsonl")
+    without_events = JobEvents(tmp_path / "without.jsonl")
     cert, key = pki.cert("master")
     client_cert, client_key = pki.cert("client")
     port = master_port(plain_mesos)
@@ -460,14 +481,19 @@ def test_a_master_that_requires_a_client_certificate_gets_libprocess_s(
             LIBPROCESS_SSL_CERT_FILE=str(client_cert),
             LIBPROCESS_SSL_KEY_FILE=str(client_key),
         )
-        done, took = tfrun_timed("-m", proxy.url, *JOB, env=env)
+        done, took = tfrun_timed("-m", proxy.url, *JOB, env=env, events=events)
         say(f"with a client certificate: exit {done.returncode} in {took:.2f} s")
         assert done.returncode == 0, done.stderr
+        assert events.verdict()["result"] == "succeeded", done.stderr
         assert not proxy.refused, proxy.refused
         without, took = tfrun_timed(
-            "-m", proxy.url, *JOB, env=clean_env(LIBPROCESS_SSL_CA_FILE=str(pki.ca))
+            "-m",
+            proxy.url,
+            *JOB,
+            env=clean_env(LIBPROCESS_SSL_CA_FILE=str(pki.ca)),
+            events=without_events,
         )
-    line = assert_said_at_once(without, 125)
+    line = assert_said_at_once(without, 125, without_events)
     say(f"without it: exit {without.returncode} in {took:.2f} s: {line}")
     assert f"TLS handshake with {proxy.url} failed:" in line
     assert "LIBPROCESS_SSL_CERT_FILE" in line
@@ -477,13 +503,17 @@ def test_a_master_that_requires_a_client_certificate_gets_libprocess_s(
 
 
 @pytest.mark.e2e
-def test_the_right_credentials_from_the_flags_run_the_job(auth_mesos: AuthMesos) -> None:
+def test_the_right_credentials_from_the_flags_run_the_job(
+    auth_mesos: AuthMesos, tmp_path: Path
+) -> None:
+    events = JobEvents(tmp_path / "events.jsonl")
     done, took = tfrun_timed(
         "-m", auth_mesos.real.address, "--principal", PRINCIPAL,
-        "--secret-file", str(auth_mesos.secret_file), *JOB, env=clean_env(),
+        "--secret-file", str(auth_mesos.secret_file), *JOB, env=clean_env(), events=events,
     )  # fmt: skip
     say(f"--principal and --secret-file: exit {done.returncode} in {took:.2f} s")
     assert done.returncode == 0, done.stderr
+    assert events.verdict()["result"] == "succeeded", done.stderr
     state = auth_mesos.real.state()
     principals = [f.get("principal") for f in state["frameworks"] + state["completed_frameworks"]]
     assert PRINCIPAL in principals
@@ -491,11 +521,15 @@ def test_the_right_credentials_from_the_flags_run_the_job(auth_mesos: AuthMesos)
 
 
 @pytest.mark.e2e
-def test_the_right_credentials_from_the_environment_run_the_job(auth_mesos: AuthMesos) -> None:
+def test_the_right_credentials_from_the_environment_run_the_job(
+    auth_mesos: AuthMesos, tmp_path: Path
+) -> None:
+    events = JobEvents(tmp_path / "events.jsonl")
     env = clean_env(MESOS_PRINCIPAL=PRINCIPAL, MESOS_SECRET=auth_mesos.secret)
-    done, took = tfrun_timed("-m", auth_mesos.real.address, *JOB, env=env)
+    done, took = tfrun_timed("-m", auth_mesos.real.address, *JOB, env=env, events=events)
     say(f"$MESOS_PRINCIPAL and $MESOS_SECRET: exit {done.returncode} in {took:.2f} s")
     assert done.returncode == 0, done.stderr
+    assert events.verdict()["result"] == "succeeded", done.stderr
     assert auth_mesos.secret not in done.stdout + done.stderr
 
 
@@ -507,28 +541,33 @@ def test_a_wrong_secret_is_one_line_and_a_status_of_its_own(
     """Exit 77 (EX_NOPERM), at the first answer, the principal named and the
     secret nowhere in what tfrun says, with -v (tracebacks at debug) too."""
     wrong = secrets.token_hex(16)
+    events = JobEvents(tmp_path / "events.jsonl")
     secret_file = tmp_path / "secret"
     secret_file.write_text(wrong)
     args = ("-v",) if verbose else ()
     done, took = tfrun_timed(
         *args, "-m", auth_mesos.real.address, "--principal", PRINCIPAL,
-        "--secret-file", str(secret_file), *JOB, env=clean_env(),
+        "--secret-file", str(secret_file), *JOB, env=clean_env(), events=events,
     )  # fmt: skip
     assert wrong not in done.stdout + done.stderr
     assert auth_mesos.secret not in done.stdout + done.stderr
     if verbose:
         assert done.returncode == 77, done.stderr
+        assert events.verdict()["exit_status"] == 77, done.stderr
         return
-    line = assert_said_at_once(done, 77)
+    line = assert_said_at_once(done, 77, events)
     say(f"a wrong secret: exit {done.returncode} in {took:.2f} s: {line}")
     assert f"the Mesos master at http://{auth_mesos.real.address} refused the credentials" in line
     assert f"principal {PRINCIPAL!r} (401 Unauthorized)" in line
 
 
 @pytest.mark.e2e
-def test_no_credentials_for_a_master_that_demands_them(auth_mesos: AuthMesos) -> None:
-    done, took = tfrun_timed("-m", auth_mesos.real.address, *JOB, env=clean_env())
-    line = assert_said_at_once(done, 77)
+def test_no_credentials_for_a_master_that_demands_them(
+    auth_mesos: AuthMesos, tmp_path: Path
+) -> None:
+    events = JobEvents(tmp_path / "events.jsonl")
+    done, took = tfrun_timed("-m", auth_mesos.real.address, *JOB, env=clean_env(), events=events)
+    line = assert_said_at_once(done, 77, events)
     say(f"no credentials: exit {done.returncode} in {took:.2f} s: {line}")
     assert "demands authentication (401 Unauthorized)" in line
     assert "--principal" in line and "--secret-file" in line and "$MESOS_SECRET" in line
