@@ -281,6 +281,7 @@ def test_a_reconciliation_the_master_did_not_answer_is_asked_again(
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
+    # The warning's wording (the calls themselves are the master's record, above).
     assert "no answer yet to the reconciliation of ps:0; asking again" in err
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
@@ -302,6 +303,8 @@ def test_a_non_leading_master_redirects_to_the_leader(
             env=job_procs.env(),
         )
     assert result.returncode == 0, result.stderr
+    assert len(framework_calls(master, "SUBSCRIBE")) == 1  # the leader's: redirected to it
+    # The message's wording, as the user reads it.
     assert f"redirected to the leading master {master.url}" in result.stderr
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
@@ -422,21 +425,28 @@ def test_plus_in_fine_grained_mode_through_the_master(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
-def test_an_unreachable_master_is_reported_at_the_timeout(job_procs: JobProcesses) -> None:
+def test_an_unreachable_master_is_reported_at_the_timeout(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
     import socket
 
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
         "-m",
         f"127.0.0.1:{port}",
+        *events.flag,
         "--timeout",
         "3",
         *TWO_WORKERS_TRUE,
         env=job_procs.env(),
     )
     assert result.returncode == 124
+    assert events.verdict()["result"] == "never up", result.stderr
+    assert "task_placed" not in events.names(), events.names()
+    # The diagnosis's wording: which master, and why not.
     assert "not subscribed to a Mesos master yet: http://127.0.0.1:" in result.stderr
     assert "Connect call failed" in result.stderr or "Cannot connect" in result.stderr
     assert job_procs.wait_gone(10) == []
@@ -703,6 +713,7 @@ def test_a_refused_accept_sends_its_tasks_back_for_another_offer(
     # The first offer may come before every task is pending: the refused
     # ACCEPT holds ps:0 and perhaps worker:1.
     names = ", ".join(":".join(task_id.split(".")[:2]) for task_id in refused_ids)
+    # The warning's wording: which tasks, and the master's answer.
     warning = next(line for line in result.stderr.splitlines() if "ACCEPT" in line)
     assert f"the ACCEPT that launches {names} failed" in warning
     assert message in warning
@@ -733,6 +744,7 @@ def test_tasks_whose_accept_keeps_being_refused_are_reported(
         env=job_procs.env(),
     )
     assert result.returncode == 124
+    # The diagnosis's wording, and the warning said once.
     assert "the cluster was not up after 4s: still waiting for ps:0" in result.stderr
     # Whether the tasks are between offers or placed again when the time is up.
     assert re.search(
@@ -904,6 +916,7 @@ def test_an_unreadable_event_stream_is_dropped_and_the_master_resubscribed(
         garbled.close()
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[worker:0] worker:0 up"
+    # The warning's wording: which master, and what was wrong with its stream.
     assert f"{garbled.url} sent an event stream that cannot be read" in result.stderr
     assert why in result.stderr
     assert len(framework_calls(master, "SUBSCRIBE")) == 1  # redirected to the leader
@@ -928,6 +941,7 @@ def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
     finally:
         garbled.close()
     assert result.returncode == 125
+    # The error's wording; and that it had subscribed first (no event says so).
     assert re.search(
         r"lost the Mesos master \(http://127\.0\.0\.1:\d+ sent an event stream that cannot be "
         r"read \(RecordIOError: bad record length b'garbage'\)\) and could not re-subscribe "
@@ -979,6 +993,7 @@ def test_a_refused_revive_is_tried_again(
     assert result.returncode == 0, result.stderr
     revives = [c["status"] for c in master.calls("REVIVE")]
     assert revives[:2] == [503, 202], revives
+    # The warning's wording.
     assert "REVIVE call failed: 503 Master has not finished recovery; again in 1s" in result.stderr
     assert job_procs.wait_gone(10) == []
 
