@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tfmesos import taskenv, wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
-from tfmesos.launcher import message, relaunch, verdict
+from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.launcher.loop import KILL_WAIT, OUTPUT_LINGER, Event, Loop
 from tfmesos.policy import Phase
@@ -26,6 +26,8 @@ from tfmesos.spec import TaskSpec
 
 if TYPE_CHECKING:
     import ssl
+
+    from tfmesos.launcher import relaunch
 
 __all__ = ["Launcher"]
 

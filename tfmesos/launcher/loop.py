@@ -40,7 +40,7 @@ from tfmesos.errors import (
     TFMesosError,
     task_status,
 )
-from tfmesos.launcher import message, relaunch, verdict
+from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.output import OutputRouter
@@ -68,7 +68,7 @@ from tfmesos.rendezvous import (
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
-    pass
+    from tfmesos.launcher import relaunch
 
 __all__ = ["Event", "Loop", "RendezvousFactory", "Tick"]
 
@@ -470,6 +470,10 @@ class Loop:
         at its address and return None, where the policy allows
         (:func:`tfmesos.launcher.relaunch.relaunch_or_fail`); else return the
         failure that ends the job, saying why it was not relaunched."""
+        # Here: only fine-grained mode relaunches a server (its dataclasses
+        # cost every tfrun ~1 ms to make; docs/benchmarks.md, section 15).
+        from tfmesos.launcher import relaunch
+
         backend = self._backend_for(task.spec)
         decision = relaunch.relaunch_or_fail(
             task,
