@@ -25,6 +25,11 @@ from tests.mesos_clusters import CuttableProxy
 PY = sys.executable
 WRONG_MASTER_BOUND = 15.0
 """The issue's own bound for a wrong -m, from tfrun's start to its exit."""
+QUIET_PORTS = "32400-32499"
+"""The started master's agent's ports, no other test's: a task takes its
+offer's first free port, and on the default 31000, which every test master
+and real Mesos agent here offers first, a concurrent test's task failed this
+job's worker:1 and its two relaunches ('already in use'), exit 124."""
 
 
 def free_port() -> int:
@@ -163,7 +168,7 @@ def test_a_master_that_starts_a_moment_after_tfrun_is_waited_for_quietly(
         time.sleep(1.5)
         master = subprocess.Popen(
             [PY, "-m", "tfmesos.testing.master", "--port", str(port), "--agents", "1",
-             "--inherit-env", "--work-dir", str(tmp_path / "sandboxes")],
+             "--ports", QUIET_PORTS, "--inherit-env", "--work-dir", str(tmp_path / "sandboxes")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=job_procs.env(),
