@@ -1262,3 +1262,32 @@ def test_a_call_a_real_master_is_slow_to_answer_holds_up_no_acknowledgement(
         assert proc.returncode == 0, err + real.logs()
         assert cluster.torn_down()
         assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
+
+
+def test_a_port_an_agent_offers_that_a_process_outside_mesos_holds_costs_the_job_nothing(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The agents' first ports are held by listeners of this test, as by any
+    service the agent's --resources did not leave out: a task given one fails
+    ('already in use') and is relaunched on another offer, which must not
+    hand it the same port again."""
+    ports = "32600-32699"  # no other test's; two agents: 32600-32649, 32650-32699
+    with contextlib.ExitStack() as held:
+        for port in (32600, 32650):
+            listener = held.enter_context(socket.socket())
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("0.0.0.0", port))
+            listener.listen()
+        with marked_master(job_procs, monkeypatch, agents=2, ports=ports) as master:
+            events = JobEvents(tmp_path / "events.jsonl")
+            result = run_tfrun(
+                "-m", master.url, *events.flag, "--timeout", "30", "-w", "2", "-s", "1", "--",
+                "true", env=job_procs.env(),
+            )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert events.verdict()["result"] == "succeeded", result.stderr
+    addresses = {e["task"]: e["addr"] for e in events.of("task_registered")}
+    assert not {addresses["ps:0"], addresses["worker:1"]} & {
+        "127.0.0.1:32600",
+        "127.0.0.1:32650",
+    }, addresses

@@ -8,6 +8,7 @@ framework must (``mesos.proto``, ``Resource.allocation_info``).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +95,13 @@ class OfferCapacity:
 
     def take(self, task: TaskSpec, port: int | None = None) -> tuple[list[Resource], int]:
         """Take what ``task`` needs; return its resources and its port:
-        ``port`` itself if given (the offer must hold it), else the first free."""
+        ``port`` itself if given (the offer must hold it), else a free one
+        picked at random by the offer's ID and the task. Not the first: a
+        port the agent offers that a process outside Mesos holds fails the
+        task's agent ("already in use"), and taken first it was offered to
+        each of the task's relaunches too, until the job gave up; and every
+        framework that takes the first port of an agent's range takes the
+        same one."""
         taken: list[Resource] = []
         for name, amount in (("cpus", task.cpus), ("mem", task.mem), ("gpus", float(task.gpus))):
             for scalar in self.scalars.get(name, []):
@@ -110,30 +117,35 @@ class OfferCapacity:
                 amount -= part
                 self._totals[name] -= part
         if port is None:
-            template, bounds = next((p for p in self.ports if p[1]), (None, []))
-            assert template is not None
-            port = bounds[0]
-            if bounds[0] == bounds[1]:
-                del bounds[:2]
-            else:
-                bounds[0] += 1
-        else:
-            template, bounds, at = next(
-                (t, b, i)
-                for t, b in self.ports
-                for i in range(0, len(b), 2)
-                if b[i] <= port <= b[i + 1]
-            )
-            # The range around the port, less the port: none, one or two ranges.
-            rest = [
-                (b, e) for b, e in ((bounds[at], port - 1), (port + 1, bounds[at + 1])) if b <= e
-            ]
-            bounds[at : at + 2] = [bound for pair in rest for bound in pair]
+            # Chosen by the offer and the task, so that a fit made again over
+            # the same offers takes the same ports (GangFit), and a relaunch,
+            # on a new offer, most likely another one.
+            seed = f"{self.offer.get('id', {}).get('value', '')} {task.name}"
+            port = self._free_port(random.Random(seed).randrange(self._ports_left))
+        template, bounds, at = next(
+            (t, b, i)
+            for t, b in self.ports
+            for i in range(0, len(b), 2)
+            if b[i] <= port <= b[i + 1]
+        )
+        # The range around the port, less the port: none, one or two ranges.
+        rest = [(b, e) for b, e in ((bounds[at], port - 1), (port + 1, bounds[at + 1])) if b <= e]
+        bounds[at : at + 2] = [bound for pair in rest for bound in pair]
         self._ports_left -= 1
         resource = _without_amount(template)
         resource["ranges"] = {"range": [{"begin": port, "end": port}]}
         taken.append(resource)
         return taken, port
+
+    def _free_port(self, index: int) -> int:
+        """The ``index``-th free port, counting through the ranges in order."""
+        for _, bounds in self.ports:
+            for i in range(0, len(bounds), 2):
+                size = bounds[i + 1] - bounds[i] + 1
+                if index < size:
+                    return bounds[i] + index
+                index -= size
+        raise ValueError("the offer has no free port left")
 
     def summary(self) -> str:
         gpus = self.total("gpus")
