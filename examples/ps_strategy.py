@@ -118,11 +118,14 @@ def main() -> None:
     parser.add_argument(
         "--max-restarts", type=int, default=3, help="relaunches of dead workers, in all"
     )
+    parser.add_argument(
+        "--events", metavar="FILE", help="write the job's events to FILE, as tfrun --events"
+    )
     args = parser.parse_args()
 
     jobs = [{"name": "ps", "num": args.nserver}, {"name": "worker", "num": args.nworker}]
     master = args.master_opt or args.master
-    with cluster(jobs, master=master, max_restarts=args.max_restarts) as c:
+    with cluster(jobs, master=master, max_restarts=args.max_restarts, events=args.events) as c:
         losses = train(c.cluster_resolver(), args)
         # Free the remote functions and iterators while the servers still run,
         # rather than at exit, when TensorFlow would complain they are gone.

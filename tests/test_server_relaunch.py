@@ -9,12 +9,10 @@ import asyncio
 import contextlib
 import io
 import logging
-import queue
 import re
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT, JobProcesses
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_mesos_backend import Harness, in_loop, offer
 from tfmesos import ClusterSpec, Job, JobFailedError
@@ -322,59 +321,50 @@ def tf_server(procs: list[psutil.Process], index: int) -> psutil.Process:
 
 
 def run_ps_strategy_killing_worker_1(
-    args: list[str], env: dict[str, str], servers: Callable[[], list[psutil.Process]]
-) -> tuple[str, str, str]:
-    """Run the example; once it has trained an epoch, SIGKILL worker 1's
-    server. Worker 0's server is paused meanwhile, so that no step can
-    finish until worker 1 is back (ClusterCoordinator would otherwise hand
-    every step to worker 0 and could end before the relaunch is up); it
-    goes on once the launcher says worker 1 is back. Returns the example's
-    stdout, stderr and worker 1's first address."""
-    example = subprocess.Popen(
-        [PY, "examples/ps_strategy.py", *args, "--epochs", "3", "--steps", "40"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
-    assert example.stdout is not None and example.stderr is not None
-    errors: queue.Queue[str] = queue.Queue()
-    lines: list[str] = []
+    args: list[str],
+    env: dict[str, str],
+    servers: Callable[[], list[psutil.Process]],
+    events: JobEvents,
+) -> tuple[str, str]:
+    """Run the example, its events to ``events``; once it has trained an
+    epoch, SIGKILL worker 1's server. Worker 0's server is paused meanwhile,
+    so that no step can finish until worker 1 is back (ClusterCoordinator
+    would otherwise hand every step to worker 0 and could end before the
+    relaunch is up); it goes on once worker 1 is back (its ``task_ready``
+    event, ``relaunched``). Returns the example's stdout and worker 1's first
+    address."""
+    stderr = events.path.with_name("stderr")
+    with stderr.open("w") as said:  # a file: no pipe to fill while the test waits
+        example = subprocess.Popen(
+            [PY, "examples/ps_strategy.py", *args, *events.flag, "--epochs", "3", "--steps", "40"],
+            stdout=subprocess.PIPE,
+            stderr=said,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+    assert example.stdout is not None
 
-    def read_errors() -> None:
-        assert example.stderr is not None
-        for line in example.stderr:
-            errors.put(line)
-        errors.put("")
-
-    reader = threading.Thread(target=read_errors, daemon=True)
-    reader.start()
-
-    def said(pattern: str) -> re.Match[str]:
-        while True:
-            line = errors.get(timeout=300)  # a guard: the example is done long before
-            assert line, "the example ended before it said: " + pattern + "\n" + "".join(lines)
-            lines.append(line)
-            match = re.search(pattern, line)
-            if match:
-                return match
+    def worker_1_ready(relaunched: bool) -> dict[str, Any]:
+        return events.wait_for(
+            "task_ready",
+            example,
+            where=lambda e: e["task"] == "worker:1" and e["relaunched"] is relaunched,
+            timeout=300,  # a guard: the example is done long before
+        )
 
     try:
-        address = said(r"task worker:1 registered at (\S+)").group(1)
+        address: str = worker_1_ready(relaunched=False)["addr"]
         out = [example.stdout.readline()]
         if not out[0].startswith("epoch 1: loss = "):
             example.wait(timeout=60)
-            reader.join(timeout=10)
-            while not errors.empty():
-                lines.append(errors.get())
-            raise AssertionError(f"no first epoch: {out}\n" + "".join(lines)[-5000:])
+            raise AssertionError(f"no first epoch: {out}\n" + stderr.read_text()[-5000:])
         running = servers()
         paused, killed = tf_server(running, 0), tf_server(running, 1)
         paused.suspend()
         try:
             killed.kill()
-            said(rf"task worker:1 is back at {re.escape(address)}$")
+            worker_1_ready(relaunched=True)
         finally:
             paused.resume()
         out.append(example.stdout.read())
@@ -383,47 +373,49 @@ def run_ps_strategy_killing_worker_1(
         if example.poll() is None:
             example.kill()
             example.wait()
-    reader.join()
-    while not errors.empty():
-        lines.append(errors.get())
-    stdout, stderr = "".join(out), "".join(lines)
-    assert example.returncode == 0, stdout[-3000:] + stderr[-5000:]
-    return stdout, stderr, address
+        example.stdout.close()
+    stdout = "".join(out)
+    assert example.returncode == 0, stdout[-3000:] + stderr.read_text()[-5000:]
+    return stdout, address
 
 
-def check_survived(stdout: str, stderr: str, address: str, host: str) -> None:
+def check_survived(stdout: str, events: JobEvents, address: str, host: str) -> None:
     assert re.findall(r"^epoch (\d+): loss", stdout, re.MULTILINE) == ["1", "2", "3"], stdout
     first = float(re.search(r"^first loss = (\S+)$", stdout, re.MULTILINE).group(1))  # type: ignore[union-attr]
     final = float(re.search(r"^final loss = (\S+)$", stdout, re.MULTILINE).group(1))  # type: ignore[union-attr]
     assert final < first / 2, (first, final)
-    assert (
-        f"task worker:1 on {host} killed by SIGKILL; relaunching it at {address} (relaunch 1 of 1)"
-        in stderr
-    ), stderr[-5000:]
+    (killed, *_) = [e for e in events.of("task_exited") if e["task"] == "worker:1"]
+    assert (killed["attempt"], killed["host"], killed["signal"]) == (1, host, "SIGKILL"), killed
+    relaunched = [(e["task"], e["attempt"], e["address"]) for e in events.of("task_relaunched")]
+    assert relaunched == [("worker:1", 2, address)], relaunched
     # Registered twice at the one address: first start, then the relaunch.
-    assert stderr.count(f"] task worker:1 registered at {address} ") == 2, stderr[-5000:]
-    assert "job failed" not in stderr and "JobFailedError" not in stderr
+    registered = [e["addr"] for e in events.of("task_registered") if e["task"] == "worker:1"]
+    assert registered == [address, address], registered
+    assert events.verdict()["result"] == "succeeded", events.verdict()
 
 
 def test_ps_strategy_survives_a_killed_worker_on_the_local_backend(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:
-    stdout, stderr, address = run_ps_strategy_killing_worker_1(
-        ["--max-restarts", "1"], job_procs.env(TMPDIR=str(tmp_path)), job_procs.alive
+    events = JobEvents(tmp_path / "events.jsonl")
+    stdout, address = run_ps_strategy_killing_worker_1(
+        ["--max-restarts", "1"], job_procs.env(TMPDIR=str(tmp_path)), job_procs.alive, events
     )
-    check_survived(stdout, stderr, address, "127.0.0.1")
+    check_survived(stdout, events, address, "127.0.0.1")
     assert job_procs.wait_gone(10) == []
 
 
 def test_ps_strategy_survives_a_killed_worker_through_mesos(
     mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
-    stdout, stderr, address = run_ps_strategy_killing_worker_1(
+    events = JobEvents(tmp_path / "events.jsonl")
+    stdout, address = run_ps_strategy_killing_worker_1(
         ["--master", mesos.url, "--max-restarts", "1"],
         job_procs.env(TMPDIR=str(tmp_path)),
         job_procs.alive,
+        events,
     )
-    check_survived(stdout, stderr, address, "127.0.0.1")
+    check_survived(stdout, events, address, "127.0.0.1")
     # The master ran worker 1 twice, on one agent, with one port.
     runs = [t for t in mesos.tasks() if t["name"].endswith("/job:worker/task:1")]
     assert len(runs) == 2, runs
