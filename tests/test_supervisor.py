@@ -194,6 +194,7 @@ def test_a_command_dies_with_its_agent_killed_outright(line: str) -> None:
     if watch is None:
         agent.kill()
         agent.wait()
+        agent.stdout.close()
         pytest.skip("no pidfd on this system to wait on a process that is not a child")
     try:
         # Once the command runs, its death signal is asked for (by the
@@ -207,6 +208,7 @@ def test_a_command_dies_with_its_agent_killed_outright(line: str) -> None:
         assert readable, "the command outlived its agent killed outright"
     finally:
         os.close(watch)
+        agent.stdout.close()
         proctree.signal_pid(command_pid, signal.SIGKILL)
 
 
