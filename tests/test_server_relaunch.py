@@ -234,8 +234,15 @@ def test_a_dead_worker_comes_back_at_its_address_until_the_relaunches_run_out(
     ]
     relaunched = [(e["task"], e["address"]) for e in events.of("task_relaunched")]
     assert relaunched == [("worker:1", address["worker:1"]), ("worker:0", address["worker:0"])]
-    exits = [(e["task"], e["signal"]) for e in events.of("task_exited")][:3]
-    assert exits == [("worker:1", "SIGKILL"), ("worker:0", "SIGKILL"), ("worker:1", "SIGKILL")]
+    # Each death says what was done about it: two relaunches, then the end.
+    exits = [(e["task"], e["signal"], e["action"]) for e in events.of("task_exited")][:3]
+    assert exits == [
+        ("worker:1", "SIGKILL", "relaunch"),
+        ("worker:0", "SIGKILL", "relaunch"),
+        ("worker:1", "SIGKILL", "fail job"),
+    ]
+    names = events.names()
+    assert names.index("task_exited") < names.index("task_relaunched")
     # What the user reads, worded as docs/failures.md says.
     warnings = [line for line in said.lines if "relaunching it" in line]
     assert [w.splitlines()[0] for w in warnings] == [

@@ -397,15 +397,20 @@ class Loop:
         if task.connection is not None:
             task.connection.close()
         action = on_task_end(self._view(task), code)
-        self._emit(
-            "task_exited",
-            task,
-            host=task.host,
-            exit_code=code,
-            signal=None if signal is None else verdict.signal_name(signal),
-            reason=reason,
-            action=action.value,
-        )
+
+        def exited(action: Action) -> None:
+            self._emit(
+                "task_exited",
+                task,
+                host=task.host,
+                exit_code=code,
+                signal=None if signal is None else verdict.signal_name(signal),
+                reason=reason,
+                action=action.value,
+            )
+
+        if self.spec.replica or action is not Action.FAIL_JOB:
+            exited(action)  # else once fine-grained mode has decided, below
         if action is Action.STOP:
             task.move(AttemptState.STOPPED)
             return
@@ -459,17 +464,22 @@ class Loop:
                 failure.output_tail,
             )
         if not self.spec.replica:
-            unrelaunched = self._relaunch_server(task, failure)
+            # A dead server may come back at its address: the event says
+            # what is done about it once that is decided.
+            unrelaunched = self._relaunch_server(task, failure, exited)
             if unrelaunched is None:
                 return
             failure = unrelaunched
         raise JobFailedError(failure, exit_code=task_status(code))
 
-    def _relaunch_server(self, task: Attempt, failure: TaskFailure) -> TaskFailure | None:
+    def _relaunch_server(
+        self, task: Attempt, failure: TaskFailure, exited: Callable[[Action], None]
+    ) -> TaskFailure | None:
         """Fine-grained mode: queue the dead server ``task`` for a relaunch
         at its address and return None, where the policy allows
         (:func:`tfmesos.launcher.relaunch.relaunch_or_fail`); else return the
-        failure that ends the job, saying why it was not relaunched."""
+        failure that ends the job, saying why it was not relaunched. Either
+        way, first ``exited`` with what is done."""
         # Here: only fine-grained mode relaunches a server (its dataclasses
         # cost every tfrun ~1 ms to make; docs/benchmarks.md, section 15).
         from tfmesos.launcher import relaunch
@@ -484,7 +494,9 @@ class Loop:
             backend_keeps_addresses=backend.keeps_addresses,
         )
         if isinstance(decision, TaskFailure):
+            exited(Action.FAIL_JOB)
             return decision
+        exited(Action.RELAUNCH)
         self._server_relaunches = decision.number
         logger.warning(
             "%s",
