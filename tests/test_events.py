@@ -8,9 +8,11 @@ import asyncio
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ import pytest
 
 from tests.jobevents import JobEvents
 from tfmesos import ClusterSpec, Job
+from tfmesos.backends.base import BackendAttached, Launch
+from tfmesos.errors import ResourceError
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import (
     EVENTS,
@@ -132,6 +136,107 @@ def test_a_restart_is_said_with_its_cause() -> None:
     assert [r["restart"] for r in events.of("cluster_up")] == [0, 1]
 
 
+@pytestmark_unit
+def test_each_run_starts_by_naming_its_log_directory_and_its_backends(tmp_path: Path) -> None:
+    job = spec(max_restarts=1)
+    events = EventRecorder()
+    runs: list[dict[str, Plan | list[Plan]]] = [{"worker:1": Runs(5)}, {}]
+
+    def make(restart: int) -> Launcher:
+        backend = FakeBackend(job, runs[restart], log_dir=str(tmp_path))
+        return backend.launcher(restart=restart, events=events)
+
+    assert asyncio.run(run_with_restarts(job, make, 0.0, events=events)) == 0
+    check_common(events)
+    started = events.of("job_started")
+    assert [r["restart"] for r in started] == [0, 1]
+    assert {r["log_dir"] for r in started} == {str(tmp_path)}  # one directory for every run
+    assert started[0]["backends"] == {"fake": ["ps:0", "worker:0", "worker:1"]}
+    # Each run's first event, before any of its tasks is launched.
+    names = events.names()
+    second = names.index("job_started", 1)
+    assert names[0] == "job_started" and names[1] == "task_launched"
+    assert names.index("job_stopped") < second and names[second + 1] == "task_launched"
+
+
+class ChiefHere(FakeBackend):
+    """The chief's backend, beside the launcher, under the local backend's
+    name, as tfrun runs it beside a cluster's tasks."""
+
+    name = "local"
+
+
+@pytestmark_unit
+def test_a_job_beside_its_chief_names_both_backends_and_one_log_directory() -> None:
+    job = spec()
+    events = EventRecorder()
+    cluster = FakeBackend(job, log_dir="/runs/1")
+    chief = ChiefHere(job, network=cluster.network)
+    launcher = cluster.launcher(chief_backend=chief, events=events)
+    assert asyncio.run(run_with_restarts(job, lambda restart: launcher, 0.0, events=events)) == 0
+    [started] = events.of("job_started")
+    assert started["backends"] == {"fake": ["ps:0", "worker:1"], "local": ["worker:0"]}
+    assert started["log_dir"] == "/runs/1"
+    [launched] = [r for r in events.of("task_launched") if r["task"] == "worker:0"]
+    assert launched["backend"] == "local"
+
+
+@pytestmark_unit
+def test_a_backend_that_keeps_no_logs_here_starts_with_a_null_log_directory() -> None:
+    status, events = run(spec(), [{}])
+    [started] = events.of("job_started")
+    assert status == 0 and started["log_dir"] is None
+
+
+@pytestmark_unit
+def test_a_cluster_backend_says_what_the_cluster_knows_the_job_by() -> None:
+    job = spec()
+    events = EventRecorder()
+    backend = FakeBackend(job, attached={"job_id": "42", "tasks": ["ps:0", "worker:1"]})
+    launcher = backend.launcher(events=events)
+    assert asyncio.run(run_with_restarts(job, lambda restart: launcher, 0.0, events=events)) == 0
+    check_common(events)
+    [attached] = events.of("backend_attached")
+    assert {k: v for k, v in attached.items() if k != "ts"} == {
+        "v": 1,
+        "event": "backend_attached",
+        "backend": "fake",
+        "restart": 0,
+        "job_id": "42",
+        "tasks": ["ps:0", "worker:1"],
+    }
+    names = events.names()
+    assert names.index("job_started") < names.index("backend_attached") < names.index("cluster_up")
+
+
+class RefusedOnceSubmitted(FakeBackend):
+    """Has its job taken by the cluster, then finds it can never run (as
+    Slurm's backend cancels a job Slurm can never start), within one launch."""
+
+    async def launch_many(self, launches: Sequence[Launch]) -> None:
+        self.report(BackendAttached(self.name, {"job_id": "7", "tasks": ["worker:0"]}))
+        raise ResourceError("the cluster will never run it")
+
+
+@pytestmark_unit
+def test_a_cluster_job_refused_within_the_launch_that_made_it_is_still_named() -> None:
+    # The ID names the job the user may look up, though it was cancelled:
+    # said as the backend reports it, not when the loop would next run.
+    events = EventRecorder()
+    launcher = RefusedOnceSubmitted(spec()).launcher(events=events)
+
+    async def scenario() -> None:
+        try:
+            await launcher.start()
+        finally:
+            await launcher.stop()
+
+    with pytest.raises(ResourceError):
+        asyncio.run(scenario())
+    [attached] = events.of("backend_attached")
+    assert attached["job_id"] == "7" and attached["backend"] == "fake"
+
+
 class SignalsOnLaunch(EventRecorder):
     """Sends this process SIGTERM once the first task is launched, as a
     user's kill would come while the job starts."""
@@ -168,6 +273,18 @@ def test_the_first_verdict_is_the_only_one() -> None:
     assert [r["exit_status"] for r in events.records] == [3]
     with pytest.raises(ValueError, match="unknown event"):
         events.emit("no_such_event")
+
+
+@pytestmark_unit
+def test_the_readme_has_a_row_and_an_example_line_for_each_event() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("### The event stream", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
+    assert sorted(rows) == sorted(EVENTS)
+    examples = {json.loads(line)["event"] for line in re.findall(r"^\{.*\}$", section, re.M)}
+    # Each new event with a line as tfrun writes it (the older ones' lines
+    # are in the table's cells).
+    assert {"job_started", "backend_attached", "task_exited", "job_verdict"} <= examples
 
 
 @pytestmark_unit

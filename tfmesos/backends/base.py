@@ -10,6 +10,7 @@ import abc
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from tfmesos.advertise import advertised_host
@@ -21,6 +22,7 @@ from tfmesos.spec import ClusterSpec, TaskSpec
 __all__ = [
     "NOT_PLACED",
     "Backend",
+    "BackendAttached",
     "BackendEvent",
     "BackendFailed",
     "BackendOptions",
@@ -76,7 +78,21 @@ class BackendFailed:
     """tfrun's exit status for it (that of the error behind it)."""
 
 
-BackendEvent = TaskPlaced | TaskEnded | BackendFailed
+@dataclass(frozen=True)
+class BackendAttached:
+    """A cluster backend has its hold on the cluster: what the cluster's own
+    tools know the job by (Mesos: the framework, on the master it subscribed
+    to; Slurm: a job sbatch took). Reported again for each new one: a
+    re-subscription, another sbatch job."""
+
+    backend: str
+    """The backend's name (``Backend.name``)."""
+    details: Mapping[str, str | list[str] | None]
+    """The ``backend_attached`` event's own fields, as the README's schema
+    names them for this backend (``framework_id``, ``job_id``, ...)."""
+
+
+BackendEvent = TaskPlaced | TaskEnded | BackendFailed | BackendAttached
 EventSink = Callable[[BackendEvent], None]
 
 
@@ -90,6 +106,9 @@ class Backend(abc.ABC):
     the job's, and its output is the user's to watch."""
     rendezvous_bind: str = "0.0.0.0"
     """Where the launcher's rendezvous listens so that this backend's tasks reach it."""
+    log_dir: Path | None = None
+    """The directory on this machine where each task's full output is kept
+    (the run's log directory, ``--log-dir``), or None where there is none."""
 
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec

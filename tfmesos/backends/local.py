@@ -100,7 +100,7 @@ class LocalBackend(Backend):
         are checked more leniently, and what to do is said for tfrun's machine."""
         self.host = host
         self.log_max = rundirs.task_log_max()
-        self.log_dir = Path(log_dir) if log_dir else rundirs.new_run_dir()
+        self.log_dir: Path = Path(log_dir) if log_dir else rundirs.new_run_dir()
         self._own_run = not log_dir
         """The run directory is this backend's own, let go when it closes."""
         self._ports = ports or PortAllocator()

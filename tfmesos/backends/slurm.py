@@ -32,6 +32,7 @@ from tfmesos.aio import reap
 from tfmesos.backends import slurm_options
 from tfmesos.backends.base import (
     Backend,
+    BackendAttached,
     BackendFailed,
     EventSink,
     Launch,
@@ -145,7 +146,7 @@ class SlurmBackend(Backend):
                 "name (and stop reading %j in it); give --log-dir a directory without one, or "
                 "set XDG_STATE_HOME to one"
             )
-        self.log_dir = Path(log_dir) if log_dir else rundirs.new_run_dir()
+        self.log_dir: Path = Path(log_dir) if log_dir else rundirs.new_run_dir()
         self._own_run = not log_dir
         """The run directory is this backend's own, let go when it closes."""
         self.log_max = rundirs.task_log_max()
@@ -248,6 +249,9 @@ class SlurmBackend(Backend):
             shapes,
             _names(launches),
         )
+        assert self._sink is not None
+        names = [task.name for task in tasks]
+        self._sink(BackendAttached(self.name, {"job_id": job_id, "tasks": names}))
         # A job Slurm queues but can never start (more CPUs than any node
         # of its partition has) shows why at once: not waited for.
         status: JobStatus | None = None

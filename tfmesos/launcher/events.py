@@ -8,6 +8,12 @@ launcher emits through one seam, :class:`Events`: :class:`EventWriter`
 writes lines, flushed as each event happens; :class:`EventRecorder` keeps
 them in memory (for tests); :data:`NO_EVENTS` drops them. The schema is in
 the README ("The event stream").
+
+What changes the schema version: a field removed or renamed, or one whose
+type or meaning changes, or an event that is no longer written where it
+was. That breaks a consumer written to the old schema. A new event, or a
+new field on an event, does not: a consumer skips event names and fields it
+does not know (the README asks it to), so they come with ``v`` unchanged.
 """
 
 from __future__ import annotations
@@ -29,9 +35,12 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+"""Changed only by what breaks a consumer of the old schema (see above)."""
 
 EVENTS = frozenset(
     {
+        "job_started",
+        "backend_attached",
         "task_launched",
         "task_placed",
         "task_registered",
@@ -45,7 +54,8 @@ EVENTS = frozenset(
         "job_verdict",
     }
 )
-"""Every event's name: a new one is a new schema version's."""
+"""Every event's name. A new one keeps :data:`SCHEMA_VERSION` (see above:
+consumers skip the names they do not know); one removed is a new version."""
 
 
 class Events:

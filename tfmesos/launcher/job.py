@@ -54,6 +54,7 @@ class Launcher(Loop):
         await self._rendezvous.start(self.backend.rendezvous_bind, tls=self._tls_context())
         self._started_backend = True
         await self.backend.start(self._on_backend)
+        self._emit_started(tasks)
         local = [(task, 1) for task in tasks if self._backend_for(task) is not self.backend]
         if local and len(local) < len(tasks):
             # The chief, beside the launcher, waits for the cluster's first
@@ -92,6 +93,19 @@ class Launcher(Loop):
                 ) from None
             logger.info("every TensorFlow server accepts connections")
         return self.cluster_def
+
+    def _emit_started(self, tasks: list[TaskSpec]) -> None:
+        backends: dict[str, list[str]] = {}
+        for task in tasks:
+            backends.setdefault(self._backend_for(task).name, []).append(task.name)
+        # Every backend of a job keeps its logs in one directory (run.py).
+        log_dir = next((b.log_dir for b in self._backends() if b.log_dir is not None), None)
+        self._emit(
+            "job_started",
+            restart=self.restart,
+            log_dir=None if log_dir is None else str(log_dir),
+            backends=backends,
+        )
 
     async def wait_for_workers(self) -> None:
         """Replica mode: return when every worker has exited 0; raise if any task failed."""

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from tfmesos import wire
 from tfmesos.backends.base import (
     Backend,
+    BackendAttached,
     BackendEvent,
     BackendFailed,
     TaskEnded,
@@ -91,7 +92,9 @@ class Tick:
     task_id: str
 
 
-Event = RendezvousEvent | BackendEvent | Tick
+Event = RendezvousEvent | TaskPlaced | TaskEnded | BackendFailed | Tick
+"""What the loop takes off its queue: every backend event but
+:class:`BackendAttached`, which changes nothing and is said at once."""
 
 RendezvousFactory = Callable[
     [
@@ -358,6 +361,13 @@ class Loop:
         self._events.put_nowait(event)
 
     def _on_backend(self, event: BackendEvent) -> None:
+        if isinstance(event, BackendAttached):
+            # Nothing to decide: said at once, not queued, so that the ID of
+            # a Slurm job is out even when the launch that submitted it
+            # fails before the loop runs again.
+            fields = {"backend": event.backend, "restart": self.restart, **event.details}
+            self._emit("backend_attached", None, **fields)
+            return
         self._events.put_nowait(event)
 
     async def _output_flow(self, task_id: str) -> None:

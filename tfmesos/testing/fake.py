@@ -24,10 +24,13 @@ import signal
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from tfmesos.backends.base import (
     Backend,
+    BackendAttached,
+    BackendEvent,
     BackendFailed,
     BackendOptions,
     EventSink,
@@ -271,7 +274,10 @@ class FakeBackend(Backend):
     :func:`default_plan`. ``refuse``: :meth:`check` raises it as a
     :class:`~tfmesos.errors.ResourceError`. ``start_error``: :meth:`start`
     raises it. ``network``: shared with another fake backend (the chief's) of
-    the same launcher."""
+    the same launcher. ``attached``: once started, it reports its hold on a
+    cluster with these details, as a cluster backend does
+    (:class:`~tfmesos.backends.base.BackendAttached`). ``log_dir``: the
+    run's log directory it says it keeps (it writes nothing there)."""
 
     name = "fake"
     options_type = BackendOptions
@@ -287,6 +293,7 @@ class FakeBackend(Backend):
         refuse: str | None = None,
         start_error: BaseException | None = None,
         log_dir: str | None = None,
+        attached: Mapping[str, str | list[str] | None] | None = None,
     ) -> None:
         super().__init__(spec)
         self.plans = {
@@ -297,7 +304,8 @@ class FakeBackend(Backend):
         self.host = host
         self.refuse = refuse
         self.start_error = start_error
-        self.log_dir = log_dir
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.attached = attached
         self.checked: list[str] = []
         """Names of the tasks :meth:`check` was asked about."""
         self.launched: list[str] = []
@@ -361,7 +369,7 @@ class FakeBackend(Backend):
                 return task.connection.sent
         return []
 
-    def report(self, event: TaskPlaced | TaskEnded | BackendFailed) -> None:
+    def report(self, event: BackendEvent) -> None:
         if self._sink is not None and self.closed == 0:
             self._sink(event)
 
@@ -378,6 +386,8 @@ class FakeBackend(Backend):
             raise self.start_error
         self._sink = sink
         self.started = True
+        if self.attached is not None:
+            self.loop.call_soon(self.report, BackendAttached(self.name, self.attached))
 
     async def launch(self, launch: Launch) -> None:
         name = launch.task.name

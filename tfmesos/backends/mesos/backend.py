@@ -25,6 +25,7 @@ from tfmesos.aio import reap
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
+    BackendAttached,
     BackendFailed,
     BackendOptions,
     EventSink,
@@ -48,6 +49,7 @@ from tfmesos.backends.mesos.hold import (
 )
 from tfmesos.backends.mesos.pins import Pin, Pins
 from tfmesos.backends.mesos.reconcile import Reconciliation
+from tfmesos.backends.mesos.subscriptions import Subscriptions
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
 from tfmesos.backends.mesos.tasks import PlacedTasks
 from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
@@ -102,15 +104,14 @@ class MesosBackend(Backend):
             auth=(principal, secret) if principal and secret else None,
             ssl_ca=options.ssl_ca,
         )
-        self.log_dir = Path(options.log_dir) if options.log_dir else rundirs.new_run_dir()
+        self.log_dir: Path = Path(options.log_dir) if options.log_dir else rundirs.new_run_dir()
         """Where every task's output is kept on this machine, as it reaches
         the launcher (the chief's log too: run.py puts it here)."""
         self._own_run = not options.log_dir
         """The run directory is this backend's own, let go when it closes."""
         self._logs = TaskLogs(self.log_dir, rundirs.task_log_max())
-        self._web_ui: str | None = None
-        """The master's web UI, once the master has shown it serves one."""
         self._sink: EventSink | None = None
+        self._subscriptions = Subscriptions(self.client, self._attached, lambda: self._closing)
         self.hold = OfferHold()
         """The tasks waiting for offers and the offers held for them."""
         self.pins = Pins()
@@ -153,7 +154,8 @@ class MesosBackend(Backend):
         return shown_path(self.log_dir)
 
     def unseen_output_location(self) -> str:
-        where = f", in the Mesos web UI at {self._web_ui}" if self._web_ui else ""
+        web_ui = self._subscriptions.web_ui
+        where = f", in the Mesos web UI at {web_ui}" if web_ui else ""
         return f"its sandbox on its host (stdout and stderr{where})"
 
     def _task_name(self, task_id: str) -> str | None:
@@ -432,12 +434,10 @@ class MesosBackend(Backend):
             self.hold.rescinded(str(offer_id))
 
     def _on_subscribed(self, subscribed: dict[str, Any]) -> None:
-        master = self.client.master
         framework_id = subscribed.get("framework_id", {}).get("value")
-        if master is not None:
-            logger.info("Mesos: subscribed as framework %s at %s", framework_id, master.url)
-            if not self._resubscribed:
-                self._track(self._show_web_ui(str(framework_id)))
+        saying = self._subscriptions.subscribed(str(framework_id))
+        if saying is not None:
+            self._track(saying)
         if self._resubscribed:
             # We may have missed updates while away: ask for the current state.
             # Tasks written off as unreachable are asked about too: one that
@@ -459,17 +459,9 @@ class MesosBackend(Backend):
         else:
             self._apply(self.hold.suppress_if_idle(bool(self.pins)))
 
-    async def _show_web_ui(self, framework_id: str) -> None:
-        """Name the framework's page in the master's web UI, where the tasks'
-        sandboxes are, if the master serves one (real Mesos does, at ``/``;
-        the test master does not): never a link that leads nowhere."""
-        self._web_ui = await self.client.web_ui()
-        if self._web_ui is not None and not self._closing:
-            logger.info(
-                "Mesos: each task's sandbox is in the master's web UI: %s/#/frameworks/%s",
-                self._web_ui,
-                framework_id,
-            )
+    def _attached(self, event: BackendAttached) -> None:
+        assert self._sink is not None
+        self._sink(event)
 
     def _on_offers(self, offers: list[dict[str, Any]]) -> None:
         for offer in offers:
