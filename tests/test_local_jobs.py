@@ -240,10 +240,12 @@ def test_at_the_jobs_end_output_waits_for_the_reader_until_a_signal(
     # The wording a user sees (the one check of the message that says output
     # was dropped, which has no event): how much, and where all of it is.
     said = proc.said()
+    [started] = proc.events.of("job_started")
     assert re.search(
         r"SIGTERM received while stopping: dropped [0-9.]+ [KM]?i?B of the tasks' output not "
-        r"yet written; the full output of each task is in \S+",
+        rf"yet written; the full output of each task is in {re.escape(started['log_dir'])}$",
         said,
+        re.MULTILINE,
     ), said
 
 
@@ -902,12 +904,12 @@ def test_the_command_cannot_read_the_secret_from_its_agent(
 
 
 def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
-    job_procs: JobProcesses, tmp_path: Path
+    job_procs: JobProcesses, tmp_path: Path, job_events: JobEvents
 ) -> None:
     # 2 MB from one task, past a cap of 256 KiB: at most the cap stays on
     # disk (the log and one rotated file), ending with its last lines; the
-    # run's directory is under XDG_STATE_HOME, named at the start and in the
-    # last word.
+    # run's directory is under XDG_STATE_HOME, and its job_started event
+    # names it (tests/test_promises.py checks the messages that name it).
     code = (
         "import sys\n"
         "w = sys.stdout.write\n"
@@ -915,15 +917,13 @@ def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
         "print('the last line', flush=True)\n"
     )
     env = job_procs.env(XDG_STATE_HOME=str(tmp_path), TFMESOS_TASK_LOG_MAX="256K")
-    result = run_tfrun("-w", "1", "-s", "0", "--", *py(code), env=env)
+    result = run_tfrun(*job_events.flag, "-w", "1", "-s", "0", "--", *py(code), env=env)
     assert result.returncode == 0, result.stderr
     root = tmp_path / "tfmesos" / "runs"
-    [run] = list(root.iterdir())
-    # The wording a user sees (the one check of these two messages; no event
-    # names the run's directory).
-    said = result.stderr.splitlines()
-    assert said[0] == f"[tfrun] the full output of each task goes to {run}", said
-    assert said[-1] == f"[tfrun] the full output of each task is in {run}", said
+    [started] = job_events.of("job_started")
+    assert started["backends"] == {"local": ["worker:0"]}
+    run = Path(started["log_dir"])
+    assert list(root.iterdir()) == [run]
     logs = sorted(p for p in run.iterdir() if p.name.startswith("worker.0."))
     assert [p.name.removeprefix(logs[0].name) for p in logs] == ["", ".1"]
     assert sum(p.stat().st_size for p in logs) <= 256 << 10
