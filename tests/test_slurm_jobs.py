@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun, start_tfrun
+from tests.conftest import ROOT, JobProcesses, popen_tfrun, run_tfrun, start_tfrun
 from tests.jobevents import JobEvents
 
 PY = sys.executable
@@ -67,9 +67,9 @@ def slurm() -> None:
 pytestmark = pytest.mark.usefixtures("slurm")
 
 
-def submitted(stderr: str) -> list[str]:
-    """The Slurm jobs tfrun said it submitted (no event names a Slurm job)."""
-    return re.findall(r"Slurm: submitted job (\d+)", stderr)
+def submitted(events: JobEvents) -> list[str]:
+    """The Slurm jobs tfrun submitted, in order (their backend_attached events)."""
+    return [e["job_id"] for e in events.of("backend_attached") if e["backend"] == "slurm"]
 
 
 def states(job_ids: list[str]) -> dict[str, str]:
@@ -139,8 +139,16 @@ def test_a_replica_job_runs_its_remote_tasks_as_one_slurm_job(
         "worker:1": "slurm",
         "worker:2": "slurm",
     }
-    (job,) = submitted(result.stderr)
-    # The submission's wording: the job, its size and its tasks.
+    [started] = events.of("job_started")
+    assert started["backends"] == {"slurm": ["ps:0", "worker:1", "worker:2"], "local": ["worker:0"]}
+    assert started["log_dir"] and Path(started["log_dir"]).is_dir()
+    [attached] = events.of("backend_attached")
+    job = attached["job_id"]
+    assert (attached["restart"], attached["tasks"]) == (0, ["ps:0", "worker:1", "worker:2"])
+    names = events.names()
+    assert names.index("job_started") < names.index("backend_attached")
+    assert names.index("backend_attached") < names.index("task_placed")
+    # The submission's wording (the one check of it): the job, its size and its tasks.
     assert f"Slurm: submitted job {job} (3 x 1 CPU, 1024 MiB) for ps:0, worker:1, worker:2" in (
         result.stderr
     )
@@ -177,7 +185,8 @@ def test_mnist_replica_trains_on_slurm(job_procs: JobProcesses, tmp_path: Path) 
     assert "[worker:1]" in result.stdout  # worker 1, in the Slurm job, trained too
     worker_1 = events.exited()["worker:1"]
     assert (worker_1["exit_code"], worker_1["action"]) == (0, "finish"), worker_1
-    assert wait_released(submitted(result.stderr), 30) == {submitted(result.stderr)[0]: "COMPLETED"}
+    (job,) = submitted(events)
+    assert wait_released([job], 30) == {job: "COMPLETED"}
     assert job_procs.wait_gone(10) == []
 
 
@@ -217,7 +226,7 @@ def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
     assert worker_1["host"], worker_1  # the Slurm node it ran on
     # The verdict's wording: the task's last lines, from its Slurm step.
     assert "  | worker 1 gives up" in result.stderr
-    (job,) = submitted(result.stderr)
+    (job,) = submitted(events)
     # tfrun waited for the allocation to be released before it exited.
     assert states([job])[job] not in ACTIVE
     assert job_procs.wait_gone(10) == []
@@ -244,7 +253,7 @@ def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
     assert result.returncode == 124, result.stderr
     assert events.verdict()["result"] == "never up", result.stderr
     assert "task_placed" not in events.names(), events.names()
-    (job,) = submitted(result.stderr)
+    (job,) = submitted(events)
     # The diagnosis's wording: Slurm's reason, in words.
     assert re.search(
         r"the cluster was not up after 6s: still waiting for worker:1, worker:2 \(Slurm job "
@@ -287,10 +296,10 @@ def test_killing_tfrun_outright_releases_its_allocation_within_the_bound(
 ) -> None:
     # The command ignores SIGTERM: its agent kills it 5 s after asking.
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
-    proc, said = start_tfrun(
+    proc, _ = start_tfrun(
         "--backend", "slurm", "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
     )  # fmt: skip
-    (job,) = submitted("".join(said))
+    (job,) = submitted(proc.events)
     assert states([job])[job] == "RUNNING"
     watchdogs = _watchdog(job_procs)
     assert len(watchdogs) == 1
@@ -315,18 +324,11 @@ def test_tfrun_killed_while_its_job_waits_in_the_queue_leaves_no_job(
         capture_output=True, text=True, check=True, timeout=30,
     ).stdout.strip()  # fmt: skip
     blocker.append(held)
-    proc = subprocess.Popen(
-        [PY, "-m", "tfmesos.cli", "--backend", "slurm", "-w", "2", "-s", "0", "-Mw", "2048",
-         "--", "true"],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=job_procs.env(), cwd=ROOT,
+    proc = popen_tfrun(
+        "--backend", "slurm", "-w", "2", "-s", "0", "-Mw", "2048", "--", "true",
+        env=job_procs.env(),
     )  # fmt: skip
-    assert proc.stderr is not None
-    said = ""
-    for line in proc.stderr:
-        said += line
-        if submitted(said):
-            break
-    (job,) = submitted(said)
+    job = proc.events.wait_for("backend_attached", proc)["job_id"]
     assert states([job])[job] == "PENDING"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -336,12 +338,12 @@ def test_tfrun_killed_while_its_job_waits_in_the_queue_leaves_no_job(
 
 
 def test_sigterm_stops_the_job_and_cancels_the_allocation(job_procs: JobProcesses) -> None:
-    proc, said = start_tfrun(
+    proc, _ = start_tfrun(
         "--backend", "slurm", "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
         env=job_procs.env(),
     )  # fmt: skip
     events = proc.events
-    (job,) = submitted("".join(said))
+    (job,) = submitted(events)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
     verdict = events.verdict()
@@ -407,7 +409,7 @@ def test_a_job_no_node_can_ever_hold_ends_in_seconds_with_exit_2(
     verdict = events.verdict()
     assert (verdict["result"], verdict["exit_status"]) == ("refused", 2), verdict
     errors = [line for line in result.stderr.splitlines() if line.startswith("tfrun: error:")]
-    (job,) = submitted(result.stderr)
+    (job,) = submitted(events)
     assert errors == [
         f"tfrun: error: Slurm will never run the job for worker:1: job {job} is pending "
         "(PartitionConfig: its partition can never give it this much (fewer tasks, CPUs or "
@@ -447,7 +449,7 @@ def test_a_job_whose_dependency_can_never_be_satisfied_ends_in_seconds_with_exit
     verdict = events.verdict()
     assert (verdict["result"], verdict["exit_status"]) == ("refused", 2), verdict
     errors = [line for line in result.stderr.splitlines() if line.startswith("tfrun: error:")]
-    (job,) = submitted(result.stderr)
+    (job,) = submitted(events)
     assert errors == [
         f"tfrun: error: Slurm will never run the job for worker:1: job {job} is pending "
         "(DependencyNeverSatisfied: a job it depends on (--dependency in --sbatch-args) ended in "
@@ -485,14 +487,16 @@ def test_a_percent_in_the_log_dir_is_taken_literally(
     # sbatch and srun read %x, %j, ... in a file name as patterns.
     log_dir = tmp_path / "logs %x 100%% %j"
     code = "import os; print('hello from', os.environ['TFMESOS_TASK_INDEX'])"
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "--log-dir", str(log_dir), "-w", "2", "-s", "0",
+        "--backend", "slurm", *events.flag, "--log-dir", str(log_dir), "-w", "2", "-s", "0",
         "--worker-logs", "*", "--", *py(code), env=job_procs.env(), timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "[worker:1] hello from 1" in result.stdout
-    (job,) = submitted(result.stderr)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [log_dir.name]
+    (job,) = submitted(events)
+    assert events.of("job_started")[0]["log_dir"] == str(log_dir)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [events.path.name, log_dir.name]
     names = sorted(p.name for p in log_dir.iterdir())
     assert f"slurm-{job}.out" in names, names
     (task_log,) = [log_dir / n for n in names if n.startswith("worker.1.")]
@@ -529,13 +533,14 @@ def test_a_relative_log_dir_is_tfruns_not_the_chdirs(
     # output file could not be opened (JobLaunchFailure, three times, 124).
     (tmp_path / "here").mkdir()
     (tmp_path / "there").mkdir()
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "--log-dir", "logs", "--chdir", str(tmp_path / "there"),
+        "--backend", "slurm", *events.flag, "--log-dir", "logs", "--chdir", str(tmp_path / "there"),
         "-w", "2", "--", "true", env=job_procs.env(), timeout=120, cwd=tmp_path / "here",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     log_dir = tmp_path / "here" / "logs"
-    assert result.stderr.splitlines()[-1] == f"[tfrun] the full output of each task is in {log_dir}"
+    assert events.of("job_started")[0]["log_dir"] == str(log_dir)
     assert list(log_dir.glob("worker.1.*.log"))
     assert list((tmp_path / "there").iterdir()) == []
     assert job_procs.wait_gone(10) == []
@@ -546,8 +551,9 @@ def test_a_backslash_in_the_log_dir_is_refused_before_anything_starts(
 ) -> None:
     # sbatch takes a backslash as "no patterns here" and drops it.
     log_dir = tmp_path / "logs\\here"
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "--log-dir", str(log_dir), "-w", "2", "-s", "0", "--", "true",
+        "--backend", "slurm", *events.flag, "--log-dir", str(log_dir), "-w", "2", "-s", "0", "--", "true",
         env=job_procs.env(), timeout=60,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
@@ -557,8 +563,8 @@ def test_a_backslash_in_the_log_dir_is_refused_before_anything_starts(
     ], result.stderr
     # Nothing is made for a refused job: before, --log-dir's own check made
     # the directory before Slurm's refused it.
-    assert list(tmp_path.iterdir()) == []
-    assert submitted(result.stderr) == []
+    assert [p for p in tmp_path.iterdir() if p != events.path] == []
+    assert submitted(events) == []
     assert job_procs.alive() == []
 
 
@@ -569,8 +575,9 @@ def test_a_backslash_in_the_state_directory_is_refused_naming_it_and_making_noth
     # refusal blamed --log-dir, which was not given, after making the run's
     # directory.
     state = tmp_path / "state\\here"
+    events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
-        "--backend", "slurm", "-w", "2", "--", "true",
+        "--backend", "slurm", *events.flag, "-w", "2", "--", "true",
         env=job_procs.env(XDG_STATE_HOME=str(state)), timeout=60,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
@@ -582,7 +589,7 @@ def test_a_backslash_in_the_state_directory_is_refused_naming_it_and_making_noth
         "XDG_STATE_HOME to one"
     ], result.stderr
     assert not state.exists()
-    assert submitted(result.stderr) == []
+    assert submitted(events) == []
     assert job_procs.alive() == []
 
 
