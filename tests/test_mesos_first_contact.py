@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -39,6 +40,18 @@ def free_port() -> int:
         return port
 
 
+def _stop(process: subprocess.Popen[Any]) -> None:
+    """End and reap a process the test left running: SIGTERM, then SIGKILL
+    after 30 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -60,7 +73,8 @@ def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
         "-m", master, *events.flag, "-w", "2", "-s", "1", "--", PY, "-c", "import time; time.sleep(60)"
     )  # fmt: skip
     started = time.monotonic()
-    proc = subprocess.Popen(
+    started_locally: list[str] = []
+    with subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -68,23 +82,21 @@ def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
         env=job_procs.env(),
         cwd=ROOT,
         start_new_session=True,
-    )
-    started_locally: list[str] = []
-    try:
-        # Nothing is started on this machine (the chief, its fork server)
-        # while no master has answered: tfrun has no child process at all.
-        while proc.poll() is None and time.monotonic() - started < WRONG_MASTER_BOUND + 30:
-            for child in descendants(proc.pid):
-                try:
-                    started_locally.append(" ".join(child.cmdline()))
-                except psutil.Error:
-                    continue
-            time.sleep(0.05)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    ) as proc:  # its pipes closed and tfrun reaped at the end
+        try:
+            # Nothing is started on this machine (the chief, its fork server)
+            # while no master has answered: tfrun has no child process at all.
+            while proc.poll() is None and time.monotonic() - started < WRONG_MASTER_BOUND + 30:
+                for child in descendants(proc.pid):
+                    try:
+                        started_locally.append(" ".join(child.cmdline()))
+                    except psutil.Error:
+                        continue
+                time.sleep(0.05)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     elapsed = time.monotonic() - started
     print(f"tfrun -m {master} (nothing listening) exited {proc.returncode} after {elapsed:.1f}s")
     assert proc.returncode == 125, err
@@ -128,8 +140,12 @@ def test_a_master_lost_after_subscribing_keeps_the_long_budget(
                 while time.monotonic() < deadline:
                     assert proc.poll() is None, proc.communicate()
                     time.sleep(0.1)
+                restored = time.time()
                 proxy.restore()
-                master.wait_for(lambda m: any(f["connected"] for f in m.frameworks()), timeout=120)
+                # Subscribed again: its event, before the job may end.
+                again = proc.events.wait_for(
+                    "backend_attached", proc, where=lambda e: e["ts"] > restored
+                )
                 done.touch()
                 _, err = proc.communicate(timeout=120)
             finally:
@@ -142,6 +158,12 @@ def test_a_master_lost_after_subscribing_keeps_the_long_budget(
     assert proc.returncode == 0, err
     assert proc.events.verdict()["result"] == "succeeded", err
     assert subscribed == [200, 200], subscribed  # once, then again after the cut
+    first, *_ = proc.events.of("backend_attached")
+    assert proc.events.of("backend_attached") == [first, again]
+    # The same framework, at the same master (through the proxy), which serves no web UI.
+    assert first["framework_id"] == again["framework_id"] and first["framework_id"]
+    assert first["master"] == again["master"] == f"http://127.0.0.1:{proxy.port}", first
+    assert first["web_ui"] is None and again["web_ui"] is None
     # The warning's wording, as the user reads it while tfrun tries again.
     assert "re-subscribing" in err, err
     assert job_procs.wait_gone(10) == []
@@ -153,33 +175,32 @@ def test_a_master_that_starts_a_moment_after_tfrun_is_waited_for_quietly(
     port = free_port()
     monkeypatch.setenv(MARK, job_procs.mark)
     events = JobEvents(tmp_path / "events.jsonl")
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         tfrun_argv("-m", f"127.0.0.1:{port}", *events.flag, "-w", "2", "-s", "0", "--", "true"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=job_procs.env(),
         cwd=ROOT,
-    )
-    master = None
-    try:
-        # The README's `python -m tfmesos.testing.master ... & tfrun ...`,
-        # with the master the slower of the two, as it is on a loaded machine.
-        time.sleep(1.5)
-        master = subprocess.Popen(
-            [PY, "-m", "tfmesos.testing.master", "--port", str(port), "--agents", "1",
-             "--ports", QUIET_PORTS, "--inherit-env", "--work-dir", str(tmp_path / "sandboxes")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=job_procs.env(),
-            cwd=ROOT,
-        )  # fmt: skip
-        _, err = proc.communicate(timeout=120)
-    finally:
-        for process in (proc, master):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                process.wait(30)
+    ) as proc:  # its pipes closed and tfrun reaped at the end
+        master = None
+        try:
+            # The README's `python -m tfmesos.testing.master ... & tfrun ...`,
+            # with the master the slower of the two, as it is on a loaded machine.
+            time.sleep(1.5)
+            master = subprocess.Popen(
+                [PY, "-m", "tfmesos.testing.master", "--port", str(port), "--agents", "1",
+                 "--ports", QUIET_PORTS, "--inherit-env", "--work-dir", str(tmp_path / "sandboxes")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=job_procs.env(),
+                cwd=ROOT,
+            )  # fmt: skip
+            _, err = proc.communicate(timeout=120)
+        finally:
+            for process in (proc, master):
+                if process is not None:
+                    _stop(process)
     assert proc.returncode == 0, err
     assert events.verdict()["result"] == "succeeded", err
     # Quietly: no warning for the user to read.

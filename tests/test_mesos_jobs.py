@@ -924,7 +924,7 @@ def test_an_unreadable_event_stream_is_dropped_and_the_master_resubscribed(
 
 
 def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
-    job_procs: JobProcesses,
+    job_procs: JobProcesses, job_events: JobEvents
 ) -> None:
     # Each stream breaks right after SUBSCRIBED: that is no working subscription.
     garbled = _GarbledMaster([_record(SUBSCRIBED), b"garbage\n"], "nowhere:5050", always=True)
@@ -932,6 +932,7 @@ def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
         result = run_tfrun(
             "-m",
             garbled.url,
+            *job_events.flag,
             "--reconnect-timeout",
             "3",
             *TWO_WORKERS_TRUE,
@@ -941,14 +942,18 @@ def test_a_master_whose_streams_are_always_unreadable_ends_within_the_budget(
     finally:
         garbled.close()
     assert result.returncode == 125
-    # The error's wording; and that it had subscribed first (no event says so).
+    assert job_events.verdict()["exit_status"] == 125
+    # It had subscribed first, each time: the master was gained, then lost.
+    attached = job_events.of("backend_attached")
+    assert len(attached) >= 2 and {e["framework_id"] for e in attached} == {"garbled-0000"}
+    assert {e["master"] for e in attached} == {garbled.url}, attached
+    # The error's wording.
     assert re.search(
         r"lost the Mesos master \(http://127\.0\.0\.1:\d+ sent an event stream that cannot be "
         r"read \(RecordIOError: bad record length b'garbage'\)\) and could not re-subscribe "
         r"within 3s",
         result.stderr,
     ), result.stderr
-    assert "subscribed as framework garbled-0000" in result.stderr
     assert garbled.garbled >= 2  # it tried again before giving up
     assert job_procs.wait_gone(10) == []
 

@@ -1,11 +1,12 @@
 """Every task's output is kept where tfrun says (issue 27, point 2).
 
 On Mesos each task's output reaches the launcher (forwarded to the terminal or
-not) and is written, as it comes, to the run directory tfrun's last line
-names, beside the chief's log; the sandboxes are no longer the only copy. The
-last line names only places that exist: the master's web UI only where it
-serves one (real Mesos does, the test master does not). The test master's
-command keeps its sandboxes when stopped by a signal, and says where.
+not) and is written, as it comes, to the run directory its job_started event
+and tfrun's last line name, beside the chief's log; the sandboxes are no
+longer the only copy. tfrun names only places that exist: the master's web UI
+(its backend_attached event's ``web_ui``) only where it serves one (real
+Mesos does, the test master does not). The test master's command keeps its
+sandboxes when stopped by a signal, and says where.
 """
 
 from __future__ import annotations
@@ -45,15 +46,6 @@ def job_args(shared: Path) -> tuple[str, ...]:
     )
 
 
-def run_directory(stderr: str) -> Path:
-    """The run directory tfrun's last line names: the line's wording is what
-    these tests check (no event names the directory)."""
-    last = stderr.strip().splitlines()[-1]
-    found = re.fullmatch(r"\[tfrun\] the full output of each task is in (\S+)", last)
-    assert found, stderr
-    return Path(found.group(1))
-
-
 def logs_by_task(directory: Path) -> dict[str, str]:
     """Each task's log in ``directory``, by task name (``ps.0.1.ab12cd34.log``: ps:0)."""
     found: dict[str, str] = {}
@@ -70,17 +62,26 @@ def test_every_task_s_output_is_in_the_run_directory_the_last_line_names(
     result = run_tfrun("-m", mesos.url, *events.flag, *job_args(tmp_path), env=job_procs.env())
     assert result.returncode == 0, result.stderr
     assert events.verdict()["result"] == "succeeded", result.stderr
-    logs = logs_by_task(run_directory(result.stderr))
+    [started] = events.of("job_started")
+    assert started["backends"] == {"mesos": ["ps:0", "worker:1"], "local": ["worker:0"]}
+    run = Path(started["log_dir"])
+    # Where tfrun says, in its last line: the promise this test is about.
+    assert result.stderr.splitlines()[-1] == f"[tfrun] the full output of each task is in {run}"
+    logs = logs_by_task(run)
     for name in TASKS:
         job, index = name.split(":")
         assert f"output of {job} {index}" in logs.get(name, ""), (name, logs)
+    [attached] = events.of("backend_attached")
+    framework_id = mesos.framework()["id"]
+    assert (attached["backend"], attached["framework_id"]) == ("mesos", framework_id), attached
+    assert attached["master"] == mesos.url, attached
     # A web UI only where there is one: real Mesos serves it, the test master
     # not. The link's wording, as the user reads it (its one check).
-    link = re.search(r"web UI: (http://\S+)/#/frameworks/\S+", result.stderr)
     if mesos.double is not None:
-        assert link is None and "web UI" not in result.stderr, result.stderr
+        assert attached["web_ui"] is None and "web UI" not in result.stderr, result.stderr
     else:
-        assert link is not None and link.group(1) == mesos.url, result.stderr
+        assert attached["web_ui"] == f"{mesos.url}/#/frameworks/{framework_id}", attached
+        assert f"web UI: {attached['web_ui']}\n" in result.stderr, result.stderr
     assert job_procs.wait_gone(10) == []
 
 
@@ -94,17 +95,29 @@ def _start_master(job_procs: JobProcesses, *flags: str) -> tuple[subprocess.Pope
         env=job_procs.env(),
         cwd=ROOT,
     )  # fmt: skip
-    assert master.stdout is not None
-    for line in master.stdout:
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            return master, found.group(1)
-    raise AssertionError(f"the test master never listened (exit {master.wait()})")
+    try:
+        assert master.stdout is not None
+        for line in master.stdout:
+            found = re.search(r"listening on (http://\S+)", line)
+            if found:
+                return master, found.group(1)
+        raise AssertionError(f"the test master never listened (exit {master.wait()})")
+    except BaseException:
+        with master:  # its pipe closed and the master reaped
+            master.kill()
+        raise
 
 
 def _stop(master: subprocess.Popen[str]) -> str:
-    master.send_signal(signal.SIGTERM)
-    out, _ = master.communicate(timeout=60)
+    """SIGTERM the master; what it said. Its pipe is closed and it is
+    reaped, however this ends (SIGKILL once 60 s have passed)."""
+    with master:
+        master.send_signal(signal.SIGTERM)
+        try:
+            out, _ = master.communicate(timeout=60)
+        except BaseException:
+            master.kill()
+            raise
     return out
 
 

@@ -376,6 +376,8 @@ def test_a_job_runs_through_a_tls_master_with_its_ca_given(
     say(f"TLS job with the CA from {given}: exit {done.returncode} in {took:.2f} s")
     assert done.returncode == 0, done.stderr
     assert events.verdict()["result"] == "succeeded", done.stderr
+    [attached] = events.of("backend_attached")
+    assert attached["master"] == f"https://127.0.0.1:{proxy.port}", attached
     assert not proxy.refused, proxy.refused
 
 
@@ -402,8 +404,11 @@ def test_a_tls_master_found_through_zookeeper_is_dialled_and_verified_by_its_ip(
     say(f"TLS master through ZooKeeper: exit {done.returncode} in {took:.2f} s")
     assert done.returncode == 0, done.stderr
     assert events.verdict()["result"] == "succeeded", done.stderr
-    # No event names the master: the framework's page, as the user reads it, names the IP dialled.
-    assert f"127.0.0.1:{proxy.port}" in done.stderr
+    # The master subscribed to, by its IP, over TLS; its web UI reached the same way.
+    [attached] = events.of("backend_attached")
+    assert attached["master"] == f"https://127.0.0.1:{proxy.port}", attached
+    page = f"{attached['master']}/#/frameworks/{attached['framework_id']}"
+    assert attached["web_ui"] == page, attached
     assert not proxy.refused, proxy.refused
 
 
@@ -610,23 +615,25 @@ def test_the_secret_is_in_no_process_of_the_job(
         args = ()
         env = clean_env(MESOS_PRINCIPAL=PRINCIPAL, MESOS_SECRET=auth_mesos.secret)
     argv = ["-m", auth_mesos.real.address, *args, "-w", "2", "-s", "0", "--", command]
-    proc = subprocess.Popen(
+    # Its pipes closed and tfrun reaped at the end; not read to their end if
+    # it is killed, since the tasks it leaves may hold them open.
+    with subprocess.Popen(
         tfrun_argv(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=env, cwd=ROOT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not all((marks / f"up-{i}").exists() for i in (0, 1)):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the tasks did not start within 120 s"
-            time.sleep(0.05)
-        holders = _holding(auth_mesos.secret, exclude={os.getpid(), proc.pid})
-        (marks / "go").touch()
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    ) as proc:  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not all((marks / f"up-{i}").exists() for i in (0, 1)):
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the tasks did not start within 120 s"
+                time.sleep(0.05)
+            holders = _holding(auth_mesos.secret, exclude={os.getpid(), proc.pid})
+            (marks / "go").touch()
+            out, err = proc.communicate(timeout=120)
+        finally:
+            (marks / "go").touch()  # the tasks end, whatever became of tfrun
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == 0, err
     assert holders == []
     assert auth_mesos.secret not in out + err
