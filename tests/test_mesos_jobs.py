@@ -40,6 +40,7 @@ from tests.conftest import (
 )
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import CuttableProxy, HoldingProxy, MesosUnderTest, real_mesos_home
+from tests.test_zookeeper import ZK_HOSTS, master_info, zookeeper_client
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
@@ -216,6 +217,9 @@ def test_a_dropped_subscription_is_renewed_without_losing_the_job(
     assert len(subscribes) == 2
     framework_id = subscribes[1]["subscribe"]["framework_info"]["id"]["value"]
     assert framework_id == subscribes[1]["framework_id"]["value"]
+    # Said each time, as the same framework at the same master.
+    attached = proc.events.of("backend_attached")
+    assert [(e["framework_id"], e["master"]) for e in attached] == [(framework_id, master.url)] * 2
     assert framework_calls(master, "RECONCILE"), "no reconciliation after re-subscribing"
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
@@ -286,14 +290,58 @@ def test_a_reconciliation_the_master_did_not_answer_is_asked_again(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
+def test_a_new_leader_is_said_with_the_framework_it_keeps(
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # The same master under two names in ZooKeeper (as tests/test_zookeeper.py
+    # does): the first steps down, and the framework follows the next.
+    zookeeper = zookeeper_client()
+    group = f"/tfmesos-test-{uuid.uuid4().hex}"
+    done = tmp_path / "done"
+    code = f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)\n"
+    try:
+        first = zookeeper.create(
+            f"{group}/json.info_", master_info("127.0.0.1", master.port),
+            ephemeral=True, sequence=True, makepath=True,
+        )  # fmt: skip
+        zookeeper.create(
+            f"{group}/json.info_", master_info("localhost", master.port),
+            ephemeral=True, sequence=True,
+        )  # fmt: skip
+        proc, _ = start_tfrun(
+            "-m", f"zk://{ZK_HOSTS}{group}", "-w", "2", "-s", "0", "--", *py(code),
+            env=job_procs.env(),
+        )  # fmt: skip
+        old = proc.events.wait_for("backend_attached", proc)
+        zookeeper.delete(first)
+        new = proc.events.wait_for(
+            "backend_attached", proc, where=lambda e: e["master"] != old["master"]
+        )
+        done.touch()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        zookeeper.delete(group, recursive=True)
+        zookeeper.stop()
+        zookeeper.close()
+    assert proc.returncode == 0, err
+    assert old["master"] == f"http://127.0.0.1:{master.port}", old
+    assert new["master"] == f"http://localhost:{master.port}", new
+    assert new["framework_id"] == old["framework_id"] and new["web_ui"] is None, new
+    attached = proc.events.of("backend_attached")
+    assert [e["master"] for e in attached] == [old["master"], new["master"]]
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
 def test_a_non_leading_master_redirects_to_the_leader(
-    master: ThreadedTestMaster, job_procs: JobProcesses
+    master: ThreadedTestMaster, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     leader = master.url.split("://", 1)[1]
+    events = JobEvents(tmp_path / "events.jsonl")
     with ThreadedTestMaster(agents=1, leader=False, leader_address=leader) as standby:
         result = run_tfrun(
             "-m",
             f"{standby.url},{master.url}",
+            *events.flag,
             "-w",
             "1",
             "-s",
@@ -304,6 +352,8 @@ def test_a_non_leading_master_redirects_to_the_leader(
         )
     assert result.returncode == 0, result.stderr
     assert len(framework_calls(master, "SUBSCRIBE")) == 1  # the leader's: redirected to it
+    [attached] = events.of("backend_attached")
+    assert attached["master"] == master.url, attached  # the leader, not the master given first
     # The message's wording, as the user reads it.
     assert f"redirected to the leading master {master.url}" in result.stderr
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
