@@ -611,6 +611,10 @@ def test_a_slurm_task_that_printed_nothing_is_said_to_have_its_log_here_not_on_m
     )  # fmt: skip
     assert result.returncode == 124, result.stderr
     assert events.verdict()["result"] == "never up", result.stderr
+    # A Slurm job for each attempt at worker:1: each relaunch is a job of its own.
+    attached = events.of("backend_attached")
+    assert [e["tasks"] for e in attached] == [["worker:1"]] * 3, attached
+    assert len({e["job_id"] for e in attached}) == 3, attached
     # The verdict's wording: where the task's own output is.
     assert f"it printed nothing the launcher could see: its own output is kept in {log_dir}" in (
         result.stderr
