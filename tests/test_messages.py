@@ -26,27 +26,30 @@ def test_cluster_up_counts_tasks_in_words(job_procs: JobProcesses) -> None:
 
 
 def test_the_test_master_says_once_that_it_listens(job_procs: JobProcesses) -> None:
-    master = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "tfmesos.testing.master", "--port", "0", "--agents", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=ROOT,
         env=job_procs.env(),
-    )
-    try:
-        assert master.stdout is not None
-        said = []
-        # Its own line, with the agents and the work directory, comes after
-        # everything the master logs while it starts.
-        for line in master.stdout:
-            said.append(line)
-            if "work dir" in line:
-                break
-        assert [line for line in said if "listening on" in line] == [said[-1]], said
-    finally:
-        master.terminate()
-        master.wait(30)
+    ) as master:  # its pipe closed and the master reaped at the end
+        try:
+            assert master.stdout is not None
+            said = []
+            # Its own line, with the agents and the work directory, comes after
+            # everything the master logs while it starts.
+            for line in master.stdout:
+                said.append(line)
+                if "work dir" in line:
+                    break
+        finally:
+            master.terminate()
+            try:
+                master.wait(30)
+            except subprocess.TimeoutExpired:
+                master.kill()
+    assert [line for line in said if "listening on" in line] == [said[-1]], said
 
 
 _NO_REGISTRY = (
