@@ -49,17 +49,22 @@ class FakeLauncher:
             stderr=subprocess.STDOUT,
         )
         self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
-        self.conn, _ = self.listener.accept()
-        self.conn.settimeout(30)
-        self.nonce = os.urandom(16).hex()
-        self.conn.sendall(
-            wire.encode_json(
-                {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": self.nonce}
+        try:
+            self.listener.settimeout(30)  # a hang guard, should the agent never dial
+            self.conn, _ = self.listener.accept()
+            self.conn.settimeout(30)
+            self.nonce = os.urandom(16).hex()
+            self.conn.sendall(
+                wire.encode_json(
+                    {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": self.nonce}
+                )
             )
-        )
-        kind, payload = _receive(self.conn, self.decoder)[0]
-        self.register: dict[str, Any] = wire.parse_json(payload)
-        assert kind == wire.JSON and self.register["type"] == "register"
+            kind, payload = _receive(self.conn, self.decoder)[0]
+            self.register: dict[str, Any] = wire.parse_json(payload)
+            assert kind == wire.JSON and self.register["type"] == "register"
+        except BaseException:
+            self.close()  # no test holds this launcher to close it
+            raise
         self.cluster: dict[str, Any] = {
             "type": "cluster",
             "job_name": "worker",
@@ -84,13 +89,12 @@ class FakeLauncher:
         return messages
 
     def close(self) -> None:
-        self.conn.close()
+        if hasattr(self, "conn"):  # not when __init__ failed before the agent dialled
+            self.conn.close()
         self.listener.close()
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
+        with self.proc:  # closes its stdout and reaps it
+            if self.proc.poll() is None:
+                self.proc.kill()
 
 
 def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProcesses) -> None:
