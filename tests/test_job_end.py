@@ -42,21 +42,31 @@ def read_slowly(proc: subprocess.Popen[bytes], pause: float = 0.002) -> list[str
 def run_on_a_terminal(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run with stdout and stderr on one pseudo-terminal; what it showed."""
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, env=env, cwd=ROOT
-    )
-    os.close(terminal)
     shown = bytearray()
-    while True:
-        try:
-            data = os.read(controller, 1 << 16)
-        except OSError:  # EIO: every writer closed the terminal
-            break
-        if not data:
-            break
-        shown += data
-    os.close(controller)
-    return proc.wait(timeout=120), shown.decode().replace("\r\n", "\n")
+    try:
+        with subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, env=env, cwd=ROOT
+        ) as proc:  # reaped at the end, killed first if a failure left it running
+            try:
+                os.close(terminal)
+                terminal = -1
+                while True:
+                    try:
+                        data = os.read(controller, 1 << 16)
+                    except OSError:  # EIO: every writer closed the terminal
+                        break
+                    if not data:
+                        break
+                    shown += data
+                status = proc.wait(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+    return status, shown.decode().replace("\r\n", "\n")
 
 
 # Worker 0 prints ~4 MiB, then a last line, and exits 0.
