@@ -66,26 +66,29 @@ def test_a_job_a_killed_slurmd_left_completing_is_cleared_once_its_processes_are
 ) -> None:
     env = _fake_slurm(tmp_path)
     # The job's step, still running: the script must wait for it.
-    stepd = subprocess.Popen(["bash", "-c", f'exec -a "slurmstepd: [{JOB}.batch]" sleep 60'])
-    script = subprocess.Popen(
-        [str(ROOT / "scripts" / "start-slurm"), "--wait-for-node"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        calls = tmp_path / "squeue-calls"
-        # It has looked at the completing job twice, and left it alone.
-        _wait_for(lambda: calls.exists() and calls.read_text().count("-t CG") >= 2)
-        assert not (tmp_path / "scontrol-calls").exists()
-        assert script.poll() is None
-        stepd.kill()
-        stepd.wait()
-        out, err = script.communicate(timeout=30)
-    finally:
-        stepd.kill()
-        script.kill()
+    # Each reaped, and the script's pipes closed, at the end of its block.
+    with (
+        subprocess.Popen(["bash", "-c", f'exec -a "slurmstepd: [{JOB}.batch]" sleep 60']) as stepd,
+        subprocess.Popen(
+            [str(ROOT / "scripts" / "start-slurm"), "--wait-for-node"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as script,
+    ):
+        try:
+            calls = tmp_path / "squeue-calls"
+            # It has looked at the completing job twice, and left it alone.
+            _wait_for(lambda: calls.exists() and calls.read_text().count("-t CG") >= 2)
+            assert not (tmp_path / "scontrol-calls").exists()
+            assert script.poll() is None
+            stepd.kill()
+            stepd.wait()
+            out, err = script.communicate(timeout=30)
+        finally:
+            stepd.kill()
+            script.kill()
     assert script.returncode == 0, err
     assert f"clearing job {JOB}, left completing on " in err
     assert (tmp_path / "scontrol-calls").read_text().splitlines() == [
