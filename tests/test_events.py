@@ -328,6 +328,10 @@ def test_tfrun_events_end_with_the_status_tfrun_returns(
     names = job_events.names()
     assert "cluster_up" in names and names.count("job_verdict") == 1
     assert job_events.exited()["worker:1"]["exit_code"] == code
+    started = job_events.all()[0]
+    assert started["event"] == "job_started" and started["restart"] == 0
+    assert started["backends"] == {"local": ["ps:0", "worker:0", "worker:1"]}
+    assert Path(started["log_dir"]).is_dir() and "backend_attached" not in names
 
 
 @pytest.mark.e2e
@@ -362,7 +366,8 @@ def test_cluster_events_go_to_a_path_or_a_file(job_events: JobEvents) -> None:
     ) as c:
         assert c.targets
     names = job_events.names()
-    assert "cluster_up" in names and "job_stopped" in names
+    assert names[0] == "job_started" and "cluster_up" in names and "job_stopped" in names
+    assert job_events.all()[0]["backends"] == {"local": ["worker:0"]}
     verdict = job_events.verdict()
     assert verdict["exit_status"] == 0 and verdict["result"] == "succeeded"
     stream = io.StringIO()
