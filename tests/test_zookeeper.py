@@ -439,32 +439,32 @@ def test_a_redirect_from_zookeepers_leader_is_not_followed(
             sequence=True,
         )
 
-        proc = subprocess.Popen(
+        with subprocess.Popen(
             tfrun_argv("-m", f"zk://{ZK_HOSTS}{group}", *TWO_WORKERS_TRUE),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=job_procs.env(),
-        )
-        try:
-            assert proc.stderr is not None
-            seen = []
-            for line in proc.stderr:
-                seen.append(line)
-                if "is not the leading master" in line:
-                    break
-            # The standby's view catches up: the next member leads.
-            zk.create(
-                f"{group}/json.info_",
-                master_info("127.0.0.1", master.port),
-                ephemeral=True,
-                sequence=True,
-            )
-            zk.delete(member)
-            _, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        ) as proc:  # its pipes closed and tfrun reaped at the end
+            try:
+                assert proc.stderr is not None
+                seen = []
+                for line in proc.stderr:
+                    seen.append(line)
+                    if "is not the leading master" in line:
+                        break
+                # The standby's view catches up: the next member leads.
+                zk.create(
+                    f"{group}/json.info_",
+                    master_info("127.0.0.1", master.port),
+                    ephemeral=True,
+                    sequence=True,
+                )
+                zk.delete(member)
+                _, err = proc.communicate(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
     said = "".join(seen) + err
     assert proc.returncode == 0, said
     assert f"is not the leading master (it redirects to //{dead}" in said, said
@@ -511,29 +511,29 @@ def test_a_group_path_that_does_not_exist_is_named_and_watched_for(
     assert f"ZooKeeper at {ZK_HOSTS} has no {group}: is that the path" in result.stderr
     # The masters may come up after tfrun: once the path and a master appear,
     # the job goes on (worker 1 runs on Mesos; worker 0, the chief, here).
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         tfrun_argv("-m", url, "-w", "2", "-s", "0", "--", sys.executable, "-c", "pass"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=job_procs.env(),
         cwd=ROOT,
-    )
-    try:
-        # tfrun is looking for the group before it exists: it has a session
-        # with ZooKeeper open.
-        wait_for_zookeeper_session(proc.pid)
-        zk.ensure_path(group)
-        zk.create(
-            f"{group}/json.info_",
-            master_info("127.0.0.1", master.port),
-            ephemeral=True,
-            sequence=True,
-        )
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    ) as proc:  # its pipes closed and tfrun reaped at the end
+        try:
+            # tfrun is looking for the group before it exists: it has a session
+            # with ZooKeeper open.
+            wait_for_zookeeper_session(proc.pid)
+            zk.ensure_path(group)
+            zk.create(
+                f"{group}/json.info_",
+                master_info("127.0.0.1", master.port),
+                ephemeral=True,
+                sequence=True,
+            )
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == 0, err
     assert "leading master is now http://127.0.0.1" in err
     assert job_procs.wait_gone(10) == []
