@@ -3,7 +3,8 @@
 It carries out what its parts decide: the offer hold (:mod:`.hold`: which
 offers to keep, accept or decline, when to suppress and revive), the pinned
 relaunches (:mod:`.pins`) and the ``TaskInfo`` of each task (:mod:`.taskinfo`);
-talking to the master lives in :mod:`tfmesos.mesos.scheduler`, the calls in
+it says each subscription of its framework through :mod:`.subscriptions`.
+Talking to the master lives in :mod:`tfmesos.mesos.scheduler`, the calls in
 :mod:`tfmesos.mesos.calls`, fitting tasks into offers in
 :mod:`tfmesos.mesos.placement`.
 """
