@@ -12,14 +12,13 @@ a bounded hold, so one job runs and then the other.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import MESOS_KINDS, JobProcesses, run_tfrun, tfrun_argv
+from tests.conftest import MESOS_KINDS, JobProcesses, popen_tfrun, run_tfrun
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, open_cluster
 from tfmesos.testing.real_mesos import AgentSpec
@@ -76,22 +75,14 @@ def _busy_interval(framework: dict[str, Any]) -> tuple[float, float]:
 
 
 def test_two_jobs_started_together_on_a_cluster_that_fits_one_both_finish_one_after_the_other(
-    agents_later: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
+    agents_later: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
     master = agents_later
     env = job_procs.env()
     names = ("gang-a", "gang-b")
-    events = {name: JobEvents(tmp_path / f"{name}.jsonl") for name in names}
-    jobs = [
-        subprocess.Popen(
-            tfrun_argv("-m", master.url, "-n", name, *events[name].flag, *JOB),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for name in names
-    ]
+    # Ended, their pipes closed, when the test ends, however it ends.
+    jobs = [popen_tfrun("-m", master.url, "-n", name, *JOB, env=env) for name in names]
+    events = {name: job.events for name, job in zip(names, jobs, strict=True)}
     # Both jobs have every remote task waiting for offers (worker:2 is handed
     # to the backend last) before the cluster has any agent.
     for name, job in zip(names, jobs, strict=True):
