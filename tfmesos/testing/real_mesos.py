@@ -153,6 +153,15 @@ class RealMesos:
         if self.base is None:
             self.base = Path(tempfile.mkdtemp(prefix="tfmesos-real-mesos-"))
             self._own_base = True
+        try:
+            self._start_daemons(timeout)
+        except BaseException:
+            self.stop()  # reaps what did start: a daemon left running is a leak
+            raise
+        return self
+
+    def _start_daemons(self, timeout: float) -> None:
+        assert self.base is not None
         for index in range(self.masters):
             name = "master" if self.masters == 1 else f"master{index}"
             given = self.master_flags.get("port") if self.masters == 1 else None
@@ -186,12 +195,7 @@ class RealMesos:
             self._spawn(daemon)
         for agent in self.agents:
             self._add_agent(agent)
-        try:
-            self.wait_agents(len(self._agents), timeout)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        self.wait_agents(len(self._agents), timeout)
 
     def add_agent(self, agent: AgentSpec) -> int:
         """Start one more agent (it registers soon after); its index."""
