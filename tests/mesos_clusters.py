@@ -246,17 +246,20 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self._connections: list[socket.socket] = []
         self._listener: socket.socket | None = None
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port: int = probe.getsockname()[1]
-        probe.close()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
         self.restore()
 
     def restore(self) -> None:
         listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", self.port))  # taken meanwhile: an error, not a leak
+            listener.listen(64)
+        except BaseException:
+            listener.close()
+            raise
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
