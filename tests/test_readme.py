@@ -14,17 +14,21 @@ runs it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, JobProcesses
+from tfmesos import procfs
 
 _SNIPPET = re.compile(
     r"(?:<!-- (?P<note>[^\n]*?) -->\n)?```(?P<lang>sh|python)\n(?P<body>.*?)```", re.S
@@ -116,7 +120,46 @@ def test_the_readme_runs_as_written(tmp_path: Path, job_procs: JobProcesses) -> 
     assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
 
 
-def test_the_test_master_block_runs_as_written_without_a_race(job_procs: JobProcesses) -> None:
+def run_block(body: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run a README block under ``set -e`` in a session of its own; its output
+    goes to files, not pipes: a failed step ends the block before its ``kill
+    $!``, and the master it left would hold a pipe open, so that reading to
+    the end waited for the test's timeout. Whatever the block left running
+    is killed once it has ended."""
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(
+            ["bash", "-c", "set -e\n" + body],
+            cwd=ROOT,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=900)  # a hang guard
+            if code == 0:
+                # What the block stopped (its master, after `kill $!`) ends
+                # by itself, saying where it kept the sandboxes.
+                deadline = time.monotonic() + 60
+                while in_session(proc.pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, code, out.read_text(), err.read_text())
+
+
+def in_session(session: int) -> list[int]:
+    """The live processes of ``session`` (zombies are over)."""
+    return [p.pid for p in procfs.processes() if p.session == session and p.state != "Z"]
+
+
+def test_the_test_master_block_runs_as_written_without_a_race(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
     """The README's "Trying it without a cluster" block, in this checkout's
     environment: its ``pip install`` left out (this environment has the
     extra), and its port 5050 changed for a free one, since other tests may
@@ -134,14 +177,7 @@ def test_the_test_master_block_runs_as_written_without_a_race(job_procs: JobProc
     body = "\n".join(lines[1:]).replace("5050", str(port))
     env = job_procs.env()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
-    result = subprocess.run(
-        ["bash", "-c", "set -e\n" + body],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = run_block(body, env, tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:]
     assert "Cannot connect" not in output and "re-subscribing" not in output, output[-6000:]
