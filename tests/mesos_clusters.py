@@ -344,7 +344,13 @@ class HoldingProxy:
         self._thread.join(30)
 
     def _serve(self) -> None:
-        self._loop.run_until_complete(self._main())
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            # Left open, the loop and its self-pipe were found by the
+            # garbage collector at pytest's end: unraisable warnings, which
+            # warnings-as-errors turned into a failed run after its tests passed.
+            self._loop.close()
 
     async def _main(self) -> None:
         from aiohttp import ClientSession, ClientTimeout, web
