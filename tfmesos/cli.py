@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import shlex
@@ -21,9 +20,16 @@ from typing import NoReturn
 from tfmesos import lazyssl, rundirs, wire
 from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
-from tfmesos.flagtypes import count, positive_number
+from tfmesos.flagtypes import count, positive_number, torchrun_hint
 from tfmesos.pathtext import shown_path
-from tfmesos.spec import MAX_RESTARTS, MAX_TASKS, ClusterSpec, Job
+from tfmesos.spec import (
+    MAX_RESTARTS,
+    MAX_TASKS,
+    ClusterSpec,
+    Job,
+    bare_script,
+    read_extra_config,
+)
 from tfmesos.taskenv import placeholders_in
 
 __all__ = ["build_parser", "main", "parse_args"]
@@ -112,6 +118,9 @@ class _Parser(argparse.ArgumentParser):
         if not word.startswith("-"):
             return None
         flag = word.split("=", 1)[0]
+        hint = torchrun_hint(flag)
+        if hint is not None:
+            return hint
         known = [
             o for o in self._option_string_actions if o.startswith("--") == flag.startswith("--")
         ]
@@ -303,10 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _restarts(text: str) -> int:
     """``--max-restarts``: a whole number from 0 to :data:`MAX_RESTARTS`."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    stripped = text.strip()
+    value = int(stripped) if stripped.isascii() and stripped.isdigit() else -1
     if not 0 <= value <= MAX_RESTARTS:
         raise argparse.ArgumentTypeError(
             f"must be a whole number from 0 to {MAX_RESTARTS}, not {text!r}"
@@ -340,32 +347,6 @@ def _worker_logs(text: str, nworker: int) -> frozenset[str]:
             )
         names.add(f"worker:{int(part)}")
     return frozenset(names)
-
-
-def _extra_config(path: str | None) -> tuple[str | None, str | None, dict[str, str]]:
-    if path is None:
-        return None, None, {}
-    try:
-        with open(path) as config_file:
-            config = json.load(config_file)
-    except OSError as exc:
-        raise SpecError(f"-e: cannot read {shown_path(path)}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise SpecError(f"-e: {shown_path(path)} is not valid JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise SpecError(f"-e: {shown_path(path)} must hold a JSON object")
-    unknown = sorted(set(config) - {"initializer", "finalizer", "env"})
-    if unknown:
-        raise SpecError(
-            f"-e: unknown key {unknown[0]!r} in {shown_path(path)} (known: initializer, finalizer, env)"
-        )
-    env = config.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise SpecError(f"-e: 'env' in {shown_path(path)} must map names to strings")
-    for key in ("initializer", "finalizer"):
-        if config.get(key) is not None and not isinstance(config[key], str):
-            raise SpecError(f"-e: {key!r} in {shown_path(path)} must be a shell command string")
-    return config.get("initializer"), config.get("finalizer"), env
 
 
 def _chdir(path: str | None, backend: str) -> str:
@@ -449,6 +430,16 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         if "ps_hosts" in placeholders_in(_command(command)):
             parser.error("the command uses {ps_hosts}: give the number of ps tasks with -s N")
         args.nserver = 0
+    if args.name is not None and not args.name.isprintable():
+        # Mesos refuses a framework name that is not UTF-8 only once it is
+        # registering, and Slurm's job name would carry an escape raw.
+        parser.error(
+            f"-n/--name {args.name!r} must be one line of printable text "
+            "(no newline, escape or byte that is not UTF-8)"
+        )
+    problem = bare_script(command, args.chdir)
+    if problem is not None:
+        parser.error(problem)
     if args.nworker < 1:
         parser.error("-w must be at least 1: replica mode needs at least one worker (the chief)")
     # Before anything is built per task: -w 10**20 must cost nothing.
@@ -471,7 +462,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         parser.error(problem)
     try:
         cmd = _command(command)
-        initializer, finalizer, env = _extra_config(args.extra_config)
+        initializer, finalizer, env = (
+            read_extra_config(args.extra_config) if args.extra_config else (None, None, {})
+        )
         jobs = (
             Job("ps", args.nserver, args.server_cpus, args.server_mem, args.server_gpus, cmd),
             Job("worker", args.nworker, args.worker_cpus, args.worker_mem, args.worker_gpus, cmd),

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["count", "positive_number"]
+__all__ = ["count", "plain_number", "positive_number", "torchrun_hint"]
+
+
+def plain_number(text: str) -> bool:
+    """Written as a number is on a command line: ASCII digits, a sign, a
+    point, an exponent. Python's int() and float() also take ``2_0`` (20)
+    and other scripts' digits (``٣``, 3): a typo would run 20 workers."""
+    return text.isascii() and "_" not in text
 
 
 def count(text: str) -> int:
     """A whole number of 0 or more: tasks, GPUs, restarts."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    stripped = text.strip()
+    value = int(stripped) if stripped.isascii() and stripped.isdigit() else -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a whole number (0 or more), not {text!r}")
     return value
@@ -27,9 +32,31 @@ def count(text: str) -> int:
 def positive_number(text: str) -> float:
     """A finite number above 0: CPUs, MiB, seconds."""
     try:
-        value = float(text)
+        value = float(text) if plain_number(text) else 0.0
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number above 0, not {text!r}")
     return value
+
+
+_TORCHRUN = {
+    "--nproc-per-node": "each task is one process; give -w N, the job's number of workers",
+    "--nnodes": "tfrun places the tasks itself; give -w N, the job's number of workers",
+    "--node-rank": "tfrun gives each task its RANK itself",
+    "--rdzv-endpoint": "tfrun runs the rendezvous itself and gives each task MASTER_ADDR",
+    "--rdzv-backend": "tfrun runs the rendezvous itself",
+    "--rdzv-id": "tfrun runs the rendezvous itself",
+    "--master-addr": "tfrun gives each task MASTER_ADDR itself",
+    "--master-port": "tfrun gives each task MASTER_PORT itself",
+    "--standalone": "tfrun runs the rendezvous itself; give -w N",
+    "--no-python": "tfrun never adds python: the command after -- runs as given",
+    "--module": "tfrun never adds python: write python -m MODULE after --",
+}
+"""torchrun's flags, which a torchrun user types first: what tfrun does instead."""
+
+
+def torchrun_hint(flag: str) -> str | None:
+    """``--nproc_per_node`` (or ``--nproc-per-node``): a torchrun flag, and what to give tfrun."""
+    hint = _TORCHRUN.get(flag.replace("_", "-"))
+    return None if hint is None else f"tfrun has no {flag} (a torchrun flag): {hint}"

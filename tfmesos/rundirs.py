@@ -60,10 +60,8 @@ def keep_runs() -> int:
     text = os.environ.get(ENV_KEEP_RUNS, "").strip()
     if not text:
         return KEEP_RUNS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    # ASCII digits only: int() would take 2_0 (20) and other scripts' digits.
+    value = int(text) if text.isascii() and text.isdigit() else 0
     if value < 1:
         raise SpecError(f"{ENV_KEEP_RUNS} must be a whole number of runs, at least 1, not {text!r}")
     return value
@@ -76,7 +74,7 @@ def task_log_max() -> int:
         return TASK_LOG_MAX
     number, unit = text.rstrip("KkMmGgBiI"), text[len(text.rstrip("KkMmGgBiI")) :]
     unit = unit.upper().removesuffix("B").removesuffix("I")
-    if not number.isdigit() or unit not in _UNITS:
+    if not (number.isascii() and number.isdigit()) or unit not in _UNITS:
         raise SpecError(
             f"{ENV_TASK_LOG_MAX} must be a size such as 50M, 1G or 65536 (0 for no cap), "
             f"not {text!r}"

@@ -6,6 +6,7 @@ is built, so that bad input costs the user nothing but a clear message.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -25,8 +26,10 @@ __all__ = [
     "Job",
     "TaskSpec",
     "Volume",
+    "bare_script",
     "coerce_jobs",
     "parse_volume",
+    "read_extra_config",
 ]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -176,6 +179,87 @@ def parse_volume(text: str) -> Volume:
     return Volume(parts[0], parts[1], read_only=mode == "ro")
 
 
+MAX_EXTRA_CONFIG = 4 << 20
+"""The largest ``-e`` file read (4 MiB): what it holds goes to every task in
+a message that must fit in 1 MiB, so a larger one can never run, and one
+without end (``-e /dev/zero``) must not be read until memory runs out."""
+
+
+def read_extra_config(path: str) -> tuple[str | None, str | None, dict[str, str]]:
+    """``-e FILE``: its initializer, finalizer and environment."""
+    from tfmesos.pathtext import shown_path
+
+    shown = shown_path(path)
+    try:
+        with open(path, "rb") as config_file:
+            data = config_file.read(MAX_EXTRA_CONFIG + 1)
+    except OSError as exc:
+        raise SpecError(f"-e: cannot read {shown}: {exc.strerror}") from None
+    if len(data) > MAX_EXTRA_CONFIG:
+        raise SpecError(
+            f"-e: {shown} is larger than {MAX_EXTRA_CONFIG >> 20} MiB, which no job can hold"
+        )
+    try:
+        config = json.loads(data)
+    except ValueError as exc:  # and UnicodeDecodeError, a ValueError
+        raise SpecError(f"-e: {shown} is not valid JSON: {exc}") from None
+    except RecursionError:  # nested past the parser's depth: no configuration is
+        raise SpecError(f"-e: {shown} is not valid JSON: nested too deeply") from None
+    if not isinstance(config, dict):
+        raise SpecError(f"-e: {shown} must hold a JSON object")
+    unknown = sorted(set(config) - {"initializer", "finalizer", "env"})
+    if unknown:
+        raise SpecError(
+            f"-e: unknown key {unknown[0]!r} in {shown} (known: initializer, finalizer, env)"
+        )
+    env = config.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise SpecError(f"-e: 'env' in {shown} must map names to strings")
+    for key in ("initializer", "finalizer"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise SpecError(f"-e: {key!r} in {shown} must be a shell command string")
+    texts = [(f"{key!r}", config.get(key) or "") for key in ("initializer", "finalizer")]
+    texts += [(f"'env' name {name!r}", name) for name in env]
+    texts += [(f"'env' {name!r}", value) for name, value in env.items()]
+    for what, text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # JSON's \udc80: a lone surrogate, which is no character and no
+            # byte, and which no command line or environment can hold.
+            raise SpecError(
+                f"-e: {what} in {shown} holds {text[exc.start]!r}, a lone surrogate, "
+                "which is not text (JSON's \\uD800 to \\uDFFF must come in pairs)"
+            ) from None
+    return config.get("initializer"), config.get("finalizer"), env
+
+
+def bare_script(command: list[str], chdir: str | None) -> str | None:
+    """``tfrun -w 4 train.py``: what to say where the command's first word is a
+    Python file that the shell would not find (exit 127) or not run (126) in
+    every task, as tfrun never adds python; None where it runs."""
+    import os
+    import shlex
+
+    try:
+        word = shlex.split(command[0])[0] if len(command) == 1 else command[0]
+    except (ValueError, IndexError):
+        return None
+    path = os.path.join(chdir or ".", word)
+    if not word.endswith(".py") or not os.path.isfile(path):
+        return None
+    with contextlib.suppress(OSError), open(path, "rb") as script:
+        runnable = os.access(path, os.X_OK) and script.read(2) == b"#!"
+        import shutil  # here: only a command naming a .py file needs it
+
+        if runnable and ("/" in word or shutil.which(word)):
+            return None
+    return (
+        f"{word} is a Python file, which the command runs as given: "
+        f"write python {word} (tfrun never adds python)"
+    )
+
+
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """A name a POSIX shell keeps in the environment of what it runs."""
 
@@ -212,7 +296,9 @@ def _check_variable(name: object, value: object) -> None:
             f"environment variable name {name!r} is not one /bin/sh passes on to the command "
             "(which runs through it): letters, digits and '_', not starting with a digit"
         )
-    size = len(name.encode()) + 1 + len(value.encode())
+    # surrogateescape: a value from os.environ may carry bytes that are not UTF-8.
+    size = len(name.encode("utf-8", "surrogateescape")) + 1
+    size += len(value.encode("utf-8", "surrogateescape"))
     if size > MAX_COMMAND_LINE:
         # NAME=VALUE is one string of the environment, which Linux caps as it
         # does one argument: execve would fail in every task (E2BIG).
