@@ -4,11 +4,13 @@ starts (issue 27: found by the adversarial run)."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_tfrun
 from tfmesos import SpecError
 from tfmesos import spec as specs
 from tfmesos.cli import parse_args
@@ -154,3 +156,22 @@ def test_an_environment_from_os_environ_with_a_byte_not_utf8_is_sized_not_a_trac
     # sizing it raised UnicodeEncodeError.
     spec = ClusterSpec(jobs=(Job("worker", 1, cmd="true"),), env={"X": "\udc80"})
     assert spec.env["X"] == "\udc80"
+
+
+@pytest.mark.e2e
+def test_a_job_refused_after_its_run_directory_was_made_leaves_none(tmp_path: Path) -> None:
+    # A job this machine can never hold is refused by the local backend once
+    # it has made its run's directory: it left the directory, with its .lock,
+    # and two such jobs with TFMESOS_KEEP_RUNS=2 removed a real run's logs.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path), "TFMESOS_KEEP_RUNS": "2"}
+    runs = tmp_path / "tfmesos" / "runs"
+    real = run_tfrun("-w", "1", "--", "echo real output", env=env, timeout=120)
+    assert real.returncode == 0, real.stderr
+    (kept,) = runs.iterdir()
+    for _ in range(2):
+        too_big = run_tfrun("-w", "2", "-Cw", "100000", "--", "true", env=env, timeout=120)
+        assert too_big.returncode == 2, too_big.stderr
+        assert too_big.stderr.count("\n") == 1, too_big.stderr
+    assert list(runs.iterdir()) == [kept]
+    (log,) = kept.glob("worker.0.*.log")
+    assert "real output" in log.read_text()

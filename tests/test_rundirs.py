@@ -40,13 +40,47 @@ def test_only_the_newest_runs_are_kept_and_a_running_one_never_goes(
         new = rundirs.new_run_dir()
         assert new.parent == root
         left = sorted(p.name for p in root.iterdir())
-    # The two newest before it, the running one, and the new one.
-    assert left == sorted([old[1].name, old[3].name, old[4].name, new.name])
-    assert (new / rundirs.LOCK).exists()
-    assert locked(new)
-    rundirs.release(new)
-    assert not locked(new)
+        # The new run is not counted until it has kept something (a refused
+        # job keeps nothing): the three newest before it, the running one,
+        # the new one.
+        assert left == sorted([old[1].name, old[2].name, old[3].name, old[4].name, new.name])
+        assert (new / rundirs.LOCK).exists()
+        assert locked(new)
+        (new / "worker.0.1.abc.log").write_text("new\n")
+        rundirs.release(new)
+        assert not locked(new)
+        # Now it counts: the two newest before it, the running one, and it.
+        assert sorted(p.name for p in root.iterdir()) == sorted(
+            [old[1].name, old[3].name, old[4].name, new.name]
+        )
     rundirs.release(new)  # a second time: nothing
+
+
+def test_refused_runs_leave_nothing_and_cost_no_real_run_its_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # TFMESOS_KEEP_RUNS=2, a real run, then two jobs refused once their run's
+    # directory was made: the second refused one removed the real run's logs,
+    # and each left its directory with only its .lock (issue 27).
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv(rundirs.ENV_KEEP_RUNS, "1")
+    real = rundirs.new_run_dir()
+    (real / "worker.0.1.abc.log").write_text("the real run's output\n")
+    rundirs.release(real)
+    for _ in range(2):
+        refused = rundirs.new_run_dir()
+        assert refused in rundirs.held()
+        rundirs.release(refused)
+        assert not refused.exists()
+        assert refused not in rundirs.held()
+    assert list(rundirs.runs_root().iterdir()) == [real]
+    assert (real / "worker.0.1.abc.log").read_text() == "the real run's output\n"
+    # The next real run is counted once it has kept something: only it stays.
+    newer = rundirs.new_run_dir()
+    (newer / "worker.0.1.abc.log").write_text("newer\n")
+    assert real.exists()
+    rundirs.release(newer)
+    assert list(rundirs.runs_root().iterdir()) == [newer]
 
 
 def locked(run: Path) -> bool:
@@ -73,8 +107,13 @@ def test_a_backend_lets_go_of_the_run_directory_it_made_when_it_closes(
     given = LocalBackend(spec, log_dir=backend.log_dir)
     asyncio.run(given.close())
     assert locked(backend.log_dir)
+    (backend.log_dir / "worker.0.1.abc.log").write_text("output\n")
     asyncio.run(backend.close())
     assert not locked(backend.log_dir)
+    # One that kept nothing (the job was refused) leaves nothing.
+    empty = LocalBackend(spec)
+    asyncio.run(empty.close())
+    assert not empty.log_dir.exists()
 
 
 @pytest.mark.parametrize(

@@ -523,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return EXIT_USAGE
     late = LateSignals()  # from the job's end to tfrun's, no signal cuts the verdict short
+    made_before = rundirs.held()
     try:
         status = run_replica_job(
             spec, args.backend, args.options, started=started, events=events, late_signals=late
@@ -558,6 +559,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_TFRUN_FAILED
     finally:
+        # A job refused or failed before its backend let go of its run's
+        # directory: one that kept nothing goes (rundirs.release).
+        for run in rundirs.held() - made_before:
+            rundirs.release(run)
         forkstart.discard()
         events.close()
         if argv is not None:

@@ -3,9 +3,11 @@
 Each run gets a directory of its own under the user's state directory,
 ``$XDG_STATE_HOME/tfmesos/runs`` (``~/.local/state/tfmesos/runs`` when the
 variable is unset), named by its start time; the newest ``TFMESOS_KEEP_RUNS``
-(20 by default) are kept and older ones are removed when a run starts. A run
-still going holds a lock on its directory, so that another tfrun's clean-up
-never removes it. Each task's log is capped (``TFMESOS_TASK_LOG_MAX``, 50 MiB
+(20 by default) are kept and older ones are removed when a run starts and
+when it ends. A run that kept nothing (a job refused once its directory was
+made) leaves no directory and counts against no other's. A run still going
+holds a lock on its directory, so that another tfrun's clean-up never removes
+it. Each task's log is capped (``TFMESOS_TASK_LOG_MAX``, 50 MiB
 by default): the agent keeps the log and one rotated file, each at most half
 the cap.
 """
@@ -26,6 +28,7 @@ from tfmesos.errors import SpecError
 __all__ = [
     "KEEP_RUNS",
     "TASK_LOG_MAX",
+    "held",
     "keep_runs",
     "new_run_dir",
     "release",
@@ -112,17 +115,40 @@ def new_run_dir() -> Path:
         )
         return fallback
     _held[run] = lock
-    _prune(root, keep, run)
+    # Not counting this run, which may yet be refused and keep nothing: a
+    # refused job must not cost a real run its logs (release prunes again).
+    _prune(root, keep + 1, run)
     return run
+
+
+def held() -> frozenset[Path]:
+    """The run directories this process made and has not released."""
+    return frozenset(_held)
 
 
 def release(run: Path) -> None:
     """The run in ``run`` (from :func:`new_run_dir`) is over: unlock its
-    directory, which another tfrun's clean-up may then remove. Nothing for a
-    directory this process holds no lock on; a second call does nothing."""
-    lock = _held.pop(Path(run), None)
-    if lock is not None:
-        lock.close()  # and with it the lock
+    directory, which another tfrun's clean-up may then remove, or remove it
+    where it holds nothing but its lock (a job refused before any task ran);
+    a run that kept something then counts among the newest kept. Nothing for
+    a directory this process holds no lock on; a second call does nothing."""
+    run = Path(run)
+    lock = _held.pop(run, None)
+    if lock is None:
+        return
+    with lock:  # closed, and with it the lock, at the end
+        try:
+            kept_nothing = os.listdir(run) == [LOCK]
+            if kept_nothing:
+                # Removed while its lock is held: no other tfrun's clean-up
+                # is in it meanwhile.
+                (run / LOCK).unlink()
+                run.rmdir()
+                return
+        except OSError:
+            return
+    with contextlib.suppress(SpecError, OSError):
+        _prune(run.parent, keep_runs(), run)
 
 
 _NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
