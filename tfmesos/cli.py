@@ -587,4 +587,6 @@ def _exit_now(status: int) -> NoReturn:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tfmesos.tfrun import run
+
+    sys.exit(run(main))

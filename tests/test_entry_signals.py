@@ -1,0 +1,132 @@
+"""tfrun's entry point (tfmesos/tfrun.py): Ctrl-C before the job's event loop
+handles it is 130 with no traceback and nothing left, and a signal once the
+verdict is decided changes no verdict, on every backend (issue 27: found by
+the adversarial run)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.e2e
+
+HOLD = textwrap.dedent(
+    """
+    import importlib.abc, os, signal, sys
+
+    class CtrlCAt(importlib.abc.MetaPathFinder):
+        # Ctrl-C while tfrun imports this module: deterministic, where a
+        # signal sent from outside lands wherever the importing has got to.
+        def find_spec(self, name, path, target=None):
+            if name == TARGET:
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signal.SIGINT)
+            return None
+
+    TARGET = sys.argv[1]
+    sys.meta_path.insert(0, CtrlCAt())
+    sys.argv = ["tfrun", *sys.argv[2:]]
+    from tfmesos.tfrun import main
+    main()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [
+        # tfrun's own imports, before main() runs.
+        ("tfmesos.cli", ("-w", "1", "--", "true")),
+        # Inside main(): the local backend's fork server is already started.
+        ("tfmesos.run", ("-w", "1", "--", "true")),
+        # Inside main(): with -m, the Mesos backend imported for the job.
+        ("tfmesos.backends.mesos.backend", ("-m", "127.0.0.1:1", "-w", "2", "--", "true")),
+    ],
+)
+def test_ctrl_c_before_the_jobs_loop_is_130_without_a_traceback_leaving_nothing(
+    tmp_path: Path, module: str, args: tuple[str, ...]
+) -> None:
+    # Before: a KeyboardInterrupt traceback of 11 to 27 lines, and death by
+    # SIGINT (-2), not an exit status.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", HOLD, module, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,  # a fork server left would hold the pipe open
+        check=False,
+    )
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+    runs = tmp_path / "tfmesos" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
+
+
+def barrage_after(proc: subprocess.Popen[str], line: str, signum: int) -> list[str]:
+    """Read tfrun's stderr to ``line``, then send ``signum`` again and again
+    until tfrun is gone: one of them lands in each part of its end, the
+    interpreter's finalization among them. What it said, in all."""
+    assert proc.stderr is not None
+    said = []
+    for text in proc.stderr:
+        said.append(text)
+        if line in text:
+            break
+    else:
+        raise AssertionError(f"tfrun never said {line!r}: {''.join(said)}")
+    sent = 0
+    while proc.poll() is None:  # reaped only here: the pid is never another's
+        proc.send_signal(signum)
+        sent += 1
+    said.append(proc.stderr.read())
+    assert sent > 0
+    return said
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_after_tfruns_error_at_an_unreachable_master_keeps_125(
+    tmp_path: Path, signum: int
+) -> None:
+    # Before: 130 (SIGINT), 143 (SIGTERM): Python's finalization put SIG_DFL
+    # back, and the signal killed tfrun after it had said its error.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+    # -w 2: a job of its chief alone runs beside tfrun, needing no master.
+    args = ("-m", "127.0.0.1:1", "--connect-timeout", "1", "-w", "2", "--", "true")
+    with subprocess.Popen(
+        [sys.executable, "-m", "tfmesos.cli", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    ) as proc:
+        said = "".join(barrage_after(proc, "tfrun: error:", signum))
+    assert proc.returncode == 125, said
+    assert "Traceback" not in said, said
+
+
+def test_sigint_after_a_mesos_jobs_verdict_keeps_the_verdicts_status(
+    master: Any, tmp_path: Path
+) -> None:
+    # Before: 130, 9 times of 9, after "job failed" (3) on the test master.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+    with subprocess.Popen(
+        [sys.executable, "-m", "tfmesos.cli", "-m", master.url, "-w", "2", "--", "exit 3"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    ) as proc:
+        said = "".join(barrage_after(proc, "job failed", signal.SIGINT))
+    assert proc.returncode == 3, said
+    assert "Traceback" not in said, said

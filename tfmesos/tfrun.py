@@ -1,0 +1,75 @@
+"""``tfrun``'s entry point: :func:`tfmesos.cli.main` between two promises that
+the command line interface makes and that no code inside it can keep.
+
+- Ctrl-C before the job's event loop handles it (during tfrun's imports,
+  ~0.1 to 0.7 s after Enter, or while ``main`` imports a backend) ends tfrun
+  with 130 and nothing left, not a ``KeyboardInterrupt`` traceback and a
+  death by SIGINT.
+- Once ``main`` has returned the verdict's status, no signal changes it.
+  Python's finalization puts SIG_DFL back for every signal that has a Python
+  handler (``_PySignal_Fini``), so a SIGINT in the tens of milliseconds of a
+  Mesos or Slurm job's teardown of its modules killed tfrun with 130 after
+  it had said "job failed" (3); an ignored signal is left ignored there.
+
+Kept tiny, and importing only what the interpreter has loaded already: the
+window in which Ctrl-C is Python's own is what runs before the ``try``.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+
+__all__ = ["main", "run"]
+
+_STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""As tfmesos.errors.INTERRUPTING_SIGNALS, which is not imported here."""
+
+
+def main() -> None:
+    """The ``tfrun`` console script."""
+    sys.exit(run())
+
+
+def run(cli_main: Callable[[], int] | None = None) -> int:
+    """Run ``cli_main`` (:func:`tfmesos.cli.main`, imported here unless given)
+    and return its status, after which SIGINT, SIGTERM and SIGHUP are ignored
+    for the rest of the process: call it only as the whole program."""
+    try:
+        try:
+            if cli_main is None:
+                from tfmesos.cli import main as imported
+
+                cli_main = imported
+            status = cli_main()
+        except SystemExit as exc:  # argparse's 0 and 2
+            status = exc.code if isinstance(exc.code, int) else 1 if exc.code else 0
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C is the same one
+        _clean_up()
+        status = 128 + signal.SIGINT
+    for signum in _STOPPING:
+        signal.signal(signum, signal.SIG_IGN)
+    return status
+
+
+def _clean_up() -> None:
+    """What a job interrupted before its event loop had made: the local
+    backend's fork server, started before the launcher's imports, and run
+    directories that no backend has let go of (one that kept nothing goes)."""
+    import contextlib
+
+    forkstart = sys.modules.get("tfmesos.backends.forkstart")
+    rundirs = sys.modules.get("tfmesos.rundirs")
+    try:
+        if forkstart is not None:
+            forkstart.discard()
+        if rundirs is not None:
+            for run_dir in rundirs.held():
+                rundirs.release(run_dir)
+    except Exception as exc:  # said in one line: Ctrl-C was asked for
+        print(f"tfrun: stopping after Ctrl-C: {exc!r}", file=sys.stderr, flush=True)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed or broken: nothing more to say
+            stream.flush()
