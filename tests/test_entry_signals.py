@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
+from tests.test_slurm_jobs import slurm  # noqa: F401 - the fixture: Slurm up, or skipped saying why
 
 pytestmark = pytest.mark.e2e
 
@@ -113,6 +114,10 @@ def test_a_signal_after_tfruns_error_at_an_unreachable_master_keeps_125(
         said = "".join(barrage_after(proc, "tfrun: error:", signum))
     assert proc.returncode == 125, said
     assert "Traceback" not in said, said
+    # And the run's directory, which the Mesos backend made, is gone: it kept
+    # nothing (it was left with its .lock).
+    runs = tmp_path / "tfmesos" / "runs"
+    assert not runs.exists() or not list(runs.iterdir())
 
 
 def test_sigint_after_a_mesos_jobs_verdict_keeps_the_verdicts_status(
@@ -122,6 +127,22 @@ def test_sigint_after_a_mesos_jobs_verdict_keeps_the_verdicts_status(
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
     with subprocess.Popen(
         [sys.executable, "-m", "tfmesos.cli", "-m", master.url, "-w", "2", "--", "exit 3"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    ) as proc:
+        said = "".join(barrage_after(proc, "job failed", signal.SIGINT))
+    assert proc.returncode == 3, said
+    assert "Traceback" not in said, said
+
+
+@pytest.mark.usefixtures("slurm")
+def test_sigint_after_a_slurm_jobs_verdict_keeps_the_verdicts_status(tmp_path: Path) -> None:
+    # Before: 130 (death by SIGINT), as on Mesos.
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+    with subprocess.Popen(
+        [sys.executable, "-m", "tfmesos.cli", "--backend", "slurm", "-w", "2", "--", "exit 3"],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
