@@ -103,8 +103,8 @@ def write(tmp_path: Path, text: str) -> str:
     ("config", "where"),
     [
         ({"env": {"X": "\udc80"}}, "'env' 'X'"),
-        ({"env": {"\ud800": "v"}}, "'env' name"),
-        ({"initializer": "echo \udfff"}, "'initializer'"),
+        ({"env": {"\udcff": "v"}}, "'env' name"),
+        ({"initializer": "echo \udc99"}, "'initializer'"),
     ],
 )
 def test_a_lone_surrogate_in_the_extra_config_is_refused_naming_its_key(

@@ -225,8 +225,11 @@ def read_extra_config(path: str) -> tuple[str | None, str | None, dict[str, str]
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            # JSON's \udc80: a lone surrogate, which is no character and no
-            # byte, and which no command line or environment can hold.
+            if not "\udc80" <= text[exc.start] <= "\udcff":
+                continue  # no byte either: the job's own checks say so
+            # JSON's \udc80 to \udcff: a lone surrogate, which the checks of
+            # the job's text would take for a byte that is not UTF-8 (as
+            # os.environ holds one), and sizing it failed with a traceback.
             raise SpecError(
                 f"-e: {what} in {shown} holds {text[exc.start]!r}, a lone surrogate, "
                 "which is not text (JSON's \\uD800 to \\uDFFF must come in pairs)"
