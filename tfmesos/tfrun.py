@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
+
+TYPE_CHECKING = False
+"""As ``typing.TYPE_CHECKING``, without importing typing (as tfmesos/__init__.py)."""
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["main", "run"]
 
