@@ -16,6 +16,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -457,6 +458,32 @@ def _missing_required(name: str, obj: JSON, prefix: str = "") -> list[str]:
     return missing
 
 
+_ESCAPE = re.compile(r"\\\\|\\u([0-9a-fA-F]{4})")
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Where picojson stops on a ``\\u`` escape of half a surrogate pair (a
+    low one, or a high one not followed by a low one), or None."""
+    high_end: int | None = None
+    for match in _ESCAPE.finditer(text):
+        if high_end is not None and match.start() != high_end:
+            return high_end  # no escape after the high half: picojson puts it back
+        if match.group(1) is None:  # an escaped backslash: picojson took "\\" and not "u"
+            if high_end is not None:
+                return high_end + 1
+            continue
+        code = int(match.group(1), 16)
+        if high_end is not None:
+            if not 0xDC00 <= code <= 0xDFFF:
+                return match.end()  # picojson read the second half's four digits
+            high_end = None
+        elif 0xD800 <= code <= 0xDBFF:
+            high_end = match.end()
+        elif 0xDC00 <= code <= 0xDFFF:
+            return match.end()
+    return high_end
+
+
 def parse_call(body: bytes) -> JSON:
     """Parse a JSON ``scheduler::Call`` as the master does, or raise :class:`ProtocolError`.
 
@@ -465,9 +492,20 @@ def parse_call(body: bytes) -> JSON:
     numbers, a lone value for a repeated field taken as a list of one.
     """
     try:
-        value = json.loads(body.decode("utf-8"))
+        text = body.decode("utf-8")
+        value = json.loads(text)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(400, f"Failed to parse body into JSON: {exc}") from None
+    lone = _lone_surrogate(text)
+    if lone is not None:
+        # Python's json takes "\udcff" (what json.dumps writes for a byte
+        # that is not UTF-8, read with surrogateescape); Mesos's picojson
+        # refuses it (_parse_codepoint), and says the rest of the line
+        # (picojson::_parse, 3rdparty/picojson-1.3.0).
+        rest = "".join(c for c in text[lone:].partition("\n")[0] if c >= " ")
+        raise ProtocolError(
+            400, f"Failed to parse body into JSON: syntax error at line 1 near: {rest}"
+        )
     if not isinstance(value, dict):
         raise ProtocolError(
             400, "Failed to convert JSON into Call protobuf: Expecting a JSON object"
