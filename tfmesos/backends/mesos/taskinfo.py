@@ -52,6 +52,16 @@ def framework_capabilities(spec: ClusterSpec) -> list[dict[str, str]]:
     return capabilities
 
 
+def utf8_text(text: str) -> str:
+    """``text`` with what is not UTF-8 replaced (U+FFFD). A command's bytes
+    that are not UTF-8 reach Python as lone surrogates (surrogateescape),
+    which json.dumps writes as ``\\udcff``: Mesos's JSON parser refuses
+    those, and the master the whole SUBSCRIBE ("Failed to parse body into
+    JSON"), as it refuses a LAUNCH with such a task name. The default job
+    name is made from the command."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def framework_info(
     spec: ClusterSpec, options: MesosOptions, user: str, host: str, principal: str | None
 ) -> dict[str, Any]:
@@ -59,7 +69,7 @@ def framework_info(
     is the name the tasks dial this machine by."""
     framework: dict[str, Any] = {
         "user": user,
-        "name": spec.name,
+        "name": utf8_text(spec.name),
         "hostname": host,
         "roles": [options.role or "*"],
         "failover_timeout": failover_timeout_for(options.reconnect_timeout),
@@ -99,7 +109,7 @@ def task_info(
     env[wire.ENV_PORT] = str(port)
     python = "python3" if options.image else sys.executable
     info: dict[str, Any] = {
-        "name": f"{spec.name[:60]} {launch.task.target}",
+        "name": f"{utf8_text(spec.name[:60])} {launch.task.target}",
         "task_id": {"value": launch.task_id},
         "agent_id": {"value": offer["agent_id"]["value"]},
         "resources": resources,
