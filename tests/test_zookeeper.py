@@ -439,8 +439,11 @@ def test_a_redirect_from_zookeepers_leader_is_not_followed(
             sequence=True,
         )
 
+        # -v: until a master takes SUBSCRIBE the standby's 307 is said at
+        # debug only (a redirect is not a subscription, and the first tries
+        # are quiet), and the test waits for it before the leader changes.
         with subprocess.Popen(
-            tfrun_argv("-m", f"zk://{ZK_HOSTS}{group}", *TWO_WORKERS_TRUE),
+            tfrun_argv("-v", "-m", f"zk://{ZK_HOSTS}{group}", *TWO_WORKERS_TRUE),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -14,6 +14,7 @@ environment, ``http`` otherwise (:func:`default_scheme`).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,12 +27,63 @@ __all__ = [
     "MasterAddress",
     "ZooKeeperSource",
     "default_scheme",
+    "follow_redirect",
+    "host_problem",
     "parse_masters",
+    "port_problem",
+    "redirect_failure",
 ]
 
 # src/master/constants.hpp
 DEFAULT_PORT = 5050
+MAX_LABEL = 63
+MAX_HOST_NAME = 253
+"""A host name's limits (RFC 1035, 2.3.4): what no resolver takes, and what
+Python's IDNA codec, in the HTTP client, fails on with a traceback."""
 SSL_ENABLED_VARIABLES = ("LIBPROCESS_SSL_ENABLED", "SSL_ENABLED")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` (a name, an IPv4 or an IPv6 address) cannot be dialled,
+    or None. Checked where an address is read, so that a bad one is one line
+    there, not a codec's traceback at the first dial."""
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host.partition("%")[0])
+        except ValueError:
+            return "not an IPv6 address"
+        return None
+    name = host.removesuffix(".")
+    if not name:
+        return "an empty host name"
+    if len(name) > MAX_HOST_NAME:
+        return f"a host name of {len(name)} characters; at most {MAX_HOST_NAME} are allowed"
+    for label in name.split("."):
+        if not label:
+            return "a host name with an empty label (two dots in a row)"
+        if len(label) > MAX_LABEL:
+            return (
+                f"a host name with a label of {len(label)} characters; "
+                f"at most {MAX_LABEL} are allowed"
+            )
+    try:
+        # What the HTTP client does with it; a non-ASCII name must encode.
+        encoded = name.encode("idna")
+    except UnicodeError:
+        return "a host name that cannot be encoded for DNS (IDNA)"
+    if len(encoded) > MAX_HOST_NAME or any(len(p) > MAX_LABEL for p in encoded.split(b".")):
+        return "a host name too long once encoded for DNS (IDNA)"
+    return None
+
+
+def _shown(text: str) -> str:
+    """An address for a one-line message: quoted, and cut short when long."""
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def port_problem(port: int) -> str | None:
+    """Why ``port`` cannot be dialled, or None."""
+    return None if 0 < port < 65536 else f"port {port} is not between 1 and 65535"
 
 
 @dataclass(frozen=True)
@@ -67,7 +119,75 @@ class MasterAddress:
             raise SpecError(f"Mesos master {text!r}: scheme must be http or https")
         if not parts.hostname:
             raise SpecError(f"Mesos master {text!r} has no host")
-        return cls(parts.scheme, parts.hostname, port or DEFAULT_PORT)
+        port = DEFAULT_PORT if port is None else port
+        problem = host_problem(parts.hostname) or port_problem(port)
+        if problem:
+            raise SpecError(f"bad Mesos master address {_shown(text)}: {problem}")
+        return cls(parts.scheme, parts.hostname, port)
+
+
+def redirect_failure(chain: list[MasterAddress], why: str) -> str:
+    """Why the last of ``chain`` (the master given, then where each
+    redirected) failed, naming the standby that sent us there."""
+    if len(chain) == 1:
+        return f"{chain[0].url}: {why}"
+    via = " -> ".join(m.url for m in chain[1:-1])
+    via = f" (through {via})" if via else ""
+    return (
+        f"{chain[0].url} is not the leading master: it redirects to {chain[-1].url}{via}, "
+        f"which does not answer ({why})"
+    )
+
+
+MAX_REDIRECTS = 5
+
+
+def follow_redirect(
+    chain: list[MasterAddress], location: str, zookeeper: bool
+) -> MasterAddress | str:
+    """Where the ``Location`` of a 307 from the last of ``chain`` (the master
+    given, then where each redirect led) leads, appended to ``chain``; or why
+    it is not followed (an address that cannot be dialled, a loop, too many).
+
+    Scheme, host and port only: a Location may carry the master's own path
+    (``//host:5050/master/api/v1/scheduler``). With ``zk://`` masters
+    (``zookeeper``) it is not followed: the leader is ZooKeeper's, dialled at
+    its pid's IP; Mesos's library never follows a 307 either
+    (``MesosProcess::__send``). A master that redirects has not yet seen the
+    change (a ZooKeeper watch delay), and may name the dead leader, by host
+    name."""
+    master = chain[-1]
+    if zookeeper:
+        return (
+            f"{master.url} is not the leading master (it redirects to "
+            f"{location}); waiting for ZooKeeper to name the leader"
+        )
+    if len(chain) > MAX_REDIRECTS:
+        return (
+            f"{chain[0].url} is not the leading master: more than {MAX_REDIRECTS} "
+            f"redirects ({' -> '.join(m.url for m in chain)})"
+        )
+    try:
+        target = MasterAddress.parse(location, master.scheme)
+    except SpecError as exc:
+        return (
+            f"{master.url} is not the leading master, and it redirects "
+            f"to an address that cannot be dialled ({exc})"
+        )
+    if target in chain:
+        return _redirect_loop(chain, target)
+    chain.append(target)
+    return target
+
+
+def _redirect_loop(chain: list[MasterAddress], target: MasterAddress) -> str:
+    if target == chain[-1]:
+        return (
+            f"{target.url} is not the leading master, and it redirects to itself "
+            "(a redirect loop: is its leader's address, or its --advertise_ip/--hostname, wrong?)"
+        )
+    loop = " -> ".join(m.url for m in [*chain[chain.index(target) :], target])
+    return f"{chain[0].url} is not the leading master, and its redirects loop: {loop}"
 
 
 def default_scheme(environ: Mapping[str, str] | None = None) -> str:

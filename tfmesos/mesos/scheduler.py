@@ -13,11 +13,9 @@ a seam that the tests fill with a scripted fake).
   which builds them and says their order). Where Mesos's library drops a
   call made while not subscribed (``SchedulerProcess::_send``), ours waits
   for the subscription.
-- A non-leading master answers ``307`` with a ``Location`` that may have no
-  scheme and may have a path (``//host:5050/master/api/v1/scheduler``): only
-  its scheme, host and port are kept. With ``zk://`` masters the ``307`` is
-  not followed (it names the leader by host name, and during a change of
-  leader may name the dead one): the next try dials ZooKeeper's leader.
+- A non-leading master answers ``307``: followed as
+  :func:`tfmesos.mesos.masters.follow_redirect` says (not with ``zk://``);
+  a redirect is no answer to SUBSCRIBE, so the first-contact budget holds.
 - No event for five heartbeat intervals means the connection is dead: close it
   and re-subscribe, with the framework id, backing off up to 15 s between tries
   (``docs/scheduler-http-api.md``, "Disconnections"). A stream we cannot read
@@ -41,7 +39,12 @@ from typing import Any
 from tfmesos.errors import TFMesosError
 from tfmesos.mesos.budget import Budget
 from tfmesos.mesos.calls import MASTER_ANSWERS, CallQueue, Queued, subscribe_refused
-from tfmesos.mesos.masters import MasterAddress, parse_masters
+from tfmesos.mesos.masters import (
+    MasterAddress,
+    follow_redirect,
+    parse_masters,
+    redirect_failure,
+)
 from tfmesos.mesos.recordio import RecordIODecoder
 from tfmesos.mesos.transport import AiohttpTransport, EventStream, Transport, TransportError
 from tfmesos.mesos.zookeeper import ZooKeeperError, ZooKeeperLeader
@@ -59,7 +62,6 @@ INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 15.0
 CALL_TIMEOUT = 75.0
 TEARDOWN_TIMEOUT = 10.0
-MAX_REDIRECTS = 5
 SUBSCRIBE_TIMEOUT = 10.0
 """How long to wait for the headers of SUBSCRIBE's answer. A master sends them
 at once (the events follow on the stream, which the heartbeat watchdog guards);
@@ -306,7 +308,8 @@ class SchedulerClient:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         last_error = "no master answered"
         for master in candidates:
-            for _ in range(MAX_REDIRECTS):
+            chain = [master]  # it, then where each redirect led
+            while True:  # follow_redirect ends the redirects
                 limit = self._budget.step_limit(self._subscribe_timeout)
                 try:
                     # Bounds the wait for the answer's headers only: the body
@@ -316,35 +319,29 @@ class SchedulerClient:
                         self._transport.open_stream(master.url + API_PATH, body, headers), limit
                     )
                 except asyncio.TimeoutError:
-                    last_error = f"{master.url}: no answer to SUBSCRIBE"
-                    last_error += f" within {round(limit, 1):g}s"
+                    last_error = redirect_failure(
+                        chain, f"no answer to SUBSCRIBE within {round(limit, 1):g}s"
+                    )
                     break
                 except (TransportError, OSError) as exc:
-                    last_error = f"{master.url}: {exc}"
+                    last_error = redirect_failure(chain, str(exc))
                     break
                 # A master answered: from now on one lost is a master lost,
                 # given the reconnect budget. Only a master answers so (a
-                # 404 or 501 is some other web server at a wrong -m).
-                if response.status in MASTER_ANSWERS:
+                # 404 or 501 is some other web server at a wrong -m). A 307 is
+                # no subscription: a standby pointing at a dead leader (or at
+                # itself) would otherwise hold a wrong -m for the long budget.
+                if response.status in MASTER_ANSWERS and response.status != 307:
                     self._budget.ever_answered = True
                 if response.status == 307 and "Location" in response.headers:
-                    location = response.headers["Location"]
                     response.close()
-                    if self._zookeeper is not None:
-                        # The leader is ZooKeeper's, dialled at its pid's IP;
-                        # Mesos's library never follows a 307 either
-                        # (MesosProcess::__send). A master that redirects has
-                        # not yet seen the change (a ZooKeeper watch delay),
-                        # and may name the dead leader, by host name.
-                        last_error = (
-                            f"{master.url} is not the leading master (it redirects to "
-                            f"{location}); waiting for ZooKeeper to name the leader"
-                        )
+                    where = response.headers["Location"]
+                    target = follow_redirect(chain, where, self._zookeeper is not None)
+                    if isinstance(target, str):
+                        last_error = target
                         break
-                    # Scheme, host and port only: a Location may carry the
-                    # master's own path (//host:5050/master/api/v1/scheduler).
-                    master = MasterAddress.parse(location, master.scheme)
-                    logger.info("Mesos: redirected to the leading master %s", master.url)
+                    master = target
+                    logger.debug("Mesos: %s redirects to %s", chain[-2].url, master.url)
                     continue
                 if response.status != 200:
                     try:
@@ -357,6 +354,8 @@ class SchedulerClient:
                     if fatal:
                         raise SchedulerError(last_error)
                     break
+                if len(chain) > 1:  # said once it took SUBSCRIBE: a failure is one line
+                    logger.info("Mesos: redirected to the leading master %s", master.url)
                 await self._read_stream(master, response)
                 return
         raise _NoMaster(last_error)

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfmesos.errors import TFMesosError
-from tfmesos.mesos.masters import MasterAddress, ZooKeeperSource
+from tfmesos.mesos.masters import MasterAddress, ZooKeeperSource, host_problem, port_problem
 
 __all__ = [
     "MasterInfo",
@@ -70,15 +70,38 @@ __all__ = [
 
 
 class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """kazoo's own log, said at debug only (``-v``): its warnings ("Connection
-    dropped: ... Connection refused", every try) would bury tfrun's one line
-    on what failed, which says it in ZooKeeperLeader's words."""
+    """kazoo's own warnings and errors, said at debug only (``-v``): they
+    ("Connection dropped: ... Connection refused", every try) would bury
+    tfrun's one line on what failed, which says it in ZooKeeperLeader's words.
+
+    kazoo's debug chatter is dropped: it is no detail of tfmesos's, and it
+    prints each request, the digest credentials too ("Sending request(xid=-4):
+    Auth(..., auth='user:password')"). ``secret`` (the credentials) is cut
+    from whatever is kept, should a message ever hold them, and so is the
+    password alone."""
+
+    def __init__(self, logger: logging.Logger, secret: str | None) -> None:
+        super().__init__(logger, {})
+        password = (secret or "").partition(":")[2]
+        self._secrets = [s for s in (secret, password) if s]
+
+    def isEnabledFor(self, level: int) -> bool:
+        return level >= logging.WARNING and self.logger.isEnabledFor(logging.DEBUG)
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
-        super().log(logging.DEBUG, msg, *args, **kwargs)
+        if not self.isEnabledFor(level):
+            return
+        kwargs.pop("exc_info", None)  # a traceback may show the request too
+        try:
+            text = str(msg) % args if args else str(msg)
+        except (TypeError, ValueError):  # a message that does not format
+            text = f"{msg} {args}"
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        self.logger.debug("%s", text, **kwargs)
 
 
-_KAZOO_LOG = _AtDebug(logging.getLogger("tfmesos.zookeeper"), {})
+_KAZOO_LOGGER = logging.getLogger("tfmesos.zookeeper")
 
 # src/master/constants.hpp
 MASTER_INFO_LABEL = "info"
@@ -189,14 +212,27 @@ class MasterInfo:
         """Where the scheduler library dials it: the ``pid``'s host and port
         (``MesosProcess::detected``, ``src/scheduler/scheduler.cpp``)."""
         if self.pid:
-            host, port = _split_pid(self.pid)
-            return MasterAddress(scheme, host, port)
-        ip = self.address_ip or _unpack_ip(self.ip)
-        named = ip or self.address_hostname or self.hostname
-        number = self.address_port or self.port
-        if not named or not number:
-            raise ValueError(f"MasterInfo without an address: {self!r}")
+            named, number = _split_pid(self.pid)
+        else:
+            ip = self.address_ip or _unpack_ip(self.ip)
+            found = ip or self.address_hostname or self.hostname
+            port = self.address_port or self.port
+            if not found or not port:
+                raise ValueError(f"MasterInfo without an address: {self!r}")
+            named, number = found, port
+        # Checked here, so that a bad member is one line naming it, not the
+        # HTTP client's traceback at the first dial (IDNA's "label too long").
+        problem = host_problem(named) or port_problem(number)
+        if problem:
+            raise ValueError(
+                f"its address {_shown_host(named, number)} cannot be dialled: {problem}"
+            )
         return MasterAddress(scheme, named, number)
+
+
+def _shown_host(host: str, port: int) -> str:
+    shown = host if len(host) <= 70 else host[:67] + "..."
+    return repr(f"{shown}:{port}")
 
 
 def _str(value: object) -> str | None:
@@ -354,7 +390,7 @@ class ZooKeeperLeader:
             timeout=10.0,
             command_retry={"max_tries": 3, "deadline": 10.0, "max_delay": 2.0},
             auth_data=[("digest", source.auth)] if source.auth else None,
-            logger=_KAZOO_LOG,
+            logger=_AtDebug(_KAZOO_LOGGER, source.auth),
         )
         self._lock = threading.Lock()
         self._client_lock = threading.Lock()
