@@ -14,7 +14,8 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -235,6 +236,52 @@ def test_a_cluster_job_refused_within_the_launch_that_made_it_is_still_named() -
         asyncio.run(scenario())
     [attached] = events.of("backend_attached")
     assert attached["job_id"] == "7" and attached["backend"] == "fake"
+
+
+@pytestmark_unit
+def test_a_mesos_subscription_is_reported_while_the_job_closes_but_not_once_closed() -> None:
+    # A short job may be over before the master says whether it serves a web
+    # UI: its framework is still said (the backend's close waits for it),
+    # but nothing once the backend is closed, when the verdict may be out.
+    from tfmesos.backends.mesos.subscriptions import Subscriptions
+    from tfmesos.mesos.scheduler import SchedulerClient
+
+    reported: list[BackendAttached] = []
+
+    async def scenario() -> None:
+        answer = asyncio.Event()
+
+        class StandIn:
+            """What Subscriptions asks of the scheduler client."""
+
+            master = SimpleNamespace(url="http://m:5050")
+
+            async def web_ui(self) -> str | None:
+                await answer.wait()
+                return "http://m:5050"
+
+        closing = False
+        said = Subscriptions(cast(SchedulerClient, StandIn()), reported.append, lambda: closing)
+        first, second = said.subscribed("f-1"), said.subscribed("f-1")
+        assert first is not None and second is not None
+        waiting = asyncio.create_task(first)
+        closing = True  # the job ended before the master answered
+        answer.set()
+        await waiting
+        said.close()
+        await second
+
+    asyncio.run(scenario())
+    assert [(r.backend, r.details) for r in reported] == [
+        (
+            "mesos",
+            {
+                "framework_id": "f-1",
+                "master": "http://m:5050",
+                "web_ui": "http://m:5050/#/frameworks/f-1",
+            },
+        )
+    ]
 
 
 class SignalsOnLaunch(EventRecorder):

@@ -256,6 +256,7 @@ class MesosBackend(Backend):
         if self._calls:
             # One bound for them all: a call may wait on those before it.
             await asyncio.wait(set(self._calls), timeout=5)
+        self._subscriptions.close()
         await self.client.close(teardown=True)
         if self._runner is not None:
             self._runner.cancel()

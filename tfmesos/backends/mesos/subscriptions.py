@@ -26,8 +26,13 @@ logger = logging.getLogger("tfmesos")
 class Subscriptions:
     """Says each subscription (the first, and each re-subscription, to the
     same master or a new leader): in a line to the user at once, and to the
-    launcher through ``report`` once the master's web UI is known, unless
-    the backend is ``closing`` by then."""
+    launcher through ``report`` once the master's web UI is known.
+
+    A short job may be ``closing`` by then: the launcher still hears of it
+    (the backend's close waits for the question, and a script must learn
+    the framework of every job), the user not (the job is over). Once
+    :meth:`close` is called, nothing is reported: the launcher may have
+    said its verdict, its last event."""
 
     def __init__(
         self,
@@ -38,6 +43,7 @@ class Subscriptions:
         self._client = client
         self._report = report
         self._closing = closing
+        self._closed = False
         self.web_ui: str | None = None
         """The web UI of the master last subscribed to, once it has shown
         that it serves one (real Mesos does, at ``/``; the test master does
@@ -52,12 +58,16 @@ class Subscriptions:
         logger.info("Mesos: subscribed as framework %s at %s", framework_id, master.url)
         return self._attached(framework_id, master.url)
 
+    def close(self) -> None:
+        """Report nothing from now on."""
+        self._closed = True
+
     async def _attached(self, framework_id: str, master_url: str) -> None:
         web_ui = await self._client.web_ui()
-        if self._closing():
+        if self._closed:
             return
         page = None if web_ui is None else f"{web_ui}/#/frameworks/{framework_id}"
-        if web_ui is not None and web_ui != self.web_ui:
+        if web_ui is not None and web_ui != self.web_ui and not self._closing():
             # Once per web UI: a re-subscription to the same master says
             # nothing new here.
             logger.info("Mesos: each task's sandbox is in the master's web UI: %s", page)
