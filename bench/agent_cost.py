@@ -1,10 +1,9 @@
 """Benchmark 3: what the in-task agent costs each task, in start latency and memory.
 
 Start latency: from the moment tfrun launches a task's agent to the moment the
-task's command starts. tfrun logs one line right before it launches the tasks
-(``the full output of each task goes to ...``); the command is
-``date +%s%N``, which prints the wall-clock time it started, and tfrun forwards
-it. With one task (``tfrun -w 1 -s 0``) nothing else is waited for, so the gap
+task's command starts. tfrun's ``task_launched`` event (``--events``) stamps
+the launch on the wall clock (its ``ts``); the command is ``date +%s%N``,
+which prints the wall-clock time it started, and tfrun forwards it. With one task (``tfrun -w 1 -s 0``) nothing else is waited for, so the gap
 is the agent's start: the launcher forking it, the interpreter and its imports,
 the rendezvous handshake, and the agent starting the command. The same
 ``sh -c 'date +%s%N'`` started straight from Python is the baseline, taken off.
@@ -25,12 +24,14 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
 from benchlib import (
     PYTHON,
     ROOT,
+    EventStream,
     JobFailed,
     MiB,
     Result,
@@ -44,13 +45,14 @@ from benchlib import (
     timed,
 )
 
-LAUNCH_LINE = b"the full output of each task goes to"
 STAMP = re.compile(rb"\[worker:0\] (\d{16,})\s*$")
 
 
 def agent_latency(logs: str) -> float:
-    """Seconds from tfrun's last line before the launch to the command's start."""
-    argv = [*tfrun(), "-w", "1", "-s", "0", "--log-dir", logs, "--", "date +%s%N"]
+    """Seconds from tfrun's launch of the task (its ``task_launched`` event)
+    to the command's start."""
+    events = EventStream(Path(logs) / "events.jsonl")
+    argv = [*tfrun(), *events.flag, "-w", "1", "-s", "0", "--log-dir", logs, "--", "date +%s%N"]
     proc = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
@@ -60,23 +62,22 @@ def agent_latency(logs: str) -> float:
         cwd=ROOT,
     )
     assert proc.stdout is not None
-    launched: int | None = None
     started: int | None = None
     lines: list[bytes] = []
     for line in proc.stdout:
-        now = time.time_ns()
         lines.append(line)
-        if launched is None and LAUNCH_LINE in line:
-            launched = now
         match = STAMP.search(line)
         if match:
             started = int(match.group(1))
-    if proc.wait() != 0 or launched is None or started is None:
+    proc.stdout.close()
+    events.read()
+    launch = events.first("task_launched")
+    if proc.wait() != 0 or launch is None or started is None:
         raise JobFailed(
-            f"tfrun -w 1 -s 0 -- date: status {proc.returncode}, launch line "
-            f"{'seen' if launched else 'not seen'}:\n" + b"".join(lines).decode(errors="replace")
+            f"tfrun -w 1 -s 0 -- date: status {proc.returncode}, {events.describe()}:\n"
+            + b"".join(lines).decode(errors="replace")
         )
-    return (started - launched) / 1e9
+    return started / 1e9 - float(launch["ts"])
 
 
 def direct_latency() -> float:
