@@ -115,6 +115,34 @@ def test_a_wrong_master_fails_within_seconds_in_one_line_starting_nothing(
     assert job_procs.wait_gone(10) == []
 
 
+def test_a_job_with_no_task_for_the_master_says_it_runs_here(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """-w 1 -s 0 on Mesos is the chief alone, which runs beside tfrun: the
+    master (here a wrong one) has no part in the job. The job runs, and says
+    so, rather than leaving a mistyped -m unnoticed."""
+    events = JobEvents(tmp_path / "events.jsonl")
+    with subprocess.Popen(
+        tfrun_argv(
+            "-m", f"127.0.0.1:{free_port()}", *events.flag, "-w", "1", "-s", "0", "--", "true"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_procs.env(),
+        cwd=ROOT,
+    ) as proc:
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert events.verdict()["result"] == "succeeded", err
+    # The warning's wording: where the job runs, and that the backend runs none of it.
+    assert (
+        "every task of this job runs on this machine (worker 0, the chief, beside tfrun): "
+        "the mesos backend runs none of them" in err
+    ), err
+    assert job_procs.wait_gone(10) == []
+
+
 def test_a_master_lost_after_subscribing_keeps_the_long_budget(
     job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

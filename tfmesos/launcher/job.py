@@ -69,6 +69,14 @@ class Launcher(Loop):
             self._chief_waits = local
             await self.backend.launch_many(remote)
         else:
+            if local:
+                # A cluster was named (-m, --backend slurm) for a job it has
+                # no part in: say so, or a wrong address goes unnoticed.
+                logger.warning(
+                    "every task of this job runs on this machine (worker 0, the chief, beside "
+                    "tfrun): the %s backend runs none of them",
+                    self.backend.name,
+                )
             await self._start_chief()
             await self._launch_all([(task, 1) for task in tasks])
         deadline = (
