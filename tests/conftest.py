@@ -240,6 +240,18 @@ def _colour_as_on_a_plain_machine() -> Iterator[None]:
 
 
 @pytest.fixture
+def zk() -> Iterator[Any]:
+    """A started client of the ZooKeeper server the zk:// tests use
+    (tests/test_zookeeper.py's zookeeper_client), stopped after the test."""
+    from tests.test_zookeeper import zookeeper_client
+
+    client = zookeeper_client()
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
 def job_procs() -> Iterator[JobProcesses]:
     procs = JobProcesses()
     yield procs

@@ -63,14 +63,6 @@ def tfrun(*args: str | bytes, env: dict[str, str], timeout: float = 120) -> tupl
 
 
 @pytest.fixture
-def zk() -> Iterator[Any]:
-    client = zookeeper_client()
-    yield client
-    client.stop()
-    client.close()
-
-
-@pytest.fixture
 def master(job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     with marked_master(job_procs, monkeypatch, agents=1) as m:
         yield m

@@ -37,14 +37,6 @@ PASSWORD = "s3cr@t:pw@"
 JSON = dict[str, Any]
 
 
-@pytest.fixture
-def zk() -> Iterator[Any]:
-    client = zookeeper_client()
-    yield client
-    client.stop()
-    client.close()
-
-
 def start(real: RealMesos, job_procs: JobProcesses) -> RealMesos:
     try:
         real.start(timeout=120)

@@ -61,14 +61,6 @@ def zookeeper_client(auth: str | None = None) -> Any:
     return client
 
 
-@pytest.fixture
-def zk() -> Iterator[Any]:
-    client = zookeeper_client()
-    yield client
-    client.stop()
-    client.close()
-
-
 def packed_ip(ip: str) -> int:
     """``MasterInfo.ip`` as Mesos fills it (src/master/master.cpp: ``s_addr``,
     network order in memory, read as a host-order number on a little-endian
