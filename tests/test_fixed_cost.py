@@ -33,6 +33,7 @@ UNUSED = (
     "tfmesos.backends.mesos",
     "tfmesos.backends.slurm",
     "tfmesos.mesos.transport",
+    "tfmesos.launcher.relaunch",  # fine-grained mode's, to relaunch a server
 )
 """Modules a local job without TLS never needs."""
 
@@ -85,13 +86,17 @@ def test_asyncio_gets_ssl_once_something_imports_it() -> None:
 
 
 def test_the_fork_server_holds_what_its_agents_would_import() -> None:
-    # Loaded once in the server, not in each forked agent as it dials; and
-    # not typing, which only type checkers need (tfmesos/__init__.py).
+    # Not typing, which only type checkers need (tfmesos/__init__.py); nor
+    # the idna codec, even once an agent has dialled: it hands getaddrinfo an
+    # ASCII host as bytes, which need no encoding.
     code = (
-        "import sys\n"
+        "import socket, sys\n"
         "import tfmesos.forkserver\n"
-        "assert 'encodings.idna' in sys.modules\n"
-        "assert not {'ssl', 'typing', 'traceback'} & set(sys.modules), sys.modules\n"
+        "from tfmesos.rendezvous_client import _dialled\n"
+        "listener = socket.create_server(('127.0.0.1', 0))\n"
+        "socket.create_connection((_dialled('127.0.0.1'), listener.getsockname()[1])).close()\n"
+        "unused = {'ssl', 'typing', 'traceback', 'encodings.idna'}\n"
+        "assert not unused & set(sys.modules), sys.modules\n"
     )
     result = subprocess.run(
         [sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r})\n" + code],

@@ -9,18 +9,12 @@ registers as the job's own helper). Standard library only.
 from __future__ import annotations
 
 import contextlib
-import encodings.idna  # noqa: F401 - see below
 import os
 import selectors
 import socket
 import time
 
 from tfmesos import wire
-
-# encodings.idna: socket.getaddrinfo encodes a host name with it, and imports
-# it on its first call (with stringprep and unicodedata, ~2 ms of CPU).
-# Imported here, it is loaded once in the fork server rather than in each
-# forked agent as it dials (docs/benchmarks.md, "The fixed cost").
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
@@ -116,6 +110,16 @@ def _own_host() -> str:
     from tfmesos.advertise import own_name
 
     return own_name() or socket.getfqdn()
+
+
+def _dialled(host: str) -> str | bytes:
+    """``host`` as the agent hands it to ``getaddrinfo``: bytes where it is
+    ASCII (an address, a plain host name), which the resolver takes as they
+    are. A str is first encoded with the idna codec, whose import (with
+    stringprep and unicodedata, ~1.5 ms of CPU) each agent, or the fork
+    server for them, would otherwise pay (docs/benchmarks.md, "The fixed
+    cost"); idna leaves ASCII names as they are."""
+    return host.encode("ascii") if host.isascii() else host
 
 
 def _read_secret(environ: dict[str, str]) -> str:
@@ -217,7 +221,9 @@ class RendezvousClient:
             if signum is not None:
                 raise AgentError(f"stopped by signal {signum} before the cluster was up")
             try:
-                sock = socket.create_connection((host, port), timeout=wire.HELLO_TIMEOUT)
+                # typeshed says str; getaddrinfo, which it hands the host to, takes bytes.
+                address = (_dialled(host), port)
+                sock = socket.create_connection(address, timeout=wire.HELLO_TIMEOUT)  # type: ignore[arg-type]
             except OSError as exc:
                 if time.monotonic() > deadline or (
                     redial and isinstance(exc, ConnectionRefusedError)
