@@ -455,3 +455,26 @@ def test_the_launcher_tells_its_rendezvous_that_the_job_is_stopping_before_it_ki
 
     asyncio.run(scenario())
     assert told == [True]
+
+
+def test_late_signals_leave_no_wakeup_descriptor_behind() -> None:
+    """The event loop's wakeup descriptor, left set when a signal cut its
+    removal short, is read by no one once the loop is over: a burst of
+    signals filled it, and CPython 3.11 then hung in its signal handler
+    (tfrun never exited). Taking the signals over lets go of it."""
+    import socket
+
+    from tfmesos.run import LateSignals
+
+    read_end, write_end = socket.socketpair()
+    late = LateSignals()
+    try:
+        write_end.setblocking(False)
+        signal.set_wakeup_fd(write_end.fileno())  # as a loop cut short leaves it
+        late.take_over(None)
+        assert signal.set_wakeup_fd(-1) == -1
+    finally:
+        signal.set_wakeup_fd(-1)
+        late.restore()
+        read_end.close()
+        write_end.close()

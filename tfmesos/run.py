@@ -139,6 +139,12 @@ class LateSignals:
             except KeyboardInterrupt:
                 signal.signal(signum, self._take_in)
                 self._take_in(signal.SIGINT)
+        # No wakeup descriptor is left behind: the loop's, should a signal
+        # have cut its removal short before it let go of it, is read by no
+        # one once the loop is over, and a burst of signals filled it, after
+        # which CPython 3.11's handler, reporting the failed write, waited on
+        # a lock its own thread held: tfrun hung at its end.
+        signal.set_wakeup_fd(-1)
 
     def restore(self) -> None:
         for signum, handler in self._before.items():
