@@ -124,13 +124,12 @@ def test_a_signal_after_tfruns_error_at_an_unreachable_master_keeps_125(
     assert not runs.exists() or not list(runs.iterdir())
 
 
-def test_sigint_after_a_mesos_jobs_verdict_keeps_the_verdicts_status(
-    master: Any, tmp_path: Path
-) -> None:
-    # Before: 130, 9 times of 9, after "job failed" (3) on the test master.
+def sigint_after_the_verdict(backend_args: tuple[str, ...], tmp_path: Path) -> None:
+    """A job whose task exits 3, SIGINTed from its "job failed" line on:
+    tfrun still exits 3, without a traceback."""
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
     with subprocess.Popen(
-        [sys.executable, "-m", "tfmesos.cli", "-m", master.url, "-w", "2", "--", "exit 3"],
+        [sys.executable, "-m", "tfmesos.cli", *backend_args, "-w", "2", "--", "exit 3"],
         stderr=subprocess.PIPE,
         text=True,
         env=env,
@@ -139,19 +138,16 @@ def test_sigint_after_a_mesos_jobs_verdict_keeps_the_verdicts_status(
         said = "".join(barrage_after(proc, "job failed", signal.SIGINT))
     assert proc.returncode == 3, said
     assert "Traceback" not in said, said
+
+
+def test_sigint_after_a_mesos_jobs_verdict_keeps_the_verdicts_status(
+    master: Any, tmp_path: Path
+) -> None:
+    # Before: 130, 9 times of 9, after "job failed" (3) on the test master.
+    sigint_after_the_verdict(("-m", master.url), tmp_path)
 
 
 @pytest.mark.usefixtures("slurm")
 def test_sigint_after_a_slurm_jobs_verdict_keeps_the_verdicts_status(tmp_path: Path) -> None:
     # Before: 130 (death by SIGINT), as on Mesos.
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
-    with subprocess.Popen(
-        [sys.executable, "-m", "tfmesos.cli", "--backend", "slurm", "-w", "2", "--", "exit 3"],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    ) as proc:
-        said = "".join(barrage_after(proc, "job failed", signal.SIGINT))
-    assert proc.returncode == 3, said
-    assert "Traceback" not in said, said
+    sigint_after_the_verdict(("--backend", "slurm"), tmp_path)
