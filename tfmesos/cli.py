@@ -502,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     # kazoo narrates every ZooKeeper connection step at INFO.
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    if args.backend == "local":
+    if args.backend == "local" and not forkstart.runs_tasks_itself(spec):
         # Its start overlaps the launcher's imports (docs/benchmarks.md).
         forkstart.start()
     lazyssl.import_asyncio()  # asyncio without ssl until TLS or Mesos asks for it

@@ -123,6 +123,10 @@ class ConsoleWriter:
         """Whether the buffer is above its high-water mark."""
         return self._buffered > self._high_water
 
+    def has_room(self) -> bool:
+        """Whether :meth:`writable` would return at once."""
+        return self._room.is_set()
+
     async def writable(self) -> None:
         """Return once the buffer is below its high-water mark (at once,
         after :meth:`release`)."""

@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-__all__ = ["ProcessStat", "children", "descendants", "processes", "stat_of", "with_environment"]
+__all__ = [
+    "ProcessStat",
+    "children",
+    "descendants",
+    "processes",
+    "stat_of",
+    "with_any_environment",
+    "with_environment",
+]
 
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
@@ -65,7 +73,13 @@ def with_environment(name: str, value: str) -> list[int]:
     """The pids of the processes whose environment, as they started with it,
     holds ``name=value``: those this process may read (its user's). Raises
     OSError where there is no /proc."""
-    needle = b"\0" + f"{name}={value}".encode() + b"\0"
+    return with_any_environment({f"{name}={value}".encode()})
+
+
+def with_any_environment(entries: set[bytes]) -> list[int]:
+    """The pids of the processes whose environment, as they started with it,
+    holds any of ``entries`` (each ``b"NAME=value"``): those this process may
+    read (its user's). Raises OSError where there is no /proc."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -75,7 +89,7 @@ def with_environment(name: str, value: str) -> list[int]:
                 data = environ.read()
         except OSError:  # gone meanwhile, or another user's
             continue
-        if needle in b"\0" + data + b"\0":
+        if not entries.isdisjoint(data.split(b"\0")):
             found.append(int(entry))
     return found
 

@@ -28,7 +28,15 @@ TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init_
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any
+    from typing import Any, Protocol
+
+    class Watcher(Protocol):
+        """What :class:`CommandRun` needs of a selector."""
+
+        def register(self, fileobj: int, events: int, data: Any = None) -> Any: ...
+
+        def unregister(self, fileobj: int) -> Any: ...
+
 
 __all__ = ["CommandRun", "task_command"]
 
@@ -76,7 +84,11 @@ def task_command(
 
 
 def _start(
-    argv: str | list[str], env: dict[str, str], cwd: str | None, pass_fds: tuple[int, ...]
+    argv: str | list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    pass_fds: tuple[int, ...],
+    death_signal: bool = True,
 ) -> subprocess.Popen[bytes]:
     """The command started as the agent's child, its output on one pipe.
 
@@ -85,6 +97,11 @@ def _start(
     task; one that cannot be exec'd so (not found, not executable, a script
     without ``#!``) is handed to the shell after all, which says so in its
     own words or runs the script, as it always did.
+
+    ``death_signal``: the command is SIGKILLed should its parent die
+    outright. Without it (the launcher runs the command, and a sweeper of
+    its own ends what it leaves: :mod:`tfmesos.sweeper`) nothing runs
+    between the fork and the exec, so ``subprocess`` can ``vfork``.
     """
     options: dict[str, Any] = {
         "stdin": subprocess.DEVNULL,
@@ -94,11 +111,19 @@ def _start(
         "pass_fds": pass_fds,
         "preexec_fn": proctree.own_group_dying_with_parent,
     }
+    if not death_signal:
+        if sys.version_info >= (3, 11):
+            del options["preexec_fn"]
+            options["process_group"] = 0
+        else:
+            options["preexec_fn"] = os.setpgrp
     if isinstance(argv, str):
         words = plain_argv(argv)
         direct_env = shell_environment(env, cwd) if words is not None else None
         if words is not None and direct_env is not None:
             wrapper = proctree.death_signal_program() if sys.version_info >= (3, 11) else None
+            if not death_signal:
+                wrapper = None
             if wrapper is not None and _execable(words[0], direct_env, cwd):
                 # The parent-death signal asked for by setpriv, which execs
                 # the command in place: no Python in the child, so vfork.
@@ -151,6 +176,9 @@ class CommandRun:
     ``on_ready``: fine-grained mode, where the command is ``tfmesos.tfserver``;
     called once the server listens (it writes a byte down a pipe it inherits,
     :data:`tfmesos.wire.ENV_READY_FD`), unless the command has exited by then.
+    ``death_signal``: as :func:`_start` says. ``selector``: anything that
+    registers and unregisters descriptors as a selector does (the launcher's
+    event loop, for the tasks it runs itself).
     """
 
     def __init__(
@@ -158,10 +186,11 @@ class CommandRun:
         argv: str | list[str],
         env: Mapping[str, str],
         cwd: str | None,
-        selector: selectors.BaseSelector,
+        selector: Watcher,
         emit: Callable[[bytes], None],
         note: Callable[[str], None],
         on_ready: Callable[[], None] | None = None,
+        death_signal: bool = True,
     ) -> None:
         self._selector = selector
         self._emit = emit
@@ -175,7 +204,13 @@ class CommandRun:
             self._ready, ready_write = os.pipe()
             child_env[wire.ENV_READY_FD] = str(ready_write)
         try:
-            self.proc = _start(argv, child_env, cwd, () if ready_write is None else (ready_write,))
+            self.proc = _start(
+                argv,
+                child_env,
+                cwd,
+                () if ready_write is None else (ready_write,),
+                death_signal,
+            )
         except BaseException:
             if self._ready is not None:
                 os.close(self._ready)
@@ -206,6 +241,11 @@ class CommandRun:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def output_fd(self) -> int | None:
+        """The command's output pipe, until it is read to its end."""
+        return self._pipe
 
     def stop(self) -> None:
         """SIGTERM the command's group, once; SIGKILL follows after ``STOP_GRACE``."""

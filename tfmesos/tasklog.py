@@ -29,13 +29,18 @@ class TaskLog:
     A log that cannot be written (its disk is full) is given up, never the
     task: :meth:`write` says why once, and what the log holds is kept."""
 
-    def __init__(self, path: str | None = None, cap: int = 0) -> None:
+    def __init__(
+        self, path: str | None = None, cap: int = 0, fds: tuple[int, ...] = (1, 2)
+    ) -> None:
         self.path = path
         self.half = cap // 2 if path and cap > 1 else 0
+        self.fds = fds
+        """The descriptors open on the log, the first written to: the agent's
+        stdout and stderr; one of its own for a task the launcher runs."""
         self.failed = False
         """A write failed: the log is given up, its descriptors point at /dev/null."""
         try:
-            self.size = os.fstat(1).st_size
+            self.size = os.fstat(fds[0]).st_size
         except OSError:
             self.size = 0
 
@@ -59,7 +64,7 @@ class TaskLog:
                         return problem
                 chunk = view[: max(self.half - self.size, 1)]
             try:
-                written = os.write(1, chunk)
+                written = os.write(self.fds[0], chunk)
             except InterruptedError:
                 continue
             except OSError as exc:
@@ -69,7 +74,7 @@ class TaskLog:
         return None
 
     def _give_up(self, exc: OSError) -> str:
-        where = self.path or _target(1)
+        where = self.path or _target(self.fds[0])
         self.failed = True
         # Nothing else the agent prints (a note, a traceback) may fail on it.
         try:
@@ -77,7 +82,7 @@ class TaskLog:
         except OSError:
             pass
         else:
-            for target in (1, 2):
+            for target in self.fds:
                 os.dup2(null, target)
             os.close(null)
         return describe_failure(where, exc)
@@ -101,7 +106,7 @@ class TaskLog:
             with contextlib.suppress(OSError):
                 os.replace(rotated, self.path)
             return self._give_up(exc)
-        for target in (1, 2):
+        for target in self.fds:
             os.dup2(fd, target)
         os.close(fd)
         self.size = 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -27,6 +27,7 @@ __all__ = [
     "BackendFailed",
     "BackendOptions",
     "EventSink",
+    "InProcessRendezvous",
     "Launch",
     "TaskEnded",
     "TaskPlaced",
@@ -96,6 +97,33 @@ BackendEvent = TaskPlaced | TaskEnded | BackendFailed | BackendAttached
 EventSink = Callable[[BackendEvent], None]
 
 
+class InProcessRendezvous:
+    """The launcher's rendezvous as a task that runs inside the launcher's
+    own process sees it (the local backend's tasks without an agent,
+    :mod:`tfmesos.backends.directtask`): the same ``admit``, the same events
+    (``Registered``, ``Output``, ``Exited``...) delivered to the same sink,
+    and the same output ``flow``, with no socket between."""
+
+    __slots__ = ("admit", "deliver", "flow", "held")
+
+    def __init__(
+        self,
+        admit: Callable[[str], bool],
+        deliver: Callable[[RendezvousEvent], None],
+        flow: Callable[[str], Awaitable[None]],
+        held: Callable[[str], bool],
+    ) -> None:
+        self.admit = admit
+        """Whether this task may register now."""
+        self.deliver = deliver
+        """Hand the launcher what a task's agent would have sent."""
+        self.flow = flow
+        """Awaited after a task's output is delivered: returns once the
+        launcher can take more of it (a slow terminal)."""
+        self.held = held
+        """Whether :attr:`flow` would wait now: only then is it awaited."""
+
+
 class Backend(abc.ABC):
     name: ClassVar[str]
     options_type: ClassVar[type[BackendOptions]] = BackendOptions
@@ -153,6 +181,11 @@ class Backend(abc.ABC):
         Only where :attr:`keeps_addresses`; fine-grained mode relaunches a
         dead worker's server with it (:mod:`tfmesos.launcher.relaunch`)."""
         raise NotImplementedError(f"the {self.name} backend cannot start a task at a given port")
+
+    def attach_rendezvous(self, rendezvous: InProcessRendezvous) -> None:  # noqa: B027
+        """The launcher's rendezvous, for tasks this backend runs inside the
+        launcher's own process (the local backend's); called once, before
+        :meth:`start`. Backends whose tasks dial in ignore it."""
 
     def admit(self, peer_id: str) -> bool:
         """Whether a rendezvous peer that is no task of the job, and proved

@@ -22,18 +22,39 @@ from typing import Any
 from tfmesos.proctree import bootstrap_command
 
 __all__ = [
+    "LOCAL_AGENTS",
     "NO_FORK_SERVER",
     "OWN_PROCESS_GROUP",
     "command",
     "discard",
     "popen",
     "raise_open_file_limit",
+    "runs_tasks_itself",
     "start",
     "take",
 ]
 
 NO_FORK_SERVER = "TFMESOS_NO_FORK_SERVER"
 """Set (to anything) to start each agent as a new interpreter instead of a fork."""
+LOCAL_AGENTS = "TFMESOS_LOCAL_AGENTS"
+"""Set (to anything) to run every local task through an agent of its own, as
+on a cluster, rather than have the launcher run a plain task itself."""
+
+
+def runs_tasks_itself(spec: Any) -> bool:
+    """Whether the local backend runs this job's tasks in the launcher's own
+    process (:mod:`tfmesos.backends.directtask`) rather than through agents:
+    replica mode, with no initializer or finalizer (the agent's sequence of
+    commands), unless agents are asked for (``TFMESOS_LOCAL_AGENTS``, or
+    ``TFMESOS_NO_FORK_SERVER``: agents as interpreters of their own)."""
+    return (
+        bool(spec.replica)
+        and not spec.initializer
+        and not spec.finalizer
+        and not os.environ.get(LOCAL_AGENTS)
+        and not os.environ.get(NO_FORK_SERVER)
+    )
+
 
 OWN_PROCESS_GROUP: dict[str, Any] = (
     {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}

@@ -1,5 +1,11 @@
 """The local backend: every task a child process of the launcher, on this machine.
 
+A plain replica-mode task is run by the launcher itself, with no agent
+(:mod:`tfmesos.backends.directtask`; the sweeper, :mod:`tfmesos.sweeper`,
+ends its commands should the launcher die outright). Any other task (fine-
+grained mode's servers, an initializer or finalizer, ``TFMESOS_LOCAL_AGENTS``)
+has an agent, as on a cluster.
+
 Each agent runs in a process group of its own, so a signal to that group reaches
 only that task; the agent puts the user's command in a group of its own, and
 both are bound to their parent's life (see :mod:`tfmesos.proctree`).
@@ -27,10 +33,12 @@ from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
     EventSink,
+    InProcessRendezvous,
     Launch,
     TaskEnded,
     TaskPlaced,
 )
+from tfmesos.backends.directtask import DirectTask, Sweeper
 from tfmesos.backends.forking import (
     OWN_PROCESS_GROUP,
     AgentProcess,
@@ -38,12 +46,17 @@ from tfmesos.backends.forking import (
     ForkServerGone,
     exit_status,
 )
-from tfmesos.backends.forkstart import NO_FORK_SERVER, raise_open_file_limit
+from tfmesos.backends.forkstart import NO_FORK_SERVER, raise_open_file_limit, runs_tasks_itself
 from tfmesos.backends.options import LocalOptions
 from tfmesos.errors import ResourceError, SpecError
 from tfmesos.pathtext import shown_path
 from tfmesos.ports import PortAllocator
-from tfmesos.proctree import bootstrap_command, kill_until_gone, signal_group
+from tfmesos.proctree import (
+    become_subreaper,
+    bootstrap_command,
+    kill_until_gone,
+    signal_group,
+)
 from tfmesos.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
 from tfmesos.tasklog import describe_failure
@@ -116,10 +129,31 @@ class LocalBackend(Backend):
         self._waiters: set[asyncio.Task[None]] = set()
         self._agent_ended = asyncio.Event()
         """Set whenever an agent has ended and given back what it held."""
+        self._rendezvous: InProcessRendezvous | None = None
+        self._direct: dict[str, DirectTask] = {}
+        """The tasks the launcher runs itself, until each is over."""
+        self._sweeper: Sweeper | None = None
+        self._environ: dict[str, str] = {}
+        """This process's environment, read once: every direct task's starts from it."""
 
     @property
     def rendezvous_host(self) -> str:
         return self.host
+
+    def attach_rendezvous(self, rendezvous: InProcessRendezvous) -> None:
+        self._rendezvous = rendezvous
+
+    @property
+    def _runs_tasks_itself(self) -> bool:
+        """Whether this job's tasks run in the launcher's process, without
+        agents: a local job's own (beside a cluster, the chief keeps its agent),
+        started with the backend's own agent command."""
+        return (
+            self._rendezvous is not None
+            and not self.chief_only
+            and self._use_fork_server
+            and runs_tasks_itself(self.spec)
+        )
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:
         if not self.chief_only:
@@ -205,7 +239,9 @@ class LocalBackend(Backend):
                 f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
             ) from None
         raise_open_file_limit()
-        if self._use_fork_server:
+        if self._runs_tasks_itself:
+            self._start_running_tasks_itself()
+        elif self._use_fork_server:
             server = ForkServer()
             try:
                 await server.start()
@@ -214,6 +250,18 @@ class LocalBackend(Backend):
             else:
                 self._fork_server = server
         logger.info("the full output of each task goes to %s", shown_path(self.log_dir))
+
+    def _start_running_tasks_itself(self) -> None:
+        """What the launcher needs to run tasks itself: their leftovers
+        handed to it when their parent exits (as an agent is their subreaper),
+        and a sweeper should it die outright."""
+        self._environ = dict(os.environ)
+        with contextlib.suppress(OSError, AttributeError):
+            become_subreaper()
+        try:
+            self._sweeper = Sweeper()
+        except OSError as exc:
+            logger.debug("no sweeper (%s): tfrun killed outright would leave its tasks", exc)
 
     async def launch_many(self, launches: Sequence[Launch]) -> None:
         """Through the fork server, every agent's request goes out before the
@@ -233,7 +281,63 @@ class LocalBackend(Backend):
         assert self._sink is not None, "start() first"
         gpus = await self._take_gpus(launch)
         port = self._ports.allocate()
+        if self._runs_tasks_itself:
+            self._start_direct(launch, port, gpus)
+            return
         await self._start_holding(launch, port, gpus)
+
+    def _start_direct(self, launch: Launch, port: int, gpus: list[str]) -> None:
+        """Run the task in this process: its environment as its agent's
+        would be, its log opened here."""
+        assert self._sink is not None
+        assert self._rendezvous is not None
+        env = dict(self._environ)
+        env.update(launch.env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        log = self.task_log(launch.task_id)
+        log_fd: int | None
+        try:
+            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            logger.warning(
+                "task %s on %s %s", launch.task.name, self.host, describe_failure(str(log), exc)
+            )
+            self._unkept.append(launch.task.name)
+            log_fd = None
+        task = DirectTask(
+            launch.task_id,
+            host=self.host,
+            port=port,
+            environ=env,
+            log_fd=log_fd,
+            log_path=str(log),
+            log_max=self.log_max,
+            rendezvous=self._rendezvous,
+            sweeper=self._sweeper,
+            on_end=lambda ended, status: self._direct_ended(ended, status, gpus),
+        )
+        self._direct[launch.task_id] = task
+        self._sink(TaskPlaced(launch.task_id, self.host))
+        task.begin()
+
+    def _direct_ended(self, task: DirectTask, status: int, gpus: list[str]) -> None:
+        self._ports.release(task.port)
+        if self._gpus is not None:
+            self._gpus.release(gpus)
+            self._gpus_released.set()
+        self._direct.pop(task.task_id, None)
+        self._agent_ended.set()
+        assert self._sink is not None
+        self._sink(
+            TaskEnded(
+                task.task_id,
+                "exited",
+                status,
+                f"exited with status {status}",
+                self.host,
+                self._log_tail(task.task_id),
+            )
+        )
 
     async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
         assert self._sink is not None, "start() first"
@@ -414,15 +518,23 @@ class LocalBackend(Backend):
         return tuple(data.decode("utf-8", "replace").splitlines()[-10:])
 
     async def kill(self, task_id: str) -> None:
+        direct = self._direct.get(task_id)
+        if direct is not None:
+            await _stop_direct(direct)
         running = self._procs.get(task_id)
         if running is not None:
             await _terminate(running)
 
     async def close(self) -> None:
-        await asyncio.gather(*(_terminate(r) for r in list(self._procs.values())))
+        await asyncio.gather(
+            *(_terminate(r) for r in list(self._procs.values())),
+            *(_stop_direct(t) for t in list(self._direct.values())),
+        )
         for waiter in list(self._waiters):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(waiter), 1.0)
+        if self._sweeper is not None:
+            await self._sweeper.close()
         if self._fork_server is not None:
             await self._fork_server.close()
         if self._own_run:
@@ -446,6 +558,13 @@ async def _terminate(running: AgentProcess) -> None:
         # Bounded: a fork server that stopped answering must not hang teardown.
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(running.exited), KILL_GRACE)
+
+
+async def _stop_direct(task: DirectTask) -> None:
+    """Stop a task the launcher runs: as an agent stops its command."""
+    task.stop()
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(asyncio.shield(task.ended), KILL_GRACE)
 
 
 def _end_task_processes(task_id: str) -> None:

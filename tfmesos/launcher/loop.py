@@ -30,6 +30,7 @@ from tfmesos.backends.base import (
     BackendAttached,
     BackendEvent,
     BackendFailed,
+    InProcessRendezvous,
     TaskEnded,
     TaskPlaced,
 )
@@ -164,6 +165,11 @@ class Loop:
         self._rendezvous = rendezvous(
             self._secret, self._admit, self._on_rendezvous, self._output_flow
         )
+        in_process = InProcessRendezvous(
+            self._admit, self._on_rendezvous, self._output_flow, self._output_held
+        )
+        for each in self._backends():
+            each.attach_rendezvous(in_process)
         self._phase = Phase.STARTING
         self._started_backend = False
         self._chief_started = chief_backend is None
@@ -374,6 +380,11 @@ class Loop:
         task = self._attempts.get(task_id)
         if task is not None:
             await self._output.flow(task)
+
+    def _output_held(self, task_id: str) -> bool:
+        """Whether :meth:`_output_flow` would make ``task_id`` wait."""
+        task = self._attempts.get(task_id)
+        return task is not None and self._output.must_wait(task)
 
     def _admit(self, task_id: str) -> bool:
         task = self._attempts.get(task_id)

@@ -67,6 +67,10 @@ class OutputRouter:
         if task.forward:
             await self.console.writable()
 
+    def must_wait(self, task: Attempt) -> bool:
+        """Whether :meth:`flow` would make ``task`` wait."""
+        return task.forward and not self.console.has_room()
+
     def write(self, task: Attempt, data: bytes) -> None:
         task.keep_output(data)
         if not task.forward:

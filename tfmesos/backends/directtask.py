@@ -1,0 +1,398 @@
+"""A local task the launcher runs itself: the agent's part, in-process.
+
+On this machine an agent per task is a second interpreter that relays what the
+launcher already knows: its start, its connection and its handshake, and
+``setpriv`` in front of every command, cost more than the command itself for a
+short task (docs/benchmarks.md, "The fixed cost"). So a plain replica-mode task
+(no initializer or finalizer) is run by the launcher itself: the same command
+line and environment (:func:`tfmesos.supervisor.task_command`), the same
+supervision of the command (:class:`tfmesos.supervisor.CommandRun`, driven by
+the launcher's event loop rather than the agent's selector), the same log
+(:class:`tfmesos.tasklog.TaskLog`), the same end of what the command leaves
+behind, and the same events on the launcher's side (``Registered``,
+``Output``, ``Exited``, ``Disconnected``, then the backend's ``TaskEnded``),
+without a socket between. What the agent's parent-death signal did, should the
+launcher die outright, is done once per job by :mod:`tfmesos.sweeper`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tfmesos import procfs, proctree, wire
+from tfmesos.backends.base import InProcessRendezvous
+from tfmesos.backends.forkstart import OWN_PROCESS_GROUP
+from tfmesos.ports import port_is_free
+from tfmesos.rendezvous import Connection, Disconnected, Exited, Message, Output, Registered
+from tfmesos.supervisor import CommandRun, task_command
+from tfmesos.tasklog import TaskLog
+
+__all__ = ["DirectTask", "Sweeper"]
+
+logger = logging.getLogger("tfmesos")
+
+LEFTOVER_GRACE = 2.0
+"""As the agent's: what the command left running gets this long between
+SIGTERM and SIGKILL once it has exited."""
+LEFTOVER_POLL = 0.02
+
+
+class DirectTask:
+    """One attempt at a local task, run by the launcher: :meth:`begin` at
+    launch registers it at once (as its agent would once it dialled in);
+    the cluster message starts its command; ``on_end(task, status)`` is
+    called once, when everything of it is over and reported."""
+
+    def __init__(
+        self,
+        task_id: str,
+        *,
+        host: str,
+        port: int,
+        environ: dict[str, str],
+        log_fd: int | None,
+        log_path: str,
+        log_max: int,
+        rendezvous: InProcessRendezvous,
+        sweeper: Sweeper | None,
+        on_end: Callable[[DirectTask, int], None],
+    ) -> None:
+        self.task_id = task_id
+        self.host = host
+        self.port = port
+        self._environ = environ
+        """The environment an agent would start with (its own settings are
+        dropped by task_command, as the agent drops them)."""
+        self._log_fd = log_fd
+        self._log = None if log_fd is None else TaskLog(log_path, log_max, (log_fd,))
+        self._rendezvous = rendezvous
+        self._sweeper = sweeper
+        self._on_end = on_end
+        self._loop = asyncio.get_running_loop()
+        self._connection: DirectConnection | None = None
+        self.run: CommandRun | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._paused = False
+        """Its output is not read while the launcher catches up (flow)."""
+        self._stop_asked = False
+        self._finished = False
+        self.ended: asyncio.Future[int] = self._loop.create_future()
+        """Resolves to the status reported once the task is over."""
+
+    # -- registering -------------------------------------------------------
+
+    def begin(self) -> None:
+        """What the agent does before its command: check its port, register."""
+        if not port_is_free(self.port):
+            # As the agent: fail before registering, so that the launcher
+            # retries the task (on another port).
+            self._fail(f"port {self.port} on {self.host} is already in use")
+            return
+        if not self._rendezvous.admit(self.task_id):
+            self._fail("the launcher refused this task: not expected now")
+            return
+        self._connection = DirectConnection(self)
+        address = f"{self.host}:{self.port}"
+        self._rendezvous.deliver(Registered(self.task_id, address, self._connection))
+
+    def _fail(self, problem: str) -> None:
+        """Ended before it registered: said in its log, status 1, as an agent's
+        error is."""
+        self._write_log(f"[tfmesos agent] {problem}\n".encode())
+        self._end(1)
+
+    # -- the command -------------------------------------------------------
+
+    def start_command(self, message: Mapping[str, Any]) -> None:
+        """The cluster message came: run the command, as the agent runs it."""
+        if self._finished or self.run is not None:
+            return
+        argv, env = task_command(dict(message), self._environ)
+        cwd = message.get("cwd")
+        if cwd is not None and not os.path.isdir(cwd):
+            self._note(f"working directory {cwd} does not exist here; running in {os.getcwd()}")
+            cwd = None
+        if self._sweeper is not None:
+            self._sweeper.carries(f"{wire.ENV_TASK_ID}={self.task_id}")
+        try:
+            self.run = CommandRun(
+                argv,
+                env,
+                cwd,
+                _LoopWatcher(self),
+                emit=self._emit,
+                note=self._note,
+                death_signal=self._sweeper is None,
+            )
+        except OSError as exc:  # the agent's traceback, in a line
+            self._note(f"cannot start the command: {exc}")
+            self._end(1)
+            return
+        if self._sweeper is not None:
+            self._sweeper.group(self.run.pid)
+        if self._stop_asked:
+            self.run.stop()
+        self._check()
+
+    def stop(self) -> None:
+        """SIGTERM to the command's group, SIGKILL after the grace; before it
+        starts, it will not."""
+        self._stop_asked = True
+        if self.run is not None and not self._finished:
+            self.run.stop()
+            self._check()
+        elif self.run is None and self._connection is None and not self._finished:
+            self._end(1)
+
+    def _ready(self, fd: int) -> None:
+        """One of the run's descriptors is readable."""
+        assert self.run is not None
+        self.run.handle(fd)
+        self._check()
+
+    def _check(self) -> None:
+        """Do what the run says is due; finish once it is over."""
+        run = self.run
+        if run is None or self._finished or self._paused:
+            return  # paused: looked at again once its output is read on
+        if run.poll():
+            self._finished = True
+            if self._timer is not None:
+                self._timer.cancel()
+            self._loop.create_task(self._finish())
+            return
+        timeout = run.timeout()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if timeout is not None:
+            self._timer = self._loop.call_later(timeout, self._check)
+
+    async def _finish(self) -> None:
+        run = self.run
+        assert run is not None
+        returncode = run.close()
+        pid = run.pid
+        if self._sweeper is not None:
+            self._sweeper.done(pid)
+        run.proc.wait()  # exited: at once. Its group number stays taken while members are left.
+        await _end_leftovers(pid, self.task_id)
+        status = 128 - returncode if returncode < 0 else returncode
+        killed_by = -returncode if returncode < 0 else None
+        self._rendezvous.deliver(Exited(self.task_id, status, signal=killed_by))
+        self._end(status)
+
+    def _end(self, status: int) -> None:
+        self._finished = True
+        if self._connection is not None:
+            self._connection.closed = True
+            self._rendezvous.deliver(Disconnected(self.task_id))
+        if self._log_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._log_fd)
+            self._log_fd = None
+        if not self.ended.done():
+            self.ended.set_result(status)
+        self._on_end(self, status)
+
+    # -- output --------------------------------------------------------------
+
+    def _emit(self, data: bytes) -> None:
+        problem = self._write_log(data)
+        self._rendezvous.deliver(Output(self.task_id, data))
+        if problem is not None:
+            self._rendezvous.deliver(
+                Message(self.task_id, {"type": "log_failed", "problem": problem})
+            )
+        if not self._paused and self._rendezvous.held(self.task_id):
+            # The launcher's flow: a task whose output is shown waits for the
+            # terminal. Its pipe is not read meanwhile, which slows the command.
+            self._pause(asyncio.ensure_future(self._rendezvous.flow(self.task_id)))
+
+    def _pause(self, waiting: asyncio.Future[None]) -> None:
+        run = self.run
+        if run is None or run.output_fd is None:
+            waiting.cancel()
+            return
+        self._paused = True
+        fd = run.output_fd
+        self._loop.remove_reader(fd)
+
+        def resume(_: asyncio.Future[None]) -> None:
+            self._paused = False
+            if self.run is not None and self.run.output_fd == fd and not self._finished:
+                self._loop.add_reader(fd, self._ready, fd)
+
+        waiting.add_done_callback(resume)
+
+    def _note(self, text: str) -> None:
+        self._emit(f"[tfmesos agent] {text}\n".encode())
+
+    def _write_log(self, data: bytes) -> str | None:
+        if self._log is None:
+            return None
+        return self._log.write(data)
+
+
+class DirectConnection(Connection):
+    """What the launcher sends the task, taken as its agent takes it."""
+
+    def __init__(self, task: DirectTask) -> None:
+        # No socket: the real class's state is not needed.
+        self._task = task
+        self.closed = False
+
+    def seal(self, message: dict[str, Any]) -> dict[str, Any]:
+        return message  # nothing travels: nothing to prove
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        kind = message.get("type")
+        if kind == "cluster":
+            # On the loop's next turn, as a message on a socket would come:
+            # the launcher is still handing out the cluster.
+            asyncio.get_running_loop().call_soon(self._task.start_command, message)
+        elif kind == "stop":
+            self._task.stop()
+
+    def close(self) -> None:
+        # The launcher is done with the task: to an agent, its connection
+        # closing means stop.
+        if not self.closed:
+            self.closed = True
+            self._task.stop()
+
+
+class _LoopWatcher:
+    """CommandRun's selector, on the launcher's event loop."""
+
+    def __init__(self, task: DirectTask) -> None:
+        self._task = task
+
+    def register(self, fileobj: int, events: int, data: Any = None) -> None:
+        self._task._loop.add_reader(fileobj, self._task._ready, fileobj)
+
+    def unregister(self, fileobj: int) -> None:
+        self._task._loop.remove_reader(fileobj)
+
+
+async def _end_leftovers(pgid: int, task_id: str) -> None:
+    """What the command left running, ended as its agent ends it: what is in
+    its process group, and what left the group and was handed to the
+    launcher (a subreaper) when its parent exited. SIGTERM (and SIGCONT),
+    ``LEFTOVER_GRACE`` to exit, then SIGKILL until none is left."""
+    mark = f"{wire.ENV_TASK_ID}={task_id}".encode()
+
+    def orphans() -> list[int]:
+        try:
+            return [pid for pid in procfs.children(os.getpid()) if _carries(pid, mark)]
+        except OSError:
+            return []
+
+    def left() -> bool:
+        return proctree.signal_group(pgid, 0) or bool(orphans())
+
+    if not left():  # the usual end: one read of this process's children
+        return
+    strays = orphans()
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        proctree.signal_group(pgid, sig)
+        for pid in strays:
+            _signal_tree(pid, sig)
+    deadline = asyncio.get_running_loop().time() + LEFTOVER_GRACE
+    while left() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(LEFTOVER_POLL)
+    rounds = 0
+    while left() and rounds < 500:
+        proctree.signal_group(pgid, signal.SIGKILL)
+        for pid in orphans():
+            _signal_tree(pid, signal.SIGKILL)
+        rounds += 1
+        await asyncio.sleep(0.01)
+
+
+def _carries(pid: int, mark: bytes) -> bool:
+    """Whether ``pid``, a child of the launcher, carries ``mark`` in its
+    environment; a zombie among them (it has none left) is reaped here if
+    it is an orphan the launcher was handed."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            data = environ.read()
+    except OSError:
+        return False
+    if not data:  # a zombie: reap it if it is an orphan that carried no mark we can read
+        return False
+    return mark in data.split(b"\0")
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """Signal ``pid`` and everything below it."""
+    below: list[int] = []
+    with contextlib.suppress(OSError):
+        below = [p.pid for p in procfs.descendants(pid)]
+    for each in (pid, *below):
+        proctree.signal_pid(each, sig)
+    if sig == signal.SIGKILL:
+        # An orphan handed to the launcher is its child: reap it once dead.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+class Sweeper:
+    """The launcher's end of :mod:`tfmesos.sweeper`: started with the first
+    task the launcher runs itself, told of each, said goodbye to at the end."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            proctree.bootstrap_command("tfmesos.sweeper"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            # Its own group: Ctrl-C at the terminal is the launcher's.
+            **OWN_PROCESS_GROUP,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def carries(self, entry: str) -> None:
+        self._say(f"carries {entry}")
+
+    def group(self, pgid: int) -> None:
+        self._say(f"group {pgid}")
+
+    def done(self, pgid: int) -> None:
+        self._say(f"done {pgid}")
+
+    def _say(self, line: str) -> None:
+        if self._proc is None or self._proc.stdin is None:
+            return
+        try:
+            os.write(self._proc.stdin.fileno(), f"{line}\n".encode())
+        except OSError as exc:
+            logger.debug("the sweeper is gone (%s): a launcher killed outright leaves tasks", exc)
+            self._proc.stdin.close()
+            self._proc.stdin = None
+
+    async def close(self) -> None:
+        """Say goodbye, and wait for its exit (it reads the word and exits)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                os.write(proc.stdin.fileno(), b"bye\n")
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        if await proctree.wait_for_exit(proc.pid, 5.0) is False:
+            proc.kill()
+        proc.wait()

@@ -1,0 +1,85 @@
+"""The sweeper: ends a local job's tasks should the launcher die outright.
+
+The local backend runs a plain task's command itself, as the launcher's own
+child (:mod:`tfmesos.backends.directtask`), with nothing between the fork and
+the exec: no parent-death signal is asked for in the child. This process
+stands in for it, once per job rather than once per command. It reads what the
+launcher tells it on its stdin, one line at a time:
+
+* ``carries NAME=VALUE``: a task of the job, by the entry every one of its
+  processes carries in its environment (``TFMESOS_TASK_ID=...``),
+* ``group PGID``: a command's process group, from its start,
+* ``done PGID``: that group is over (its leader is about to be reaped),
+* ``bye``: the launcher ends normally; nothing to do.
+
+Its stdin ending without ``bye`` means the launcher is gone (SIGKILL, the OOM
+killer): every group still held is SIGKILLed, then every process that carries
+one of the job's task ids in its environment, until none is left.
+
+Standard library only, ``os`` and little more (no ``tfmesos.wire``: the
+launcher spells the entries out): it costs each local job one
+bare interpreter start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from tfmesos import procfs
+from tfmesos.proctree import signal_group, signal_pid
+
+__all__ = ["main"]
+
+SWEEP_ROUNDS = 200
+"""At most this many rounds of SIGKILL for what carries a task id (what one
+round kills, a process forked meanwhile, the next gets)."""
+
+
+def main() -> int:
+    groups: set[int] = set()
+    marks: set[bytes] = set()
+    pending = b""
+    while True:
+        try:
+            data = os.read(0, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError:
+            data = b""
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            word, _, value = line.decode("utf-8", "replace").partition(" ")
+            if word == "bye":
+                return 0
+            if word == "carries":
+                marks.add(value.encode())
+            elif word == "group" and value.isdigit():
+                groups.add(int(value))
+            elif word == "done" and value.isdigit():
+                groups.discard(int(value))
+    sweep(groups, marks)
+    return 0
+
+
+def sweep(groups: set[int], marks: set[bytes]) -> None:
+    """SIGKILL the groups, then what carries one of ``marks`` in its
+    environment, until none is left."""
+    for pgid in groups:
+        signal_group(pgid, signal.SIGKILL)
+    if not marks:
+        return
+    me = os.getpid()
+    for _ in range(SWEEP_ROUNDS):
+        try:
+            found = [pid for pid in procfs.with_any_environment(marks) if pid != me]
+        except OSError:  # no /proc
+            return
+        if not found:
+            return
+        for pid in found:
+            signal_pid(pid, signal.SIGKILL)
+        time.sleep(0.01)
