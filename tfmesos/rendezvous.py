@@ -20,11 +20,11 @@ import resource
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfmesos import wire
 from tfmesos.aio import reap
+from tfmesos.errors import record
 
 if TYPE_CHECKING:
     # Only for --tls-cert: a job without it never imports ssl (tfmesos.lazyssl).
@@ -100,20 +100,20 @@ class Connection:
         self._writer.close()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Registered:
     task_id: str
     addr: str
     connection: Connection
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Output:
     task_id: str
     data: bytes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Exited:
     task_id: str
     code: int
@@ -123,19 +123,19 @@ class Exited:
     """The signal the task's agent was sent, if it was."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Ready:
     """A task's TensorFlow server accepts connections."""
 
     task_id: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Disconnected:
     task_id: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Message:
     """Any other message a registered peer sent: what a backend's own helper
     (Slurm's job script) tells its backend."""
@@ -545,7 +545,7 @@ class RendezvousServer:
             self._sink(Message(task_id, message))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Silent:
     """A connection accepted that has sent nothing yet."""
 
