@@ -395,8 +395,9 @@ class FlakyBackend(LocalBackend):
 
 @pytest.mark.e2e
 def test_a_real_agent_that_dies_before_it_registers_is_relaunched_with_its_log_as_the_reason(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("TFMESOS_LOCAL_AGENTS", "1")  # an agent per task, not tfrun itself
     # What the fake backend scripts, for real: the agent dies, the local
     # backend reports its end with its log's last lines, the launcher
     # relaunches it, and the job's output comes through the real rendezvous.

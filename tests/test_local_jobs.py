@@ -477,7 +477,18 @@ def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobPro
     assert job_procs.alive() == []
 
 
-def _start_long_job(job_procs: JobProcesses) -> Tfrun:
+RUN_BY = {
+    # How a local task runs, and the job's processes beside tfrun for n tasks.
+    "launcher": ({}, lambda n: n + 1),  # each command, and the sweeper
+    "forked-agents": ({"TFMESOS_LOCAL_AGENTS": "1"}, lambda n: 2 * n + 1),  # + the fork server
+    "agent-interpreters": ({"TFMESOS_NO_FORK_SERVER": "1"}, lambda n: 2 * n),
+}
+"""tfrun runs a plain local task itself; agents run it with TFMESOS_LOCAL_AGENTS
+(forked by the fork server) or TFMESOS_NO_FORK_SERVER (each its own interpreter)."""
+
+
+def _start_long_job(job_procs: JobProcesses, run_by: str = "launcher") -> Tfrun:
+    extra, processes = RUN_BY[run_by]
     proc, _ = start_tfrun(
         "-w",
         "2",
@@ -485,13 +496,13 @@ def _start_long_job(job_procs: JobProcesses) -> Tfrun:
         "1",
         "--",
         *py("import time; print('up', flush=True); time.sleep(600)"),
-        env=job_procs.env(),
+        env=job_procs.env(**extra),
     )
-    # Wait for the commands themselves: an agent and its command per task,
-    # and the fork server.
-    deadline = time.monotonic() + 10
-    while len(job_procs.alive(exclude=proc.pid)) < 7 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # Wait for the commands themselves, and whatever runs them.
+    _wait_for(
+        lambda: len(job_procs.alive(exclude=proc.pid)) >= processes(3), "the job's processes up"
+    )
+    assert len(job_procs.alive(exclude=proc.pid)) == processes(3), job_procs.alive(exclude=proc.pid)
     return proc
 
 
@@ -500,15 +511,16 @@ def _start_long_job(job_procs: JobProcesses) -> Tfrun:
 )
 def test_a_signal_stops_every_task(job_procs: JobProcesses, signum: int, status: int) -> None:
     proc = _start_long_job(job_procs)
-    assert len(job_procs.alive(exclude=proc.pid)) == 7  # 3 agents, 3 commands, the fork server
     proc.send_signal(signum)
     assert proc.wait(timeout=30) == status
     assert proc.events.verdict()["signal"] == signal.Signals(signum).name
     assert job_procs.wait_gone(5) == []
 
 
-def test_killing_the_launcher_outright_leaves_no_task(job_procs: JobProcesses) -> None:
-    proc = _start_long_job(job_procs)
+@pytest.mark.parametrize("run_by", list(RUN_BY))
+def test_killing_the_launcher_outright_leaves_no_task(job_procs: JobProcesses, run_by: str) -> None:
+    # Tasks tfrun runs itself: its sweeper ends them; agents: their death signal.
+    proc = _start_long_job(job_procs, run_by)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert job_procs.wait_gone(10) == [], "tasks outlived a SIGKILLed launcher"
@@ -588,18 +600,25 @@ def test_more_gpus_in_all_than_the_machine_has_is_refused(job_procs: JobProcesse
     assert job_procs.alive() == []
 
 
-@pytest.mark.parametrize("fork_server", [True, False], ids=["forked-agents", "agent-interpreters"])
+@pytest.mark.parametrize("run_by", list(RUN_BY))
 def test_the_secret_is_in_no_command_line_no_log_and_not_in_the_command_env(
-    job_procs: JobProcesses, fork_server: bool
+    job_procs: JobProcesses, run_by: str
 ) -> None:
-    env = job_procs.env() if fork_server else job_procs.env(TFMESOS_NO_FORK_SERVER="1")
+    extra, processes = RUN_BY[run_by]
     proc = popen_tfrun(
-        "-v", "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)"), env=env
+        "-v",
+        "-w",
+        "1",
+        "-s",
+        "1",
+        "--",
+        *py("import time; time.sleep(600)"),
+        env=job_procs.env(**extra),
     )
     try:
         deadline = time.monotonic() + 30
-        # Two agents and their commands, and the fork server if there is one.
-        while len(job_procs.alive(exclude=proc.pid)) < 4 + fork_server:
+        # Both commands, and what runs them.
+        while len(job_procs.alive(exclude=proc.pid)) < processes(2):
             assert time.monotonic() < deadline, job_procs.alive(exclude=proc.pid)
             time.sleep(0.1)
         processes = job_procs.alive(exclude=proc.pid)
@@ -683,7 +702,8 @@ def test_a_failing_chief_fails_the_job(job_procs: JobProcesses, job_events: JobE
 def test_an_agent_killed_outright_takes_its_command_with_it(
     job_procs: JobProcesses, command: list[str]
 ) -> None:
-    proc, _ = start_tfrun("-w", "1", "-s", "1", "--", *command, env=job_procs.env())
+    env = job_procs.env(TFMESOS_LOCAL_AGENTS="1")
+    proc, _ = start_tfrun("-w", "1", "-s", "1", "--", *command, env=env)
     deadline = time.monotonic() + 10
     while True:  # both agents up, each with its command started
         agents = [p for p in job_procs.alive(exclude=proc.pid) if is_agent(p)]
@@ -730,9 +750,8 @@ def test_the_chief_beside_a_mesos_job_is_checked_against_this_machine(
 def test_the_fork_server_killed_outright_takes_its_agents_with_it(
     job_procs: JobProcesses,
 ) -> None:
-    proc, _ = start_tfrun(
-        "-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)"), env=job_procs.env()
-    )
+    env = job_procs.env(TFMESOS_LOCAL_AGENTS="1")
+    proc, _ = start_tfrun("-w", "1", "-s", "1", "--", *py("import time; time.sleep(600)"), env=env)
     deadline = time.monotonic() + 10
     while len(job_procs.alive(exclude=proc.pid)) < 5 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -792,8 +811,8 @@ FORKS_CHILDREN = (
 def test_an_agent_killed_outright_leaves_nothing_its_command_started(
     job_procs: JobProcesses, fork_server: bool, command: list[str], below: int
 ) -> None:
-    env = job_procs.env() if fork_server else job_procs.env(TFMESOS_NO_FORK_SERVER="1")
-    proc, _ = start_tfrun("-w", "1", "-s", "0", "--", *command, env=env)
+    agents = {"TFMESOS_LOCAL_AGENTS": "1"} if fork_server else {"TFMESOS_NO_FORK_SERVER": "1"}
+    proc, _ = start_tfrun("-w", "1", "-s", "0", "--", *command, env=job_procs.env(**agents))
     agents = _wait_for(
         lambda: _agents_with_tree(job_procs, proc.pid, below), "the command's processes up"
     )
@@ -841,7 +860,9 @@ def test_a_task_killed_by_a_signal_says_so(job_procs: JobProcesses, job_events: 
 
 def test_an_agent_stopped_by_sigterm_says_so(job_procs: JobProcesses) -> None:
     proc, _ = start_tfrun(
-        "-w", "1", "-s", "0", "--", *py("import time; time.sleep(1000)"), env=job_procs.env()
+        *("-w", "1", "-s", "0", "--"),
+        *py("import time; time.sleep(1000)"),
+        env=job_procs.env(TFMESOS_LOCAL_AGENTS="1"),
     )
     agents = _wait_for(lambda: _agents_with_tree(job_procs, proc.pid, 1), "the command up")
     agents[0].terminate()
@@ -892,11 +913,12 @@ SNOOP = (
 )
 
 
-@pytest.mark.parametrize("fork_server", [True, False], ids=["forked-agents", "agent-interpreters"])
+@pytest.mark.parametrize("run_by", list(RUN_BY))
 def test_the_command_cannot_read_the_secret_from_its_agent(
-    job_procs: JobProcesses, fork_server: bool
+    job_procs: JobProcesses, run_by: str
 ) -> None:
-    env = job_procs.env() if fork_server else job_procs.env(TFMESOS_NO_FORK_SERVER="1")
+    # Run by tfrun: from tfrun, which holds the secret in its memory alone.
+    env = job_procs.env(**RUN_BY[run_by][0])
     result = run_tfrun("-w", "1", "-s", "0", "--", *py(SNOOP), env=env)
     assert result.returncode == 0, result.stderr
     assert "secret seen in nothing" in result.stdout, result.stdout + result.stderr

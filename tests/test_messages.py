@@ -109,10 +109,18 @@ print("parent", proc(forks)[0])
 def test_agents_are_named_as_the_readme_says(job_procs: JobProcesses, tmp_path: Path) -> None:
     who = tmp_path / "who.py"
     who.write_text(_WHO)
+    # A plain task is run by tfrun itself: its parent is tfrun.
     result = run_tfrun("-w", "1", "--", sys.executable, str(who), env=job_procs.env())
     assert result.returncode == 0, result.stderr
+    agent = result.stdout.splitlines()[0]
+    assert " -m tfmesos.cli -w 1 -- " in agent, agent
+    # With agents (TFMESOS_LOCAL_AGENTS, and for any task that needs one),
+    # ps -o comm, top and pgrep show their names; ps -ef the fork server's line.
+    result = run_tfrun(
+        "-w", "1", "--", sys.executable, str(who), env=job_procs.env(TFMESOS_LOCAL_AGENTS="1")
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
     agent, parent = result.stdout.splitlines()
-    # ps -o comm, top and pgrep show the names; ps -ef the fork server's line.
     assert agent.startswith("[worker:0] agent tfmesos-agent | "), agent
     assert " -S -c " in agent and "from tfmesos.forkserver import main" in agent
     assert parent == "[worker:0] parent tfmesos-forks"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from tfmesos.procenv import with_any_environment
+
 __all__ = [
     "ProcessStat",
     "children",
@@ -74,24 +76,6 @@ def with_environment(name: str, value: str) -> list[int]:
     holds ``name=value``: those this process may read (its user's). Raises
     OSError where there is no /proc."""
     return with_any_environment({f"{name}={value}".encode()})
-
-
-def with_any_environment(entries: set[bytes]) -> list[int]:
-    """The pids of the processes whose environment, as they started with it,
-    holds any of ``entries`` (each ``b"NAME=value"``): those this process may
-    read (its user's). Raises OSError where there is no /proc."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as environ:
-                data = environ.read()
-        except OSError:  # gone meanwhile, or another user's
-            continue
-        if not entries.isdisjoint(data.split(b"\0")):
-            found.append(int(entry))
-    return found
 
 
 def descendants(pid: int) -> Iterator[ProcessStat]:

@@ -24,14 +24,15 @@ bare interpreter start.
 from __future__ import annotations
 
 import os
-import signal
 import time
 
-from tfmesos import procfs
-from tfmesos.proctree import signal_group, signal_pid
+from tfmesos.procenv import with_any_environment
 
 __all__ = ["main"]
 
+SIGKILL = 9
+"""``signal.SIGKILL``, on every system Linux runs on: the ``signal`` module
+imports ``enum``, a third of this program's start."""
 SWEEP_ROUNDS = 200
 """At most this many rounds of SIGKILL for what carries a task id (what one
 round kills, a process forked meanwhile, the next gets)."""
@@ -69,17 +70,25 @@ def sweep(groups: set[int], marks: set[bytes]) -> None:
     """SIGKILL the groups, then what carries one of ``marks`` in its
     environment, until none is left."""
     for pgid in groups:
-        signal_group(pgid, signal.SIGKILL)
+        _kill(-pgid)
     if not marks:
         return
     me = os.getpid()
     for _ in range(SWEEP_ROUNDS):
         try:
-            found = [pid for pid in procfs.with_any_environment(marks) if pid != me]
+            found = [pid for pid in with_any_environment(marks) if pid != me]
         except OSError:  # no /proc
             return
         if not found:
             return
         for pid in found:
-            signal_pid(pid, signal.SIGKILL)
+            _kill(pid)
         time.sleep(0.01)
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a process (a group, negative); one gone or not ours is passed over."""
+    try:
+        os.kill(pid, SIGKILL)
+    except OSError:
+        return

@@ -29,7 +29,6 @@ from typing import Any
 from tfmesos import procfs, proctree, wire
 from tfmesos.backends.base import InProcessRendezvous
 from tfmesos.backends.forkstart import OWN_PROCESS_GROUP
-from tfmesos.ports import port_is_free
 from tfmesos.rendezvous import Connection, Disconnected, Exited, Message, Output, Registered
 from tfmesos.supervisor import CommandRun, task_command
 from tfmesos.tasklog import TaskLog
@@ -89,12 +88,9 @@ class DirectTask:
     # -- registering -------------------------------------------------------
 
     def begin(self) -> None:
-        """What the agent does before its command: check its port, register."""
-        if not port_is_free(self.port):
-            # As the agent: fail before registering, so that the launcher
-            # retries the task (on another port).
-            self._fail(f"port {self.port} on {self.host} is already in use")
-            return
+        """What the agent does before its command: register. (Its port was
+        found free by the backend's allocator a moment ago: the agent checks
+        again because it starts later, this does not.)"""
         if not self._rendezvous.admit(self.task_id):
             self._fail("the launcher refused this task: not expected now")
             return

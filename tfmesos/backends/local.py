@@ -135,6 +135,8 @@ class LocalBackend(Backend):
         self._sweeper: Sweeper | None = None
         self._environ: dict[str, str] = {}
         """This process's environment, read once: every direct task's starts from it."""
+        self._runs_tasks_itself = False
+        """Decided at start (:meth:`_decide_runs_tasks_itself`)."""
 
     @property
     def rendezvous_host(self) -> str:
@@ -143,8 +145,7 @@ class LocalBackend(Backend):
     def attach_rendezvous(self, rendezvous: InProcessRendezvous) -> None:
         self._rendezvous = rendezvous
 
-    @property
-    def _runs_tasks_itself(self) -> bool:
+    def _decide_runs_tasks_itself(self) -> bool:
         """Whether this job's tasks run in the launcher's process, without
         agents: a local job's own (beside a cluster, the chief keeps its agent),
         started with the backend's own agent command."""
@@ -239,6 +240,7 @@ class LocalBackend(Backend):
                 f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
             ) from None
         raise_open_file_limit()
+        self._runs_tasks_itself = self._decide_runs_tasks_itself()
         if self._runs_tasks_itself:
             self._start_running_tasks_itself()
         elif self._use_fork_server:
