@@ -10,7 +10,8 @@ whose agent decides and whose rendezvous only connects.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+from tfmesos.errors import record
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -64,7 +65,7 @@ class Action(enum.Enum):
     while the cluster runs: it gets the cluster definition it had."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TaskView:
     """What the rules need to know about one attempt at one task."""
 

@@ -263,8 +263,9 @@ def bare_script(command: list[str], chdir: str | None) -> str | None:
     )
 
 
-_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""A name a POSIX shell keeps in the environment of what it runs."""
+_SHELL_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+"""A name a POSIX shell keeps in the environment of what it runs (compiled
+only when a job has an environment of its own)."""
 
 
 def _check_variable(name: object, value: object) -> None:
@@ -291,7 +292,7 @@ def _check_variable(name: object, value: object) -> None:
                 f"environment variable {name!r}: its {what} holds {text[exc.start]!r}, "
                 "which no environment can hold (not UTF-8)"
             ) from None
-    if not _SHELL_NAME.fullmatch(name):
+    if not re.fullmatch(_SHELL_NAME, name):
         # Every task's command runs through /bin/sh -c, and dash (Debian's
         # /bin/sh) drops such a name from the environment it passes on: the
         # variable would vanish without a word.

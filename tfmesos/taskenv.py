@@ -85,13 +85,16 @@ def launchers_own(name: str) -> bool:
 
 # `{name}` is a placeholder and `{{name}}` a literal `{name}`. Every other brace
 # (a dict in `python -c "..."`, a shell `${x}`, a lone `}}`) is left alone, which
-# str.format, used by the original, would have refused or mangled.
-_TOKEN = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}|(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# str.format, used by the original, would have refused or mangled. Compiled
+# (and kept by re's cache) only once a command holds a brace: most hold none.
+_TOKEN = r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}|(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)\}"
 
 
 def placeholders_in(command: str) -> list[str]:
     """The placeholder names a command uses, in order of appearance."""
-    return [m.group(2) for m in _TOKEN.finditer(command) if m.group(2)]
+    if "{" not in command:
+        return []
+    return [m.group(2) for m in re.finditer(_TOKEN, command) if m.group(2)]
 
 
 def fill_placeholders(command: str, values: Mapping[str, str]) -> str:
@@ -106,7 +109,9 @@ def fill_placeholders(command: str, values: Mapping[str, str]) -> str:
             raise KeyError(f"unknown placeholder {{{name}}} (known: {known})")
         return values[name]
 
-    return _TOKEN.sub(substitute, command)
+    if "{" not in command:
+        return command
+    return re.sub(_TOKEN, substitute, command)
 
 
 def placeholder_values(cluster: ClusterDef, job_name: str, task_index: int) -> dict[str, str]:

@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
-from tfmesos.errors import SpecError
+from tfmesos.errors import SpecError, record
 
 __all__ = ["OPTIONS", "SlurmOptions", "add_arguments", "from_args", "validate"]
 
-_TIME = re.compile(r"^(\d+-)?\d+(:\d+){0,2}$|^(UNLIMITED|INFINITE)$", re.I)
+_TIME = r"^(\d+-)?\d+(:\d+){0,2}$|^(UNLIMITED|INFINITE)$"
+"""A time limit sbatch takes (case aside): compiled only when one is given."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Option:
     flag: str
     name: str
@@ -126,7 +127,9 @@ def validate(options: dict[str, Any]) -> dict[str, Any]:
         ):
             raise SpecError(f"--{name}: {value!r} is not a Slurm {name} name")
     limit = checked.get("time")
-    if limit is not None and (not isinstance(limit, str) or not _TIME.match(limit.strip())):
+    if limit is not None and (
+        not isinstance(limit, str) or not re.match(_TIME, limit.strip(), re.I)
+    ):
         raise SpecError(
             f"--time: {limit!r} is not a time limit sbatch takes "
             "(MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]])"

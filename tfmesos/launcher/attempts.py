@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from tfmesos.backends.base import TaskEnded
+from tfmesos.errors import record
 from tfmesos.rendezvous import Connection
 from tfmesos.spec import TaskSpec
 
@@ -66,7 +67,7 @@ class IllegalMove(AssertionError):
 Observer = Callable[["Attempt", AttemptState, AttemptState], None]
 
 
-@dataclass
+@record
 class Attempt:
     """The launcher's mutable record of one attempt at one task."""
 
