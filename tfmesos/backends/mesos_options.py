@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
 from tfmesos.flagtypes import positive_number
-from tfmesos.mesos.roles import validate_role
 from tfmesos.pathtext import shown_path
 from tfmesos.spec import ClusterSpec, Volume, parse_volume
 
@@ -166,6 +165,8 @@ class MesosOptions(BackendOptions):
     def __post_init__(self) -> None:
         object.__setattr__(self, "volumes", tuple(self.volumes))
         if self.role is not None:
+            from tfmesos.mesos.roles import validate_role  # here: a job without --role needs none
+
             problem = validate_role(self.role)
             if problem is not None:
                 raise SpecError(f"bad Mesos role {self.role!r}: {problem}")
