@@ -175,9 +175,12 @@ def _prune(root: Path, keep: int, current: Path) -> None:
     """Remove the oldest runs beyond ``keep`` (this one counted), except any
     still running (their lock is held)."""
     try:
-        runs = sorted(p for p in root.iterdir() if p.is_dir() and p != current)
+        # The directory's own entry types: no stat of each run, as Path.is_dir makes.
+        with os.scandir(root) as scan:
+            names = sorted(entry.name for entry in scan if entry.is_dir())
     except OSError:
         return
+    runs = [run for run in (root / name for name in names) if run != current]
     for old in runs[: max(0, len(runs) - (keep - 1))]:
         try:
             with open(old / LOCK, "ab") as lock:
