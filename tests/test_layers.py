@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "tfmesos.spec": FOUNDATION,
     "tfmesos.flagtypes": FOUNDATION,
     "tfmesos.procfs": FOUNDATION,
+    "tfmesos.procenv": FOUNDATION,
     "tfmesos.proctree": FOUNDATION,
     "tfmesos.aio": FOUNDATION,
     "tfmesos.lazyssl": FOUNDATION,
@@ -48,6 +49,7 @@ LAYERS: dict[str, int] = {
     "tfmesos.rendezvous_client": AGENT,
     "tfmesos.forkserver": AGENT,
     "tfmesos.tfserver": AGENT,
+    "tfmesos.sweeper": AGENT,
     # The protocols: Mesos's scheduler API, Slurm's commands and job script,
     # the launcher's end of the rendezvous.
     "tfmesos.mesos": PROTOCOL,

@@ -1,0 +1,94 @@
+"""The sweeper (tfmesos/sweeper.py): what a launcher that dies outright
+leaves of the tasks it ran itself is SIGKILLed; a launcher that says goodbye
+leaves everything alone. Real processes, the sweeper as the local backend
+starts it (tfmesos.backends.directtask.Sweeper's command line)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tfmesos.backends.forkstart import OWN_PROCESS_GROUP
+from tfmesos.proctree import bootstrap_command
+
+pytestmark = pytest.mark.e2e
+
+SLEEPER = "import os, sys, time; print('up', flush=True); time.sleep(600)"
+LEAVER = "import os, sys, time; os.setsid(); print('up', flush=True); time.sleep(600)"
+
+
+def _sleeper(code: str, mark: str) -> subprocess.Popen[bytes]:
+    """A process in a group of its own (as a task's command is), carrying
+    ``TFMESOS_TASK_ID=mark``, once it is up."""
+    env = {**os.environ, "TFMESOS_TASK_ID": mark}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, **OWN_PROCESS_GROUP
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"up\n"
+    return proc
+
+
+def _sweeper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen(bootstrap_command("tfmesos.sweeper"), stdin=subprocess.PIPE)
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    """Whether ``pid`` has exited (a zombie counts: it runs no more) within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_its_stdin_ending_without_goodbye_kills_the_groups_and_what_carries_a_task_id() -> None:
+    # The command in its group; a helper of another task that left its group
+    # (setsid), found by its mark; a process of no task, left alone.
+    mark, other = f"sweep-{os.getpid()}", f"other-{os.getpid()}"
+    with (
+        _sleeper(SLEEPER, mark) as command,
+        _sleeper(LEAVER, mark) as leaver,
+        _sleeper(SLEEPER, other) as bystander,
+        _sweeper() as sweeper,
+    ):
+        assert sweeper.stdin is not None
+        sweeper.stdin.write(f"carries TFMESOS_TASK_ID={mark}\ngroup {command.pid}\n".encode())
+        sweeper.stdin.close()  # as the launcher's death closes it
+        assert sweeper.wait(timeout=30) == 0
+        assert _gone(command.pid), "the command's group outlived the launcher"
+        assert _gone(leaver.pid), "a process that carries the task's id outlived the launcher"
+        assert command.wait() == leaver.wait() == -9
+        assert bystander.poll() is None, "a process of no task of the job was killed"
+        bystander.kill()
+
+
+def test_a_goodbye_leaves_everything_alone() -> None:
+    mark = f"bye-{os.getpid()}"
+    with _sleeper(SLEEPER, mark) as command, _sweeper() as sweeper:
+        assert sweeper.stdin is not None
+        sweeper.stdin.write(f"carries TFMESOS_TASK_ID={mark}\ngroup {command.pid}\nbye\n".encode())
+        sweeper.stdin.close()
+        assert sweeper.wait(timeout=30) == 0
+        assert command.poll() is None
+        command.kill()
+
+
+def test_a_group_said_done_is_not_killed() -> None:
+    # Its number may be another group's by then.
+    with _sleeper(SLEEPER, "done-x") as command, _sweeper() as sweeper:
+        assert sweeper.stdin is not None
+        sweeper.stdin.write(f"group {command.pid}\ndone {command.pid}\n".encode())
+        sweeper.stdin.close()
+        assert sweeper.wait(timeout=30) == 0
+        assert command.poll() is None
+        command.kill()
