@@ -152,7 +152,7 @@ def shell_environment(env: dict[str, str], cwd: str | None) -> dict[str, str] | 
     shell names, and without ``PATH`` it searches a default of its own: those
     are left to the shell.
     """
-    if "PATH" not in env or not all(_is_name(name) for name in env):
+    if "PATH" not in env or not all(name in _NAMES or _is_name(name) for name in env):
         return None
     here = os.path.abspath(cwd) if cwd else os.getcwd()
     pwd = env.get("PWD", "")
@@ -165,5 +165,13 @@ def shell_environment(env: dict[str, str], cwd: str | None) -> dict[str, str] | 
     return result
 
 
+_NAMES: set[str] = set()
+"""Names found to be shell names already: every task of a job has nearly the
+same environment, and each of its names is checked once."""
+
+
 def _is_name(name: str) -> bool:
-    return bool(name) and name[0] in _NAME_START and set(name) <= _NAME_REST
+    if name and name[0] in _NAME_START and set(name) <= _NAME_REST:
+        _NAMES.add(name)
+        return True
+    return False

@@ -42,6 +42,11 @@ LEFTOVER_GRACE = 2.0
 SIGTERM and SIGKILL once it has exited."""
 LEFTOVER_POLL = 0.02
 
+_OWN_CHILDREN: set[int] = set()
+"""The launcher's children it started itself (the commands not yet reaped,
+the sweeper), as opposed to orphans handed to it: only the latter are read
+when a task ends, not every running command at every task's end."""
+
 
 class DirectTask:
     """One attempt at a local task, run by the launcher: :meth:`begin` at
@@ -131,6 +136,7 @@ class DirectTask:
             self._note(f"cannot start the command: {exc}")
             self._end(1)
             return
+        _OWN_CHILDREN.add(self.run.pid)
         if self._sweeper is not None:
             self._sweeper.group(self.run.pid)
         if self._stop_asked:
@@ -179,6 +185,7 @@ class DirectTask:
         if self._sweeper is not None:
             self._sweeper.done(pid)
         run.proc.wait()  # exited: at once. Its group number stays taken while members are left.
+        _OWN_CHILDREN.discard(pid)
         await _end_leftovers(pid, self.task_id)
         status = 128 - returncode if returncode < 0 else returncode
         killed_by = -returncode if returncode < 0 else None
@@ -289,7 +296,8 @@ async def _end_leftovers(pgid: int, task_id: str) -> None:
 
     def orphans() -> list[int]:
         try:
-            return [pid for pid in procfs.children(os.getpid()) if _carries(pid, mark)]
+            children = procfs.children(os.getpid())
+            return [p for p in children if p not in _OWN_CHILDREN and _carries(p, mark)]
         except OSError:
             return []
 
@@ -355,6 +363,7 @@ class Sweeper:
             # Its own group: Ctrl-C at the terminal is the launcher's.
             **OWN_PROCESS_GROUP,
         )
+        _OWN_CHILDREN.add(self._proc.pid)
 
     @property
     def pid(self) -> int | None:
@@ -392,3 +401,4 @@ class Sweeper:
         if await proctree.wait_for_exit(proc.pid, 5.0) is False:
             proc.kill()
         proc.wait()
+        _OWN_CHILDREN.discard(proc.pid)
