@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 
-from tfmesos.errors import record
+from tfmesos.records import record
 
 __all__ = [
     "MAX_ATTEMPTS",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfmesos import wire
 from tfmesos.aio import reap
-from tfmesos.errors import record
+from tfmesos.records import record
 
 if TYPE_CHECKING:
     # Only for --tls-cert: a job without it never imports ssl (tfmesos.lazyssl).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tfmesos.errors import record
+from tfmesos.records import record
 
 __all__ = [
     "MAX_LOCAL_TASKS",

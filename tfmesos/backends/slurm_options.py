@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
-from tfmesos.errors import SpecError, record
+from tfmesos.errors import SpecError
+from tfmesos.records import record
 
 __all__ = ["OPTIONS", "SlurmOptions", "add_arguments", "from_args", "validate"]
 

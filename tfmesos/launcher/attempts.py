@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import field
 
 from tfmesos.backends.base import TaskEnded
-from tfmesos.errors import record
+from tfmesos.records import record
 from tfmesos.rendezvous import Connection
 from tfmesos.spec import TaskSpec
 

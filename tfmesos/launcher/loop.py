@@ -21,7 +21,6 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfmesos import wire
@@ -57,6 +56,7 @@ from tfmesos.policy import (
     on_registered,
     on_task_end,
 )
+from tfmesos.records import record
 from tfmesos.rendezvous import (
     Disconnected,
     Exited,
@@ -86,7 +86,7 @@ DISCONNECT_GRACE = 2.0
 KILL_WAIT = wire.STOP_GRACE + 3.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tick:
     """Wakes the loop to re-check one task's grace deadline."""
 
