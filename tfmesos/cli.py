@@ -156,13 +156,35 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's, with the terminal's width found as ``shutil`` finds it
+    (``$COLUMNS``, then the terminal, then 80) without importing ``shutil``
+    (and with it bz2 and lzma) in every tfrun for a width only help needs."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_terminal_columns() - 2)
+
+
+def _terminal_columns() -> int:
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tfrun",
         usage="%(prog)s -w N [-s N] [options] -- command [args...]",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
         # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
         allow_abbrev=False,
     )
