@@ -172,9 +172,10 @@ def _terminal_columns() -> int:
         columns = 0
     if columns > 0:
         return columns
+    stdout = sys.__stdout__
     try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
-    except (AttributeError, ValueError, OSError):
+        return (stdout is not None and os.get_terminal_size(stdout.fileno()).columns) or 80
+    except (ValueError, OSError):
         return 80
 
 
