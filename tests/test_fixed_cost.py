@@ -30,6 +30,9 @@ UNUSED = (
     "difflib",
     "uuid",
     "tempfile",
+    "shutil",  # with bz2 and lzma: argparse's width, old runs' pruning, nvidia-smi's lookup
+    "bz2",
+    "lzma",
     "tfmesos.backends.mesos",
     "tfmesos.backends.slurm",
     "tfmesos.mesos.transport",
