@@ -86,6 +86,8 @@ class DirectTask:
         self._paused = False
         """Its output is not read while the launcher catches up (flow)."""
         self._stop_asked = False
+        self.cluster_pending = False
+        """The cluster message came, and its command starts on the loop's next turn."""
         self._finished = False
         self.ended: asyncio.Future[int] = self._loop.create_future()
         """Resolves to the status reported once the task is over."""
@@ -104,8 +106,8 @@ class DirectTask:
         self._rendezvous.deliver(Registered(self.task_id, address, self._connection))
 
     def _fail(self, problem: str) -> None:
-        """Ended before it registered: said in its log, status 1, as an agent's
-        error is."""
+        """Ended before its command started: said in its log, status 1, as
+        an agent's error is."""
         self._write_log(f"[tfmesos agent] {problem}\n".encode())
         self._end(1)
 
@@ -143,15 +145,19 @@ class DirectTask:
             self.run.stop()
         self._check()
 
-    def stop(self) -> None:
-        """SIGTERM to the command's group, SIGKILL after the grace; before it
-        starts, it will not."""
+    def stop(self, before_cluster: str = "the launcher stopped this task") -> None:
+        """SIGTERM to the command's group, SIGKILL after the grace. Before
+        the cluster message, the task ends there, as its agent does, saying
+        ``before_cluster`` in its log; with the message on its way (it is
+        taken on the loop's next turn), the command is stopped as it starts."""
         self._stop_asked = True
-        if self.run is not None and not self._finished:
+        if self._finished:
+            return
+        if self.run is not None:
             self.run.stop()
             self._check()
-        elif self.run is None and self._connection is None and not self._finished:
-            self._end(1)
+        elif not self.cluster_pending:
+            self._fail(before_cluster)
 
     def _ready(self, fd: int) -> None:
         """One of the run's descriptors is readable."""
@@ -262,16 +268,17 @@ class DirectConnection(Connection):
         if kind == "cluster":
             # On the loop's next turn, as a message on a socket would come:
             # the launcher is still handing out the cluster.
+            self._task.cluster_pending = True
             asyncio.get_running_loop().call_soon(self._task.start_command, message)
         elif kind == "stop":
-            self._task.stop()
+            self._task.stop(f"the launcher stopped this task: {message.get('reason', '')}")
 
     def close(self) -> None:
         # The launcher is done with the task: to an agent, its connection
         # closing means stop.
         if not self.closed:
             self.closed = True
-            self._task.stop()
+            self._task.stop("the launcher went away before the cluster was up")
 
 
 class _LoopWatcher:
