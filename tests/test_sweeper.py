@@ -72,22 +72,21 @@ def test_its_stdin_ending_without_goodbye_kills_the_groups_and_what_carries_a_ta
         bystander.kill()
 
 
-def test_a_goodbye_leaves_everything_alone() -> None:
-    mark = f"bye-{os.getpid()}"
+@pytest.mark.parametrize(
+    "said",
+    [
+        # The launcher ended normally.
+        "carries TFMESOS_TASK_ID={mark}\ngroup {pid}\nbye\n",
+        # The group is over: its number may be another group's by then.
+        "group {pid}\ndone {pid}\n",
+    ],
+    ids=["goodbye", "group-done"],
+)
+def test_what_it_was_told_is_over_is_left_alone(said: str) -> None:
+    mark = f"alone-{os.getpid()}"
     with _sleeper(SLEEPER, mark) as command, _sweeper() as sweeper:
         assert sweeper.stdin is not None
-        sweeper.stdin.write(f"carries TFMESOS_TASK_ID={mark}\ngroup {command.pid}\nbye\n".encode())
-        sweeper.stdin.close()
-        assert sweeper.wait(timeout=30) == 0
-        assert command.poll() is None
-        command.kill()
-
-
-def test_a_group_said_done_is_not_killed() -> None:
-    # Its number may be another group's by then.
-    with _sleeper(SLEEPER, "done-x") as command, _sweeper() as sweeper:
-        assert sweeper.stdin is not None
-        sweeper.stdin.write(f"group {command.pid}\ndone {command.pid}\n".encode())
+        sweeper.stdin.write(said.format(mark=mark, pid=command.pid).encode())
         sweeper.stdin.close()
         assert sweeper.wait(timeout=30) == 0
         assert command.poll() is None
