@@ -5,10 +5,12 @@ starts it (tfmesos.backends.directtask.Sweeper's command line)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -22,16 +24,22 @@ SLEEPER = "import os, sys, time; print('up', flush=True); time.sleep(600)"
 LEAVER = "import os, sys, time; os.setsid(); print('up', flush=True); time.sleep(600)"
 
 
-def _sleeper(code: str, mark: str) -> subprocess.Popen[bytes]:
-    """A process in a group of its own (as a task's command is), carrying
-    ``TFMESOS_TASK_ID=mark``, once it is up."""
+@contextlib.contextmanager
+def _sleeper(code: str, mark: str, own_group: bool = True) -> Iterator[subprocess.Popen[bytes]]:
+    """A process carrying ``TFMESOS_TASK_ID=mark``, in a group of its own (as
+    a task's command is) unless not ``own_group``, once it is up; killed
+    at the end whatever happened."""
     env = {**os.environ, "TFMESOS_TASK_ID": mark}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, **OWN_PROCESS_GROUP
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == b"up\n"
-    return proc
+    group = OWN_PROCESS_GROUP if own_group else {}
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, **group
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"up\n"
+            yield proc
+        finally:
+            proc.kill()
 
 
 def _sweeper() -> subprocess.Popen[bytes]:
@@ -57,7 +65,7 @@ def test_its_stdin_ending_without_goodbye_kills_the_groups_and_what_carries_a_ta
     mark, other = f"sweep-{os.getpid()}", f"other-{os.getpid()}"
     with (
         _sleeper(SLEEPER, mark) as command,
-        _sleeper(LEAVER, mark) as leaver,
+        _sleeper(LEAVER, mark, own_group=False) as leaver,  # a group leader cannot setsid
         _sleeper(SLEEPER, other) as bystander,
         _sweeper() as sweeper,
     ):
@@ -69,7 +77,6 @@ def test_its_stdin_ending_without_goodbye_kills_the_groups_and_what_carries_a_ta
         assert _gone(leaver.pid), "a process that carries the task's id outlived the launcher"
         assert command.wait() == leaver.wait() == -9
         assert bystander.poll() is None, "a process of no task of the job was killed"
-        bystander.kill()
 
 
 @pytest.mark.parametrize(
@@ -90,4 +97,3 @@ def test_what_it_was_told_is_over_is_left_alone(said: str) -> None:
         sweeper.stdin.close()
         assert sweeper.wait(timeout=30) == 0
         assert command.poll() is None
-        command.kill()
