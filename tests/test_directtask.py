@@ -53,7 +53,7 @@ class Launcher:
             log_max=0,
             rendezvous=self.rendezvous(),
             sweeper=None,
-            on_end=lambda _, status: self.ends.append(status),
+            on_end=lambda _, status, __: self.ends.append(status),
         )
 
     def kinds(self) -> list[str]:

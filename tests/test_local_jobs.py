@@ -17,6 +17,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -477,7 +478,7 @@ def test_asking_for_more_than_the_machine_has_is_a_clear_error(job_procs: JobPro
     assert job_procs.alive() == []
 
 
-RUN_BY = {
+RUN_BY: dict[str, tuple[dict[str, str], Callable[[int], int]]] = {
     # How a local task runs, and the job's processes beside tfrun for n tasks.
     "launcher": ({}, lambda n: n + 1),  # each command, and the sweeper
     "forked-agents": ({"TFMESOS_LOCAL_AGENTS": "1"}, lambda n: 2 * n + 1),  # + the fork server
@@ -604,7 +605,7 @@ def test_more_gpus_in_all_than_the_machine_has_is_refused(job_procs: JobProcesse
 def test_the_secret_is_in_no_command_line_no_log_and_not_in_the_command_env(
     job_procs: JobProcesses, run_by: str
 ) -> None:
-    extra, processes = RUN_BY[run_by]
+    extra, expected = RUN_BY[run_by]
     proc = popen_tfrun(
         "-v",
         "-w",
@@ -618,7 +619,7 @@ def test_the_secret_is_in_no_command_line_no_log_and_not_in_the_command_env(
     try:
         deadline = time.monotonic() + 30
         # Both commands, and what runs them.
-        while len(job_procs.alive(exclude=proc.pid)) < processes(2):
+        while len(job_procs.alive(exclude=proc.pid)) < expected(2):
             assert time.monotonic() < deadline, job_procs.alive(exclude=proc.pid)
             time.sleep(0.1)
         processes = job_procs.alive(exclude=proc.pid)

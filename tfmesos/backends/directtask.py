@@ -51,8 +51,9 @@ when a task ends, not every running command at every task's end."""
 class DirectTask:
     """One attempt at a local task, run by the launcher: :meth:`begin` at
     launch registers it at once (as its agent would once it dialled in);
-    the cluster message starts its command; ``on_end(task, status)`` is
-    called once, when everything of it is over and reported."""
+    the cluster message starts its command; ``on_end(task, status,
+    reported)`` is called once, when everything of it is over (``reported``:
+    its exit was delivered, as an agent's exit report is)."""
 
     def __init__(
         self,
@@ -66,7 +67,7 @@ class DirectTask:
         log_max: int,
         rendezvous: InProcessRendezvous,
         sweeper: Sweeper | None,
-        on_end: Callable[[DirectTask, int], None],
+        on_end: Callable[[DirectTask, int, bool], None],
     ) -> None:
         self.task_id = task_id
         self.host = host
@@ -122,8 +123,6 @@ class DirectTask:
         if cwd is not None and not os.path.isdir(cwd):
             self._note(f"working directory {cwd} does not exist here; running in {os.getcwd()}")
             cwd = None
-        if self._sweeper is not None:
-            self._sweeper.carries(f"{wire.ENV_TASK_ID}={self.task_id}")
         try:
             self.run = CommandRun(
                 argv,
@@ -140,7 +139,7 @@ class DirectTask:
             return
         _OWN_CHILDREN.add(self.run.pid)
         if self._sweeper is not None:
-            self._sweeper.group(self.run.pid)
+            self._sweeper.started(self.run.pid, f"{wire.ENV_TASK_ID}={self.task_id}")
         if self._stop_asked:
             self.run.stop()
         self._check()
@@ -196,9 +195,9 @@ class DirectTask:
         status = 128 - returncode if returncode < 0 else returncode
         killed_by = -returncode if returncode < 0 else None
         self._rendezvous.deliver(Exited(self.task_id, status, signal=killed_by))
-        self._end(status)
+        self._end(status, reported=True)
 
-    def _end(self, status: int) -> None:
+    def _end(self, status: int, reported: bool = False) -> None:
         self._finished = True
         if self._connection is not None:
             self._connection.closed = True
@@ -209,7 +208,7 @@ class DirectTask:
             self._log_fd = None
         if not self.ended.done():
             self.ended.set_result(status)
-        self._on_end(self, status)
+        self._on_end(self, status, reported)
 
     # -- output --------------------------------------------------------------
 
@@ -376,11 +375,9 @@ class Sweeper:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
-    def carries(self, entry: str) -> None:
-        self._say(f"carries {entry}")
-
-    def group(self, pgid: int) -> None:
-        self._say(f"group {pgid}")
+    def started(self, pgid: int, entry: str) -> None:
+        """A command started, in group ``pgid``, its processes carrying ``entry``."""
+        self._say(f"carries {entry}\ngroup {pgid}")
 
     def done(self, pgid: int) -> None:
         self._say(f"done {pgid}")

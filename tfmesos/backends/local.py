@@ -316,13 +316,15 @@ class LocalBackend(Backend):
             log_max=self.log_max,
             rendezvous=self._rendezvous,
             sweeper=self._sweeper,
-            on_end=lambda ended, status: self._direct_ended(ended, status, gpus),
+            on_end=lambda ended, status, reported: self._direct_ended(
+                ended, status, gpus, reported
+            ),
         )
         self._direct[launch.task_id] = task
         self._sink(TaskPlaced(launch.task_id, self.host))
         task.begin()
 
-    def _direct_ended(self, task: DirectTask, status: int, gpus: list[str]) -> None:
+    def _direct_ended(self, task: DirectTask, status: int, gpus: list[str], reported: bool) -> None:
         self._ports.release(task.port)
         if self._gpus is not None:
             self._gpus.release(gpus)
@@ -337,7 +339,10 @@ class LocalBackend(Backend):
                 status,
                 f"exited with status {status}",
                 self.host,
-                self._log_tail(task.task_id),
+                # Its exit, reported, came with every line it printed: the
+                # launcher has them all. One that ended before its command
+                # started (its agent's error) has only its log to show.
+                () if reported else self._log_tail(task.task_id),
             )
         )
 

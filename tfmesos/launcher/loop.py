@@ -305,6 +305,8 @@ class Loop:
         elif isinstance(event, Disconnected):
             task.disconnected = True
             task.disconnected_at = time.monotonic()
+            if task.state.over:
+                return  # its exit came first: nothing to wait for
             if task.ended is not None:
                 self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
             else:
