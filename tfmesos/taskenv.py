@@ -114,10 +114,43 @@ def fill_placeholders(command: str, values: Mapping[str, str]) -> str:
     return re.sub(_TOKEN, substitute, command)
 
 
+class _Cluster:
+    """What every task's environment takes from the cluster definition,
+    worked out once per definition: a launcher that runs its local tasks
+    itself fills in every task's, and each of these is a walk over every
+    task (docs/benchmarks.md, "The fixed cost")."""
+
+    __slots__ = ("cluster_json", "key", "order", "ps_hosts", "rank", "worker_hosts")
+
+    def __init__(self, cluster: ClusterDef, key: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+        self.key = key
+        self.ps_hosts = ",".join(cluster.get("ps", ()))
+        self.worker_hosts = ",".join(cluster.get("worker", ()))
+        # TF2 strategies reject a job with no tasks, so empty jobs are left out.
+        self.cluster_json = json.dumps(
+            {name: list(addrs) for name, addrs in cluster.items() if addrs}, separators=(",", ":")
+        )
+        self.order = ranks(cluster)
+        self.rank = {task: rank for rank, task in enumerate(self.order)}
+
+
+_last: _Cluster | None = None
+
+
+def _cluster(cluster: ClusterDef) -> _Cluster:
+    """The cluster's parts, kept for the last definition seen."""
+    global _last
+    key = tuple((name, tuple(addrs)) for name, addrs in cluster.items())
+    if _last is None or _last.key != key:
+        _last = _Cluster(cluster, key)
+    return _last
+
+
 def placeholder_values(cluster: ClusterDef, job_name: str, task_index: int) -> dict[str, str]:
+    parts = _cluster(cluster)
     return {
-        "ps_hosts": ",".join(cluster.get("ps", ())),
-        "worker_hosts": ",".join(cluster.get("worker", ())),
+        "ps_hosts": parts.ps_hosts,
+        "worker_hosts": parts.worker_hosts,
         "job_name": job_name,
         "task_index": str(task_index),
     }
@@ -135,19 +168,17 @@ def task_environment(
     """The variables every task gets: the original's ``TFMESOS_*``, TF2's
     ``TF_CONFIG``, and what torchrun gives and ``jax.distributed.initialize()``
     needs (:func:`rank_environment`)."""
-    values = placeholder_values(cluster, job_name, task_index)
-    # TF2 strategies reject a job with no tasks, so empty jobs are left out.
-    tf_config = {
-        "cluster": {name: list(addrs) for name, addrs in cluster.items() if addrs},
-        "task": {"type": job_name, "index": task_index},
-    }
+    parts = _cluster(cluster)
+    # json.dumps({"cluster": ..., "task": {"type": ..., "index": ...}}), its
+    # cluster part made once.
+    task = json.dumps({"type": job_name, "index": task_index}, separators=(",", ":"))
     env = {
-        "TFMESOS_PS_HOSTS": values["ps_hosts"],
-        "TFMESOS_WORKER_HOSTS": values["worker_hosts"],
+        "TFMESOS_PS_HOSTS": parts.ps_hosts,
+        "TFMESOS_WORKER_HOSTS": parts.worker_hosts,
         "TFMESOS_JOB_NAME": job_name,
         "TFMESOS_TASK_INDEX": str(task_index),
         "TFMESOS_DISTRIBUTED": "1",
-        "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
+        "TF_CONFIG": f'{{"cluster":{parts.cluster_json},"task":{task}}}',
         # Output goes through a pipe; without this Python would hold it back in
         # 8 KiB blocks and a crash would lose the last lines.
         "PYTHONUNBUFFERED": "1",
@@ -197,10 +228,13 @@ def rank_environment(
     address, the port its backend gave it (from the offer, on Mesos), which
     nothing else in such a job binds.
     """
-    order = ranks(cluster)
+    parts = _cluster(cluster)
+    order = parts.order
     if not order:
         return {}
-    rank = order.index((job_name, task_index))
+    rank = parts.rank.get((job_name, task_index))
+    if rank is None:
+        rank = order.index((job_name, task_index))  # not in the cluster: its ValueError
     first_job, first_index = order[0]
     master = cluster[first_job][first_index]
     size = str(len(order))
