@@ -173,7 +173,7 @@ class DirectTask:
             self._finished = True
             if self._timer is not None:
                 self._timer.cancel()
-            self._loop.create_task(self._finish())
+            self._finish()
             return
         timeout = run.timeout()
         if self._timer is not None:
@@ -182,7 +182,7 @@ class DirectTask:
         if timeout is not None:
             self._timer = self._loop.call_later(timeout, self._check)
 
-    async def _finish(self) -> None:
+    def _finish(self) -> None:
         run = self.run
         assert run is not None
         returncode = run.close()
@@ -191,7 +191,18 @@ class DirectTask:
             self._sweeper.done(pid)
         run.proc.wait()  # exited: at once. Its group number stays taken while members are left.
         _OWN_CHILDREN.discard(pid)
-        await _end_leftovers(pid, self.task_id)
+        leftovers = _Leftovers(pid, self.task_id)
+        if leftovers.left():
+            self._loop.create_task(self._report_after(leftovers, returncode))
+        else:  # the usual end: one read of this process's children, no task
+            self._report(returncode)
+
+    async def _report_after(self, leftovers: _Leftovers, returncode: int) -> None:
+        await leftovers.end()
+        self._report(returncode)
+
+    def _report(self, returncode: int) -> None:
+        """The exit, as the agent reports it once all its commands left is over."""
         status = 128 - returncode if returncode < 0 else returncode
         killed_by = -returncode if returncode < 0 else None
         self._rendezvous.deliver(Exited(self.task_id, status, signal=killed_by))
@@ -293,52 +304,58 @@ class _LoopWatcher:
         self._task._loop.remove_reader(fileobj)
 
 
-async def _end_leftovers(pgid: int, task_id: str) -> None:
-    """What the command left running, ended as its agent ends it: what is in
+class _Leftovers:
+    """What a command left running, ended as its agent ends it: what is in
     its process group, and what left the group and was handed to the
-    launcher (a subreaper) when its parent exited. SIGTERM (and SIGCONT),
-    ``LEFTOVER_GRACE`` to exit, then SIGKILL until none is left."""
-    mark = f"{wire.ENV_TASK_ID}={task_id}".encode()
+    launcher (a subreaper) when its parent exited, carrying the task's id.
+    SIGTERM (and SIGCONT), ``LEFTOVER_GRACE`` to exit, then SIGKILL until
+    none is left."""
 
-    def orphans() -> list[int]:
+    def __init__(self, pgid: int, task_id: str) -> None:
+        self.pgid = pgid
+        self.mark = f"{wire.ENV_TASK_ID}={task_id}".encode()
+
+    def orphans(self) -> list[int]:
         try:
             children = procfs.children(os.getpid())
-            return [p for p in children if p not in _OWN_CHILDREN and _carries(p, mark)]
         except OSError:
             return []
+        return [p for p in children if p not in _OWN_CHILDREN and _carries(p, self.mark)]
 
-    def left() -> bool:
-        return proctree.signal_group(pgid, 0) or bool(orphans())
+    def left(self) -> bool:
+        return proctree.signal_group(self.pgid, 0) or bool(self.orphans())
 
-    if not left():  # the usual end: one read of this process's children
-        return
-    strays = orphans()
-    for sig in (signal.SIGTERM, signal.SIGCONT):
-        proctree.signal_group(pgid, sig)
-        for pid in strays:
-            _signal_tree(pid, sig)
-    deadline = asyncio.get_running_loop().time() + LEFTOVER_GRACE
-    while left() and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(LEFTOVER_POLL)
-    rounds = 0
-    while left() and rounds < 500:
-        proctree.signal_group(pgid, signal.SIGKILL)
-        for pid in orphans():
-            _signal_tree(pid, signal.SIGKILL)
-        rounds += 1
-        await asyncio.sleep(0.01)
+    async def end(self) -> None:
+        strays = self.orphans()
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            proctree.signal_group(self.pgid, sig)
+            for pid in strays:
+                _signal_tree(pid, sig)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LEFTOVER_GRACE
+        while self.left() and loop.time() < deadline:
+            await asyncio.sleep(LEFTOVER_POLL)
+        rounds = 0
+        while self.left() and rounds < 500:
+            proctree.signal_group(self.pgid, signal.SIGKILL)
+            for pid in self.orphans():
+                _signal_tree(pid, signal.SIGKILL)
+            rounds += 1
+            await asyncio.sleep(0.01)
 
 
 def _carries(pid: int, mark: bytes) -> bool:
-    """Whether ``pid``, a child of the launcher, carries ``mark`` in its
-    environment; a zombie among them (it has none left) is reaped here if
-    it is an orphan the launcher was handed."""
+    """Whether ``pid``, an orphan handed to the launcher, carries ``mark`` in
+    its environment. One that has exited (a zombie: it has no environment
+    left) is reaped here: only the launcher, its subreaper, can."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as environ:
             data = environ.read()
     except OSError:
         return False
-    if not data:  # a zombie: reap it if it is an orphan that carried no mark we can read
+    if not data:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
         return False
     return mark in data.split(b"\0")
 
