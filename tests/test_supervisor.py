@@ -98,12 +98,21 @@ def test_a_server_that_exits_before_it_listens_is_never_ready() -> None:
     assert selector.get_map() == {}  # every descriptor of the run let go
 
 
-def _run_line(line: str, env: dict[str, str], cwd: str) -> tuple[int, bytes]:
-    """A shell command line run as the agent runs it: its status and output."""
+def _run_line(
+    line: str, env: dict[str, str], cwd: str | None, death_signal: bool = True
+) -> tuple[int, bytes]:
+    """A shell command line run as the agent runs it (as the launcher runs
+    it itself: without ``death_signal``): its status and output."""
     output: list[bytes] = []
     selector = selectors.DefaultSelector()
     run = CommandRun(
-        line, env, cwd, selector, emit=output.append, note=lambda t: output.append(t.encode())
+        line,
+        env,
+        cwd,
+        selector,
+        emit=output.append,
+        note=lambda t: output.append(t.encode()),
+        death_signal=death_signal,
     )
     _drive(run, selector)
     code = run.close()
@@ -154,17 +163,28 @@ def test_a_plain_command_line_starts_without_a_shell(monkeypatch: pytest.MonkeyP
         ("exec ./no-shebang", {}),  # a script without #!: sh runs it
     ],
 )
+@pytest.mark.parametrize("run_by", ["agent", "launcher"])
 def test_a_command_line_does_what_sh_c_does_with_it(
-    line: str, env_change: dict[str, str], tmp_path: os.PathLike[str]
+    line: str,
+    env_change: dict[str, str],
+    tmp_path: os.PathLike[str],
+    run_by: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The launcher runs a command in its own directory (posix_spawn, where
+    # it can) with no parent-death signal; an agent where it is told.
     here = os.fspath(tmp_path)
+    monkeypatch.chdir(here)
     with open(os.path.join(here, "not-executable"), "w") as script:
         script.write("echo never\n")
     with open(os.path.join(here, "no-shebang"), "w") as script:
         script.write("echo run by sh; exit 4\n")
     os.chmod(os.path.join(here, "no-shebang"), 0o755)
     env = {"PATH": os.environ["PATH"], "HOME": here, **env_change}
-    code, output = _run_line(line, env, here)
+    if run_by == "agent":
+        code, output = _run_line(line, env, here)
+    else:
+        code, output = _run_line(line, env, None, death_signal=False)
     expected_code, expected = _through_the_shell(line, env, here)
     # The order of the variables is the shell's hash order: not a promise.
     assert (code, sorted(output.splitlines())) == (expected_code, sorted(expected.splitlines()))
@@ -218,3 +238,26 @@ def _cmdline(pid: int) -> bytes:
             return cmdline.read()
     except OSError:
         return b""
+
+
+def test_a_command_the_launcher_runs_inherits_no_descriptor_but_its_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As Popen's close_fds: a descriptor tfrun was handed (one a shell left
+    # open, say) is not handed on to the task.
+    from tfmesos import supervisor
+
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    monkeypatch.setattr(supervisor, "_inherited", None)  # looked for afresh
+    try:
+        code, output = _run_line(
+            "exec ls /proc/self/fd", dict(os.environ), None, death_signal=False
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert code == 0
+    listed = sorted(int(fd) for fd in output.split())
+    assert write_end not in listed
+    assert listed[:3] == [0, 1, 2]

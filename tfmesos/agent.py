@@ -35,7 +35,7 @@ import time
 from tfmesos import proctree, wire
 from tfmesos.ports import NoFreePort, port_is_free, reserve_port
 from tfmesos.rendezvous_client import AgentConfig, AgentError, NoHello, RendezvousClient
-from tfmesos.supervisor import CommandRun, task_command
+from tfmesos.supervisor import CommandRun, Spawned, task_command
 from tfmesos.tasklog import TaskLog
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
@@ -57,7 +57,7 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.signal_received: int | None = None
         self.client = RendezvousClient(config, self.selector, lambda: self.signal_received)
-        self._children: list[subprocess.Popen[bytes]] = []
+        self._children: list[subprocess.Popen[bytes] | Spawned] = []
         """Commands that have exited, not yet reaped (see finish())."""
         self.stop_requested = False
         """The launcher said stop, or went away."""

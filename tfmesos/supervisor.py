@@ -28,7 +28,7 @@ TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init_
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any, Protocol
+    from typing import Any, BinaryIO, Protocol
 
     class Watcher(Protocol):
         """What :class:`CommandRun` needs of a selector."""
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         def unregister(self, fileobj: int) -> Any: ...
 
 
-__all__ = ["CommandRun", "task_command"]
+__all__ = ["CommandRun", "Spawned", "task_command"]
 
 READ_SIZE = 1 << 16
 MAX_PENDING_LINE = 1 << 16
@@ -89,7 +89,7 @@ def _start(
     cwd: str | None,
     pass_fds: tuple[int, ...],
     death_signal: bool = True,
-) -> subprocess.Popen[bytes]:
+) -> subprocess.Popen[bytes] | Spawned:
     """The command started as the agent's child, its output on one pipe.
 
     A command line of plain words is exec'd as ``sh -c`` would exec it (the
@@ -132,12 +132,95 @@ def _start(
                 return subprocess.Popen(
                     [wrapper, "--pdeathsig", "KILL", "--", *words], env=direct_env, **options
                 )
+            if not death_signal and cwd is None and not pass_fds:
+                spawned = _spawn(words, direct_env)
+                if spawned is not None:
+                    return spawned
             try:
                 return subprocess.Popen(words, env=direct_env, **options)
             except OSError:
                 pass  # the shell's turn: its message, its exit status
         return subprocess.Popen(argv, shell=True, env=env, **options)
     return subprocess.Popen(argv, env=env, **options)
+
+
+class Spawned:
+    """A command started by :func:`_spawn`: what :class:`CommandRun` and its
+    callers use of a ``Popen``."""
+
+    __slots__ = ("pid", "returncode", "stdout")
+
+    def __init__(self, pid: int, stdout: BinaryIO) -> None:
+        self.pid = pid
+        self.stdout: BinaryIO | None = stdout
+        self.returncode: int | None = None
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+_inherited: list[int] | None = None
+"""The descriptors above 2 this process may hand down (inherited by it; all
+it opens itself are not), looked for once: ``posix_spawn`` closes them in
+the child, as ``Popen``'s ``close_fds`` does."""
+
+
+def _spawn(words: list[str], env: dict[str, str]) -> Spawned | None:
+    """``words`` started with ``posix_spawn``, in a process group of its own,
+    its output on a pipe, ``SIGPIPE`` and ``SIGXFSZ`` at their defaults (as
+    ``Popen``'s ``restore_signals``): half a ``Popen``'s CPU in the parent,
+    most of which is ``Popen`` turning the environment into bytes in Python
+    (docs/benchmarks.md, "The fixed cost"). None where it cannot be (the
+    program not found on the environment's ``PATH``, not executable, a
+    script without ``#!``): ``Popen`` then tries, and the shell after it."""
+    global _inherited
+    program = _program(words[0], env)
+    if program is None or not hasattr(os, "posix_spawn"):
+        return None
+    if _inherited is None:
+        _inherited = []
+        with contextlib.suppress(OSError):
+            for name in os.listdir("/proc/self/fd"):
+                with contextlib.suppress(OSError):
+                    if int(name) > 2 and os.get_inheritable(int(name)):
+                        _inherited.append(int(name))
+    read_end, write_end = os.pipe()
+    actions: list[tuple[Any, ...]] = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_DUP2, write_end, 1),
+        (os.POSIX_SPAWN_DUP2, write_end, 2),
+        *((os.POSIX_SPAWN_CLOSE, fd) for fd in _inherited),
+    ]
+    try:
+        pid = os.posix_spawn(
+            program,
+            words,
+            env,
+            file_actions=actions,
+            setpgroup=0,
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
+        )
+    except OSError:
+        os.close(read_end)
+        return None
+    finally:
+        os.close(write_end)
+    return Spawned(pid, open(read_end, "rb", buffering=0))
+
+
+def _program(word: str, env: dict[str, str]) -> str | None:
+    """The file ``word`` names, found as the shell finds it (through the
+    environment's ``PATH`` where it has no slash), if it may be executed."""
+    places = (
+        [word] if "/" in word else [os.path.join(d or ".", word) for d in env["PATH"].split(":")]
+    )
+    for place in places:
+        if os.path.isfile(place) and os.access(place, os.X_OK):
+            return place
+    return None
 
 
 def _execable(word: str, env: dict[str, str], cwd: str | None) -> bool:

@@ -83,7 +83,7 @@ class TaskLog:
             pass
         else:
             for target in self.fds:
-                os.dup2(null, target)
+                os.dup2(null, target, inheritable=target <= 2)
             os.close(null)
         return describe_failure(where, exc)
 
@@ -107,7 +107,9 @@ class TaskLog:
                 os.replace(rotated, self.path)
             return self._give_up(exc)
         for target in self.fds:
-            os.dup2(fd, target)
+            # A descriptor of the launcher's own (a task it runs itself)
+            # stays its own: no command may inherit it.
+            os.dup2(fd, target, inheritable=target <= 2)
         os.close(fd)
         self.size = 0
         return None
