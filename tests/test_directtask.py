@@ -162,3 +162,24 @@ def test_output_waits_for_the_launcher_and_none_is_lost(tmp_path: Path) -> None:
     assert (tmp_path / "task.log").read_bytes() == expected
     assert launcher.kinds()[-2:] == ["Exited", "Disconnected"]
     assert launcher.waited == 1
+
+
+@pytest.mark.unit
+def test_a_command_that_cannot_be_made_ends_the_task_with_its_traceback_in_its_log(
+    tmp_path: Path,
+) -> None:
+    # An agent dies of it, its traceback in its log, status 1; the launcher
+    # running the task goes on, and the task ends as the agent's would.
+    async def run() -> Launcher:
+        launcher = Launcher()
+        task = launcher.task(tmp_path)
+        task.begin()
+        launcher.connection().send(cluster("echo {no_such_placeholder}"))
+        assert await asyncio.wait_for(task.ended, 30) == 1
+        return launcher
+
+    launcher = asyncio.run(run())
+    assert launcher.ends == [1]
+    log = (tmp_path / "task.log").read_text()
+    assert "KeyError: 'unknown placeholder {no_such_placeholder}" in log, log
+    assert "[tfmesos agent] cannot start the command" in log

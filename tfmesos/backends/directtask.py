@@ -118,12 +118,13 @@ class DirectTask:
         """The cluster message came: run the command, as the agent runs it."""
         if self._finished or self.run is not None:
             return
-        argv, env = task_command(dict(message), self._environ)
-        cwd = message.get("cwd")
-        if cwd is not None and not os.path.isdir(cwd):
-            self._note(f"working directory {cwd} does not exist here; running in {os.getcwd()}")
-            cwd = None
         try:
+            argv, env = task_command(dict(message), self._environ)
+            cwd = message.get("cwd")
+            if cwd is not None and not os.path.isdir(cwd):
+                here = os.getcwd()
+                self._note(f"working directory {cwd} does not exist here; running in {here}")
+                cwd = None
             self.run = CommandRun(
                 argv,
                 env,
@@ -133,8 +134,11 @@ class DirectTask:
                 note=self._note,
                 death_signal=self._sweeper is None,
             )
-        except OSError as exc:  # the agent's traceback, in a line
-            self._note(f"cannot start the command: {exc}")
+        except Exception:  # where an agent would die with its traceback in its log
+            import traceback
+
+            self._write_log(traceback.format_exc().encode())
+            self._note("cannot start the command (the traceback is in this task's log)")
             self._end(1)
             return
         _OWN_CHILDREN.add(self.run.pid)
