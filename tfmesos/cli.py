@@ -21,6 +21,7 @@ from tfmesos import lazyssl, rundirs, wire
 from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.flagtypes import count, positive_number, torchrun_hint
+from tfmesos.helpformat import HelpFormatter
 from tfmesos.pathtext import shown_path
 from tfmesos.spec import (
     MAX_RESTARTS,
@@ -156,36 +157,13 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's, with the terminal's width found as ``shutil`` finds it
-    (``$COLUMNS``, then the terminal, then 80) without importing ``shutil``
-    (and with it bz2 and lzma) in every tfrun for a width only help needs."""
-
-    def __init__(self, prog: str) -> None:
-        super().__init__(prog, width=_terminal_columns() - 2)
-
-
-def _terminal_columns() -> int:
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns > 0:
-        return columns
-    stdout = sys.__stdout__
-    try:
-        return (stdout is not None and os.get_terminal_size(stdout.fileno()).columns) or 80
-    except (ValueError, OSError):
-        return 80
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tfrun",
         usage="%(prog)s -w N [-s N] [options] -- command [args...]",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=_Formatter,
+        formatter_class=HelpFormatter,
         # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
         allow_abbrev=False,
     )
