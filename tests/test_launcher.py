@@ -27,6 +27,7 @@ from tfmesos.testing.fake import (
     FakeNetwork,
     FakeRuns,
     Hangs,
+    Killed,
     Lost,
     Plan,
     Runs,
@@ -172,6 +173,43 @@ def test_a_task_lost_with_its_machine_ends_the_job_with_the_backends_word() -> N
     with pytest.raises(JobFailedError, match="task worker:1 on fake-host ended in state lost"):
         asyncio.run(run_job(backend.launcher()))
     assert backend.closed == 1
+
+
+class ExplainingBackend(FakeBackend):
+    """A backend whose word on a SIGKILLed command names why (Mesos)."""
+
+    explains_kills = True
+
+
+@pytest.mark.parametrize(
+    ("backend_type", "plan", "reason"),
+    [
+        # The backend's word right behind the task's report: it is said.
+        (
+            ExplainingBackend,
+            Killed("killed for exceeding its memory limit", 0.1),
+            "ended in state TASK_FAILED",
+        ),
+        # No word within the grace: the task's own report.
+        (ExplainingBackend, Killed(after=None), "killed by SIGKILL"),
+        # A backend that has nothing to add is not waited for.
+        (FakeBackend, Killed("never said", 0.1), "killed by SIGKILL"),
+    ],
+    ids=["explained", "never-explained", "not-waited-for"],
+)
+def test_a_sigkilled_command_is_explained_by_its_backend_where_it_can(
+    backend_type: type[FakeBackend], plan: Plan, reason: str
+) -> None:
+    # Seen on real Mesos under load: a command over its memory limit was
+    # reported SIGKILLed by its agent before the agent's TASK_FAILED came,
+    # and the job said "killed by SIGKILL" and tore the framework down.
+    backend = backend_type(spec(), {"worker:1": plan, "worker:0": Runs(None)})
+    events = EventRecorder()
+    with pytest.raises(JobFailedError):
+        asyncio.run(run_job(backend.launcher(events=events)))
+    [killed] = [e for e in events.of("task_exited") if e["task"] == "worker:1"]
+    assert killed["reason"].startswith(reason), killed
+    assert killed["action"] == "fail job"
 
 
 def test_a_backend_that_fails_ends_the_job_and_is_still_released() -> None:

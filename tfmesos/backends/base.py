@@ -170,6 +170,10 @@ class Backend(abc.ABC):
         for launch in launches:
             await self.launch(launch)
 
+    explains_kills: ClassVar[bool] = False
+    """Whether this backend's own word on a task whose command was SIGKILLed
+    says more than the signal (Mesos: the memory limit that killed it): the
+    launcher then waits a moment for it before it says how the task ended."""
     keeps_addresses: ClassVar[bool] = False
     """Whether :meth:`launch_at` can start a task where an earlier attempt ran."""
 

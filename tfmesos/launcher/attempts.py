@@ -19,7 +19,7 @@ from dataclasses import field
 
 from tfmesos.backends.base import TaskEnded
 from tfmesos.records import record
-from tfmesos.rendezvous import Connection
+from tfmesos.rendezvous import Connection, Exited
 from tfmesos.spec import TaskSpec
 
 __all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptState", "Attempts", "IllegalMove"]
@@ -89,6 +89,10 @@ class Attempt:
     """Where this attempt must serve: the address of the attempt it replaces,
     for a fine-grained relaunch (:mod:`tfmesos.launcher.relaunch`); else empty."""
     exit_code: int | None = None
+    held_exit: Exited | None = None
+    """Its exit, SIGKILLed, held a moment for its backend's word on why
+    (``Backend.explains_kills``)."""
+    held_at: float = 0.0
     tail: bytearray = field(default_factory=bytearray)
     cut: bool = False
     """Its output is no longer shown: the job is stopping and the terminal

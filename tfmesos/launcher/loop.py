@@ -18,6 +18,7 @@ import asyncio
 import collections
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -301,6 +302,19 @@ class Loop:
             if task.keep_address:
                 logger.info("task %s is back at %s", task.spec.name, task.addr)
         elif isinstance(event, Exited):
+            if (
+                event.signal == signal.SIGKILL
+                and task.ended is None
+                and self._backend_for(task.spec).explains_kills
+            ):
+                # SIGKILL is also how a memory limit ends a command: its
+                # backend's word, which names the limit, may be right behind.
+                task.held_exit = event
+                task.held_at = time.monotonic()
+                asyncio.get_running_loop().call_later(
+                    DISCONNECT_GRACE, self._events.put_nowait, Tick(task.task_id)
+                )
+                return
             self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
         elif isinstance(event, Disconnected):
             task.disconnected = True
@@ -323,7 +337,7 @@ class Loop:
             task.ended = event
             task.ended_at = time.monotonic()
             task.host = task.host or event.host
-            if task.connection is None or task.disconnected:
+            if task.connection is None or task.disconnected or task.held_exit is not None:
                 self._over(task, event.exit_code, verdict.describe_end(event))
             else:
                 # The agent's last output and exit report may still be in
@@ -339,6 +353,14 @@ class Loop:
         if task is None or task.state.over:
             return
         now = time.monotonic()
+        held = task.held_exit
+        if held is not None and task.ended is None:
+            left = DISCONNECT_GRACE - (now - task.held_at)
+            if left > 0.001:  # woken early: look again then
+                asyncio.get_running_loop().call_later(left, self._events.put_nowait, Tick(task_id))
+            else:  # no word came: the task's own report it is
+                self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
+            return
         if task.ended is not None:
             left = DISCONNECT_GRACE - (now - task.ended_at)
         elif task.disconnected:

@@ -61,6 +61,7 @@ __all__ = [
     "FakeNetwork",
     "FakeRuns",
     "Hangs",
+    "Killed",
     "Lost",
     "Plan",
     "Runs",
@@ -106,7 +107,17 @@ class BreaksBackend:
     message: str = "master gone for good"
 
 
-Plan = Runs | DiesEarly | Hangs | Lost | BreaksBackend
+@dataclass(frozen=True)
+class Killed:
+    """Dials in; once it has the cluster, its command is SIGKILLed (a memory
+    limit): the task reports that exit, and the backend its own word
+    (``message``) ``after`` seconds later (None: never)."""
+
+    message: str = "killed for exceeding its memory limit"
+    after: float | None = 0.1
+
+
+Plan = Runs | DiesEarly | Hangs | Lost | BreaksBackend | Killed
 """What one attempt at one task does."""
 
 
@@ -242,6 +253,13 @@ class _FakeTask:
             self.end(None, "lost", plan.message)
         elif isinstance(plan, BreaksBackend):
             self.backend.report(BackendFailed(plan.message))
+        elif isinstance(plan, Killed):
+            network.deliver(Exited(self.task_id, 128 + signal.SIGKILL, signal=signal.SIGKILL))
+            if plan.after is not None:
+                message = plan.message
+                self.backend.loop.call_later(
+                    plan.after, lambda: self.end(None, "TASK_FAILED", message)
+                )
 
     def stop(self) -> None:
         """Told to stop: it ends as an agent stops its command, by SIGTERM."""

@@ -73,6 +73,9 @@ REVIVE_RETRY_MAX = 15.0
 class MesosBackend(Backend):
     name = "mesos"
     keeps_addresses = True
+    explains_kills = True
+    """A container over its memory: the kernel SIGKILLs the command, and the
+    agent's TASK_FAILED names the limit; the task's own report may come first."""
     options_type = MesosOptions
 
     def __init__(self, spec: ClusterSpec, options: MesosOptions | None = None) -> None:
