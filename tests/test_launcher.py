@@ -192,10 +192,12 @@ class ExplainingBackend(FakeBackend):
         ),
         # No word within the grace: the task's own report.
         (ExplainingBackend, Killed(after=None), "killed by SIGKILL"),
+        # Its word says no more than the signal: the task's own report.
+        (ExplainingBackend, Killed("Command terminated", 0.1, limited=False), "killed by SIGKILL"),
         # A backend that has nothing to add is not waited for.
         (FakeBackend, Killed("never said", 0.1), "killed by SIGKILL"),
     ],
-    ids=["explained", "never-explained", "not-waited-for"],
+    ids=["explained", "never-explained", "said-no-more", "not-waited-for"],
 )
 def test_a_sigkilled_command_is_explained_by_its_backend_where_it_can(
     backend_type: type[FakeBackend], plan: Plan, reason: str

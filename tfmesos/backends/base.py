@@ -68,6 +68,9 @@ class TaskEnded:
     output_tail: tuple[str, ...] = ()
     """The task's last lines of output, where the backend can see them: they
     explain a task that died before it could stream anything."""
+    limited: bool = False
+    """Its container's limit ended it (Mesos: a memory or disk limitation):
+    a better account of a SIGKILLed command than the signal."""
 
 
 @record(frozen=True)
@@ -172,8 +175,9 @@ class Backend(abc.ABC):
 
     explains_kills: ClassVar[bool] = False
     """Whether this backend's own word on a task whose command was SIGKILLed
-    says more than the signal (Mesos: the memory limit that killed it): the
-    launcher then waits a moment for it before it says how the task ended."""
+    may say more than the signal (Mesos: the memory limit that killed it,
+    ``TaskEnded.limited``): the launcher then waits a moment for it before
+    it says how the task ended."""
     keeps_addresses: ClassVar[bool] = False
     """Whether :meth:`launch_at` can start a task where an earlier attempt ran."""
 

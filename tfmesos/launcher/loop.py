@@ -337,7 +337,11 @@ class Loop:
             task.ended = event
             task.ended_at = time.monotonic()
             task.host = task.host or event.host
-            if task.connection is None or task.disconnected or task.held_exit is not None:
+            held = task.held_exit
+            if held is not None and not event.limited:
+                # Nothing said beyond the signal: the task's own report.
+                self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
+            elif task.connection is None or task.disconnected or held is not None:
                 self._over(task, event.exit_code, verdict.describe_end(event))
             else:
                 # The agent's last output and exit report may still be in

@@ -115,6 +115,8 @@ class Killed:
 
     message: str = "killed for exceeding its memory limit"
     after: float | None = 0.1
+    limited: bool = True
+    """The backend's word names a container's limit (``TaskEnded.limited``)."""
 
 
 Plan = Runs | DiesEarly | Hangs | Lost | BreaksBackend | Killed
@@ -256,10 +258,24 @@ class _FakeTask:
         elif isinstance(plan, Killed):
             network.deliver(Exited(self.task_id, 128 + signal.SIGKILL, signal=signal.SIGKILL))
             if plan.after is not None:
-                message = plan.message
-                self.backend.loop.call_later(
-                    plan.after, lambda: self.end(None, "TASK_FAILED", message)
-                )
+                self.backend.loop.call_later(plan.after, self.end_killed, plan)
+
+    def end_killed(self, plan: Killed) -> None:
+        """The backend's word on a command SIGKILLed (:class:`Killed`)."""
+        if self.ended:
+            return
+        self.ended = True
+        self.backend.network.deliver(Disconnected(self.task_id))
+        self.backend.report(
+            TaskEnded(
+                self.task_id,
+                "TASK_FAILED",
+                137,
+                plan.message,
+                self.backend.host,
+                limited=plan.limited,
+            )
+        )
 
     def stop(self) -> None:
         """Told to stop: it ends as an agent stops its command, by SIGTERM."""

@@ -71,7 +71,15 @@ class PlacedTasks:
         message = status.get("message", "")
         task = placed.launch.task
         detail = describe_update(status, task.job_name, task.mem)
-        ended = TaskEnded(task_id, state.value, exit_status(state, message), detail, placed.host)
+        limited = str(status.get("reason", "")).startswith("REASON_CONTAINER_LIMITATION")
+        ended = TaskEnded(
+            task_id,
+            state.value,
+            exit_status(state, message),
+            detail,
+            placed.host,
+            limited=limited,
+        )
         return ended, None
 
     def _kill_stray(self, placed: Placed, status: dict[str, Any]) -> dict[str, Any] | None:
