@@ -211,36 +211,35 @@ def _spawn(words: list[str], env: dict[str, str]) -> Spawned | None:
     return Spawned(pid, open(read_end, "rb", buffering=0))
 
 
-def _program(word: str, env: dict[str, str]) -> str | None:
+def _program(word: str, env: dict[str, str], cwd: str | None = None) -> str | None:
     """The file ``word`` names, found as the shell finds it (through the
-    environment's ``PATH`` where it has no slash), if it may be executed."""
+    environment's ``PATH`` where it has no slash, from ``cwd``), if it may
+    be executed."""
+    here = cwd or "."
     places = (
         [word] if "/" in word else [os.path.join(d or ".", word) for d in env["PATH"].split(":")]
     )
     for place in places:
-        if os.path.isfile(place) and os.access(place, os.X_OK):
-            return place
+        path = os.path.join(here, place)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
     return None
 
 
 def _execable(word: str, env: dict[str, str], cwd: str | None) -> bool:
-    """Whether the program ``word`` names (through ``PATH`` where it has no
-    slash, as the shell looks) is a file an ``exec`` runs as it is: an
-    executable that starts as a binary or a ``#!`` script does. Anything else
-    (not found, not executable, a script the shell would read itself) is the
-    shell's to start, and to explain."""
-    here = cwd or "."
-    places = [word] if "/" in word else [d or "." for d in env["PATH"].split(":")]
-    for place in places:
-        path = os.path.join(here, place if "/" in word else os.path.join(place, word))
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            try:
-                with open(path, "rb") as program:
-                    start = program.read(4)
-            except OSError:
-                return False
-            return start == b"\x7fELF" or start[:2] == b"#!"
-    return False
+    """Whether the program ``word`` names (:func:`_program`) is a file an
+    ``exec`` runs as it is: an executable that starts as a binary or a ``#!``
+    script does. Anything else (not found, not executable, a script the
+    shell would read itself) is the shell's to start, and to explain."""
+    path = _program(word, env, cwd)
+    if path is None:
+        return False
+    try:
+        with open(path, "rb") as program:
+            start = program.read(4)
+    except OSError:
+        return False
+    return start == b"\x7fELF" or start[:2] == b"#!"
 
 
 class CommandRun:
