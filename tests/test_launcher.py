@@ -178,7 +178,14 @@ def test_a_task_lost_with_its_machine_ends_the_job_with_the_backends_word() -> N
 class ExplainingBackend(FakeBackend):
     """A backend whose word on a SIGKILLed command names why (Mesos)."""
 
-    explains_kills = True
+    kill_word_wait = 0.5
+
+
+class SlowlyExplainingBackend(FakeBackend):
+    """One whose word may take longer than ``DISCONNECT_GRACE`` (real Mesos
+    destroying a container on a loaded host)."""
+
+    kill_word_wait = 3.0
 
 
 @pytest.mark.parametrize(
@@ -190,14 +197,34 @@ class ExplainingBackend(FakeBackend):
             Killed("killed for exceeding its memory limit", 0.1),
             "ended in state TASK_FAILED",
         ),
-        # No word within the grace: the task's own report.
+        # Waited for as long as its backend says its word may take: the
+        # fixed 2 s wait before missed Mesos's word in three CI runs.
+        (
+            SlowlyExplainingBackend,
+            Killed("killed for exceeding its memory limit", 2.5),
+            "ended in state TASK_FAILED",
+        ),
+        # No word within the wait: the task's own report.
         (ExplainingBackend, Killed(after=None), "killed by SIGKILL"),
+        # ... which says when the kernel's OOM killer did it.
+        (
+            ExplainingBackend,
+            Killed(after=None, out_of_memory=True),
+            "killed by SIGKILL by the kernel's OOM killer, over its memory cgroup's limit",
+        ),
         # Its word says no more than the signal: the task's own report.
         (ExplainingBackend, Killed("Command terminated", 0.1, limited=False), "killed by SIGKILL"),
         # A backend that has nothing to add is not waited for.
         (FakeBackend, Killed("never said", 0.1), "killed by SIGKILL"),
     ],
-    ids=["explained", "never-explained", "said-no-more", "not-waited-for"],
+    ids=[
+        "explained",
+        "explained-slowly",
+        "never-explained",
+        "never-explained-out-of-memory",
+        "said-no-more",
+        "not-waited-for",
+    ],
 )
 def test_a_sigkilled_command_is_explained_by_its_backend_where_it_can(
     backend_type: type[FakeBackend], plan: Plan, reason: str

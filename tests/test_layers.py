@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "tfmesos.flagtypes": FOUNDATION,
     "tfmesos.procfs": FOUNDATION,
     "tfmesos.procenv": FOUNDATION,
+    "tfmesos.oomkills": FOUNDATION,
     "tfmesos.proctree": FOUNDATION,
     "tfmesos.aio": FOUNDATION,
     "tfmesos.lazyssl": FOUNDATION,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import signal
 import subprocess
@@ -49,6 +50,12 @@ __all__ = ["Agent", "main"]
 LEFTOVER_GRACE = 2.0
 """When the agent is done, how long what its commands left running below it
 gets between SIGTERM and SIGKILL."""
+OOM_LINGER = 5.0
+"""In a Mesos container, how long the agent waits, after reporting a command
+the kernel killed for exceeding the container's memory, before it exits:
+the containerizer that enforces the limit ends the container and reports
+the limit (TASK_FAILED, REASON_CONTAINER_LIMITATION_MEMORY) unless the
+executor sees the agent exit first and reports a plain failure."""
 
 
 class Agent:
@@ -63,6 +70,8 @@ class Agent:
         """The launcher said stop, or went away."""
         self.last_signal: int | None = None
         """The signal that killed the last command run, if one did."""
+        self.out_of_memory = False
+        """The kernel's OOM killer killed the last command run (its cgroup's count)."""
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_w, False)
         self.log = TaskLog.from_environ(os.environ)
@@ -129,6 +138,7 @@ class Agent:
         # Reaped in finish(), after what is left in its group is ended.
         self._children.append(command.proc)
         self.last_signal = -returncode if returncode < 0 else None
+        self.out_of_memory = command.out_of_memory
         return 128 - returncode if returncode < 0 else returncode
 
     def finish(self) -> None:
@@ -162,17 +172,34 @@ class Agent:
     def note(self, text: str) -> None:
         self.emit(f"[tfmesos agent] {text}\n".encode())
 
-    def report_exit(self, code: int, killed_by: int | None = None) -> None:
+    def report_exit(
+        self, code: int, killed_by: int | None = None, out_of_memory: bool = False
+    ) -> None:
         """Tell the launcher how the task ended: its status, the signal that
-        killed its command if one did, and the signal this agent was sent if
-        it was (someone stopped the task on its host)."""
+        killed its command if one did, whether that was the kernel's OOM
+        killer, and the signal this agent was sent if it was (someone stopped
+        the task on its host). In a Mesos container, a command killed for
+        its memory is followed by ``OOM_LINGER``: the containerizer's word
+        names the limit."""
         message: dict[str, Any] = {"type": "exit", "code": code}
         if killed_by is not None:
             message["signal"] = killed_by
         if self.signal_received is not None:
             message["agent_signal"] = self.signal_received
+        if out_of_memory:
+            message["out_of_memory"] = True
         self.client.send_json(message)
         self.client.shutdown()
+        if out_of_memory and "MESOS_EXECUTOR_ID" in os.environ:
+            self._linger(OOM_LINGER)
+
+    def _linger(self, seconds: float) -> None:
+        """Wait ``seconds`` for whoever enforces the task's limits to end it,
+        or for a signal."""
+        deadline = time.monotonic() + seconds
+        while self.signal_received is None and (left := deadline - time.monotonic()) > 0:
+            if select.select([self._wakeup_r], [], [], left)[0]:
+                self._drain_wakeup()
 
 
 def run(config: AgentConfig, environ: dict[str, str]) -> int:
@@ -210,6 +237,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
     extra = message.get("extra_config") or {}
     code = 0
     killed_by: int | None = None
+    out_of_memory = False
     try:
         initializer = extra.get("initializer")
         if initializer:
@@ -221,6 +249,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
             server_mode = message.get("cmd") is None
             code = agent.run_child(argv, env, cwd, server=server_mode)
             killed_by = agent.last_signal
+            out_of_memory = agent.out_of_memory
         finalizer = extra.get("finalizer")
         if finalizer:
             final_code = agent.run_child(str(finalizer), env, cwd)
@@ -228,7 +257,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
                 agent.note(f"finalizer exited with status {final_code}")
     finally:
         agent.finish()
-    agent.report_exit(code, killed_by)
+    agent.report_exit(code, killed_by, out_of_memory)
     return code
 
 

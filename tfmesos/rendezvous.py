@@ -121,6 +121,8 @@ class Exited:
     """The signal that killed the task's command, if one did."""
     agent_signal: int | None = None
     """The signal the task's agent was sent, if it was."""
+    out_of_memory: bool = False
+    """The kernel's OOM killer killed the command (its memory cgroup's count rose)."""
 
 
 @record(frozen=True)
@@ -537,6 +539,7 @@ class RendezvousServer:
                     message["code"],
                     killed_by if isinstance(killed_by, int) else None,
                     agent_signal if isinstance(agent_signal, int) else None,
+                    message.get("out_of_memory") is True,
                 )
             )
         elif message["type"] == "ready":

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from tfmesos import proctree, taskenv, wire
+from tfmesos import oomkills, proctree, taskenv, wire
 from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
@@ -279,6 +279,11 @@ class CommandRun:
         self._note = note
         self._on_ready = on_ready
         child_env = dict(env)
+        self._oom_kills = oomkills.oom_kills()
+        """The OOM kills in this process's memory cgroup before the command."""
+        self.out_of_memory = False
+        """After :meth:`close`: the command was SIGKILLed, not by this run, while
+        the kernel's OOM killer ended a process in its memory cgroup."""
         ready_write: int | None = None
         self._ready: int | None = None
         """The read end of the readiness pipe, until the server writes to it or exits."""
@@ -425,4 +430,6 @@ class CommandRun:
         self.proc.stdout.close()
         returncode = proctree.peek_exit_status(self.pid)
         assert returncode is not None
+        if returncode == -signal.SIGKILL and not self.killed and self._oom_kills is not None:
+            self.out_of_memory = (oomkills.oom_kills() or 0) > self._oom_kills
         return returncode

@@ -173,11 +173,11 @@ class Backend(abc.ABC):
         for launch in launches:
             await self.launch(launch)
 
-    explains_kills: ClassVar[bool] = False
-    """Whether this backend's own word on a task whose command was SIGKILLed
-    may say more than the signal (Mesos: the memory limit that killed it,
-    ``TaskEnded.limited``): the launcher then waits a moment for it before
-    it says how the task ended."""
+    kill_word_wait: ClassVar[float] = 0.0
+    """How long this backend's own word on a task whose command was SIGKILLed
+    may take, where it can say more than the signal (Mesos: the memory limit
+    that killed it, ``TaskEnded.limited``); the launcher waits for it that
+    long at most before it says how the task ended. 0: it has nothing to add."""
     keeps_addresses: ClassVar[bool] = False
     """Whether :meth:`launch_at` can start a task where an earlier attempt ran."""
 

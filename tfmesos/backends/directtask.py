@@ -209,7 +209,8 @@ class DirectTask:
         """The exit, as the agent reports it once all its commands left is over."""
         status = 128 - returncode if returncode < 0 else returncode
         killed_by = -returncode if returncode < 0 else None
-        self._rendezvous.deliver(Exited(self.task_id, status, signal=killed_by))
+        out_of_memory = self.run is not None and self.run.out_of_memory
+        self._rendezvous.deliver(Exited(self.task_id, status, killed_by, None, out_of_memory))
         self._end(status, reported=True)
 
     def _end(self, status: int, reported: bool = False) -> None:

@@ -91,7 +91,7 @@ class Attempt:
     exit_code: int | None = None
     held_exit: Exited | None = None
     """Its exit, SIGKILLed, held a moment for its backend's word on why
-    (``Backend.explains_kills``)."""
+    (``Backend.kill_word_wait``)."""
     held_at: float = 0.0
     tail: bytearray = field(default_factory=bytearray)
     cut: bool = False

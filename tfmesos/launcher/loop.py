@@ -302,17 +302,14 @@ class Loop:
             if task.keep_address:
                 logger.info("task %s is back at %s", task.spec.name, task.addr)
         elif isinstance(event, Exited):
-            if (
-                event.signal == signal.SIGKILL
-                and task.ended is None
-                and self._backend_for(task.spec).explains_kills
-            ):
+            wait = self._backend_for(task.spec).kill_word_wait
+            if event.signal == signal.SIGKILL and task.ended is None and wait:
                 # SIGKILL is also how a memory limit ends a command: its
-                # backend's word, which names the limit, may be right behind.
+                # backend's word, which names the limit, may be behind.
                 task.held_exit = event
                 task.held_at = time.monotonic()
                 asyncio.get_running_loop().call_later(
-                    DISCONNECT_GRACE, self._events.put_nowait, Tick(task.task_id)
+                    wait, self._events.put_nowait, Tick(task.task_id)
                 )
                 return
             self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
@@ -359,7 +356,7 @@ class Loop:
         now = time.monotonic()
         held = task.held_exit
         if held is not None and task.ended is None:
-            left = DISCONNECT_GRACE - (now - task.held_at)
+            left = self._backend_for(task.spec).kill_word_wait - (now - task.held_at)
             if left > 0.001:  # woken early: look again then
                 asyncio.get_running_loop().call_later(left, self._events.put_nowait, Tick(task_id))
             else:  # no word came: the task's own report it is

@@ -34,6 +34,8 @@ def describe_exit(exited: Exited) -> str:
     signal says which, not the shell's 128+N."""
     if exited.signal is not None:
         reason = f"killed by {signal_name(exited.signal)}"
+        if exited.out_of_memory:
+            reason += " by the kernel's OOM killer, over its memory cgroup's limit"
     else:
         reason = f"exited with status {exited.code}"
     if exited.agent_signal is not None:

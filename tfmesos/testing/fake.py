@@ -117,6 +117,8 @@ class Killed:
     after: float | None = 0.1
     limited: bool = True
     """The backend's word names a container's limit (``TaskEnded.limited``)."""
+    out_of_memory: bool = False
+    """The task's report says the kernel's OOM killer did it (``Exited.out_of_memory``)."""
 
 
 Plan = Runs | DiesEarly | Hangs | Lost | BreaksBackend | Killed
@@ -256,7 +258,8 @@ class _FakeTask:
         elif isinstance(plan, BreaksBackend):
             self.backend.report(BackendFailed(plan.message))
         elif isinstance(plan, Killed):
-            network.deliver(Exited(self.task_id, 128 + signal.SIGKILL, signal=signal.SIGKILL))
+            sigkill = signal.SIGKILL
+            network.deliver(Exited(self.task_id, 128 + sigkill, sigkill, None, plan.out_of_memory))
             if plan.after is not None:
                 self.backend.loop.call_later(plan.after, self.end_killed, plan)
 

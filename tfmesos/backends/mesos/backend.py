@@ -73,9 +73,10 @@ REVIVE_RETRY_MAX = 15.0
 class MesosBackend(Backend):
     name = "mesos"
     keeps_addresses = True
-    explains_kills = True
-    """A container over its memory: the kernel SIGKILLs the command, and the
-    agent's TASK_FAILED names the limit; the task's own report may come first."""
+    kill_word_wait = 15.0
+    """Over its memory, the command is SIGKILLed; the TASK_FAILED naming the
+    limit follows once the container is destroyed (over 2 s under load in CI;
+    the agent waits, ``agent.OOM_LINGER``). Other SIGKILLs: as the agent exits."""
     options_type = MesosOptions
 
     def __init__(self, spec: ClusterSpec, options: MesosOptions | None = None) -> None:

@@ -1,0 +1,97 @@
+"""The kernel's count of out-of-memory kills in this process's memory cgroup.
+
+A command killed by SIGKILL may have been killed by anyone; one killed by the
+kernel for exceeding its cgroup's memory limit (a Mesos container's, a Slurm
+step's, a ``podman --memory`` container's) shows in the cgroup's counter:
+``oom_kill`` in ``memory.oom_control`` (cgroup v1, Linux 4.13 on) or in
+``memory.events`` (cgroup v2, which counts the cgroups below too). The count
+read before a command starts and after it ends says whether the kernel's OOM
+killer ended a process in between. Standard library only: the agent uses it.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["counter_path", "oom_kills"]
+
+_UNREAD = ""
+_path: str | None = _UNREAD
+"""This process's counter file, found once: None where there is none."""
+
+
+def counter_path(proc: str = "/proc/self") -> str | None:
+    """The file holding the OOM-kill count of the memory cgroup that ``proc``
+    is in, or None (no memory cgroup mounted where it can be seen, or a
+    kernel without the counter). A hierarchy mounted from one of its cgroups
+    (a container's view) is followed through the mount's root."""
+    try:
+        with open(f"{proc}/cgroup") as listing:
+            memberships = listing.read().splitlines()
+        with open(f"{proc}/mountinfo") as mounts:
+            mountinfo = mounts.read().splitlines()
+    except OSError:
+        return None
+    v1 = v2 = None
+    for line in memberships:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            v1 = path
+        elif controllers == "":
+            v2 = path
+    for line in mountinfo:
+        fields, _, tail = line.partition(" - ")
+        words, kind = fields.split(), tail.split()
+        if len(words) < 5 or len(kind) < 3:
+            continue
+        root, mount_point = _unescape(words[3]), _unescape(words[4])
+        if kind[0] == "cgroup" and v1 is not None and "memory" in kind[2].split(","):
+            found = _below(mount_point, root, v1, "memory.oom_control")
+        elif kind[0] == "cgroup2" and v2 is not None and v1 is None:
+            found = _below(mount_point, root, v2, "memory.events")
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def oom_kills(path: str | None = _UNREAD) -> int | None:
+    """The count in ``path`` (by default this process's counter, found on
+    first use), or None where it cannot be read."""
+    global _path
+    if path == _UNREAD:
+        if _path == _UNREAD:
+            _path = counter_path()
+        path = _path
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as counters:
+            text = counters.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(b" ")
+        if name == b"oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _below(mount_point: str, root: str, cgroup: str, name: str) -> str | None:
+    """``name`` in ``cgroup``'s directory where the hierarchy is mounted at
+    ``mount_point`` from its cgroup ``root``; None if it is not below it."""
+    root = root.rstrip("/")
+    if cgroup != root and not cgroup.startswith(root + "/"):
+        return None
+    path = f"{mount_point.rstrip('/')}{cgroup[len(root) :]}/{name}"
+    return path if os.path.exists(path) else None
+
+
+def _unescape(word: str) -> str:
+    """A mountinfo path: space, tab, newline and backslash are octal escapes."""
+    if "\\" not in word:
+        return word
+    for code in ("040", "011", "012", "134"):
+        word = word.replace("\\" + code, chr(int(code, 8)))
+    return word
