@@ -18,14 +18,17 @@ job and in the verdict, without the cgroup's statistics.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.conftest import (
@@ -35,6 +38,7 @@ from tests.conftest import (
     JobProcesses,
     marked_master,
     run_tfrun,
+    start_tfrun,
 )
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, real_mesos_home, real_mesos_unavailable
@@ -62,6 +66,26 @@ print("allocated", len(hog) >> 20, "MiB", flush=True)
 time.sleep(hold)
 sys.exit(3)
 """
+
+
+LATE_HOG = """\
+import os, sys, time
+index, size, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if index == "0":
+    sys.exit(0)
+while not os.path.exists(go):
+    time.sleep(0.05)
+print("allocating", flush=True)
+hog = b"x" * (size << 20)
+print("allocated", len(hog) >> 20, "MiB", flush=True)
+sys.exit(3)
+"""
+"""The hog of ``HOG``, which waits for the test's word (a file) to allocate."""
+AGENT_DEAF = 3.0
+"""How long the test keeps the Mesos agent stopped once the command is dead:
+longer than the 2 s the launcher waited for its word before (three CI runs saw
+a container's destroy take longer), less than the task's agent waits
+(``tfmesos.agent.OOM_LINGER``)."""
 
 
 @pytest.fixture
@@ -155,6 +179,9 @@ def enforcing_mesos(
         home,
         agents=[AGENT],
         agent_flags=flags,
+        # Mesos's own: test_a_limit_mesos_names_late_is_named_still stops
+        # the agent for seconds, which RealMesos's 3 s would call a loss.
+        master_flags={"agent_ping_timeout": "15secs", "max_agent_ping_timeouts": "5"},
         executor_env={MARK: job_procs.mark},
         base=tmp_path / "mesos",
     )
@@ -222,6 +249,15 @@ def test_a_task_over_its_memory_is_killed_and_tfrun_names_it_the_limit_and_the_f
         # looks every MEMORY_POLL seconds, finds the excess after the fact.
         assert "allocated" not in result.stdout, context
 
+    assert_the_limit_is_named(mesos, events, result.stderr, context)
+    assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
+
+
+def assert_the_limit_is_named(
+    mesos: MesosUnderTest, events: JobEvents, stderr: str, context: str
+) -> None:
+    """Mesos said worker 1's container went over its memory, and tfrun said
+    so, in the event and in the user's two lines."""
     [end] = [
         s for s in worker_1_statuses(mesos) if s["state"] not in ("TASK_STARTING", "TASK_RUNNING")
     ]
@@ -254,10 +290,57 @@ def test_a_task_over_its_memory_is_killed_and_tfrun_names_it_the_limit_and_the_f
     # The wording the user reads, the subject of this test: in one line as
     # tfrun stops the job, and in the verdict.
     said = f"task worker:1 on 127.0.0.1 {reason}"
-    lines = result.stderr.splitlines()
+    lines = stderr.splitlines()
     assert f"[tfrun] {said}: stopping every task" in lines, context
     assert f"[tfrun] job failed: {said}; its last output:" in lines, context
-    assert "MEMORY STATISTICS" not in result.stderr, context
+    assert "MEMORY STATISTICS" not in stderr, context
+
+
+def test_a_limit_mesos_names_late_is_named_still(
+    enforcing_mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """The container's destroy, and so the agent's TASK_FAILED, comes seconds
+    after the task's own report of a SIGKILL: tfrun waits for it."""
+    real = enforcing_mesos.real
+    if real is None:
+        why = "only a real agent can be stopped: the double's run in the test's process"
+        print(f"\nskipping: {why}", file=sys.stderr)
+        pytest.skip(why)
+    hog, go = tmp_path / "late_hog.py", tmp_path / "go"
+    hog.write_text(LATE_HOG)
+    proc, _ = start_tfrun(
+        "-m", real.url, "-w", "2", "-s", "0", "-Mw", str(TASK_MEM), "--worker-logs", "*",
+        "--", sys.executable, str(hog), "{task_index}", str(HOG_MEM), str(go),
+        env=job_procs.env(),
+    )  # fmt: skip
+
+    def hogs() -> list[Any]:
+        found = []
+        for process in job_procs.alive():
+            with contextlib.suppress(psutil.Error):  # gone, or a zombie
+                if process.cmdline()[1:3] == [str(hog), "1"]:
+                    found.append(process)
+        return found
+
+    deadline = time.monotonic() + 60
+    while not hogs():
+        assert time.monotonic() < deadline, "worker 1's command never started"
+        time.sleep(0.05)
+    real.pause_agent(0)
+    try:
+        go.touch()
+        deadline = time.monotonic() + 60
+        while hogs():  # the kernel kills it; the stopped agent hears nothing yet
+            assert time.monotonic() < deadline, "worker 1's command was never killed"
+            time.sleep(0.05)
+        time.sleep(AGENT_DEAF)  # the fault injected: an agent slow to destroy the container
+    finally:
+        real.resume_agent(0)
+    stdout, stderr = proc.communicate(timeout=120)
+    context = f"exit {proc.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    assert proc.returncode == 1, context
+    assert "allocated" not in stdout, context
+    assert_the_limit_is_named(enforcing_mesos, proc.events, stderr, context)
     assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
 
 

@@ -50,7 +50,7 @@ __all__ = ["Agent", "main"]
 LEFTOVER_GRACE = 2.0
 """When the agent is done, how long what its commands left running below it
 gets between SIGTERM and SIGKILL."""
-OOM_LINGER = 5.0
+OOM_LINGER = 10.0
 """In a Mesos container, how long the agent waits, after reporting a command
 the kernel killed for exceeding the container's memory, before it exits:
 the containerizer that enforces the limit ends the container and reports

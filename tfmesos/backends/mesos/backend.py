@@ -73,7 +73,7 @@ REVIVE_RETRY_MAX = 15.0
 class MesosBackend(Backend):
     name = "mesos"
     keeps_addresses = True
-    kill_word_wait = 15.0
+    kill_word_wait = 20.0
     """Over its memory, the command is SIGKILLed; the TASK_FAILED naming the
     limit follows once the container is destroyed (over 2 s under load in CI;
     the agent waits, ``agent.OOM_LINGER``). Other SIGKILLs: as the agent exits."""
