@@ -220,3 +220,33 @@ def test_a_file_url_that_cannot_be_read_is_one_spec_error(tmp_path: Path) -> Non
     loop.write_text(f"file://{loop}")
     with pytest.raises(SpecError, match="file:// in a row"):
         parse_masters(f"file://{loop}")
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("zk://z1:99999/mesos", "bad ZooKeeper URL 'zk://z1:99999/mesos': server 'z1:99999': "),
+        ("zk://u:hunter2@z1:2181,z2:x/mesos", "bad ZooKeeper URL 'zk://***@z1:2181,z2:x/mesos': "),
+        ("zk://z1:0/mesos", "server 'z1:0': port 0 is not between 1 and 65535"),
+    ],
+)
+def test_a_bad_zookeeper_server_is_named_in_its_zk_url(url: str, said: str) -> None:
+    # It was said as an http:// master address: 'http://z1:99999'.
+    with pytest.raises(SpecError) as caught:
+        parse_masters(url)
+    assert said in str(caught.value)
+    assert "http" not in str(caught.value) and "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "given", ["10.0.0.1:5050/mesos", "https://m1:5050/api/v1/scheduler", "m1,m2:5050/x"]
+)
+def test_a_master_address_with_a_path_is_refused_not_cut(given: str) -> None:
+    # The path was dropped without a word: a proxy's prefix, say, unused.
+    with pytest.raises(SpecError, match="an address takes no path"):
+        parse_masters(given)
+
+
+@pytest.mark.parametrize("given", ["m1:5050/", "http://m1:5050/#/", "http://m1:5050#/frameworks"])
+def test_a_master_s_web_ui_address_is_its_address(given: str) -> None:
+    assert parse_masters(given) == [MasterAddress("http", "m1", 5050)]

@@ -165,7 +165,8 @@ def test_an_address_no_one_can_dial_is_bad_usage_in_one_line(given: str, tmp_pat
     assert status == 2, err
     (line,) = err.splitlines()
     assert line.startswith("tfrun: error: "), line
-    assert "bad Mesos master address" in line, line
+    kind = "bad ZooKeeper URL" if given.startswith("zk://") else "bad Mesos master address"
+    assert kind in line, line
     if "99999999" in given:
         assert "99999999" in line or "out of range" in line, line
     elif given.startswith("x"):

@@ -236,14 +236,28 @@ def _parse_zk(text: str, environ: Mapping[str, str] | None) -> ZooKeeperSource:
     servers, slash, after = rest.partition("/")
     auth, at, hosts = servers.rpartition("@")
     path = f"/{after}".rstrip("/")
+    shown = f"zk://{'***@' if at else ''}{hosts}{slash}{after}"  # no password shown
     if not slash or not path or not hosts or (at and not auth):
-        shown = f"zk://{'***@' if at else ''}{hosts}{slash}{after}"  # no password shown
         raise SpecError(
             f"bad ZooKeeper URL {shown!r}: expected zk://[user:password@]host:2181[,host:2181]/path"
         )
-    for host in hosts.split(","):
-        MasterAddress.parse(host)  # validates host:port
+    for server in hosts.split(","):
+        problem = _server_problem(server)
+        if problem:
+            raise SpecError(f"bad ZooKeeper URL {_shown(shown)}: server {server!r}: {problem}")
     return ZooKeeperSource(hosts, path, auth if at else None, default_scheme(environ))
+
+
+def _server_problem(server: str) -> str | None:
+    """Why ``host[:port]`` cannot be dialled, or None."""
+    try:
+        parts = urlsplit(f"//{server}")
+        port = parts.port
+    except ValueError as exc:
+        return str(exc)
+    if not parts.hostname or parts.path or parts.query or parts.fragment:
+        return "expected host or host:port"
+    return host_problem(parts.hostname) or (None if port is None else port_problem(port))
 
 
 def _read_master_file(text: str) -> str:
@@ -288,7 +302,18 @@ def parse_masters(
     if not parts:
         raise SpecError("no Mesos master given")
     scheme = default_scheme(environ) if any("://" not in p for p in parts) else "http"
-    return [MasterAddress.parse(part, scheme) for part in parts]
+    masters = []
+    for part in parts:
+        masters.append(MasterAddress.parse(part, scheme))
+        # A path would be dropped: the scheduler API is at the master's own
+        # /api/v1/scheduler. Its web UI's address (".../#/") is no path.
+        path = urlsplit(part if "://" in part else f"//{part}").path
+        if path.strip("/"):
+            raise SpecError(
+                f"Mesos master {_shown(part)}: an address takes no path ({path!r}): "
+                "give [http[s]://]host[:port]"
+            )
+    return masters
 
 
 # -- the group and its leader ---------------------------------------------------
