@@ -77,8 +77,9 @@ def test_cgroup_v2_its_memory_events(tmp_path: Path) -> None:
         ),
         ("1:cpu:/\n0::/job\n", V1_MOUNTS.replace("{mount_root}", "/"), "no memory cgroup"),
         ("4:memory:/job/task\n", "", "nothing mounted"),
+        ("garbage\n\n", V1_MOUNTS.replace("{mount_root}", "/"), "a listing not as Linux writes it"),
     ],
-    ids=["elsewhere", "no-memory-controller", "unmounted"],
+    ids=["elsewhere", "no-memory-controller", "unmounted", "garbage"],
 )
 def test_no_counter_where_none_can_be_seen(
     tmp_path: Path, cgroup: str, mountinfo: str, why: str

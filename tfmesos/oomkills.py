@@ -34,7 +34,9 @@ def counter_path(proc: str = "/proc/self") -> str | None:
         return None
     v1 = v2 = None
     for line in memberships:
-        _, controllers, path = line.split(":", 2)
+        controllers, colon, path = line.partition(":")[2].partition(":")
+        if not colon:
+            continue
         if "memory" in controllers.split(","):
             v1 = path
         elif controllers == "":
