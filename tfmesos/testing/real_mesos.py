@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfmesos import proctree
+
 # Finding and installing Mesos is mesos_home's; these names stay importable
 # from here, where scripts/start-mesos, the tests and the benchmarks find them.
 from tfmesos.testing.mesos_home import HOME_ENV as HOME_ENV
@@ -246,7 +248,20 @@ class RealMesos:
                 log.write(f"\n--- started again ({daemon.name}) ---\n".encode())
                 log.flush()
             daemon.proc = subprocess.Popen(
-                daemon.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                daemon.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                # An agent with the Linux launcher is its containers'
+                # subreaper (kept through exec): destroying a container,
+                # Mesos waits until every process it killed is reaped, and a
+                # process whose parent died with it goes to the reaper of
+                # orphans. A host's init reaps at once; a sandbox's may not
+                # (this machine's reaps every ~2 s, and a CI run saw a
+                # container's destroy hang for over 15 s). The agent's own
+                # reaper reaps those it waits on as soon as they are its own.
+                preexec_fn=proctree.become_subreaper if "--launcher=linux" in daemon.argv else None,
             )
         daemon.starts += 1
 
