@@ -5,6 +5,7 @@ the adversarial run)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -60,8 +61,9 @@ def test_ctrl_c_before_the_jobs_loop_is_130_without_a_traceback_leaving_nothing(
     # Before: a KeyboardInterrupt traceback of 11 to 27 lines, and death by
     # SIGINT (-2), not an exit status.
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
+    events = tmp_path / "events.jsonl"
     done = subprocess.run(
-        [sys.executable, "-c", HOLD, module, *args],
+        [sys.executable, "-c", HOLD, module, "--events", str(events), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -73,6 +75,17 @@ def test_ctrl_c_before_the_jobs_loop_is_130_without_a_traceback_leaving_nothing(
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
     runs = tmp_path / "tfmesos" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
+    # An event stream that was begun ends with the verdict (it had none).
+    if module == "tfmesos.backends.mesos.backend":
+        verdict = json.loads(events.read_text().splitlines()[-1])
+        assert {k: verdict[k] for k in ("event", "exit_status", "result", "signal")} == {
+            "event": "job_verdict",
+            "exit_status": 130,
+            "result": "interrupted",
+            "signal": "SIGINT",
+        }, verdict
+    else:  # interrupted before tfrun opened it
+        assert not events.exists()
 
 
 def barrage_after(proc: subprocess.Popen[str], line: str, signum: int) -> list[str]:

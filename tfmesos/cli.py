@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import shlex
+import signal
 import sys
 import time
 import traceback
@@ -19,7 +20,14 @@ from typing import NoReturn
 
 from tfmesos import lazyssl, rundirs, wire
 from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
-from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, ResourceError, SpecError, TFMesosError
+from tfmesos.errors import (
+    EXIT_TFRUN_FAILED,
+    EXIT_USAGE,
+    ResourceError,
+    SpecError,
+    TFMesosError,
+    interrupted_status,
+)
 from tfmesos.flagtypes import count, positive_number, torchrun_hint
 from tfmesos.helpformat import HelpFormatter
 from tfmesos.pathtext import shown_path
@@ -525,6 +533,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
     late = LateSignals()  # from the job's end to tfrun's, no signal cuts the verdict short
     made_before = rundirs.held()
+
+    def verdict(status: int, result: str, message: str, stopped_by: str | None = None) -> int:
+        events.emit(
+            "job_verdict", exit_status=status, result=result, message=message, signal=stopped_by
+        )
+        return status
+
     try:
         status = run_replica_job(
             spec, args.backend, args.options, started=started, events=events, late_signals=late
@@ -533,32 +548,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Bad usage, found when the backend looked (a job this machine can
         # never hold, a certificate that cannot be used): said as usage is.
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
-        events.emit(
-            "job_verdict", exit_status=EXIT_USAGE, result="refused", message=str(exc), signal=None
-        )
-        return EXIT_USAGE
+        return verdict(EXIT_USAGE, "refused", str(exc))
     except TFMesosError as exc:
         print(f"tfrun: error: {exc}", file=sys.stderr, flush=True)
-        events.emit(
-            "job_verdict",
-            exit_status=exc.exit_status,
-            result="error",
-            message=str(exc),
-            signal=None,
-        )
-        return exc.exit_status
+        return verdict(exc.exit_status, "error", str(exc))
     except Exception as exc:
         # A bug, or a failure nobody foresaw: tfrun's own, not a task's.
         traceback.print_exc()
         print("tfrun: error: tfrun itself failed (above)", file=sys.stderr, flush=True)
-        events.emit(
-            "job_verdict",
-            exit_status=EXIT_TFRUN_FAILED,
-            result="error",
-            message=f"tfrun itself failed: {exc!r}",
-            signal=None,
+        return verdict(EXIT_TFRUN_FAILED, "error", f"tfrun itself failed: {exc!r}")
+    except KeyboardInterrupt:  # before the job's loop took SIGINT in: 130 (tfmesos.tfrun)
+        verdict(
+            interrupted_status(signal.SIGINT),
+            "interrupted",
+            "tfrun was stopped by SIGINT",
+            "SIGINT",
         )
-        return EXIT_TFRUN_FAILED
+        raise
     finally:
         # A job refused or failed before its backend let go of its run's
         # directory: one that kept nothing goes (rundirs.release).
