@@ -142,15 +142,24 @@ def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert layer_of("tfmesos.mesos.calls") == PROTOCOL
 
 
-MAX_LINES = 600
+LONG_MODULE = 600
+"""A module longer than this is reported: worth a look, not a failure."""
+MAX_LINES = 1000
+"""A module longer than this fails the suite: split it."""
 
 
-def test_no_module_is_over_600_lines() -> None:
-    over = {
-        str(path.relative_to(PACKAGE.parent)): lines
+def module_lengths() -> dict[str, int]:
+    return {
+        str(path.relative_to(PACKAGE.parent)): len(path.read_text().splitlines())
         for path in MODULES.values()
-        if (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
-    assert not over, f"modules over {MAX_LINES} lines: " + ", ".join(
-        f"{path} ({lines})" for path, lines in sorted(over.items(), key=lambda kv: -kv[1])
-    )
+
+
+def test_no_module_is_over_1000_lines() -> None:
+    lengths = module_lengths()
+    long = sorted((lines, path) for path, lines in lengths.items() if lines > LONG_MODULE)
+    for lines, path in reversed(long):
+        # Shown by `pytest -rP`; a long module is a hint, not a defect.
+        print(f"long module: {path} ({lines} lines)")
+    over = [f"{path} ({lines})" for lines, path in reversed(long) if lines > MAX_LINES]
+    assert not over, f"modules over {MAX_LINES} lines: " + ", ".join(over)
