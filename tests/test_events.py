@@ -5,6 +5,7 @@ cluster(events=...) for real at the bottom."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -339,14 +341,19 @@ def test_the_writer_writes_one_flushed_line_per_event(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     writer = open_events(path)
     writer.emit("job_stopping", restart=0)
+    assert writer.drain(timeout=60)
     assert json.loads(path.read_text())["event"] == "job_stopping"  # flushed already
     writer.emit("job_verdict", exit_status=0, message="it's \u2713\nok")
     writer.close()
     lines = path.read_text().splitlines()
     assert [json.loads(line)["event"] for line in lines] == ["job_stopping", "job_verdict"]
     stream = io.StringIO()
-    EventWriter(stream).emit("job_stopped", restart=0)
+    to_stream = EventWriter(stream)
+    to_stream.emit("job_stopped", restart=0)
+    to_stream.close()
     assert json.loads(stream.getvalue())["v"] == 1
+    assert not stream.closed  # not the writer's to close
+    assert os.stat(path).st_mode & 0o777 == 0o600  # the job's, its user's only
 
 
 # -- for real: tfrun --events, cluster(events=...) -----------------------------------
@@ -443,3 +450,100 @@ def test_fine_grained_servers_say_when_they_accept_connections() -> None:
     assert ready == {"ps:0": False, "worker:0": False, "worker:1": False}
     names = events.names()
     assert names.index("cluster_up") < names.index("task_ready") < names.index("job_stopped")
+
+
+# -- a stream that cannot keep up never holds up the job ---------------------------
+
+
+def tfrun_events_to(events: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tfmesos.cli", "--events", events, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a hang guard: before the fix, a stalled reader hung the job for good
+        cwd=cwd,
+    )
+
+
+@pytest.mark.e2e
+def test_a_reader_that_never_reads_holds_up_only_the_stream(tmp_path: Path) -> None:
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    # Opened, so that tfrun's open does not wait, and never read while tfrun
+    # runs; the smallest pipe a FIFO can have, which 16 tasks' events outgrow
+    # before their cluster is up.
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, 4096)
+        cmd = "sh -c '[ {task_index} = 3 ] && exit 3; exec sleep 300'"
+        result = tfrun_events_to(str(fifo), "-w", "16", "--", cmd, cwd=tmp_path)
+        kept = os.read(reader, 1 << 16).decode()
+    finally:
+        os.close(reader)
+    assert result.returncode == 3, result.stderr
+    assert "worker:3" in result.stderr and "Traceback" not in result.stderr
+    assert re.search(r"--events: .*reader took nothing for .* events not written", result.stderr)
+    # What the pipe holds is whole lines: the stream's start, in order.
+    lines = [json.loads(line) for line in kept.splitlines()]
+    assert lines and lines[0]["event"] == "job_started"
+
+
+@pytest.mark.e2e
+def test_a_reader_that_goes_away_costs_the_stream_not_the_job(tmp_path: Path) -> None:
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    first: list[str] = []
+
+    def read_one_line() -> None:
+        with open(fifo, encoding="utf-8") as stream:
+            first.append(stream.readline())  # then gone, as `head -n 1`
+
+    reader = threading.Thread(target=read_one_line)
+    reader.start()
+    try:
+        result = tfrun_events_to(str(fifo), "-w", "2", "--", "sleep 0.2", cwd=tmp_path)
+    finally:
+        reader.join()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(first[0])["event"] == "job_started"
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "--events" in line]
+    assert "the event stream is given up, the job goes on" in warning
+
+
+@pytest.mark.e2e
+def test_a_full_disk_under_the_stream_costs_the_stream_not_the_job(tmp_path: Path) -> None:
+    result = tfrun_events_to("/dev/full", "-w", "2", "--", "true", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [warning] = [line for line in result.stderr.splitlines() if "--events" in line]
+    assert "No space left on device" in warning and "given up" in warning
+
+
+@pytestmark_unit
+def test_events_past_the_bound_are_dropped_and_the_verdict_counts_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tfmesos.launcher import events as events_module
+
+    monkeypatch.setattr(events_module, "MAX_PENDING", 3)
+    taken, release = threading.Event(), threading.Event()
+
+    class Stalled(io.StringIO):
+        def write(self, text: str) -> int:
+            taken.set()
+            release.wait()  # a reader that takes nothing until told to
+            return super().write(text)
+
+    stream = Stalled()
+    writer = EventWriter(stream)
+    writer.emit("job_restart", restart=0)
+    assert taken.wait(timeout=60)
+    for restart in range(1, 10):
+        writer.emit("job_restart", restart=restart)
+    writer.emit("job_verdict", exit_status=0)
+    release.set()
+    writer.close()
+    written = [json.loads(line) for line in stream.getvalue().splitlines()]
+    # One taken by the writer, three waiting, the verdict: six dropped.
+    assert [e["event"] for e in written] == ["job_restart"] * 4 + ["job_verdict"]
+    assert written[-1]["events_dropped"] == 6

@@ -18,7 +18,10 @@ does not know (the README asks it to), so they come with ``v`` unchanged.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -33,6 +36,8 @@ __all__ = [
     "Events",
     "open_events",
 ]
+
+logger = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 """Changed only by what breaks a consumer of the old schema (see above)."""
@@ -56,6 +61,13 @@ EVENTS = frozenset(
 )
 """Every event's name. A new one keeps :data:`SCHEMA_VERSION` (see above:
 consumers skip the names they do not know); one removed is a new version."""
+
+
+MAX_PENDING = 10_000
+"""The most events waiting for a reader that lags; past it, new events are
+dropped and counted (the verdict is never dropped)."""
+CLOSE_GRACE = 5.0
+"""Seconds the job's end waits for its last events to be written."""
 
 
 class Events:
@@ -101,26 +113,115 @@ class EventRecorder(Events):
 
 
 class EventWriter(Events):
-    """Writes each event as one line of JSON to ``stream``, flushed at once
-    (a reader tailing the file sees each as it happens). Thread-safe:
-    ``cluster()`` emits from its loop's thread and from the caller's."""
+    """Writes each event as one line of JSON to ``stream``, flushed as it is
+    written, from a thread of its own: the job never waits on the stream's
+    reader. A reader that stalls (a FIFO nobody reads) holds up only that
+    thread; past :data:`MAX_PENDING` events waiting, the newest are dropped
+    and counted, and the verdict says how many (``events_dropped``). A
+    stream that cannot be written (its reader gone, its disk full) is given
+    up with one warning on tfrun's standard error: the job goes on.
+    Thread-safe: ``cluster()`` emits from its loop's thread and from the
+    caller's."""
 
-    def __init__(self, stream: IO[str], *, owned: bool = False) -> None:
+    def __init__(self, stream: IO[str], *, owned: bool = False, name: str = "") -> None:
         self._stream = stream
         self._owned = owned
-        self._lock = threading.Lock()
+        self._name = name or getattr(stream, "name", "the event stream")
+        self._pending: collections.deque[str] = collections.deque()
+        self._changed = threading.Condition()
+        self._writing = False
+        self._closing = False
+        self.dropped = 0
+        """Events not written: dropped while the reader lagged, or after the
+        stream was given up."""
+        self.failed: str | None = None
+        """Why the stream was given up, once it was."""
+        self._thread = threading.Thread(target=self._write_all, name="tfmesos-events", daemon=True)
+        self._thread.start()
 
     def record(self, obj: dict[str, Any]) -> None:
-        line = json.dumps(obj, separators=(",", ":"), default=str) + "\n"
-        with self._lock:
-            if self._stream.closed:
+        verdict = obj["event"] == "job_verdict"
+        with self._changed:
+            if self.failed is not None or self._closing:
+                self.dropped += 1
                 return
-            self._stream.write(line)
-            self._stream.flush()
+            if len(self._pending) >= MAX_PENDING and not verdict:
+                self.dropped += 1
+                return
+            if verdict and self.dropped:
+                obj = {**obj, "events_dropped": self.dropped}
+            self._pending.append(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+            self._changed.notify_all()
+
+    def _write_all(self) -> None:
+        while True:
+            with self._changed:
+                while not self._pending and not self._closing:
+                    self._changed.wait()
+                if not self._pending:
+                    return
+                line = self._pending.popleft()
+                self._writing = True
+            try:
+                self._stream.write(line)
+                self._stream.flush()
+            except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
+                self._give_up(exc)
+                return
+            finally:
+                with self._changed:
+                    self._writing = False
+                    self._changed.notify_all()
+
+    def _give_up(self, exc: BaseException) -> None:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        with self._changed:
+            self.failed = reason
+            self.dropped += 1 + len(self._pending)  # the line being written, and the rest
+            self._pending.clear()
+            self._changed.notify_all()
+        logger.warning(
+            "--events: cannot write %s (%s): the event stream is given up, the job goes on",
+            self._name,
+            reason,
+        )
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every event recorded so far is written (or given up);
+        False if ``timeout`` seconds passed first."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: (not self._pending and not self._writing) or self.failed is not None,
+                timeout,
+            )
 
     def close(self) -> None:
-        if self._owned:
-            with self._lock:
+        """Write what is pending, waiting at most :data:`CLOSE_GRACE` seconds
+        for a reader that lags, then stop. What could not be written in that
+        time is said in one warning."""
+        drained = self.drain(CLOSE_GRACE)
+        with self._changed:
+            self._closing = True
+            unwritten = len(self._pending) + self._writing
+            self.dropped += len(self._pending)
+            self._pending.clear()
+            blocked = self._writing
+            self._changed.notify_all()
+        if not drained:
+            logger.warning(
+                "--events: %s's reader took nothing for %g s: %d events not written",
+                self._name,
+                CLOSE_GRACE,
+                unwritten,
+            )
+        # A write blocked on a reader that never reads keeps its thread (a
+        # daemon, ended with the process), and the stream stays open under
+        # it: closing a file while another thread writes to it would wait on
+        # that write.
+        if not blocked:
+            self._thread.join()
+        if self._owned and not self._thread.is_alive():
+            with contextlib.suppress(OSError):  # what could not be flushed was said above
                 self._stream.close()
 
 
@@ -129,5 +230,11 @@ def open_events(where: str | os.PathLike[str] | IO[str]) -> EventWriter:
     closed by :meth:`EventWriter.close`) or an open text file (left open).
     Raises :class:`OSError` if the path cannot be opened."""
     if isinstance(where, str | os.PathLike):
-        return EventWriter(open(where, "w", encoding="utf-8"), owned=True)
+        # Private, as every log of the job: 0600 for a file it creates.
+        stream = open(where, "w", encoding="utf-8", opener=_private)  # noqa: SIM115 (owned)
+        return EventWriter(stream, owned=True, name=os.fspath(where))
     return EventWriter(where)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
