@@ -165,3 +165,41 @@ def test_a_restarting_job_lets_go_of_its_run_directory_when_it_ends(
     assert run_replica_job(spec, "local") == 0
     (run,) = rundirs.runs_root().iterdir()
     assert (run / rundirs.LOCK).exists() and not locked(run)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("agents", ["", "1"], ids=["run-by-tfrun", "agent-per-task"])
+def test_a_jobs_logs_and_events_are_its_users_alone(tmp_path: Path, agents: str) -> None:
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    env = dict(os.environ)  # the test's own state directory (conftest)
+    if agents:
+        env["TFMESOS_LOCAL_AGENTS"] = agents
+    logs, events = tmp_path / "new" / "logs", tmp_path / "events.jsonl"
+    tfrun = [sys.executable, "-m", "tfmesos.cli", "--events", str(events)]
+    for extra in (["--log-dir", str(logs)], []):
+        # A umask that lets others read what is not made private on purpose.
+        before = os.umask(0o022)
+        try:
+            result = subprocess.run(
+                [*tfrun, *extra, "-w", "2", "-s", "1", "--", "echo hello"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+                cwd=tmp_path,
+            )
+        finally:
+            os.umask(before)
+        assert result.returncode == 0, result.stderr
+        where = logs if extra else max(rundirs.runs_root().iterdir())
+        assert stat.S_IMODE(where.stat().st_mode) == 0o700, where
+        files = [p for p in where.iterdir() if p.name != rundirs.LOCK]
+        assert len(files) >= 3
+        modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files}
+        assert set(modes.values()) == {"0o600"}, modes
+        assert stat.S_IMODE(events.stat().st_mode) == 0o600
+        events.unlink()

@@ -99,7 +99,7 @@ class TaskLog:
         except OSError as exc:  # the directory is gone, or not writable
             return self._give_up(exc)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         except OSError as exc:  # no inode left for a new file, a quota
             # The log keeps its name, and what it holds: it is not written
             # on as FILE.1, past the cap.

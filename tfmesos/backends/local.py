@@ -234,7 +234,7 @@ class LocalBackend(Backend):
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
         try:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.log_dir.mkdir(0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecError(
                 f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
@@ -299,7 +299,7 @@ class LocalBackend(Backend):
         log = self.task_log(launch.task_id)
         log_fd: int | None
         try:
-            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             logger.warning(
                 "task %s on %s %s", launch.task.name, self.host, describe_failure(str(log), exc)
@@ -423,7 +423,7 @@ class LocalBackend(Backend):
             # Made here, so that a log that cannot be (no inode or block left
             # for it, a quota) is said as a full disk is, and costs the task
             # nothing: its output goes to tfrun alone.
-            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         except OSError as exc:
             logger.warning(
                 "task %s on %s %s", launch.task.name, self.host, describe_failure(str(log), exc)
@@ -467,7 +467,7 @@ class LocalBackend(Backend):
             env[wire.ENV_SECRET_FD] = str(read_end)
             pass_fds = (read_end,)
         try:
-            with open(log, "ab") as log_file:
+            with open(log, "ab", opener=_private) as log_file:
                 proc = subprocess.Popen(
                     self.agent_command,
                     stdin=subprocess.DEVNULL,
@@ -589,3 +589,8 @@ def _end_task_processes(task_id: str) -> None:
         return [pid for pid in found if pid != os.getpid()]
 
     kill_until_gone(find, rounds=END_ROUNDS)
+
+
+def _private(path: str, flags: int) -> int:
+    """Opens a task's log as its user's alone (0600), as every log of a job."""
+    return os.open(path, flags, 0o600)

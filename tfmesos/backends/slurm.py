@@ -174,7 +174,7 @@ class SlurmBackend(Backend):
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
         try:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self.log_dir.mkdir(0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecError(
                 f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"

@@ -39,7 +39,7 @@ class _Log:
         view = memoryview(data)
         while view:
             if self.fd < 0:
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 self.size = os.fstat(self.fd).st_size
             chunk = view
             if self.half:
@@ -53,7 +53,7 @@ class _Log:
     def rotate(self) -> None:
         self.close()
         os.replace(self.path, f"{self.path}.1")
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         self.size = 0
 
     def close(self) -> None:
