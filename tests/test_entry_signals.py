@@ -26,18 +26,18 @@ HOLD = textwrap.dedent(
     """
     import importlib.abc, os, signal, sys
 
-    class CtrlCAt(importlib.abc.MetaPathFinder):
-        # Ctrl-C while tfrun imports this module: deterministic, where a
+    class SignalAt(importlib.abc.MetaPathFinder):
+        # The signal while tfrun imports this module: deterministic, where a
         # signal sent from outside lands wherever the importing has got to.
         def find_spec(self, name, path, target=None):
             if name == TARGET:
                 sys.meta_path.remove(self)
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), SIGNAL)
             return None
 
-    TARGET = sys.argv[1]
-    sys.meta_path.insert(0, CtrlCAt())
-    sys.argv = ["tfrun", *sys.argv[2:]]
+    TARGET, SIGNAL = sys.argv[1], signal.Signals[sys.argv[2]]
+    sys.meta_path.insert(0, SignalAt())
+    sys.argv = ["tfrun", *sys.argv[3:]]
     from tfmesos.tfrun import main
     main()
     """
@@ -55,15 +55,17 @@ HOLD = textwrap.dedent(
         ("tfmesos.backends.mesos.backend", ("-m", "127.0.0.1:1", "-w", "2", "--", "true")),
     ],
 )
-def test_ctrl_c_before_the_jobs_loop_is_130_without_a_traceback_leaving_nothing(
-    tmp_path: Path, module: str, args: tuple[str, ...]
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_before_the_jobs_loop_is_its_status_without_a_traceback_leaving_nothing(
+    tmp_path: Path, module: str, args: tuple[str, ...], signum: signal.Signals
 ) -> None:
-    # Before: a KeyboardInterrupt traceback of 11 to 27 lines, and death by
-    # SIGINT (-2), not an exit status.
+    # Before: SIGINT gave a KeyboardInterrupt traceback of 11 to 27 lines,
+    # and death by SIGINT (-2), not an exit status; SIGTERM and SIGHUP killed
+    # tfrun outright, its event stream empty (issue 40).
     env = {**os.environ, "XDG_STATE_HOME": str(tmp_path)}
     events = tmp_path / "events.jsonl"
     done = subprocess.run(
-        [sys.executable, "-c", HOLD, module, "--events", str(events), *args],
+        [sys.executable, "-c", HOLD, module, signum.name, "--events", str(events), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -71,8 +73,8 @@ def test_ctrl_c_before_the_jobs_loop_is_130_without_a_traceback_leaving_nothing(
         timeout=120,  # a fork server left would hold the pipe open
         check=False,
     )
-    assert done.returncode == 130, done.stderr
-    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
+    assert done.returncode == 128 + signum, done.stderr
+    assert "Traceback" not in done.stderr and "Interrupt" not in done.stderr, done.stderr
     runs = tmp_path / "tfmesos" / "runs"
     assert not runs.exists() or not list(runs.iterdir())
     # An event stream that was begun ends with the verdict (it had none).
@@ -80,9 +82,9 @@ def test_ctrl_c_before_the_jobs_loop_is_130_without_a_traceback_leaving_nothing(
         verdict = json.loads(events.read_text().splitlines()[-1])
         assert {k: verdict[k] for k in ("event", "exit_status", "result", "signal")} == {
             "event": "job_verdict",
-            "exit_status": 130,
+            "exit_status": 128 + signum,
             "result": "interrupted",
-            "signal": "SIGINT",
+            "signal": signum.name,
         }, verdict
     else:  # interrupted before tfrun opened it
         assert not events.exists()

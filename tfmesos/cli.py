@@ -557,12 +557,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print("tfrun: error: tfrun itself failed (above)", file=sys.stderr, flush=True)
         return verdict(EXIT_TFRUN_FAILED, "error", f"tfrun itself failed: {exc!r}")
-    except KeyboardInterrupt:  # before the job's loop took SIGINT in: 130 (tfmesos.tfrun)
+    except KeyboardInterrupt as exc:  # before the job's loop took signals in (tfmesos.tfrun)
+        signum = getattr(exc, "signum", signal.SIGINT)  # SignalInterrupt's, or Ctrl-C's
+        name = signal.Signals(signum).name
         verdict(
-            interrupted_status(signal.SIGINT),
+            interrupted_status(signum),
             "interrupted",
-            "tfrun was stopped by SIGINT",
-            "SIGINT",
+            f"tfrun was stopped by {name}",
+            name,
         )
         raise
     finally:

@@ -17,6 +17,7 @@ __all__ = [
     "ClusterStartError",
     "JobFailedError",
     "ResourceError",
+    "SignalInterrupt",
     "SpecError",
     "TFMesosError",
     "TaskFailure",
@@ -75,6 +76,17 @@ def task_status(code: int | None) -> int:
     if code is None or not 0 < code < 256 or code in TFRUN_STATUSES:
         return EXIT_TASK_FAILED
     return code
+
+
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGTERM or SIGHUP before the job's event loop handles signals, raised
+    where the program is, as Python raises ``KeyboardInterrupt`` for SIGINT:
+    what tfrun opened (its event stream) then ends as after Ctrl-C, with the
+    verdict, rather than being cut off by the signal's default action."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def interrupted_status(signum: int) -> int:

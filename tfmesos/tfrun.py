@@ -5,6 +5,10 @@ the command line interface makes and that no code inside it can keep.
   ~0.1 to 0.7 s after Enter, or while ``main`` imports a backend) ends tfrun
   with 130 and nothing left, not a ``KeyboardInterrupt`` traceback and a
   death by SIGINT.
+- SIGTERM and SIGHUP before that loop handles them are as Ctrl-C: 143 and
+  129, an event stream already begun ended with its verdict (unless tfrun
+  was started with them ignored, as ``nohup`` does: then they stay ignored
+  until the loop takes them).
 - Once ``main`` has returned the verdict's status, no signal changes it.
   Python's finalization puts SIG_DFL back for every signal that has a Python
   handler (``_PySignal_Fini``), so a SIGINT in the tens of milliseconds of a
@@ -40,6 +44,14 @@ def run(cli_main: Callable[[], int] | None = None) -> int:
     """Run ``cli_main`` (:func:`tfmesos.cli.main`, imported here unless given)
     and return its status, after which SIGINT, SIGTERM and SIGHUP are ignored
     for the rest of the process: call it only as the whole program."""
+    from tfmesos.errors import SignalInterrupt  # cli imports it in any case
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise SignalInterrupt(signum)
+
+    for stopping in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(stopping) is signal.SIG_DFL:
+            signal.signal(stopping, interrupt)
     try:
         try:
             if cli_main is None:
@@ -49,10 +61,12 @@ def run(cli_main: Callable[[], int] | None = None) -> int:
             status = cli_main()
         except SystemExit as exc:  # argparse's 0 and 2
             status = exc.code if isinstance(exc.code, int) else 1 if exc.code else 0
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C is the same one
+    except KeyboardInterrupt as exc:
+        stopped_by = exc.signum if isinstance(exc, SignalInterrupt) else signal.SIGINT
+        for signum in _STOPPING:  # a second signal is the same stop
+            signal.signal(signum, signal.SIG_IGN)
         _clean_up()
-        status = 128 + signal.SIGINT
+        status = 128 + stopped_by
     for signum in _STOPPING:
         signal.signal(signum, signal.SIG_IGN)
     return status
