@@ -430,6 +430,24 @@ def test_cluster_events_go_to_a_path_or_a_file(job_events: JobEvents) -> None:
     assert json.loads(stream.getvalue().splitlines()[-1])["event"] == "job_verdict"
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize(("code", "status"), [(0, 0), (3, 3), (None, 0), ("bye", 1)])
+def test_sys_exit_in_a_cluster_block_is_the_verdicts_status(
+    job_events: JobEvents, code: int | str | None, status: int
+) -> None:
+    import tfmesos
+
+    # Before: exit_status 1, result "error", whatever the status asked for.
+    with (
+        pytest.raises(SystemExit),
+        tfmesos.cluster({"name": "worker", "num": 1}, backend="local", events=job_events.path),
+    ):
+        sys.exit(code)
+    verdict = job_events.verdict()
+    assert verdict["exit_status"] == status
+    assert verdict["result"] == ("succeeded" if status == 0 else "failed")
+
+
 @pytestmark_unit
 def test_fine_grained_servers_say_when_they_accept_connections() -> None:
     job = ClusterSpec((Job("ps", 1), Job("worker", 2)))

@@ -257,11 +257,20 @@ def _say_verdict(events: Events, failure: BaseException | None) -> None:
     elif isinstance(failure, TFMesosError):
         status, result, message = failure.exit_status, "error", str(failure)
     elif isinstance(failure, KeyboardInterrupt):
-        status, result, message = interrupted_status(signal.SIGINT), "interrupted", "interrupted"
+        signum = getattr(failure, "signum", signal.SIGINT)  # SignalInterrupt's, or Ctrl-C's
+        status, result, message = interrupted_status(signum), "interrupted", "interrupted"
+    elif isinstance(failure, SystemExit):
+        # The program ends as it asked, with the status Python gives it.
+        code = failure.code
+        status = code if isinstance(code, int) else 0 if code is None else 1
+        result = "succeeded" if status == 0 else "failed"
+        message = f"the block called sys.exit({code!r})"
     elif failure is not None:
         # The block's own exception: the cluster was fine, the program was not.
         status, result, message = 1, "error", f"the block raised {type(failure).__name__}"
-    stopped_by = "SIGINT" if isinstance(failure, KeyboardInterrupt) else None
+    stopped_by = None
+    if isinstance(failure, KeyboardInterrupt):
+        stopped_by = signal.Signals(getattr(failure, "signum", signal.SIGINT)).name
     events.emit(
         "job_verdict", exit_status=status, result=result, message=message, signal=stopped_by
     )
