@@ -169,6 +169,20 @@ def test_help_documents_every_flag() -> None:
             ["-w", "1", "-s", "0", "--mast=x", "--", "true"],
             r"unknown flag --mast \(did you mean --master\?\)",
         ),
+        # Flags of srun, Ray and TF's scripts: what tfrun takes instead, not
+        # a far-fetched name (before: --gpus said --user, --nodes --qos).
+        (["-w", "1", "--gpus", "2", "--", "true"], r"no --gpus \(as srun has\): give -Gw"),
+        (["-w", "1", "--cpus", "2", "--", "true"], r"no --cpus \(as Ray has\): give -Cw"),
+        (["-w", "1", "--mem", "2", "--", "true"], r"no --mem \(as srun has\): give -Mw"),
+        (["-w", "1", "--nodes", "2", "--", "true"], r"no --nodes \(as srun has\): .*-w N"),
+        (["-w", "1", "--ntasks", "2", "--", "true"], r"no --ntasks \(as srun has\): give -w N"),
+        (["-w", "1", "--ps", "2", "--", "true"], r"no --ps \(as TensorFlow scripts.*give -s N"),
+        # A flag of the command's own, typed before the -- (before: "did
+        # you mean --qos?").
+        (
+            ["-w", "2", "--epochs", "5", "--", "python", "train.py"],
+            r"unknown flag --epochs: if it is the command's, put it after --",
+        ),
     ],
 )
 @pytest.mark.e2e
@@ -179,6 +193,15 @@ def test_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("tfrun: error: ")
     assert re.search(message, lines[0]), lines[0]
+
+
+@pytest.mark.e2e
+def test_a_bare_number_for_the_name_is_taken_with_a_warning() -> None:
+    # srun's -n is its task count; tfrun's names the job. Before: no word.
+    result = run_tfrun("-n", "4", "-w", "1", "--", "true")
+    assert result.returncode == 0, result.stderr
+    assert "tfrun: warning: -n 4 names the job '4'" in result.stderr
+    assert "the number of workers is -w" in result.stderr
 
 
 def test_a_bad_placeholder_starts_nothing(job_procs) -> None:  # type: ignore[no-untyped-def]

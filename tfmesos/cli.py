@@ -28,7 +28,7 @@ from tfmesos.errors import (
     TFMesosError,
     interrupted_status,
 )
-from tfmesos.flagtypes import count, positive_number, torchrun_hint
+from tfmesos.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
 from tfmesos.helpformat import HelpFormatter
 from tfmesos.pathtext import shown_path
 from tfmesos.spec import (
@@ -127,7 +127,7 @@ class _Parser(argparse.ArgumentParser):
         if not word.startswith("-"):
             return None
         flag = word.split("=", 1)[0]
-        hint = torchrun_hint(flag)
+        hint = torchrun_hint(flag) or other_launchers_hint(flag)
         if hint is not None:
             return hint
         known = [
@@ -136,10 +136,13 @@ class _Parser(argparse.ArgumentParser):
         text = f"unknown flag {flag}"
         import difflib  # here: only a mistyped flag needs it
 
-        nearest = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+        # Close enough to be a typo (--wroker-logs); 0.6, difflib's default,
+        # took --epochs for --qos and --gpus for --user.
+        nearest = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
         if nearest:
-            text += f" (did you mean {nearest[0]}?)"
-        return text
+            return f"{text} (did you mean {nearest[0]}?)"
+        # Most likely the command's own flag, typed before the --.
+        return f"{text}: if it is the command's, put it after -- (tfrun -w 2 -- python train.py {word})"
 
 
 _UNRECOGNIZED = "unrecognized arguments: "
@@ -445,6 +448,13 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         parser.error(
             f"-n/--name {args.name!r} must be one line of printable text "
             "(no newline, escape or byte that is not UTF-8)"
+        )
+    if args.name is not None and args.name.strip().isdigit():
+        # srun's -n is the number of tasks: most likely meant as such.
+        print(
+            f"tfrun: warning: -n {args.name} names the job {args.name!r}; "
+            "the number of workers is -w (srun's -n)",
+            file=sys.stderr,
         )
     problem = bare_script(command, args.chdir)
     if problem is not None:

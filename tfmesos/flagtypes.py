@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["count", "plain_number", "positive_number", "torchrun_hint"]
+__all__ = ["count", "other_launchers_hint", "plain_number", "positive_number", "torchrun_hint"]
 
 
 def plain_number(text: str) -> bool:
@@ -60,3 +60,36 @@ def torchrun_hint(flag: str) -> str | None:
     """``--nproc_per_node`` (or ``--nproc-per-node``): a torchrun flag, and what to give tfrun."""
     hint = _TORCHRUN.get(flag.replace("_", "-"))
     return None if hint is None else f"tfrun has no {flag} (a torchrun flag): {hint}"
+
+
+_OTHER_LAUNCHERS = {
+    # srun and sbatch
+    "--gpus": ("srun", "give -Gw GPUS, the GPUs of each worker (-Gs for each ps)"),
+    "--gres": ("srun", "give -Gw GPUS, the GPUs of each worker (-Gs for each ps)"),
+    "--gpus-per-task": ("srun", "give -Gw GPUS, the GPUs of each worker (-Gs for each ps)"),
+    "--cpus-per-task": ("srun", "give -Cw CPUS, the CPUs of each worker (-Cs for each ps)"),
+    "--mem": ("srun", "give -Mw MIB, the memory of each worker in MiB (-Ms for each ps)"),
+    "--nodes": ("srun", "tfrun places the tasks itself; give -w N, the job's number of workers"),
+    "--ntasks": ("srun", "give -w N workers (and -s N parameter servers)"),
+    "--ntasks-per-node": ("srun", "tfrun places the tasks itself; give -w N"),
+    # Ray
+    "--cpus": ("Ray", "give -Cw CPUS, the CPUs of each worker (-Cs for each ps)"),
+    "--num-cpus": ("Ray", "give -Cw CPUS, the CPUs of each worker (-Cs for each ps)"),
+    "--num-gpus": ("Ray", "give -Gw GPUS, the GPUs of each worker (-Gs for each ps)"),
+    "--num-workers": ("Ray", "give -w N, the job's number of workers"),
+    # the original tfmesos's examples and TF's own scripts
+    "--ps": ("TensorFlow scripts", "give -s N, the number of parameter servers"),
+    "--num-ps": ("TensorFlow scripts", "give -s N, the number of parameter servers"),
+    "--workers": ("TensorFlow scripts", "give -w N, the job's number of workers"),
+}
+"""Flags of the launchers a user comes from (srun, Ray, scripts of TF's):
+whose each is, and what tfrun takes instead."""
+
+
+def other_launchers_hint(flag: str) -> str | None:
+    """``--gpus`` (srun's): what tfrun takes instead, or None."""
+    known = _OTHER_LAUNCHERS.get(flag.replace("_", "-"))
+    if known is None:
+        return None
+    whose, hint = known
+    return f"tfrun has no {flag} (as {whose} has): {hint}"
