@@ -953,3 +953,44 @@ def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
     current = logs[0].read_text().splitlines()
     assert current[-2:] == ["line 19999 " + "x" * 90, "the last line"]
     assert job_procs.wait_gone(5) == []
+
+
+@pytest.mark.e2e
+def test_a_shell_wrapped_task_stops_without_waiting_out_the_leftovers_grace(
+    job_procs: JobProcesses,
+) -> None:
+    from tfmesos.backends.directtask import LEFTOVER_GRACE
+
+    # Stopped, the shell dies first; its sleep, handed to tfrun (the
+    # tasks' subreaper), dies as a zombie still in the task's group. Before,
+    # nothing reaped it, so the group looked alive through the leftovers'
+    # grace and 500 rounds of SIGKILL: 7.3 s to stop, against 0.6 s for
+    # `exec sleep 30` (issue 40, item 11).
+    cmd = "sh -c 'sleep 0.5; [ {task_index} = 1 ] && exit 3; sleep 30'"
+    proc = popen_tfrun("-w", "2", "--", cmd, env=job_procs.env())
+    proc.communicate(timeout=120)
+    assert proc.returncode == 3, proc.said()
+    stopping = proc.events.wait_for("job_stopping", proc)["ts"]
+    stopped = proc.events.wait_for("job_stopped", proc)["ts"]
+    assert stopped - stopping < LEFTOVER_GRACE, (stopped - stopping, proc.said())
+    assert job_procs.alive() == []
+
+
+@pytest.mark.e2e
+def test_a_second_ctrl_c_while_stopping_says_so_once_and_names_the_logs_once(
+    job_procs: JobProcesses,
+) -> None:
+    # The tasks ignore SIGTERM, so the stop takes their grace: a second
+    # Ctrl-C lands in it. Before: "dropped 0 B of the tasks' output not yet
+    # written; the full output of each task is in DIR", then DIR again.
+    proc, _ = start_tfrun("-w", "2", "--", "sh -c \"trap '' TERM; sleep 30\"", env=job_procs.env())
+    proc.send_signal(signal.SIGINT)
+    proc.events.wait_for("job_stopping", proc)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    said = proc.said()
+    assert proc.returncode == 130, said
+    assert "dropped 0 B" not in said
+    assert "SIGINT received while stopping: still stopping every task" in said
+    assert said.count("the full output of each task is in") == 1, said
+    assert job_procs.alive() == []

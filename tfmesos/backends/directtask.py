@@ -328,7 +328,26 @@ class _Leftovers:
         return [p for p in children if p not in _OWN_CHILDREN and _carries(p, self.mark)]
 
     def left(self) -> bool:
+        self._reap_dead_members()
         return proctree.signal_group(self.pgid, 0) or bool(self.orphans())
+
+    def _reap_dead_members(self) -> None:
+        """Reap what of the group exited after its parent did: handed to the
+        launcher (its subreaper), it stays a zombie, and a member of the
+        group, until reaped here. ``sh -c 'cmd; sleep 30'`` stopped leaves
+        one (the shell dies first): before, it kept the group alive for the
+        whole grace and SIGKILL rounds, 7 s."""
+        try:
+            children = procfs.children(os.getpid())
+        except OSError:
+            return
+        for pid in children:
+            if pid in _OWN_CHILDREN:
+                continue
+            stat = procfs.stat_of(pid)
+            if stat is not None and stat.state == "Z" and stat.pgrp == self.pgid:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
 
     async def end(self) -> None:
         strays = self.orphans()

@@ -102,6 +102,12 @@ class OutputRouter:
         if self._abandoned:
             return
         self._abandoned = True
+        if not dropped:
+            # A second Ctrl-C with nothing held back: nothing was lost, and
+            # where the output is comes in the last line (before: "dropped 0 B
+            # ...", the directory said twice).
+            logger.warning("%s: still stopping every task", reason)
+            return
         logger.warning(
             "%s: dropped %s of the tasks' output not yet written; the full output of each "
             "task is in %s",
