@@ -994,3 +994,59 @@ def test_a_second_ctrl_c_while_stopping_says_so_once_and_names_the_logs_once(
     assert "SIGINT received while stopping: still stopping every task" in said
     assert said.count("the full output of each task is in") == 1, said
     assert job_procs.alive() == []
+
+
+def running_with_argv(argv: list[str]) -> list[psutil.Process]:
+    """What runs ``argv`` exactly: a helper that cleared its environment
+    carries no mark of the job to find it by."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["cmdline"] == argv and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout  # a hang guard, not a measure
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.02)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "when",
+    [
+        "the job ends",  # its parent, the task's shell, long gone
+        "tfrun is killed while its parent runs",
+        "tfrun is killed after its parent's task ended",
+    ],
+)
+def test_a_helper_that_leaves_its_group_and_clears_its_environment_ends_with_the_job(
+    job_procs: JobProcesses, when: str
+) -> None:
+    # setsid: a session (and group) of its own; env -i: no task id to find
+    # it by. Before, it outlived the job in every case (issue 40, item 6);
+    # with an agent per task, its agent, the subreaper, ended it.
+    seconds = str(3000 + len(when))  # a sleep no other test runs
+    helper = ["sleep", seconds]
+    hide = f"setsid env -i {shlex.join(helper)} &"
+    if when == "the job ends":
+        args = ["-w", "1", "--", f"sh -c '{hide} sleep 1'"]
+    elif when == "tfrun is killed while its parent runs":
+        args = ["-w", "1", "--", f"sh -c '{hide} exec sleep 300'"]
+    else:  # worker 0's task ends, worker 1 keeps the job going
+        script = f"[ {{task_index}} = 0 ] && {{ {hide} sleep 0.3; exit 0; }}; exec sleep 300"
+        args = ["-w", "2", "--", f"sh -c '{script}'"]
+    proc = popen_tfrun(*args, env=job_procs.env())
+    if when == "the job ends":
+        proc.communicate(timeout=120)
+        assert proc.returncode == 0, proc.said()
+    else:
+        wait_until(lambda: bool(running_with_argv(helper)), "the helper runs")
+        if when != "tfrun is killed while its parent runs":
+            proc.events.wait_for("task_exited", proc, where=lambda e: e["task"] == "worker:0")
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: not running_with_argv(helper), "the helper is gone")
+    wait_until(lambda: not job_procs.alive(), "the job's processes are gone")

@@ -13,6 +13,7 @@ __all__ = [
     "children",
     "descendants",
     "processes",
+    "start_time",
     "stat_of",
     "with_any_environment",
     "with_environment",
@@ -52,6 +53,17 @@ def stat_of(pid: int) -> ProcessStat | None:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rsplit(b")", 1)[1].split()
         return ProcessStat(pid, fields[0].decode(), int(fields[2]), int(fields[3]))
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``stat``'s field 22):
+    with the pid, names one process, whatever reuses the number later. None
+    if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
         return None
 

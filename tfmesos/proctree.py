@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "STARTED_HERE",
     "become_subreaper",
     "bootstrap_command",
     "death_signal_program",
@@ -59,6 +60,12 @@ _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
 # -- Starting ---------------------------------------------------------------------
+
+
+STARTED_HERE: set[int] = set()
+"""The children this process started itself and waits for (a local task's
+command, the sweeper, an agent, Slurm's watchdog), as opposed to orphans
+handed to it as their subreaper: only the latter are a task's leftovers."""
 
 
 def bootstrap_command(module: str, call: str = "main()") -> list[str]:

@@ -10,15 +10,18 @@ launcher tells it on its stdin, one line at a time:
   processes carries in its environment (``TFMESOS_TASK_ID=...``),
 * ``group PGID``: a command's process group, from its start,
 * ``done PGID``: that group is over (its leader is about to be reaped),
+* ``stray PID START``: a process a task hid from its group and its mark
+  (``setsid env -i helper &``), handed to the launcher, and when it started,
 * ``bye``: the launcher ends normally; nothing to do.
 
 Its stdin ending without ``bye`` means the launcher is gone (SIGKILL, the OOM
-killer): every group still held is SIGKILLed, then every process that carries
-one of the job's task ids in its environment, until none is left.
+killer): every group still held is SIGKILLed with everything below its
+members (a helper in a session of its own whose parent is still there), the
+strays, then every process that carries one of the job's task ids in its
+environment, until none is left.
 
-Standard library only, ``os`` and little more (no ``tfmesos.wire``: the
-launcher spells the entries out): it costs each local job one
-bare interpreter start.
+Standard library only (no ``tfmesos.wire``: the launcher spells the entries
+out): it costs each local job one bare interpreter start.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 
+from tfmesos import procfs
 from tfmesos.procenv import with_any_environment
 
 __all__ = ["main"]
@@ -41,6 +45,7 @@ round kills, a process forked meanwhile, the next gets)."""
 def main() -> int:
     groups: set[int] = set()
     marks: set[bytes] = set()
+    strays: dict[int, int] = {}
     pending = b""
     while True:
         try:
@@ -62,15 +67,35 @@ def main() -> int:
                 groups.add(int(value))
             elif word == "done" and value.isdigit():
                 groups.discard(int(value))
-    sweep(groups, marks)
+            elif word == "stray":
+                pid, _, started = value.partition(" ")
+                if pid.isdigit() and started.isdigit():
+                    strays[int(pid)] = int(started)
+    sweep(groups, marks, strays)
     return 0
 
 
-def sweep(groups: set[int], marks: set[bytes]) -> None:
-    """SIGKILL the groups, then what carries one of ``marks`` in its
-    environment, until none is left."""
+def sweep(groups: set[int], marks: set[bytes], strays: dict[int, int] | None = None) -> None:
+    """SIGKILL the groups and what is below their members, the strays that
+    are still the processes named (``{pid: start}``), then what carries one
+    of ``marks`` in its environment, until none is left."""
+    below: list[int] = []
+    if groups:
+        # Found before any is killed: once a parent dies, what it left is
+        # handed to init, and nothing links it to the job any more.
+        try:
+            members = [p.pid for p in procfs.processes() if p.pgrp in groups]
+            for pid in members:
+                below.extend(p.pid for p in procfs.descendants(pid))
+        except OSError:  # no /proc, or no children lists: the groups and marks only
+            pass
     for pgid in groups:
         _kill(-pgid)
+    for pid in below:
+        _kill(pid)
+    for pid, started in (strays or {}).items():
+        if procfs.start_time(pid) == started:
+            _kill(pid)
     if not marks:
         return
     me = os.getpid()

@@ -42,10 +42,11 @@ LEFTOVER_GRACE = 2.0
 SIGTERM and SIGKILL once it has exited."""
 LEFTOVER_POLL = 0.02
 
-_OWN_CHILDREN: set[int] = set()
+_OWN_CHILDREN = proctree.STARTED_HERE
 """The launcher's children it started itself (the commands not yet reaped,
-the sweeper), as opposed to orphans handed to it: only the latter are read
-when a task ends, not every running command at every task's end."""
+the sweeper, ...), as opposed to orphans handed to it: only the latter are
+read when a task ends, not every running command at every task's end."""
+_TASK_MARK = f"{wire.ENV_TASK_ID}=".encode()
 
 
 class DirectTask:
@@ -196,6 +197,9 @@ class DirectTask:
         run.proc.wait()  # exited: at once. Its group number stays taken while members are left.
         _OWN_CHILDREN.discard(pid)
         leftovers = _Leftovers(pid, self.task_id)
+        if self._sweeper is not None:
+            for stray in strays():
+                self._sweeper.stray(stray)
         if leftovers.left():
             self._loop.create_task(self._report_after(leftovers, returncode))
         else:  # the usual end: one read of this process's children, no task
@@ -397,6 +401,59 @@ def _signal_tree(pid: int, sig: int) -> None:
             os.waitpid(pid, os.WNOHANG)
 
 
+def strays() -> list[int]:
+    """Orphans handed to the launcher that no task's id marks, out of the
+    launcher's process group: what a task hid from both its group and the
+    mark (``setsid env -i helper &``), so that its own task's end does not
+    find it. Whose it is cannot be told; it ends with the job
+    (:func:`end_strays`), or by the sweeper should the launcher be killed."""
+    try:
+        children = procfs.children(os.getpid())
+    except OSError:
+        return []
+    own_group = os.getpgrp()
+    found = []
+    for pid in children:
+        if pid in _OWN_CHILDREN:
+            continue
+        stat = procfs.stat_of(pid)
+        if stat is None or stat.pgrp == own_group:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                entries = environ.read().split(b"\0")
+        except OSError:  # a zombie's is gone: reaped here, its subreaper
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            continue
+        if not any(entry.startswith(_TASK_MARK) for entry in entries):
+            found.append(pid)
+    return found
+
+
+async def end_strays() -> None:
+    """End the job's strays (:func:`strays`) as leftovers are ended:
+    SIGTERM, ``LEFTOVER_GRACE`` to exit, then SIGKILL until none is left."""
+    found = strays()
+    if not found:
+        return
+    logger.debug("ending %d processes the tasks left outside their groups", len(found))
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for pid in found:
+            _signal_tree(pid, sig)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LEFTOVER_GRACE
+    while strays() and loop.time() < deadline:
+        await asyncio.sleep(LEFTOVER_POLL)
+    for _ in range(500):
+        found = strays()
+        if not found:
+            return
+        for pid in found:
+            _signal_tree(pid, signal.SIGKILL)
+        await asyncio.sleep(0.01)
+
+
 class Sweeper:
     """The launcher's end of :mod:`tfmesos.sweeper`: started with the first
     task the launcher runs itself, told of each, said goodbye to at the end."""
@@ -422,6 +479,13 @@ class Sweeper:
 
     def done(self, pgid: int) -> None:
         self._say(f"done {pgid}")
+
+    def stray(self, pid: int) -> None:
+        """A stray (:func:`strays`), named with its start so that the pid,
+        should it be reused, names no stranger."""
+        started = procfs.start_time(pid)
+        if started is not None:
+            self._say(f"stray {pid} {started}")
 
     def _say(self, line: str) -> None:
         if self._proc is None or self._proc.stdin is None:

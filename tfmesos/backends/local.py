@@ -38,7 +38,7 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
 )
-from tfmesos.backends.directtask import DirectTask, Sweeper
+from tfmesos.backends.directtask import DirectTask, Sweeper, end_strays
 from tfmesos.backends.forking import (
     OWN_PROCESS_GROUP,
     AgentProcess,
@@ -537,6 +537,8 @@ class LocalBackend(Backend):
             *(_terminate(r) for r in list(self._procs.values())),
             *(_stop_direct(t) for t in list(self._direct.values())),
         )
+        if self._sweeper is not None:
+            await end_strays()  # what hid from its task's group and mark
         for waiter in list(self._waiters):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(waiter), 1.0)

@@ -43,7 +43,7 @@ from tfmesos.backends.base import (
 from tfmesos.backends.local import default_agent_command
 from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.pathtext import shown_path
-from tfmesos.proctree import bootstrap_command
+from tfmesos.proctree import STARTED_HERE, bootstrap_command
 from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
 from tfmesos.slurm.commands import (
     ENDS,
@@ -331,6 +331,7 @@ class SlurmBackend(Backend):
                 self._watchdog.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 await asyncio.to_thread(self._watchdog.wait, 5)
+            STARTED_HERE.discard(self._watchdog.pid)
         if self._own_run:
             rundirs.release(self.log_dir)
 
@@ -560,7 +561,7 @@ def _script(plan: dict[str, Any]) -> str:
 
 def _start_watchdog() -> subprocess.Popen[bytes] | None:
     try:
-        return subprocess.Popen(
+        watchdog = subprocess.Popen(
             bootstrap_command("tfmesos.slurm.watchdog"),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
@@ -571,6 +572,9 @@ def _start_watchdog() -> subprocess.Popen[bytes] | None:
     except OSError as exc:
         logger.warning("Slurm: no watchdog (%s): a job outlives a tfrun killed outright", exc)
         return None
+    # Not a task's stray, for a chief this process runs (directtask.strays).
+    STARTED_HERE.add(watchdog.pid)
+    return watchdog
 
 
 async def _run(argv: Sequence[str], stdin: str | None = None) -> tuple[int, str, str]:
