@@ -72,9 +72,11 @@ class Launcher(Loop):
             if local:
                 # A cluster was named (-m, --backend slurm) for a job it has
                 # no part in: say so, or a wrong address goes unnoticed.
+                chief = "worker 0" if self.spec.ending_job == "worker" else "chief:0"
                 logger.warning(
-                    "every task of this job runs on this machine (worker 0, the chief, beside "
+                    "every task of this job runs on this machine (%s, the chief, beside "
                     "tfrun): the %s backend runs none of them",
+                    chief,
                     self.backend.name,
                 )
             await self._start_chief()
