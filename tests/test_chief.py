@@ -188,6 +188,23 @@ def test_a_tf_config_ps_job_with_a_chief_runs_to_its_end(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
+def test_multi_worker_mirrored_with_a_chief_and_an_evaluator_as_tf_reads_them(
+    job_procs: JobProcesses, job_events: JobEvents
+) -> None:
+    """TF itself takes the shapes: the chief is a member of the collective
+    (three ones sum to 3) and the one that saves; the evaluator's
+    TFConfigClusterResolver sees no evaluator job, and its end is no one's."""
+    program = str(Path(__file__).with_name("mwms_tfconfig.py"))
+    argv = [*job_events.flag, "--chief", "--evaluator", "-w", "2", "--", PY, program]
+    result = run_tfrun(*argv, env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    assert "[chief:0] chief:0 saves=True sum=3" in result.stdout, result.stdout
+    assert "[evaluator:0] evaluator:0 sees the jobs ['chief', 'worker']" in result.stdout
+    outcomes = job_events.of("job_stopped")[0]["outcomes"]
+    assert outcomes["chief:0"] == "exited 0" and "failed" not in outcomes.values(), outcomes
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
 SERVE = 'if [ "$TFMESOS_JOB_NAME" = {who} ]; then exit {status}; fi; exec sleep 600'
 
 
