@@ -229,6 +229,20 @@ def test_the_chiefs_exit_status_is_the_jobs_and_a_worker_failing_first_fails_it(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
+def test_a_chief_that_fails_restarts_the_job_with_max_restarts(
+    job_procs: JobProcesses, job_events: JobEvents
+) -> None:
+    # The chief exits 3 in the first run (TFMESOS_RESTART=0), 0 in the second.
+    command = SERVE.format(who="chief", status="$((3 - 3 * TFMESOS_RESTART))")
+    argv = [*job_events.flag, "--chief", "-w", "1", "-s", "1", "--max-restarts", "1"]
+    result = run_tfrun(*argv, "--", command, env=job_procs.env())
+    assert result.returncode == 0, result.stderr
+    (restart,) = job_events.of("job_restart")
+    assert restart["cause"] == "task chief:0 on 127.0.0.1 exited with status 3", restart
+    assert job_events.verdict()["result"] == "succeeded"
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
 EVALUATE = """
 import json, os, pathlib, sys, time
 out = pathlib.Path(sys.argv[1])
