@@ -160,6 +160,18 @@ def test_the_verdict_names_the_chief_first() -> None:
     )
 
 
+def test_cluster_refuses_an_evaluator_job_and_a_second_chief() -> None:
+    import tfmesos
+    from tfmesos.errors import SpecError
+
+    for jobs, said in (
+        ([{"name": "worker", "num": 1}, {"name": "evaluator", "num": 1}], "tfrun --evaluator"),
+        ([{"name": "worker", "num": 1}, {"name": "chief", "num": 2}], "at most one task"),
+    ):
+        with pytest.raises(SpecError, match=said), tfmesos.cluster(jobs):
+            raise AssertionError("started")
+
+
 # -- whole jobs (e2e) -------------------------------------------------------------
 
 
