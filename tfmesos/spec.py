@@ -7,6 +7,7 @@ is built, so that bad input costs the user nothing but a clear message.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -479,10 +480,11 @@ class ClusterSpec:
     def forwards(self, task: TaskSpec) -> bool:
         return self.forward_logs is None or task.name in self.forward_logs
 
-    @property
+    @functools.cached_property
     def ending_job(self) -> str:
         """The job whose end is the job's, in replica mode: the chief
-        (``tfrun --chief``), else the workers."""
+        (``tfrun --chief``), else the workers. Kept: :meth:`is_chief` asks
+        for every piece of output a task sends."""
         return CHIEF_JOB if self.has_job(CHIEF_JOB) else "worker"
 
     def has_job(self, name: str) -> bool:
