@@ -60,8 +60,12 @@ def test_cluster_checks() -> None:
         ClusterSpec((Job("a", 0),))
     with pytest.raises(SpecError, match="at least one worker"):
         ClusterSpec((Job("ps", 1, cmd="x"), Job("worker", 0, cmd="x")), replica=True)
-    with pytest.raises(SpecError, match="only 'ps' and 'worker'"):
-        ClusterSpec((Job("chief", 1, cmd="x"),), replica=True)
+    with pytest.raises(SpecError, match="only 'chief', 'ps', 'worker' and 'evaluator'"):
+        ClusterSpec((Job("master", 1, cmd="x"),), replica=True)
+    with pytest.raises(SpecError, match="'chief' has at most one task"):
+        ClusterSpec((Job("chief", 2, cmd="x"),), replica=True)
+    with pytest.raises(SpecError, match="'evaluator' has at most one task"):
+        ClusterSpec((Job("worker", 1, cmd="x"), Job("evaluator", 2, cmd="x")), replica=True)
 
 
 def test_every_task_of_a_job_runs_and_start_is_refused() -> None:

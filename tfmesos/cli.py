@@ -56,13 +56,15 @@ EPILOG = """\
 placeholders in the command, filled in for each task:
   {ps_hosts}      host:port of every ps task, comma-joined
   {worker_hosts}  host:port of every worker task, comma-joined
-  {job_name}      ps or worker
+  {chief_hosts}   host:port of the chief (--chief), else empty
+  {job_name}      ps or worker (chief, evaluator with --chief, --evaluator)
   {task_index}    the task's index within its job
   ({{name}} is a literal {name}.)
 
 what each task gets in its environment:
   TensorFlow  TF_CONFIG; TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS,
-              TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX, TFMESOS_DISTRIBUTED=1
+              TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX, TFMESOS_DISTRIBUTED=1;
+              TFMESOS_CHIEF_HOSTS with --chief
   PyTorch     what torchrun gives: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
               LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, GROUP_RANK, GROUP_WORLD_SIZE,
               ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, TORCHELASTIC_RUN_ID,
@@ -76,6 +78,9 @@ what each task gets in its environment:
               where torchrun leaves it unset)
   Worker 0 is the chief, rank 0 and JAX's process 0; the ps tasks come after
   the workers. -s defaults to 0 unless the command uses {ps_hosts}.
+  With --chief the chief is a task of its own (TF_CONFIG type chief), rank 0
+  before the workers, and the job ends when it exits; an --evaluator is in no
+  cluster list and has no rank (no RANK, WORLD_SIZE, MASTER_*, JAX_*).
 
 from torchrun:
   torchrun --nproc_per_node 4 train.py   is   tfrun -w 4 -- python train.py
@@ -89,7 +94,7 @@ from torchrun:
   --max-restarts  the same: the whole job is started again
 
 exit status:
-  0        every worker exited 0
+  0        every worker exited 0 (with --chief: the chief did)
   2        bad usage; nothing was started
   77       the Mesos master refused the framework's credentials
            (--principal, --secret-file)
@@ -107,6 +112,7 @@ examples:
       --job_name {job_name} --task_index {task_index}
   tfrun -w 3 -- python examples/torch_ddp.py
   tfrun -w 3 --worker-logs '*' -- python examples/jax_psum.py
+  tfrun --chief -w 3 -s 2 -- python train_ps.py    # ParameterServerStrategy
 """
 
 
@@ -184,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--nworker",
         type=count,
         metavar="N",
-        help="number of workers (worker 0 is the chief)",
+        help="number of workers (worker 0 is the chief, unless --chief)",
     )
     job.add_argument(
         "-s",
@@ -192,6 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
         type=count,
         metavar="N",
         help="number of parameter servers (ps); default 0, unless the command uses {ps_hosts}",
+    )
+    job.add_argument(
+        "--chief",
+        action="store_true",
+        help="one more task, TF_CONFIG type chief (rank 0, beside tfrun on a cluster), besides "
+        "the -w workers: the job ends when it exits, its status the job's, and the rest are "
+        "stopped (ParameterServerStrategy's coordinator, MultiWorkerMirrored's chief)",
+    )
+    job.add_argument(
+        "--evaluator",
+        action="store_true",
+        help="one more task, TF_CONFIG type evaluator, in no cluster list and with no rank (TF's "
+        "side-car evaluator): stopped when the job ends; its end, even a failure, does not end it",
     )
     job.add_argument(
         "--events",
@@ -256,6 +275,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIB",
         help="memory per ps in MiB (default 1024)",
     )
+    for letter, what, kind, unit, said in (
+        ("C", "cpus", positive_number, "CPUS", "CPUs"),
+        ("G", "gpus", count, "GPUS", "GPUs"),
+        ("M", "mem", positive_number, "MIB", "memory in MiB"),
+    ):
+        job.add_argument(
+            f"-{letter}c",
+            f"--chief-{what}",
+            type=kind,
+            metavar=unit,
+            help=f"{said} for the chief (--chief; default: the workers', -{letter}w)",
+        )
     job.add_argument(
         "-e",
         "--extra_config",
@@ -264,10 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     job.add_argument(
         "--worker-logs",
-        default="0",
         metavar="IDS",
         help="workers whose output is printed here as well as kept in their log files: "
-        "comma-separated indices, '*' for all, or none for the files only (default 0)",
+        "comma-separated indices, '*' for all, or none for the files only (default 0; with "
+        "--chief, none); the chief's and the evaluator's are printed unless none",
     )
     job.add_argument(
         "--chdir",
@@ -341,11 +372,23 @@ def _command(parts: Sequence[str]) -> str:
     return shlex.join(parts)
 
 
-def _worker_logs(text: str, nworker: int) -> frozenset[str]:
+def _worker_logs(text: str | None, nworker: int, chief: bool, evaluator: bool) -> frozenset[str]:
+    """The tasks whose output is shown: the workers ``--worker-logs`` names
+    (by default worker 0, the chief; with ``--chief``, none), and the chief
+    and the evaluator, but with ``none``."""
+    if text is not None and text.strip() == "none":  # torchrun's -r without -t: the files only
+        return frozenset()
+    aside = {"chief:0"} if chief else set()
+    if evaluator:
+        aside.add("evaluator:0")
+    if text is None:
+        return frozenset(aside if chief else {"worker:0", *aside})
+    return _worker_indices(text, nworker) | aside
+
+
+def _worker_indices(text: str, nworker: int) -> frozenset[str]:
     if text.strip() == "*":
         return frozenset(f"worker:{i}" for i in range(nworker))
-    if text.strip() == "none":  # torchrun's -r without -t: the log files only
-        return frozenset()
     names = set()
     for part in text.split(","):
         part = part.strip()
@@ -359,6 +402,23 @@ def _worker_logs(text: str, nworker: int) -> frozenset[str]:
             )
         names.add(f"worker:{int(part)}")
     return frozenset(names)
+
+
+def _jobs(args: argparse.Namespace, cmd: str) -> tuple[Job, ...]:
+    """The job's task groups: ``--chief``, the ps, the workers,
+    ``--evaluator``. The chief takes the workers' resources but where
+    ``-Cc/-Mc/-Gc`` say otherwise; the evaluator takes the workers'."""
+    worker = (args.worker_cpus, args.worker_mem, args.worker_gpus)
+    jobs = []
+    if args.chief:
+        given = (args.chief_cpus, args.chief_mem, args.chief_gpus)
+        cpus, mem, gpus = (w if c is None else c for c, w in zip(given, worker, strict=True))
+        jobs.append(Job("chief", 1, cpus, mem, gpus, cmd))
+    jobs.append(Job("ps", args.nserver, args.server_cpus, args.server_mem, args.server_gpus, cmd))
+    jobs.append(Job("worker", args.nworker, *worker, cmd))
+    if args.evaluator:
+        jobs.append(Job("evaluator", 1, *worker, cmd))
+    return tuple(jobs)
 
 
 def _chdir(path: str | None, backend: str) -> str:
@@ -459,13 +519,20 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     problem = bare_script(command, args.chdir)
     if problem is not None:
         parser.error(problem)
-    if args.nworker < 1:
+    if args.nworker < 1 and not args.chief:
         parser.error("-w must be at least 1: replica mode needs at least one worker (the chief)")
+    for what in ("cpus", "gpus", "mem"):
+        if getattr(args, f"chief_{what}") is not None and not args.chief:
+            parser.error(f"--chief-{what} is for the chief: give --chief too")
     # Before anything is built per task: -w 10**20 must cost nothing.
-    if args.nworker + args.nserver > MAX_TASKS:
+    ntasks = args.nworker + args.nserver + args.chief + args.evaluator
+    if ntasks > MAX_TASKS:
         parser.error(
-            f"a job can have at most {MAX_TASKS} tasks in all, not {args.nworker + args.nserver} "
-            f"(-w {args.nworker} -s {args.nserver})"
+            f"a job can have at most {MAX_TASKS} tasks in all, not {ntasks} "
+            f"(-w {args.nworker} -s {args.nserver}"
+            + " --chief" * args.chief
+            + " --evaluator" * args.evaluator
+            + ")"
         )
     # The registry says which flags are whose: each backend's options class
     # (tfmesos.backends.OPTIONS) names its own, and those that choose it.
@@ -476,7 +543,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     except SpecError as exc:
         parser.error(str(exc))
     options_type = options_class(args.backend)
-    problem = options_type.task_limit(args.nworker + args.nserver)
+    problem = options_type.task_limit(ntasks)
     if problem is not None:
         parser.error(problem)
     try:
@@ -484,10 +551,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         initializer, finalizer, env = (
             read_extra_config(args.extra_config) if args.extra_config else (None, None, {})
         )
-        jobs = (
-            Job("ps", args.nserver, args.server_cpus, args.server_mem, args.server_gpus, cmd),
-            Job("worker", args.nworker, args.worker_cpus, args.worker_mem, args.worker_gpus, cmd),
-        )
+        jobs = _jobs(args, cmd)
         spec = ClusterSpec(
             jobs=jobs,
             name=args.name or f"[tfrun] {cmd}"[:200],
@@ -496,7 +560,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             env=env,
             initializer=initializer,
             finalizer=finalizer,
-            forward_logs=_worker_logs(args.worker_logs, args.nworker),
+            forward_logs=_worker_logs(args.worker_logs, args.nworker, args.chief, args.evaluator),
             start_timeout=args.timeout,
             tls_cert=_readable(args.tls_cert, "--tls-cert"),
             tls_key=_readable(args.tls_key, "--tls-key"),

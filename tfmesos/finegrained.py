@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -31,7 +33,8 @@ from tfmesos.errors import (
 )
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import NO_EVENTS, Events, open_events
-from tfmesos.spec import ClusterSpec, Job, coerce_jobs
+from tfmesos.ports import reserve_port
+from tfmesos.spec import CHIEF_JOB, EVALUATOR_JOB, ClusterSpec, Job, coerce_jobs
 
 __all__ = ["Cluster", "cluster"]
 
@@ -52,10 +55,17 @@ class Cluster:
     ) -> None:
         self.spec = spec
         self.events = events
+        self._chief = spec.has_job(CHIEF_JOB)
+        """A ``chief`` job: this program, TF's coordinator, which no task runs."""
+        if self._chief:
+            served = tuple(job for job in spec.jobs if job.name != CHIEF_JOB)
+            spec = dataclasses.replace(spec, jobs=served)
         self._backend = create_backend(backend, spec, options)
         self._launcher = Launcher(
             spec, self._backend, output=binary_stream(sys.stderr), events=events
         )
+        self._chief_port: socket.socket | None = None
+        """The chief's port, held until the servers are up."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="tfmesos-launcher", daemon=True
@@ -86,17 +96,32 @@ class Cluster:
         c.cluster_resolver())``."""
         import tensorflow as tf
 
+        if self._chief:
+            # The program is the chief: TF's coordinator serves at the chief's
+            # address, which every server's cluster definition holds.
+            return tf.distribute.cluster_resolver.SimpleClusterResolver(
+                self.cluster_spec(), task_type=CHIEF_JOB, task_id=0, rpc_layer=self.spec.protocol
+            )
         return tf.distribute.cluster_resolver.SimpleClusterResolver(
             self.cluster_spec(), rpc_layer=self.spec.protocol
         )
 
     def start(self) -> None:
+        if self._chief:
+            # A port below the ephemeral range, held (no task's port check
+            # takes it) until every server is up, then let go for the
+            # program's own server to bind.
+            port, self._chief_port = reserve_port()
+            address = f"{self._backend.rendezvous_host}:{port}"
+            self._launcher.outside = {CHIEF_JOB: [address]}
         self._thread.start()
         try:
             self._call(self._launcher.start())
         except BaseException:
             self.stop()
             raise
+        finally:
+            self._release_chief_port()
         self._watch = asyncio.run_coroutine_threadsafe(self._launcher.watch(), self._loop)
         self._watch.add_done_callback(self._on_watch_done)
 
@@ -108,7 +133,13 @@ class Cluster:
             self.failure = error
             logger.error("%s", error)
 
+    def _release_chief_port(self) -> None:
+        if self._chief_port is not None:
+            self._chief_port.close()
+            self._chief_port = None
+
     def stop(self) -> None:
+        self._release_chief_port()
         if self._loop.is_closed():
             return
         if self._watch is not None:
@@ -218,6 +249,11 @@ def cluster(
         if job.cmd is not None:
             raise SpecError(
                 f"job {job.name!r} has a cmd: fine-grained mode runs TF servers; use tfrun"
+            )
+        if job.name == EVALUATOR_JOB:
+            raise SpecError(
+                "job 'evaluator': TF's evaluator runs a program of its own, not a server "
+                "the program drives; use tfrun --evaluator"
             )
     _quiet_logging(quiet)
     options = backend_options(backend, **given)

@@ -57,7 +57,9 @@ class Action(enum.Enum):
     holds the failed one's address)."""
     CARRY_ON = "carry on"
     """Nothing changes (a backend failing once the job is stopping: the
-    verdict is already made and teardown goes on)."""
+    verdict is already made and teardown goes on; a side-car, the
+    evaluator, failing once the cluster is up: it is said, and the job goes
+    on without it)."""
     RUN = "run"
     """A task that registered is the one the job waits for: it joins."""
     REJOIN = "rejoin"
@@ -79,18 +81,27 @@ class TaskView:
     relaunched_at_address: bool = False
     """Fine-grained mode: a server relaunched where a dead one was
     (:mod:`tfmesos.launcher.relaunch`)."""
+    side: bool = False
+    """A side-car outside the cluster (TF's evaluator, ``tfrun --evaluator``):
+    nothing in the job waits for it or talks to it."""
 
 
 def on_task_end(task: TaskView, exit_code: int | None) -> Action:
     """An attempt ended (it exited, was killed, was lost) with ``exit_code``
     (None when unknown): retried before the cluster is up, fatal after it,
-    except a replica's exit 0, which is its work done."""
+    except a replica's exit 0, which is its work done, and a side-car's
+    failure, which the job carries on without."""
     if task.phase is Phase.STOPPING or not task.current:
         return Action.STOP
     if task.phase is Phase.STARTING:
         return Action.GIVE_UP if task.attempt >= MAX_ATTEMPTS else Action.RELAUNCH
     if exit_code == 0 and task.replica:
         return Action.FINISH
+    if task.side:
+        # No task holds its address and the training does not wait for it:
+        # failing the job, or restarting it, would throw the training away
+        # for what only watched it.
+        return Action.CARRY_ON
     return Action.FAIL_JOB
 
 

@@ -7,6 +7,7 @@ is built, so that bad input costs the user nothing but a clear message.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -19,6 +20,8 @@ from tfmesos.errors import SpecError
 
 __all__ = [
     "CHIEF",
+    "CHIEF_JOB",
+    "EVALUATOR_JOB",
     "MAX_COMMAND_LINE",
     "MAX_RESTARTS",
     "MAX_TASKS",
@@ -33,7 +36,14 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-REPLICA_JOBS = ("ps", "worker")
+REPLICA_JOBS = ("ps", "worker", "chief", "evaluator")
+CHIEF_JOB = "chief"
+"""TensorFlow's ``chief`` (``tfrun --chief``): its end is the job's."""
+EVALUATOR_JOB = "evaluator"
+"""TensorFlow's side-car ``evaluator`` (``tfrun --evaluator``): in no cluster
+list, and no rank; its end does not end the job, nor does its failure."""
+SINGLE_JOBS = (CHIEF_JOB, EVALUATOR_JOB)
+"""Jobs of at most one task, as TensorFlow's TF_CONFIG has them."""
 
 MAX_TASKS = 10_000
 """The most tasks one job may have, on any backend (the local backend has
@@ -342,7 +352,8 @@ def _check_text(what: str, text: str) -> None:
 
 
 CHIEF = "worker:0"
-"""The chief's task name in replica mode (TensorFlow's convention)."""
+"""The chief's task name in replica mode without a ``chief`` job
+(TensorFlow's convention: worker 0); with one, ``chief:0``."""
 
 
 @dataclass(frozen=True)
@@ -352,7 +363,8 @@ class ClusterSpec:
     jobs: tuple[Job, ...]
     name: str = "tfmesos"
     replica: bool = False
-    """Replica mode: tasks run ``cmd``; the job ends when the workers end."""
+    """Replica mode: tasks run ``cmd``; the job ends when the workers end,
+    or the chief, where there is one (:attr:`ending_job`)."""
     cwd: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     initializer: str | None = None
@@ -389,12 +401,19 @@ class ClusterSpec:
             for job in jobs:
                 if job.name not in REPLICA_JOBS:
                     raise SpecError(
-                        f"replica mode runs only 'ps' and 'worker' jobs, not {job.name!r}"
+                        "replica mode runs only 'chief', 'ps', 'worker' and 'evaluator' jobs, "
+                        f"not {job.name!r}"
                     )
                 if job.cmd is None:
                     raise SpecError(f"replica mode needs a command for job {job.name!r}")
-            if not any(job.name == "worker" and job.num > 0 for job in jobs):
+            if not any(job.name in ("worker", CHIEF_JOB) and job.num > 0 for job in jobs):
                 raise SpecError("replica mode needs at least one worker (-w 1)")
+        for job in jobs:
+            if job.name in SINGLE_JOBS and job.num > 1:
+                raise SpecError(
+                    f"job {job.name!r} has at most one task, as TensorFlow's TF_CONFIG has it, "
+                    f"not {job.num}"
+                )
         if self.start_timeout is not None:
             _number(self.start_timeout, "the start timeout", minimum=0, allow_equal=False)
         if (
@@ -461,11 +480,25 @@ class ClusterSpec:
     def forwards(self, task: TaskSpec) -> bool:
         return self.forward_logs is None or task.name in self.forward_logs
 
+    @functools.cached_property
+    def ending_job(self) -> str:
+        """The job whose end is the job's, in replica mode: the chief
+        (``tfrun --chief``), else the workers. Kept: :meth:`is_chief` asks
+        for every piece of output a task sends."""
+        return CHIEF_JOB if self.has_job(CHIEF_JOB) else "worker"
+
+    def has_job(self, name: str) -> bool:
+        """Whether the job named ``name`` has a task."""
+        return any(job.name == name and job.num > 0 for job in self.jobs)
+
     def is_chief(self, task: TaskSpec) -> bool:
-        """Whether ``task`` is the job's chief: worker 0, in replica mode. Its
-        exit decides the job's; a backend whose tasks run elsewhere has it run
-        beside the launcher (``Backend.chief_beside_launcher``)."""
-        return self.replica and task.name == CHIEF
+        """Whether ``task`` is the job's chief, in replica mode: ``chief:0``
+        (``tfrun --chief``), else worker 0. A backend whose tasks run
+        elsewhere has it run beside the launcher
+        (``Backend.chief_beside_launcher``)."""
+        if not self.replica or task.index != 0:
+            return False
+        return task.job_name == self.ending_job
 
 
 def coerce_jobs(

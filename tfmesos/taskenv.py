@@ -30,7 +30,7 @@ __all__ = [
 ClusterDef = Mapping[str, Sequence[str]]
 """Job name to the ``host:port`` of each of its tasks, in task order."""
 
-PLACEHOLDERS = ("ps_hosts", "worker_hosts", "job_name", "task_index")
+PLACEHOLDERS = ("ps_hosts", "worker_hosts", "job_name", "task_index", "chief_hosts")
 
 ENV_RESTART = "TFMESOS_RESTART"
 """Which run of the job a task belongs to: 0, then 1 after the first restart
@@ -120,12 +120,13 @@ class _Cluster:
     itself fills in every task's, and each of these is a walk over every
     task (docs/benchmarks.md, "The fixed cost")."""
 
-    __slots__ = ("cluster_json", "key", "order", "ps_hosts", "rank", "worker_hosts")
+    __slots__ = ("chief_hosts", "cluster_json", "key", "order", "ps_hosts", "rank", "worker_hosts")
 
     def __init__(self, cluster: ClusterDef, key: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
         self.key = key
         self.ps_hosts = ",".join(cluster.get("ps", ()))
         self.worker_hosts = ",".join(cluster.get("worker", ()))
+        self.chief_hosts = ",".join(cluster.get("chief", ()))
         # TF2 strategies reject a job with no tasks, so empty jobs are left out.
         self.cluster_json = json.dumps(
             {name: list(addrs) for name, addrs in cluster.items() if addrs}, separators=(",", ":")
@@ -153,6 +154,7 @@ def placeholder_values(cluster: ClusterDef, job_name: str, task_index: int) -> d
         "worker_hosts": parts.worker_hosts,
         "job_name": job_name,
         "task_index": str(task_index),
+        "chief_hosts": parts.chief_hosts,
     }
 
 
@@ -183,6 +185,8 @@ def task_environment(
         # 8 KiB blocks and a crash would lose the last lines.
         "PYTHONUNBUFFERED": "1",
     }
+    if parts.chief_hosts:  # tfrun --chief
+        env["TFMESOS_CHIEF_HOSTS"] = parts.chief_hosts
     env.update(
         rank_environment(
             cluster, job_name, task_index, run_id=run_id, restart=restart, max_restarts=max_restarts
@@ -193,9 +197,12 @@ def task_environment(
 
 def ranks(cluster: ClusterDef) -> list[tuple[str, int]]:
     """Every task of the cluster as ``(job, index)``, in rank order: the
-    workers first, so that worker 0 (the chief) is rank 0, then every other
-    job (the ps tasks, in a tfrun job) in the cluster definition's order."""
-    jobs = ["worker", *(name for name in cluster if name != "worker")]
+    chief first (``tfrun --chief``), then the workers, so that the chief, or
+    worker 0 where there is none, is rank 0, then every other job (the ps
+    tasks, in a tfrun job) in the cluster definition's order. An evaluator
+    is in no cluster list, and so has no rank."""
+    first = ("chief", "worker")
+    jobs = [*first, *(name for name in cluster if name not in first)]
     return [(job, index) for job in jobs for index in range(len(cluster.get(job, ())))]
 
 
@@ -234,6 +241,10 @@ def rank_environment(
         return {}
     rank = parts.rank.get((job_name, task_index))
     if rank is None:
+        if job_name == "evaluator":
+            # TF's side-car evaluator is in no cluster list (TF_CONFIG), and
+            # takes no part in the collective: no rank, no world, no master.
+            return {}
         rank = order.index((job_name, task_index))  # not in the cluster: its ValueError
     first_job, first_index = order[0]
     master = cluster[first_job][first_index]

@@ -206,8 +206,10 @@ class LocalBackend(Backend):
 
     def _fewer(self, task: TaskSpec, resource: str) -> str:
         """What to do about a task that asks for more than this machine has."""
-        if self.spec.replica and task.job_name in ("ps", "worker"):
-            flag = {"cpus": "-C", "mem": "-M", "gpus": "-G"}[resource] + task.job_name[0]
+        # The evaluator takes the workers' flags (tfrun --evaluator).
+        letter = {"ps": "s", "worker": "w", "chief": "c", "evaluator": "w"}.get(task.job_name)
+        if self.spec.replica and letter is not None:
+            flag = {"cpus": "-C", "mem": "-M", "gpus": "-G"}[resource] + letter
             if resource == "gpus" and self.chief_only:
                 return f"run tfrun on a machine with a GPU, or give {flag} 0"
             if resource == "gpus":

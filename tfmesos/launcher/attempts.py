@@ -144,13 +144,16 @@ class Attempts:
     workers done?) cost the same at 1000 tasks as at 4, not a walk over
     every task for every event of every task."""
 
-    def __init__(self) -> None:
+    def __init__(self, ending_job: str = "worker") -> None:
+        self.ending_job = ending_job
+        """The job whose tasks' ends are the job's (replica mode): the
+        workers, or the chief (``ClusterSpec.ending_job``)."""
         self.by_id: dict[str, Attempt] = {}
         self.current: dict[str, Attempt] = {}
         self._states: dict[AttemptState, int] = dict.fromkeys(AttemptState, 0)
         """How many current attempts are in each state."""
         self._workers = [0, 0]
-        """Current attempts of the job named worker: in all, and finished."""
+        """Current attempts of the ending job: in all, and finished."""
 
     def add(self, attempt: Attempt) -> None:
         self.by_id[attempt.task_id] = attempt
@@ -168,7 +171,7 @@ class Attempts:
 
     def _count(self, attempt: Attempt, state: AttemptState, step: int) -> None:
         self._states[state] += step
-        if attempt.spec.job_name == "worker":
+        if attempt.spec.job_name == self.ending_job:
             self._workers[0] += step
             if state is AttemptState.FINISHED:
                 self._workers[1] += step

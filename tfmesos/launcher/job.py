@@ -22,7 +22,7 @@ from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.launcher.loop import KILL_WAIT, OUTPUT_LINGER, Event, Loop
 from tfmesos.policy import Phase
-from tfmesos.spec import TaskSpec
+from tfmesos.spec import EVALUATOR_JOB, TaskSpec
 
 if TYPE_CHECKING:
     import ssl
@@ -72,9 +72,11 @@ class Launcher(Loop):
             if local:
                 # A cluster was named (-m, --backend slurm) for a job it has
                 # no part in: say so, or a wrong address goes unnoticed.
+                chief = "worker 0" if self.spec.ending_job == "worker" else "chief:0"
                 logger.warning(
-                    "every task of this job runs on this machine (worker 0, the chief, beside "
+                    "every task of this job runs on this machine (%s, the chief, beside "
                     "tfrun): the %s backend runs none of them",
+                    chief,
                     self.backend.name,
                 )
             await self._start_chief()
@@ -116,12 +118,13 @@ class Launcher(Loop):
         )
 
     async def wait_for_workers(self) -> None:
-        """Replica mode: return when every worker has exited 0; raise if any task failed."""
+        """Replica mode: return when every worker has exited 0, or the chief
+        where there is one (``tfrun --chief``); raise if any task failed."""
         await self._pump(self._attempts.workers_done, None, None)
         rest = bool(self._attempts.live())
+        done = "all workers finished" if self.spec.ending_job == "worker" else "the chief finished"
         self._output.say_after_output(
-            logging.INFO,
-            "all workers finished" + ("; stopping the rest of the job" if rest else ""),
+            logging.INFO, done + ("; stopping the rest of the job" if rest else "")
         )
 
     async def watch(self) -> None:
@@ -291,7 +294,10 @@ class Launcher(Loop):
         return Launch(task.task_id, task.spec, env)
 
     def _deliver_cluster(self) -> None:
-        self.cluster_def = message.cluster_def_of(self._attempts.current.values())
+        self.cluster_def = {
+            **self.outside,
+            **message.cluster_def_of(self._attempts.current.values()),
+        }
         checked = False
         for task in self._attempts.current.values():
             assert task.connection is not None
@@ -304,7 +310,9 @@ class Launcher(Loop):
         self._phase = Phase.RUNNING
         for target, url in sorted(self.targets.items()):
             logger.debug("%s at %s", target, url)
-        logger.info("cluster up: %s", message.summary(self.cluster_def))
+        # An evaluator is in no cluster list, but is up too.
+        aside = ", 1 evaluator" if self.spec.has_job(EVALUATOR_JOB) else ""
+        logger.info("cluster up: %s%s", message.summary(self.cluster_def), aside)
         self._emit("cluster_up", cluster=self.cluster_def, restart=self.restart)
 
     async def _after_event(self, event: Event) -> None:

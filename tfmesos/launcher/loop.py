@@ -68,7 +68,7 @@ from tfmesos.rendezvous import (
     RendezvousEvent,
     RendezvousServer,
 )
-from tfmesos.spec import ClusterSpec, TaskSpec
+from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
     from tfmesos.launcher import relaunch
@@ -162,7 +162,7 @@ class Loop:
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._held: collections.deque[Event] = collections.deque()
         """Events taken off the queue when the pump was cancelled (_next_event)."""
-        self._attempts = Attempts()
+        self._attempts = Attempts(spec.ending_job)
         self._rendezvous = rendezvous(
             self._secret, self._admit, self._on_rendezvous, self._output_flow
         )
@@ -188,6 +188,9 @@ class Loop:
         self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
         self.cluster_def: dict[str, list[str]] = {}
+        self.outside: dict[str, list[str]] = {}
+        """Jobs in the cluster definition whose tasks the launcher does not
+        run, first in it: fine-grained mode's chief, the program itself."""
         self.run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
         """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
 
@@ -426,6 +429,7 @@ class Loop:
             attempt=task.attempt,
             replica=self.spec.replica,
             relaunched_at_address=bool(task.keep_address),
+            side=task.spec.job_name == EVALUATOR_JOB,
         )
 
     def _emit(self, event: str, task: Attempt | None = None, **fields: Any) -> None:
@@ -459,6 +463,18 @@ class Loop:
             exited(action)  # else once fine-grained mode has decided, below
         if action is Action.STOP:
             task.move(AttemptState.STOPPED)
+            return
+        if action is Action.CARRY_ON:
+            # The evaluator, outside the cluster: said, and the job goes on.
+            task.move(AttemptState.FAILED)
+            where = f" on {task.host}" if task.host else ""
+            self._output.say_after_output(
+                logging.WARNING,
+                "task %s%s %s: the job goes on without it (an evaluator is outside the cluster)",
+                task.spec.name,
+                where,
+                reason,
+            )
             return
         # The task's own log (the backend's tail) has all it printed; what
         # came over the connection may stop short of the end.

@@ -9,16 +9,19 @@ from typing import Any
 from tfmesos import wire
 from tfmesos.errors import ClusterStartError
 from tfmesos.launcher.attempts import Attempt
-from tfmesos.spec import ClusterSpec
+from tfmesos.spec import EVALUATOR_JOB, ClusterSpec
 
 __all__ = ["check_size", "cluster_def_of", "cluster_message", "summary"]
 
 
 def cluster_def_of(attempts: Iterable[Attempt]) -> dict[str, list[str]]:
     """``{'worker': ['host:port', ...], ...}``: each job's addresses, in
-    index order, jobs in the order their tasks come."""
+    index order, jobs in the order their tasks come. An evaluator is in no
+    cluster list, as TensorFlow documents its side-car evaluator."""
     by_job: dict[str, list[tuple[int, str]]] = {}
     for task in attempts:
+        if task.spec.job_name == EVALUATOR_JOB:
+            continue
         by_job.setdefault(task.spec.job_name, []).append((task.spec.index, task.addr))
     return {job: [a for _, a in sorted(pairs)] for job, pairs in by_job.items()}
 

@@ -89,13 +89,14 @@ def duration(seconds: float) -> str:
 
 def ends(outcomes: dict[str, str]) -> str:
     """``worker:0 and worker:1 exited 0; ps:0 stopped by tfrun``: each
-    task's end, workers first, grouped by job and end, runs of many indices
-    as ranges (``worker:0-99``)."""
+    task's end, the chief first, then the workers, grouped by job and end,
+    runs of many indices as ranges (``worker:0-99``)."""
     groups: dict[tuple[str, str], list[int]] = {}
     for name, end in outcomes.items():
         job, _, index = name.rpartition(":")
         groups.setdefault((job, end), []).append(int(index))
-    order = sorted(groups, key=lambda key: key[0] != "worker")  # stable: the job's own order
+    first = {"chief": 0, "worker": 1}
+    order = sorted(groups, key=lambda key: first.get(key[0], 2))  # stable: the job's own order
     return "; ".join(f"{names(job, groups[job, end])} {end}" for job, end in order)
 
 

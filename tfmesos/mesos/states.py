@@ -154,7 +154,12 @@ EXECUTOR_MEM = 32.0
 """MiB an agent adds to a command task's container for its executor
 (``DEFAULT_EXECUTOR_MEM``, src/slave/constants.hpp; ``Slave::getExecutorInfo``)."""
 
-MEM_FLAGS = {"worker": "-Mw/--worker-mem", "ps": "-Ms/--server-mem"}
+MEM_FLAGS = {
+    "worker": "-Mw/--worker-mem",
+    "ps": "-Ms/--server-mem",
+    "chief": "-Mc/--chief-mem",
+    "evaluator": "-Mw/--worker-mem",
+}
 """tfrun's flag that sets each job's memory per task."""
 
 
