@@ -30,6 +30,7 @@ from tfmesos.errors import (
 )
 from tfmesos.flagtypes import count, positive_number, torchrun_hint
 from tfmesos.helpformat import HelpFormatter
+from tfmesos.nproc import MAX_NPROC
 from tfmesos.pathtext import shown_path
 from tfmesos.spec import (
     MAX_RESTARTS,
@@ -206,6 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
         "run it is",
     )
     job.add_argument(
+        "--nproc-per-task",
+        "--nproc-per-node",
+        "--nproc_per_node",
+        dest="nproc_per_task",
+        type=_nproc,
+        default=1,
+        metavar="N",
+        help="run N processes in each task, sharing its CPUs and GPUs, as torchrun's "
+        "--nproc_per_node runs N on each node: LOCAL_RANK 0..N-1, RANK = GROUP_RANK*N + "
+        "LOCAL_RANK, WORLD_SIZE tasks*N; each process's output is shown as [worker:I.LOCAL_RANK] "
+        "and kept in a log of its own; PyTorch and JAX only (no -s, no TF_CONFIG) (default 1)",
+    )
+    job.add_argument(
         "-Cw",
         "--worker-cpus",
         type=positive_number,
@@ -326,6 +340,17 @@ def _restarts(text: str) -> int:
     if not 0 <= value <= MAX_RESTARTS:
         raise argparse.ArgumentTypeError(
             f"must be a whole number from 0 to {MAX_RESTARTS}, not {text!r}"
+        )
+    return value
+
+
+def _nproc(text: str) -> int:
+    """``--nproc-per-task``: a whole number from 1 to :data:`MAX_NPROC`."""
+    stripped = text.strip()
+    value = int(stripped) if stripped.isascii() and stripped.isdigit() else 0
+    if not 1 <= value <= MAX_NPROC:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_NPROC}, not {text!r}"
         )
     return value
 
@@ -491,6 +516,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             tls_cert=_readable(args.tls_cert, "--tls-cert"),
             tls_key=_readable(args.tls_key, "--tls-key"),
             max_restarts=args.max_restarts,
+            nproc=args.nproc_per_task,
         )
         args.log_dir = _log_dir(args.log_dir)
         # Each backend takes what is its own of the flags (BackendOptions.from_given).
