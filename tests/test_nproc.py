@@ -370,11 +370,15 @@ def test_two_by_two_on_mesos(
     found = tfrun_variables(result.stdout)
     assert len(found) == 4, result.stdout[-5000:] + result.stderr[-3000:]
     assert_same_as_torchruns(found, theirs)
+    logs = tmp_path / "logs"
+    logs.mkdir()
     failed = run_tfrun(
         *("-m", mesos.url, "-w", "2", "--nproc-per-task", "2", "--worker-logs", "*"),
-        *("--", *failing(tmp_path / "hello")),
+        *("--log-dir", str(logs), "--", *failing(tmp_path / "hello")),
         env=job_procs.env(),
         timeout=120,
     )
-    _check_failure(failed, None)
+    # worker:1's processes' logs, from what its agent sent, in the run's
+    # directory as a local task's are.
+    _check_failure(failed, logs)
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
