@@ -65,7 +65,9 @@ what each task gets in its environment:
   TensorFlow  TF_CONFIG; TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS,
               TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX, TFMESOS_DISTRIBUTED=1
   PyTorch     what torchrun gives: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-              LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, GROUP_RANK, GROUP_WORLD_SIZE,
+              LOCAL_RANK=0, LOCAL_WORLD_SIZE=1 (with --nproc-per-task N:
+              0..N-1 and N, as torchrun's --nproc_per_node N), GROUP_RANK,
+              GROUP_WORLD_SIZE,
               ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, TORCHELASTIC_RUN_ID,
               TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
               TORCHELASTIC_USE_AGENT_STORE=False; unless set,
@@ -80,6 +82,8 @@ what each task gets in its environment:
 
 from torchrun:
   torchrun --nproc_per_node 4 train.py   is   tfrun -w 4 -- python train.py
+                (4 tasks), or tfrun -w 1 --nproc-per-task 4 -- python train.py
+                (one task of 4 processes: [worker:0.3] is local rank 3)
   --no-python, -m/--module  no counterpart: tfrun never prefixes python, the
                 command after -- runs as given (write python -m MODULE;
                 tfrun's -m is the Mesos master)
@@ -454,7 +458,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     # Checked here rather than by argparse, which would name the missing -w
     # before an unknown flag (--nworkers) that is the real mistake.
     if args.nworker is None:
-        parser.error("-w is required: the number of workers (as torchrun's --nproc_per_node)")
+        parser.error(
+            "-w is required: the number of workers (tasks; --nproc-per-task N runs N "
+            "processes in each, as torchrun's --nproc_per_node)"
+        )
     command = command or [a for a in args.command if a != "--"]
     if not command:
         parser.error("no command given: put it after --")
