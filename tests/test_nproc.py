@@ -299,6 +299,23 @@ def test_a_two_by_two_ddp_job_trains_to_torchruns_weights(job_procs: JobProcesse
     assert job_procs.wait_gone(5) == []
 
 
+def test_a_two_by_two_jax_job_sums_over_four_processes(job_procs: JobProcesses) -> None:
+    _needs("jax")
+    result = run_tfrun(
+        *("-w", "2", "--nproc-per-task", "2", "--worker-logs", "*"),
+        *("--", PY, "examples/jax_psum.py"),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sums = dict(re.findall(r"^\[(worker:\d\.\d)\] psum = (.+)$", result.stdout, re.M))
+    # Process r sent (r + 1) * [1, 2, 3, 4]: 1 + 2 + 3 + 4 = 10 of each.
+    assert sums == {
+        name: "[10, 20, 30, 40]"
+        for name in ("worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1")
+    }, result.stdout[-3000:]
+    assert job_procs.wait_gone(5) == []
+
+
 # Local rank 1 of task worker:1 fails once every process has said hello;
 # the others would wait for ever.
 FAILING = (
