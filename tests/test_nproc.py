@@ -7,6 +7,8 @@ master and real Mesos, and on Slurm."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import re
 import socket
@@ -22,6 +24,8 @@ from tests.mesos_clusters import MesosUnderTest
 from tfmesos import SpecError
 from tfmesos import nproc as runner
 from tfmesos.cli import parse_args
+from tfmesos.launcher.attempts import Attempt
+from tfmesos.launcher.output import OutputRouter
 from tfmesos.launcher.verdict import describe_exit
 from tfmesos.rendezvous import Exited
 from tfmesos.spec import ClusterSpec, Job
@@ -224,6 +228,29 @@ def test_each_process_has_a_log_beside_its_tasks() -> None:
 def test_the_verdict_names_the_process() -> None:
     said = describe_exit(Exited("t", 2, local_rank=3))
     assert said == "exited with status 2 (its process of local rank 3)"
+
+
+@pytest.mark.parametrize("colour", [False, True])
+def test_each_processs_lines_are_shown_under_its_own_name(colour: bool) -> None:
+    stream = io.BytesIO()
+
+    async def show() -> None:
+        router = OutputRouter(
+            stream, ["worker:1"], colour=colour, notes_after_output=False, processes=True
+        )
+        spec = ClusterSpec((Job("worker", 2, cmd="true"),), replica=True).tasks()[1]
+        task = Attempt(spec, "worker.1.1", 1, router.prefix("worker:1"), True)
+        router.write(task, b"[worker:1.3] hello\n[tfmesos agent] a note\n[worker:10.1] not ours\n")
+        await router.close(drop_stalled=False, where="the run directory")
+
+    asyncio.run(show())
+    shown = stream.getvalue()
+    if colour:
+        assert shown.startswith(b"\x1b[") and b"[worker:1.3]\x1b[0m hello\n" in shown
+        shown = re.sub(rb"\x1b\[[0-9;]*m", b"", shown)
+    assert shown == (
+        b"[worker:1.3] hello\n[worker:1] [tfmesos agent] a note\n[worker:1] [worker:10.1] not ours\n"
+    )
 
 
 @pytest.mark.parametrize("flag", ["--nproc-per-task", "--nproc-per-node", "--nproc_per_node"])
