@@ -62,3 +62,51 @@ def test_gpu_check_fails_where_the_gpu_is_not_really_there(
     assert summary["over_ask"]["status"] == 2  # bad usage, before anything starts
     assert "gpu-check: FAILED" in result.stdout
     assert job_procs.wait_gone(5) == []
+
+
+TWO_GPU_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  "--query-gpu=index --format=csv,noheader") echo 0; echo 1 ;;
+  "--query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader")
+    echo "0, NVIDIA H200, GPU-0d1c2b3a-0000-4000-8000-000000000000, 580.159.03, 143771 MiB"
+    echo "1, NVIDIA H200, GPU-0d1c2b3a-0000-4000-8000-000000000001, 580.159.03, 143771 MiB" ;;
+  "--id=0 --query-gpu=uuid --format=csv,noheader") echo GPU-0d1c2b3a-0000-4000-8000-000000000000 ;;
+  "--id=1 --query-gpu=uuid --format=csv,noheader") echo GPU-0d1c2b3a-0000-4000-8000-000000000001 ;;
+  *) echo "Invalid combination of input arguments: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+def test_gpu_check_runs_one_process_per_gpu_in_one_task(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """With two GPUs, the check's --nproc-per-task part runs: one task, two
+    processes, each given both GPUs (as torchrun gives them) and an
+    all_reduce; without real GPUs it fails for that reason alone."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(TWO_GPU_NVIDIA_SMI)
+    smi.chmod(0o755)
+    env = job_procs.env(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        PYTHON=sys.executable,
+        GPU_CHECK_OUT=str(tmp_path),
+        GPU_CHECK_FRAMEWORK="torch",
+    )
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary = json.loads((tmp_path / "gpu-check.json").read_text())
+    processes = summary["nproc_per_task"]["processes"]
+    assert [p["local_rank"] for p in processes] == [0, 1]
+    assert {p["cuda_visible_devices"] for p in processes} == {"0,1"}
+    assert all(p["all_reduce_ok"] for p in processes)
+    assert "local rank 0 sees 0 GPUs, not the task's 2" in summary["problems"]
+    assert job_procs.wait_gone(5) == []

@@ -45,6 +45,9 @@ LAYERS: dict[str, int] = {
     "tfmesos.advertise": FOUNDATION,
     "tfmesos.tasklog": FOUNDATION,
     "tfmesos.pathtext": FOUNDATION,
+    # The runner of a task's several processes (--nproc-per-task): the agent
+    # and the launcher start it, the spec reads its limit.
+    "tfmesos.nproc": FOUNDATION,
     # What runs in a task.
     "tfmesos.agent": AGENT,
     "tfmesos.supervisor": AGENT,

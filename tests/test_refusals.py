@@ -45,8 +45,6 @@ def test_numbers_are_plain_ascii(text: str, capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(
     ("flag", "hint"),
     [
-        ("--nproc_per_node", "each task is one process; give -w N"),
-        ("--nproc-per-node", "each task is one process; give -w N"),
         ("--nnodes", "give -w N"),
         ("--node_rank", "RANK"),
         ("--master_addr", "MASTER_ADDR"),

@@ -692,3 +692,33 @@ def test_what_a_slurm_task_left_in_a_session_of_its_own_ends_with_its_killed_age
     finally:
         job_procs.kill_all()
         proc.wait(30)
+
+
+def test_several_processes_per_task_on_slurm(job_procs: JobProcesses, tmp_path: Path) -> None:
+    """``--nproc-per-task 2``: worker:1, a Slurm job step, runs two processes
+    with torchrun's numbers, each named and logged; one that fails is named."""
+    code = (
+        "import os, sys; print('rank', os.environ['RANK'], 'local', os.environ['LOCAL_RANK'], "
+        "'of', os.environ['WORLD_SIZE'], 'group', os.environ['GROUP_RANK'], flush=True); "
+        "sys.exit(3 if os.environ['RANK'] == sys.argv[1] else 0)"
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    result = run_tfrun(
+        "--backend", "slurm", "--log-dir", str(logs), "-w", "2", "--nproc-per-task", "2",
+        "--worker-logs", "*", "--", *py(code), "-1", env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for rank in range(4):
+        group, local = divmod(rank, 2)
+        line = f"[worker:{group}.{local}] rank {rank} local {local} of 4 group {group}"
+        assert line in result.stdout.splitlines(), result.stdout
+    (own,) = [p for p in logs.rglob("worker.1.*.local-rank-1.log")]
+    assert own.read_text() == "rank 3 local 1 of 4 group 1\n"
+    failed = run_tfrun(
+        "--backend", "slurm", "-w", "2", "--nproc-per-task", "2", "--", *py(code), "3",
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert failed.returncode == 3, failed.stderr[-3000:]
+    assert "task worker:1" in failed.stderr
+    assert "exited with status 3 (its process of local rank 1)" in failed.stderr

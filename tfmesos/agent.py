@@ -72,6 +72,9 @@ class Agent:
         """The signal that killed the last command run, if one did."""
         self.out_of_memory = False
         """The kernel's OOM killer killed the last command run (its cgroup's count)."""
+        self.failed_process: int | None = None
+        """The local rank of the last command's process that failed first,
+        where it ran several (``tfrun --nproc-per-task``)."""
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_w, False)
         self.log = TaskLog.from_environ(os.environ)
@@ -139,6 +142,7 @@ class Agent:
         self._children.append(command.proc)
         self.last_signal = -returncode if returncode < 0 else None
         self.out_of_memory = command.out_of_memory
+        self.failed_process = command.failed_process
         return 128 - returncode if returncode < 0 else returncode
 
     def finish(self) -> None:
@@ -173,15 +177,22 @@ class Agent:
         self.emit(f"[tfmesos agent] {text}\n".encode())
 
     def report_exit(
-        self, code: int, killed_by: int | None = None, out_of_memory: bool = False
+        self,
+        code: int,
+        killed_by: int | None = None,
+        out_of_memory: bool = False,
+        local_rank: int | None = None,
     ) -> None:
         """Tell the launcher how the task ended: its status, the signal that
         killed its command if one did, whether that was the kernel's OOM
         killer, and the signal this agent was sent if it was (someone stopped
         the task on its host). In a Mesos container, a command killed for
         its memory is followed by ``OOM_LINGER``: the containerizer's word
-        names the limit."""
+        names the limit. ``local_rank``: which of the task's processes
+        failed first, where it ran several."""
         message: dict[str, Any] = {"type": "exit", "code": code}
+        if local_rank is not None:
+            message["local_rank"] = local_rank
         if killed_by is not None:
             message["signal"] = killed_by
         if self.signal_received is not None:
@@ -238,6 +249,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
     code = 0
     killed_by: int | None = None
     out_of_memory = False
+    failed_process: int | None = None
     try:
         initializer = extra.get("initializer")
         if initializer:
@@ -250,6 +262,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
             code = agent.run_child(argv, env, cwd, server=server_mode)
             killed_by = agent.last_signal
             out_of_memory = agent.out_of_memory
+            failed_process = agent.failed_process
         finalizer = extra.get("finalizer")
         if finalizer:
             final_code = agent.run_child(str(finalizer), env, cwd)
@@ -257,7 +270,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
                 agent.note(f"finalizer exited with status {final_code}")
     finally:
         agent.finish()
-    agent.report_exit(code, killed_by, out_of_memory)
+    agent.report_exit(code, killed_by, out_of_memory, failed_process)
     return code
 
 

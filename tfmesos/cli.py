@@ -30,6 +30,7 @@ from tfmesos.errors import (
 )
 from tfmesos.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
 from tfmesos.helpformat import HelpFormatter
+from tfmesos.nproc import MAX_NPROC
 from tfmesos.pathtext import shown_path
 from tfmesos.spec import (
     MAX_RESTARTS,
@@ -66,7 +67,9 @@ what each task gets in its environment:
               TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX, TFMESOS_DISTRIBUTED=1;
               TFMESOS_CHIEF_HOSTS with --chief
   PyTorch     what torchrun gives: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
-              LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, GROUP_RANK, GROUP_WORLD_SIZE,
+              LOCAL_RANK=0, LOCAL_WORLD_SIZE=1 (with --nproc-per-task N:
+              0..N-1 and N, as torchrun's --nproc_per_node N), GROUP_RANK,
+              GROUP_WORLD_SIZE,
               ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, TORCHELASTIC_RUN_ID,
               TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
               TORCHELASTIC_USE_AGENT_STORE=False; unless set,
@@ -84,6 +87,8 @@ what each task gets in its environment:
 
 from torchrun:
   torchrun --nproc_per_node 4 train.py   is   tfrun -w 4 -- python train.py
+                (4 tasks), or tfrun -w 1 --nproc-per-task 4 -- python train.py
+                (one task of 4 processes: [worker:0.3] is local rank 3)
   --no-python, -m/--module  no counterpart: tfrun never prefixes python, the
                 command after -- runs as given (write python -m MODULE;
                 tfrun's -m is the Mesos master)
@@ -228,6 +233,19 @@ def build_parser() -> argparse.ArgumentParser:
         "run it is",
     )
     job.add_argument(
+        "--nproc-per-task",
+        "--nproc-per-node",
+        "--nproc_per_node",
+        dest="nproc_per_task",
+        type=_nproc,
+        default=1,
+        metavar="N",
+        help="run N processes in each task, sharing its CPUs and GPUs, as torchrun's "
+        "--nproc_per_node runs N on each node: LOCAL_RANK 0..N-1, RANK = GROUP_RANK*N + "
+        "LOCAL_RANK, WORLD_SIZE tasks*N; each process's output is shown as [worker:I.LOCAL_RANK] "
+        "and kept in a log of its own; PyTorch and JAX only (no -s, no TF_CONFIG) (default 1)",
+    )
+    job.add_argument(
         "-Cw",
         "--worker-cpus",
         type=positive_number,
@@ -364,6 +382,17 @@ def _restarts(text: str) -> int:
     return value
 
 
+def _nproc(text: str) -> int:
+    """``--nproc-per-task``: a whole number from 1 to :data:`MAX_NPROC`."""
+    stripped = text.strip()
+    value = int(stripped) if stripped.isascii() and stripped.isdigit() else 0
+    if not 1 <= value <= MAX_NPROC:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {MAX_NPROC}, not {text!r}"
+        )
+    return value
+
+
 def _command(parts: Sequence[str]) -> str:
     # One argument is a shell command line, as the original took it; several
     # are argv, quoted so that each reaches the task as it was given.
@@ -492,7 +521,10 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     # Checked here rather than by argparse, which would name the missing -w
     # before an unknown flag (--nworkers) that is the real mistake.
     if args.nworker is None:
-        parser.error("-w is required: the number of workers (as torchrun's --nproc_per_node)")
+        parser.error(
+            "-w is required: the number of workers (tasks; --nproc-per-task N runs N "
+            "processes in each, as torchrun's --nproc_per_node)"
+        )
     command = command or [a for a in args.command if a != "--"]
     if not command:
         parser.error("no command given: put it after --")
@@ -565,6 +597,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             tls_cert=_readable(args.tls_cert, "--tls-cert"),
             tls_key=_readable(args.tls_key, "--tls-key"),
             max_restarts=args.max_restarts,
+            nproc=args.nproc_per_task,
         )
         args.log_dir = _log_dir(args.log_dir)
         # Each backend takes what is its own of the flags (BackendOptions.from_given).

@@ -41,7 +41,6 @@ def positive_number(text: str) -> float:
 
 
 _TORCHRUN = {
-    "--nproc-per-node": "each task is one process; give -w N, the job's number of workers",
     "--nnodes": "tfrun places the tasks itself; give -w N, the job's number of workers",
     "--node-rank": "tfrun gives each task its RANK itself",
     "--rdzv-endpoint": "tfrun runs the rendezvous itself and gives each task MASTER_ADDR",

@@ -38,6 +38,7 @@ __all__ = [
     "become_subreaper",
     "bootstrap_command",
     "death_signal_program",
+    "dying_with_parent",
     "end_descendants",
     "end_groups",
     "exit_with_parent",
@@ -128,6 +129,13 @@ def own_group_dying_with_parent() -> None:
     that stopping it reaches its children too; and have it SIGKILLed if its
     parent dies outright."""
     os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def dying_with_parent() -> None:
+    """For ``preexec_fn``: have the child SIGKILLed if its parent dies
+    outright, in its parent's process group."""
     if sys.platform.startswith("linux"):
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 

@@ -123,6 +123,9 @@ class Exited:
     """The signal the task's agent was sent, if it was."""
     out_of_memory: bool = False
     """The kernel's OOM killer killed the command (its memory cgroup's count rose)."""
+    local_rank: int | None = None
+    """Which of the task's processes failed first, where it ran several
+    (``tfrun --nproc-per-task``)."""
 
 
 @record(frozen=True)
@@ -540,6 +543,9 @@ class RendezvousServer:
                     killed_by if isinstance(killed_by, int) else None,
                     agent_signal if isinstance(agent_signal, int) else None,
                     message.get("out_of_memory") is True,
+                    local_rank
+                    if isinstance(local_rank := message.get("local_rank"), int)
+                    else None,
                 )
             )
         elif message["type"] == "ready":

@@ -17,6 +17,7 @@ from typing import Any
 
 from tfmesos import taskenv, wire
 from tfmesos.errors import SpecError
+from tfmesos.nproc import MAX_NPROC
 
 __all__ = [
     "CHIEF",
@@ -351,6 +352,32 @@ def _check_text(what: str, text: str) -> None:
         ) from None
 
 
+def _check_nproc(spec: ClusterSpec) -> None:
+    """Several processes per task: a whole number, in replica mode, and not
+    TensorFlow's ps tasks or the placeholders that name TensorFlow's tasks:
+    TensorFlow would need each process in ``TF_CONFIG``, with an address of
+    its own, which is not done yet."""
+    nproc = spec.nproc
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= MAX_NPROC:
+        raise SpecError(
+            f"--nproc-per-task must be a whole number from 1 to {MAX_NPROC}, not {nproc!r}"
+        )
+    if not spec.replica:
+        raise SpecError("--nproc-per-task runs a command: it needs replica mode")
+    tensorflow = "runs PyTorch or JAX processes; TensorFlow's"
+    if any(job.name == "ps" and job.num > job.start for job in spec.jobs):
+        raise SpecError(
+            f"--nproc-per-task {tensorflow} ps tasks (-s) are not supported with it yet"
+        )
+    for job in spec.jobs:
+        for name in taskenv.placeholders_in(job.cmd or ""):
+            if name in ("ps_hosts", "worker_hosts"):
+                raise SpecError(
+                    f"--nproc-per-task {tensorflow} {{{name}}} would name tasks, not "
+                    "processes: not supported with it yet"
+                )
+
+
 CHIEF = "worker:0"
 """The chief's task name in replica mode without a ``chief`` job
 (TensorFlow's convention: worker 0); with one, ``chief:0``."""
@@ -382,6 +409,9 @@ class ClusterSpec:
     or is lost once the cluster is up. Fine-grained mode: times, in all, a
     worker's server that dies is started again at its address
     (:mod:`tfmesos.launcher.relaunch`)."""
+    nproc: int = 1
+    """Replica mode: the processes each task runs (``tfrun --nproc-per-task``),
+    as torchrun's ``--nproc_per_node`` (:mod:`tfmesos.nproc`)."""
 
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)
@@ -425,6 +455,8 @@ class ClusterSpec:
                 f"--max-restarts / max_restarts= must be a whole number from 0 to {MAX_RESTARTS}, "
                 f"not {self.max_restarts!r}"
             )
+        if self.nproc != 1:
+            _check_nproc(self)
         for key, value in self.env.items():
             _check_variable(key, value)
         texts = [(f"job {job.name!r}'s command", job.cmd) for job in jobs]

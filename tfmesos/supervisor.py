@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+from tfmesos import nproc as nproc_runner
 from tfmesos import oomkills, proctree, taskenv, wire
 from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
 
@@ -58,6 +59,7 @@ def task_command(
     cluster = message["cluster_def"]
     job_name = str(message["job_name"])
     task_index = int(message["task_index"])
+    nproc = int(message.get("nproc") or 1)
     env = dict(environ)
     for name in wire.AGENT_ONLY:
         env.pop(name, None)
@@ -70,17 +72,29 @@ def task_command(
             run_id=str(message.get("run_id") or ""),
             restart=int(message.get("restart") or 0),
             max_restarts=int(message.get("max_restarts") or 0),
+            nproc=nproc,
         )
     )
     server = message.get("server") or {}
-    for name, value in taskenv.default_environment(float(server.get("cpus") or 1)).items():
+    # The task's CPUs shared among its processes.
+    cpus = float(server.get("cpus") or 1) / nproc
+    for name, value in taskenv.default_environment(cpus).items():
         env.setdefault(name, value)
     command = message.get("cmd")
     if command is None:
         env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
         return [sys.executable, "-m", "tfmesos.tfserver"], env
     values = taskenv.placeholder_values(cluster, job_name, task_index)
-    return exec_if_simple(taskenv.fill_placeholders(str(command), values)), env
+    line = exec_if_simple(taskenv.fill_placeholders(str(command), values))
+    if nproc > 1:
+        # Several processes: the runner starts them (tfmesos.nproc). No
+        # TF_CONFIG: it would name one TensorFlow worker per task.
+        del env["TF_CONFIG"]
+        logs = nproc_runner.log_path(environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
+        name = f"{job_name}:{task_index}"
+        cap = environ.get(wire.ENV_LOG_MAX, "")
+        return nproc_runner.runner_environment(env, nproc, line, name, logs, cap), env
+    return line, env
 
 
 def _start(
@@ -290,21 +304,27 @@ class CommandRun:
         if on_ready is not None:
             self._ready, ready_write = os.pipe()
             child_env[wire.ENV_READY_FD] = str(ready_write)
+        self.failed_process: int | None = None
+        """After :meth:`close`: the local rank of the task's process that
+        failed first, where the command is several (:mod:`tfmesos.nproc`)."""
+        self._report: int | None = None
+        report_write: int | None = None
+        if nproc_runner.ENV_NPROC in child_env:
+            self._report, report_write = os.pipe()
+            os.set_blocking(self._report, False)
+            child_env[nproc_runner.ENV_REPORT_FD] = str(report_write)
+        pass_fds = tuple(fd for fd in (ready_write, report_write) if fd is not None)
         try:
-            self.proc = _start(
-                argv,
-                child_env,
-                cwd,
-                () if ready_write is None else (ready_write,),
-                death_signal,
-            )
+            self.proc = _start(argv, child_env, cwd, pass_fds, death_signal)
         except BaseException:
-            if self._ready is not None:
-                os.close(self._ready)
+            for fd in (self._ready, self._report):
+                if fd is not None:
+                    os.close(fd)
             raise
         finally:
-            if ready_write is not None:
-                os.close(ready_write)
+            for fd in (ready_write, report_write):
+                if fd is not None:
+                    os.close(fd)
         assert self.proc.stdout is not None
         self._pipe: int | None = self.proc.stdout.fileno()
         """The command's output (stdout and stderr), until it is closed."""
@@ -428,6 +448,14 @@ class CommandRun:
         self._pipe = self._exit_watch = self._ready = None
         assert self.proc.stdout is not None
         self.proc.stdout.close()
+        if self._report is not None:
+            said = b""
+            with contextlib.suppress(OSError):
+                said = os.read(self._report, 64)
+            os.close(self._report)
+            self._report = None
+            if said.strip().isdigit():
+                self.failed_process = int(said.strip())
         returncode = proctree.peek_exit_status(self.pid)
         assert returncode is not None
         if returncode == -signal.SIGKILL and not self.killed and self._oom_kills is not None:

@@ -166,6 +166,7 @@ def task_environment(
     run_id: str = "",
     restart: int = 0,
     max_restarts: int = 0,
+    nproc: int = 1,
 ) -> dict[str, str]:
     """The variables every task gets: the original's ``TFMESOS_*``, TF2's
     ``TF_CONFIG``, and what torchrun gives and ``jax.distributed.initialize()``
@@ -189,7 +190,13 @@ def task_environment(
         env["TFMESOS_CHIEF_HOSTS"] = parts.chief_hosts
     env.update(
         rank_environment(
-            cluster, job_name, task_index, run_id=run_id, restart=restart, max_restarts=max_restarts
+            cluster,
+            job_name,
+            task_index,
+            run_id=run_id,
+            restart=restart,
+            max_restarts=max_restarts,
+            nproc=nproc,
         )
     )
     return env
@@ -218,6 +225,7 @@ def rank_environment(
     run_id: str = "",
     restart: int = 0,
     max_restarts: int = 0,
+    nproc: int = 1,
 ) -> dict[str, str]:
     """What torchrun gives each process it starts, and what a multi-process
     JAX program passes to ``jax.distributed.initialize()``.
@@ -229,6 +237,14 @@ def rank_environment(
     task. A task sees only the GPUs it was given (``CUDA_VISIBLE_DEVICES``),
     so ``torch.cuda.set_device(LOCAL_RANK)`` picks its own: torchrun's
     ``--virtual-local-rank``.
+
+    ``nproc``: each task runs that many processes (``tfrun
+    --nproc-per-task``), a node of torchrun's ``--nproc_per_node``:
+    ``LOCAL_WORLD_SIZE`` is ``nproc``, ``WORLD_SIZE`` and the role's size
+    are ``nproc`` times the tasks', and ``RANK``, ``ROLE_RANK`` and
+    ``JAX_PROCESS_ID`` are the task's local rank 0's, which each process
+    adds its ``LOCAL_RANK`` to (:func:`tfmesos.nproc.process_environment`).
+    Its processes share the task's GPUs, as torchrun's do.
 
     Rank 0 hosts torch's TCP store at ``MASTER_ADDR:MASTER_PORT`` and JAX's
     coordinator at ``JAX_COORDINATOR_ADDRESS``: both are rank 0's own
@@ -248,20 +264,20 @@ def rank_environment(
         rank = order.index((job_name, task_index))  # not in the cluster: its ValueError
     first_job, first_index = order[0]
     master = cluster[first_job][first_index]
-    size = str(len(order))
+    size = str(len(order) * nproc)
     return {
         # torch.distributed's env:// initialisation reads these four.
-        "RANK": str(rank),
+        "RANK": str(rank * nproc),
         "WORLD_SIZE": size,
         "MASTER_ADDR": _host(master),
         "MASTER_PORT": master.rpartition(":")[2],
         "LOCAL_RANK": "0",
-        "LOCAL_WORLD_SIZE": "1",
+        "LOCAL_WORLD_SIZE": str(nproc),
         "GROUP_RANK": str(rank),
-        "GROUP_WORLD_SIZE": size,
+        "GROUP_WORLD_SIZE": str(len(order)),
         "ROLE_NAME": job_name,
-        "ROLE_RANK": str(task_index),
-        "ROLE_WORLD_SIZE": str(len(cluster[job_name])),
+        "ROLE_RANK": str(task_index * nproc),
+        "ROLE_WORLD_SIZE": str(len(cluster[job_name]) * nproc),
         # No agent hosts a store: rank 0 starts its own (torch's
         # _create_c10d_store), as it does outside torchrun.
         "TORCHELASTIC_USE_AGENT_STORE": "False",
@@ -276,7 +292,7 @@ def rank_environment(
         # so a program passes these two.
         "JAX_COORDINATOR_ADDRESS": master,
         "JAX_NUM_PROCESSES": size,
-        "JAX_PROCESS_ID": str(rank),
+        "JAX_PROCESS_ID": str(rank * nproc),
     }
 
 

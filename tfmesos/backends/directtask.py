@@ -78,6 +78,7 @@ class DirectTask:
         dropped by task_command, as the agent drops them)."""
         self._log_fd = log_fd
         self._log = None if log_fd is None else TaskLog(log_path, log_max, (log_fd,))
+        self._log_max = log_max
         self._rendezvous = rendezvous
         self._sweeper = sweeper
         self._on_end = on_end
@@ -119,8 +120,13 @@ class DirectTask:
         """The cluster message came: run the command, as the agent runs it."""
         if self._finished or self.run is not None:
             return
+        environ = self._environ
+        if self._log is not None and (message.get("nproc") or 1) != 1:
+            # Where the processes' own logs go (tfmesos.nproc), as the agent is told.
+            environ = {**environ, wire.ENV_LOG_FILE: str(self._log.path)}
+            environ[wire.ENV_LOG_MAX] = str(self._log_max)
         try:
-            argv, env = task_command(dict(message), self._environ)
+            argv, env = task_command(dict(message), environ)
             cwd = message.get("cwd")
             if cwd is not None and not os.path.isdir(cwd):
                 here = os.getcwd()
@@ -214,7 +220,10 @@ class DirectTask:
         status = 128 - returncode if returncode < 0 else returncode
         killed_by = -returncode if returncode < 0 else None
         out_of_memory = self.run is not None and self.run.out_of_memory
-        self._rendezvous.deliver(Exited(self.task_id, status, killed_by, None, out_of_memory))
+        local_rank = None if self.run is None else self.run.failed_process
+        self._rendezvous.deliver(
+            Exited(self.task_id, status, killed_by, None, out_of_memory, local_rank)
+        )
         self._end(status, reported=True)
 
     def _end(self, status: int, reported: bool = False) -> None:

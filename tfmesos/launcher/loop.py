@@ -157,6 +157,7 @@ class Loop:
             [t.name for t in spec.tasks() if spec.forwards(t)],
             colour=colour,
             notes_after_output=notes_after_output,
+            processes=spec.nproc > 1,
         )
         self._secret = secret or os.urandom(32)
         self._events: asyncio.Queue[Event] = asyncio.Queue()

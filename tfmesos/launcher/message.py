@@ -42,6 +42,7 @@ def cluster_message(
         "run_id": run_id,
         "restart": restart,
         "max_restarts": spec.max_restarts,
+        "nproc": spec.nproc,
         "cluster_def": dict(cluster_def),
         "cmd": task.spec.cmd,
         "cwd": spec.cwd,

@@ -31,8 +31,13 @@ class OutputRouter:
         *,
         colour: bool | None = None,
         notes_after_output: bool | None = None,
+        processes: bool = False,
     ) -> None:
         self.console = ConsoleWriter(stream)
+        self._processes = processes
+        """Each task runs several processes (``--nproc-per-task``), whose
+        lines come named already, ``[worker:1.3]``: shown so, not under the
+        task's prefix too."""
         self._colour = use_colour(stream) if colour is None else colour
         """Whether the tasks' prefixes are coloured: on a terminal, unless
         NO_COLOR says not to (console.use_colour)."""
@@ -82,7 +87,27 @@ class OutputRouter:
             self._dropped += len(data)
             return
         body = data[:-1] if data.endswith(b"\n") else data
+        if self._processes:
+            self.console.write(self._process_lines(task, body) + b"\n")
+            return
         self.console.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
+
+    def _process_lines(self, task: Attempt, body: bytes) -> bytes:
+        """``[worker:1.3] line`` as it came (its name coloured as the task's
+        prefix is); any other line under the task's prefix."""
+        name = task.spec.name
+        own = f"[{name}.".encode()
+        lines = []
+        for line in body.split(b"\n"):
+            end = line.find(b"] ") if line.startswith(own) else -1
+            if end < 0:
+                lines.append(task.prefix + line)
+            elif self._colour and name in self._shown:
+                label = colour_prefix(line[: end + 1].decode(), self._shown[name]).encode()
+                lines.append(label + line[end + 1 :])
+            else:
+                lines.append(line)
+        return b"\n".join(lines)
 
     def say_after_output(self, level: int, message: str, *args: object) -> None:
         """Log ``message`` once the tasks' output printed so far is out: the

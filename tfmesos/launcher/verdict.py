@@ -38,6 +38,8 @@ def describe_exit(exited: Exited) -> str:
             reason += " by the kernel's OOM killer, over its memory cgroup's limit"
     else:
         reason = f"exited with status {exited.code}"
+    if exited.local_rank is not None:
+        reason += f" (its process of local rank {exited.local_rank})"
     if exited.agent_signal is not None:
         reason += f" (its agent was sent {signal_name(exited.agent_signal)})"
     return reason

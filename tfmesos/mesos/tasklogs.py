@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 from tfmesos.pathtext import shown_path
@@ -97,6 +98,34 @@ class TaskLogs:
                 shown_path(log.path),
                 exc.strerror or exc,
             )
+            return
+        if name and f"[{name}.".encode() in data:
+            self._by_process(task_id, name, data)
+
+    def _by_process(self, task_id: str, name: str, data: bytes) -> None:
+        """A task of several processes (``--nproc-per-task``): each line of
+        its process K (``[worker:1.K] ...``) is kept in
+        ``TASK_ID.local-rank-K.log`` too, without its name, as the local
+        backend keeps them."""
+        prefix = re.compile(rb"^\[" + re.escape(name.encode()) + rb"\.(\d+)\] ", re.M)
+        pieces: dict[str, list[bytes]] = {}
+        for line in data.splitlines(keepends=True):
+            match = prefix.match(line)
+            if match:
+                pieces.setdefault(match.group(1).decode(), []).append(line[match.end() :])
+        for rank, lines in pieces.items():
+            key = f"{task_id}.local-rank-{rank}"
+            log = self._logs.get(key)
+            if log is None:
+                log = self._logs[key] = _Log(self.directory / f"{key}.log", self._half)
+            if log.broken:
+                continue
+            try:
+                log.write(b"".join(lines))
+            except OSError:
+                # Said of the task's own log, which has these lines too.
+                log.broken = True
+                log.close()
 
     def close(self) -> None:
         for log in self._logs.values():

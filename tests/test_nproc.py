@@ -1,0 +1,428 @@
+"""Several processes per task (``tfrun --nproc-per-task N``, torchrun's
+``--nproc_per_node``): each process gets the variables torchrun gives its
+processes, variable by variable; a real DDP job trains to the same weights
+as under torchrun; a failing process fails its task, and is named; each
+process's output is named and kept in its own log. Locally, through the test
+master and real Mesos, and on Slurm."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, JobProcesses, run_tfrun
+from tests.mesos_clusters import MesosUnderTest
+from tfmesos import SpecError
+from tfmesos import nproc as runner
+from tfmesos.cli import parse_args
+from tfmesos.launcher.attempts import Attempt
+from tfmesos.launcher.output import OutputRouter
+from tfmesos.launcher.verdict import describe_exit
+from tfmesos.rendezvous import Exited
+from tfmesos.spec import ClusterSpec, Job
+from tfmesos.taskenv import rank_environment, task_environment
+
+PY = sys.executable
+TORCHRUN = (PY, "-m", "torch.distributed.run")
+
+# Every variable a launcher set (all of them where BEFORE does not say what
+# was there before: a Mesos task does not get the submitting environment), as
+# one JSON line: one write(2), so that the lines of processes sharing a pipe
+# cannot interleave.
+ENV_DUMP = (
+    "import json, os; skip = json.loads(os.environ.get('BEFORE', '[]')); "
+    "os.write(1, (json.dumps({k: v for k, v in os.environ.items() if k not in skip}) "
+    "+ '\\n').encode())"
+)
+
+DIFFER_ON_PURPOSE = {
+    # tfrun's rendezvous is its own, not torchrun's: the address and port of
+    # rank 0's task (a host name on Mesos), checked apart below.
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    # The task's job ("worker"), where torchrun has its one role, "default".
+    "ROLE_NAME",
+    # The job's own id, where torchrun says "none" without --rdzv-id.
+    "TORCHELASTIC_RUN_ID",
+    # No agent hosts a store: rank 0 starts torch's TCP store itself.
+    "TORCHELASTIC_USE_AGENT_STORE",
+    # Read by torchrun's agent, not its processes; tfrun reads the output.
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE",
+}
+MUST_MATCH = {
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "OMP_NUM_THREADS",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+}
+"""What torchrun sets that tfrun must set alike: at least these."""
+
+
+def _needs(module: str) -> None:
+    pytest.importorskip(module, reason=f"{module} is a test extra: pip install -e '.[test]'")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def run_two_torchruns(
+    env: dict[str, str], program: list[str], timeout: float = 300
+) -> list[subprocess.CompletedProcess[str]]:
+    """``torchrun --nnodes 2 --nproc_per_node 2`` on two "nodes" of this
+    machine (a static rendezvous at 127.0.0.1), both running ``program``."""
+    port = str(_free_port())
+    nodes = [
+        subprocess.Popen(
+            [
+                *TORCHRUN,
+                *("--nnodes", "2", "--nproc_per_node", "2", "--node_rank", str(rank)),
+                *("--master_addr", "127.0.0.1", "--master_port", port, "--no-python"),
+                *program,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for rank in (0, 1)
+    ]
+    done = []
+    for node in nodes:
+        out, err = node.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(node.args, node.returncode, out, err))
+    return done
+
+
+def _dump_env(env: dict[str, str]) -> dict[str, str]:
+    env = dict(env)
+    env.pop("OMP_NUM_THREADS", None)
+    env["BEFORE"] = json.dumps([*sorted(env), "BEFORE"])
+    return env
+
+
+def torchrun_variables(env: dict[str, str]) -> dict[str, dict[str, str]]:
+    """What each of torchrun's four processes got, by RANK."""
+    nodes = run_two_torchruns(env, [PY, "-c", ENV_DUMP])
+    found = {}
+    for node in nodes:
+        assert node.returncode == 0, node.stderr[-3000:]
+        for line in node.stdout.splitlines():
+            if line.startswith("{"):
+                dumped = json.loads(line)
+                found[dumped["RANK"]] = dumped
+    assert sorted(found) == ["0", "1", "2", "3"], found
+    return found
+
+
+def tfrun_variables(stdout: str) -> dict[str, dict[str, str]]:
+    """What each of tfrun's processes got, by the name it printed under."""
+    return {
+        m.group(1): json.loads(m.group(2))
+        for m in re.finditer(r"^\[(worker:\d+\.\d+)\] (\{.*\})$", stdout, re.M)
+    }
+
+
+def assert_same_as_torchruns(
+    ours_by_name: Mapping[str, dict[str, str]], theirs_by_rank: Mapping[str, dict[str, str]]
+) -> None:
+    """tfrun's four processes got what torchrun's did, variable by
+    variable, but for :data:`DIFFER_ON_PURPOSE`; and each is named by its
+    task and local rank."""
+    assert sorted(ours_by_name) == ["worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1"]
+    by_rank = {ours["RANK"]: (name, ours) for name, ours in ours_by_name.items()}
+    assert sorted(by_rank) == ["0", "1", "2", "3"]
+    master = ours_by_name["worker:0.0"]["TFMESOS_WORKER_HOSTS"].split(",")[0]
+    for rank, theirs in theirs_by_rank.items():
+        name, ours = by_rank[rank]
+        assert name == f"worker:{ours['GROUP_RANK']}.{ours['LOCAL_RANK']}"
+        compared = set(theirs) - DIFFER_ON_PURPOSE
+        assert compared >= MUST_MATCH, MUST_MATCH - compared
+        differ = {k: (ours.get(k), theirs[k]) for k in compared if ours.get(k) != theirs[k]}
+        assert not differ, f"rank {rank}: tfrun's, torchrun's: {differ}"
+        assert set(DIFFER_ON_PURPOSE) - {"TORCHELASTIC_ERROR_FILE"} <= set(theirs) | {
+            "TORCHELASTIC_SIGNALS_TO_HANDLE"
+        }
+        # Rank 0's task's address, the port tfrun gave it; torch's store and
+        # JAX's coordinator are there.
+        assert f"{ours['MASTER_ADDR']}:{ours['MASTER_PORT']}" == master
+        assert ours["JAX_COORDINATOR_ADDRESS"] == master
+        assert (ours["JAX_NUM_PROCESSES"], ours["JAX_PROCESS_ID"]) == ("4", rank)
+        # TF_CONFIG would name one TensorFlow worker per task: not given.
+        assert "TF_CONFIG" not in ours
+
+
+# -- the arithmetic (unit) -------------------------------------------------------
+
+
+def _torchrun_formula(nodes: int, nproc: int, node: int, local: int) -> dict[str, str]:
+    """torchrun's numbers for one process of ``--nnodes nodes
+    --nproc_per_node nproc`` (torch/distributed/elastic/agent/server/api.py)."""
+    rank = node * nproc + local
+    return {
+        "RANK": str(rank),
+        "LOCAL_RANK": str(local),
+        "LOCAL_WORLD_SIZE": str(nproc),
+        "GROUP_RANK": str(node),
+        "GROUP_WORLD_SIZE": str(nodes),
+        "WORLD_SIZE": str(nodes * nproc),
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(nodes * nproc),
+        "JAX_PROCESS_ID": str(rank),
+        "JAX_NUM_PROCESSES": str(nodes * nproc),
+    }
+
+
+@pytest.mark.parametrize(("nodes", "nproc"), [(1, 1), (2, 2), (3, 4), (1, 8), (5, 1)])
+def test_each_process_gets_torchruns_numbers(nodes: int, nproc: int) -> None:
+    cluster = {"worker": [f"host{i}:{2000 + i}" for i in range(nodes)]}
+    for node in range(nodes):
+        task = rank_environment(cluster, "worker", node, nproc=nproc)
+        for local in range(nproc):
+            ours = runner.process_environment(task, local)
+            expected = _torchrun_formula(nodes, nproc, node, local)
+            assert {k: ours[k] for k in expected} == expected, (node, local)
+            assert ours["MASTER_ADDR"] == "host0" and ours["MASTER_PORT"] == "2000"
+
+
+def test_the_runners_own_variables_stay_with_it() -> None:
+    task = task_environment({"worker": ["a:1"]}, "worker", 0, nproc=2)
+    env = dict(task)
+    argv = runner.runner_environment(env, 2, "python train.py", "worker:0", "", "0")
+    assert "tfmesos.nproc" in argv[-1]
+    assert env[runner.ENV_COMMAND] == "python train.py"
+    assert not any(name.startswith("TFMESOS_NPROC") for name in runner.process_environment(env, 1))
+
+
+def test_each_process_has_a_log_beside_its_tasks() -> None:
+    assert (
+        runner.log_path("/runs/r/worker.1.1.ab.log", None)
+        == "/runs/r/worker.1.1.ab.local-rank-{}.log"
+    )
+    assert runner.log_path(None, "/sandbox/{x}") == "/sandbox/{{x}}/local-rank-{}.log"
+    assert runner.log_path("/dev/null", None) == ""
+
+
+def test_the_verdict_names_the_process() -> None:
+    said = describe_exit(Exited("t", 2, local_rank=3))
+    assert said == "exited with status 2 (its process of local rank 3)"
+
+
+@pytest.mark.parametrize("colour", [False, True])
+def test_each_processs_lines_are_shown_under_its_own_name(colour: bool) -> None:
+    stream = io.BytesIO()
+
+    async def show() -> None:
+        router = OutputRouter(
+            stream, ["worker:1"], colour=colour, notes_after_output=False, processes=True
+        )
+        spec = ClusterSpec((Job("worker", 2, cmd="true"),), replica=True).tasks()[1]
+        task = Attempt(spec, "worker.1.1", 1, router.prefix("worker:1"), True)
+        router.write(task, b"[worker:1.3] hello\n[tfmesos agent] a note\n[worker:10.1] not ours\n")
+        await router.close(drop_stalled=False, where="the run directory")
+
+    asyncio.run(show())
+    shown = stream.getvalue()
+    if colour:
+        assert shown.startswith(b"\x1b[") and b"[worker:1.3]\x1b[0m hello\n" in shown
+        shown = re.sub(rb"\x1b\[[0-9;]*m", b"", shown)
+    assert shown == (
+        b"[worker:1.3] hello\n[worker:1] [tfmesos agent] a note\n[worker:1] [worker:10.1] not ours\n"
+    )
+
+
+@pytest.mark.parametrize("flag", ["--nproc-per-task", "--nproc-per-node", "--nproc_per_node"])
+def test_torchruns_flag_is_tfruns(flag: str) -> None:
+    _, spec = parse_args(["-w", "2", flag, "4", "--", "python", "train.py"])
+    assert spec.nproc == 4
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(argv)
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1, said
+    return said
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1.5", "x", "1025"])
+def test_a_bad_count_is_refused(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    said = refused(["-w", "1", "--nproc-per-task", text, "--", "true"], capsys)
+    assert "--nproc-per-task" in said and "1 to 1024" in said
+
+
+def test_tensorflow_shapes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    said = refused(["-w", "2", "-s", "1", "--nproc-per-task", "2", "--", "true"], capsys)
+    assert "ps tasks (-s) are not supported with it yet" in said
+    said = refused(["-w", "2", "--nproc-per-task", "2", "--", "echo", "{worker_hosts}"], capsys)
+    assert "{worker_hosts} would name tasks" in said
+    with pytest.raises(SpecError, match="needs replica mode"):
+        ClusterSpec(jobs=(Job("worker", 2),), nproc=2)
+
+
+# -- local -------------------------------------------------------------------------
+
+
+def test_two_by_two_gets_torchruns_variables_locally(job_procs: JobProcesses) -> None:
+    _needs("torch")
+    env = _dump_env(job_procs.env())
+    theirs = torchrun_variables(env)
+    result = run_tfrun(
+        *("-w", "2", "--nproc-per-task", "2", "--worker-logs", "*", "--", PY, "-c", ENV_DUMP),
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_as_torchruns(tfrun_variables(result.stdout), theirs)
+    assert job_procs.wait_gone(5) == []
+
+
+EPOCHS = "4"
+
+
+def test_a_two_by_two_ddp_job_trains_to_torchruns_weights(job_procs: JobProcesses) -> None:
+    _needs("torch")
+    program = [PY, "examples/torch_ddp.py", "--epochs", EPOCHS]
+    nodes = run_two_torchruns(job_procs.env(), program)
+    theirs = set()
+    for node in nodes:
+        assert node.returncode == 0, node.stderr[-3000:]
+        theirs |= set(re.findall(r"weights sha256 = ([0-9a-f]{64})", node.stdout))
+    result = run_tfrun(
+        *("-w", "2", "--nproc-per-task", "2", "--worker-logs", "*", "--", *program),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ours = dict(
+        re.findall(r"^\[(worker:\d\.\d)\] weights sha256 = ([0-9a-f]{64})$", result.stdout, re.M)
+    )
+    assert sorted(ours) == ["worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1"], result.stdout
+    # Every copy the same, and the same as torchrun's: the same ranks took
+    # the same shards and the same steps.
+    assert len(theirs) == 1 and set(ours.values()) == theirs
+    assert "rank 3 of 4: gloo on cpu" in result.stdout
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_two_by_two_jax_job_sums_over_four_processes(job_procs: JobProcesses) -> None:
+    _needs("jax")
+    result = run_tfrun(
+        *("-w", "2", "--nproc-per-task", "2", "--worker-logs", "*"),
+        *("--", PY, "examples/jax_psum.py"),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sums = dict(re.findall(r"^\[(worker:\d\.\d)\] psum = (.+)$", result.stdout, re.M))
+    # Process r sent (r + 1) * [1, 2, 3, 4]: 1 + 2 + 3 + 4 = 10 of each.
+    assert sums == {
+        name: "[10, 20, 30, 40]"
+        for name in ("worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1")
+    }, result.stdout[-3000:]
+    assert job_procs.wait_gone(5) == []
+
+
+# Local rank 1 of task worker:1 fails once every process has said hello;
+# the others would wait for ever.
+FAILING = (
+    "import os, sys, time\n"
+    "rank, here = os.environ['RANK'], sys.argv[1]\n"
+    "print('hello from rank', rank, flush=True)\n"
+    "open(os.path.join(here, rank), 'w').close()\n"
+    "if rank != '3':\n"
+    "    time.sleep(120)\n"
+    "while len(os.listdir(here)) < 4:\n"
+    "    time.sleep(0.01)\n"
+    "print('rank 3 gives up', flush=True)\n"
+    "sys.exit(3)\n"
+)
+
+
+def failing(directory: Path) -> list[str]:
+    directory.mkdir()
+    return [PY, "-c", FAILING, str(directory)]
+
+
+def _check_failure(result: subprocess.CompletedProcess[str], logs: Path | None) -> None:
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "task worker:1" in result.stderr
+    assert "exited with status 3 (its process of local rank 1)" in result.stderr
+    assert "[worker:1.1] rank 3 gives up" in result.stderr  # the verdict's tail
+    assert "worker:1 (local rank 1) exited with status 3" in result.stderr
+    assert re.search(r"^\[worker:0\.1\] hello from rank 1$", result.stdout, re.M)
+    if logs is not None:
+        (own,) = logs.glob("worker.1.*.local-rank-1.log")
+        assert own.read_text() == "hello from rank 3\nrank 3 gives up\n"
+        (peer,) = logs.glob("worker.1.*.local-rank-0.log")
+        assert peer.read_text() == "hello from rank 2\n"
+        (task,) = [p for p in logs.glob("worker.1.*.log") if "local-rank" not in p.name]
+        assert "[worker:1.1] rank 3 gives up\n" in task.read_text()
+
+
+def test_a_failing_process_fails_its_task_and_the_job_and_is_named(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    result = run_tfrun(
+        *("-w", "2", "--nproc-per-task", "2", "--log-dir", str(logs), "--worker-logs", "*"),
+        *("--", *failing(tmp_path / "hello")),
+        env=job_procs.env(),
+        timeout=60,
+    )
+    _check_failure(result, logs)
+    assert job_procs.wait_gone(5) == []
+
+
+# -- Mesos: the test master and real Mesos -------------------------------------------
+
+
+def test_two_by_two_on_mesos(
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """worker:0 runs beside tfrun, worker:1 in a Mesos task, under its agent."""
+    _needs("torch")
+    env = _dump_env(job_procs.env())
+    theirs = torchrun_variables(env)
+    result = run_tfrun(
+        *("-m", mesos.url, "-w", "2", "--nproc-per-task", "2", "--worker-logs", "*"),
+        *("--", PY, "-c", ENV_DUMP),
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = tfrun_variables(result.stdout)
+    assert len(found) == 4, result.stdout[-5000:] + result.stderr[-3000:]
+    assert_same_as_torchruns(found, theirs)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    failed = run_tfrun(
+        *("-m", mesos.url, "-w", "2", "--nproc-per-task", "2", "--worker-logs", "*"),
+        *("--log-dir", str(logs), "--", *failing(tmp_path / "hello")),
+        env=job_procs.env(),
+        timeout=120,
+    )
+    # worker:1's processes' logs, from what its agent sent, in the run's
+    # directory as a local task's are.
+    _check_failure(failed, logs)
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []

@@ -1,0 +1,345 @@
+"""Several processes per task (``tfrun --nproc-per-task N``): their ranks, and
+the small runner that starts them: ``python -m tfmesos.nproc``.
+
+A task of a job run with ``--nproc-per-task N`` is what torchrun calls a node
+of ``--nproc_per_node N``: :func:`tfmesos.supervisor.task_command` gives it
+the task's variables (:func:`tfmesos.taskenv.rank_environment` with ``nproc``:
+``GROUP_RANK`` the task's rank, ``WORLD_SIZE`` W*N, ``RANK`` its local rank
+0's) and runs this module in place of the command, in the command's process
+group, on every backend alike (the agent runs it on Mesos, Slurm and the
+test master; the launcher itself, for a local task it runs without one).
+This runner then
+
+- starts the command N times, each with its own ``LOCAL_RANK`` and ``RANK``
+  (:func:`process_environment`), all in its process group, so that stopping
+  the task (SIGTERM to the group, SIGKILL after the grace) reaches them all;
+- writes each process's output, a whole line at a time, to its own stdout
+  (the task's output and log) with the process's name in front,
+  ``[worker:1.3]`` for task worker:1's local rank 3, and to a log of the
+  process's own beside the task's (``TASK_ID.local-rank-3.log`` in the run
+  directory; ``local-rank-3.log`` in a Mesos sandbox);
+- stops the others as soon as one fails (SIGTERM to the group, SIGKILL to
+  what is left after ``STOP_GRACE``), and ends as the first one that failed
+  ended: its status, or killed by its signal. Its local rank goes down a
+  pipe (:data:`ENV_REPORT_FD`) to whoever started it, so that the verdict
+  names the process. It exits 0 once every process has exited 0.
+
+Each process sees all of the task's GPUs, as under torchrun: a program picks
+its own with ``torch.cuda.set_device(LOCAL_RANK)``.
+
+Standard library only: the agent runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+from tfmesos import proctree, wire
+from tfmesos.tasklog import TaskLog
+
+TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "ENV_COMMAND",
+    "ENV_LOGS",
+    "ENV_LOG_MAX",
+    "ENV_NAME",
+    "ENV_NPROC",
+    "ENV_REPORT_FD",
+    "MAX_NPROC",
+    "RANKED",
+    "log_path",
+    "main",
+    "process_environment",
+    "runner_environment",
+]
+
+MAX_NPROC = 1024
+"""The most processes one task may run."""
+
+ENV_NPROC = "TFMESOS_NPROC"
+"""How many processes the task runs: set for the runner alone."""
+ENV_COMMAND = "TFMESOS_NPROC_COMMAND"
+"""The command line each process runs (placeholders filled)."""
+ENV_NAME = "TFMESOS_NPROC_TASK"
+"""The task's name, ``worker:1``: each process's prefix is ``[worker:1.K]``."""
+ENV_LOGS = "TFMESOS_NPROC_LOGS"
+"""Where each process's own log goes, ``{}`` standing for its local rank;
+empty: nowhere but the task's."""
+ENV_LOG_MAX = "TFMESOS_NPROC_LOG_MAX"
+"""The cap on each process's log, as the task's (:class:`tfmesos.tasklog.TaskLog`)."""
+ENV_REPORT_FD = "TFMESOS_NPROC_REPORT_FD"
+"""A pipe the runner writes the local rank of the process that failed to."""
+_RUNNER_ONLY = (ENV_NPROC, ENV_COMMAND, ENV_NAME, ENV_LOGS, ENV_LOG_MAX, ENV_REPORT_FD)
+
+RANKED = ("RANK", "ROLE_RANK", "JAX_PROCESS_ID")
+"""The task's variables that are its local rank 0's: each process adds its
+own local rank to them."""
+
+READ_SIZE = 1 << 16
+MAX_PENDING_LINE = 1 << 16
+POLL_INTERVAL = 0.2
+"""How often the runner looks whether a process exited that closed its output."""
+PIPE_GRACE = 1.0
+"""How long a process's output may stay open once every process has exited."""
+
+
+def process_environment(task_env: Mapping[str, str], local_rank: int) -> dict[str, str]:
+    """One process's environment, from its task's: ``LOCAL_RANK`` is its
+    own, and ``RANK``, ``ROLE_RANK`` and ``JAX_PROCESS_ID`` (the task's local
+    rank 0's) grow by it: ``RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK``,
+    as torchrun's."""
+    env = dict(task_env)
+    for name in _RUNNER_ONLY:
+        env.pop(name, None)
+    for name in RANKED:
+        if name in task_env:
+            env[name] = str(int(task_env[name]) + local_rank)
+    env["LOCAL_RANK"] = str(local_rank)
+    return env
+
+
+def log_path(task_log: str | None, sandbox: str | None) -> str:
+    """Where each process's log goes, ``{}`` for its local rank: beside the
+    task's log (``TASK_ID.local-rank-{}.log``), else in the Mesos sandbox;
+    empty where the task keeps no log."""
+    if task_log and task_log != os.devnull:
+        stem = task_log[: -len(".log")] if task_log.endswith(".log") else task_log
+        return stem.replace("{", "{{").replace("}", "}}") + ".local-rank-{}.log"
+    if sandbox:
+        return os.path.join(sandbox.replace("{", "{{").replace("}", "}}"), "local-rank-{}.log")
+    return ""
+
+
+def runner_environment(
+    env: dict[str, str],
+    nproc: int,
+    command: str,
+    task_name: str,
+    logs: str,
+    log_max: str,
+) -> list[str]:
+    """Set what the runner reads in ``env``; return its argv."""
+    env[ENV_NPROC] = str(nproc)
+    env[ENV_COMMAND] = command
+    env[ENV_NAME] = task_name
+    env[ENV_LOGS] = logs
+    env[ENV_LOG_MAX] = log_max
+    return proctree.bootstrap_command("tfmesos.nproc")
+
+
+class _Process:
+    """One of the task's processes: its output, its log, its end."""
+
+    def __init__(
+        self, local_rank: int, proc: subprocess.Popen[bytes], prefix: bytes, log: TaskLog | None
+    ) -> None:
+        self.local_rank = local_rank
+        self.proc = proc
+        self.prefix = prefix
+        self.log = log
+        self.pending = b""
+        assert proc.stdout is not None
+        self.pipe: int | None = proc.stdout.fileno()
+        os.set_blocking(self.pipe, False)
+        self.returncode: int | None = None
+
+    def forward(self, data: bytes, final: bool = False) -> None:
+        data = self.pending + data
+        cut = data.rfind(b"\n") + 1
+        if (final and cut < len(data)) or (cut == 0 and len(data) >= MAX_PENDING_LINE):
+            data += b"\n"
+            cut = len(data)
+        self.pending = data[cut:]
+        whole = data[:cut]
+        if not whole:
+            return
+        if self.log is not None:
+            self.log.write(whole)
+        body = whole[:-1]
+        _write_out(self.prefix + body.replace(b"\n", b"\n" + self.prefix) + b"\n")
+
+
+def _write_out(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(1, view) :]
+        except OSError:
+            return  # nobody reads: the processes' logs keep it
+
+
+def _note(text: str) -> None:
+    _write_out(f"[tfmesos agent] {text}\n".encode())
+
+
+def _start(command: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        command,
+        shell=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # In the runner's process group (the task's), SIGKILLed should the
+        # runner die outright.
+        preexec_fn=proctree.dying_with_parent,
+    )
+
+
+def _others(count: int) -> str:
+    return "other process" if count == 1 else f"{count} other processes"
+
+
+def _describe(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+def run(environ: dict[str, str]) -> int:
+    """Run the task's processes to their end; return the runner's status
+    as ``Popen.returncode`` gives it (minus a signal)."""
+    nproc = int(environ[ENV_NPROC])
+    command = environ[ENV_COMMAND]
+    name = environ.get(ENV_NAME, "task")
+    logs = environ.get(ENV_LOGS, "")
+    cap_text = environ.get(ENV_LOG_MAX, "")
+    cap = int(cap_text) if cap_text.isdigit() else 0
+    report_fd = environ.get(ENV_REPORT_FD, "")
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        # The task is being stopped: its processes, in this group, were sent
+        # the signal too. This runner waits for them, and their last words.
+        received.append(signum)
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    selector = selectors.DefaultSelector()
+    selector.register(wake_r, selectors.EVENT_READ, None)
+    processes: list[_Process] = []
+    for local_rank in range(nproc):
+        log = None
+        if logs:
+            path = logs.format(local_rank)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as exc:
+                _note(f"cannot keep {name}.{local_rank}'s log in {path}: {exc.strerror}")
+            else:
+                log = TaskLog(path, cap, (fd,))
+        env = process_environment(environ, local_rank)
+        proc = _start(command, env)
+        process = _Process(local_rank, proc, f"[{name}.{local_rank}] ".encode(), log)
+        processes.append(process)
+        assert process.pipe is not None
+        selector.register(process.pipe, selectors.EVENT_READ, process)
+    failed: _Process | None = None
+    kill_at: float | None = None
+    all_exited_at: float | None = None
+    while True:
+        now = time.monotonic()
+        for process in processes:
+            if process.returncode is None and process.proc.poll() is not None:
+                process.returncode = process.proc.returncode
+                if process.returncode != 0 and failed is None and not received:
+                    failed = process
+                    # Its last words before the note on its end.
+                    while process.pipe is not None and _read(selector, process):
+                        pass
+                    kill_at = _stop_others(processes, process, name, report_fd)
+        if all(p.returncode is not None for p in processes):
+            if all(p.pipe is None for p in processes):
+                break
+            # What a process left behind may hold its output open: given
+            # up on a moment after the last one exited, as the agent does.
+            all_exited_at = all_exited_at or now
+            if now - all_exited_at >= PIPE_GRACE:
+                break
+        if kill_at is not None and now >= kill_at:
+            for process in processes:
+                if process.proc.poll() is None:
+                    proctree.signal_pid(process.proc.pid, signal.SIGKILL)
+            kill_at = None
+        for key, _ in selector.select(POLL_INTERVAL):
+            if key.data is None:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 64)
+            else:
+                _read(selector, key.data)
+    for process in processes:
+        process.forward(b"", final=True)
+    if failed is None:
+        failed = next((p for p in processes if p.returncode != 0), None)
+    if failed is None:
+        return 0
+    assert failed.returncode is not None
+    return failed.returncode
+
+
+def _read(selector: selectors.BaseSelector, process: _Process) -> bool:
+    """Forward what the process's output holds; False once nothing is there."""
+    assert process.pipe is not None
+    try:
+        data = os.read(process.pipe, READ_SIZE)
+    except BlockingIOError:
+        return False
+    if data:
+        process.forward(data)
+        return True
+    process.forward(b"", final=True)
+    selector.unregister(process.pipe)
+    assert process.proc.stdout is not None
+    process.proc.stdout.close()
+    process.pipe = None
+    return False
+
+
+def _stop_others(processes: list[_Process], failed: _Process, name: str, report_fd: str) -> float:
+    """``failed`` is the task's first process to fail: say which, down the
+    report pipe and in the output, and stop the others (SIGTERM to the
+    task's group, this runner included, which waits for them); return when
+    what is left is SIGKILLed."""
+    assert failed.returncode is not None
+    if report_fd:
+        with contextlib.suppress(OSError):
+            os.write(int(report_fd), f"{failed.local_rank}\n".encode())
+    others = sum(1 for p in processes if p.proc.poll() is None)
+    _note(
+        f"{name} (local rank {failed.local_rank}) {_describe(failed.returncode)}"
+        + (f": stopping the task's {_others(others)}" if others else "")
+    )
+    if others:
+        proctree.signal_group(os.getpgrp(), signal.SIGTERM)
+    return time.monotonic() + wire.STOP_GRACE
+
+
+def main() -> int:
+    returncode = run(dict(os.environ))
+    if returncode < 0:
+        # Ended as the process that failed did: killed by its signal.
+        signal.signal(-returncode, signal.SIG_DFL)
+        sys.stdout.flush()
+        os.kill(os.getpid(), -returncode)
+        return 128 - returncode
+    return returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
