@@ -98,7 +98,9 @@ def test_help_documents_every_flag() -> None:
             r"unknown placeholder \{worker_index\}",
         ),
         (["-w", "2", "-s", "0", "--worker-logs", "5", "--", "true"], "no worker 5"),
-        (["-w", "1", "-s", "0", "--worker-logs", "a", "--", "true"], "is not a worker index"),
+        (["-w", "1", "-s", "0", "--worker-logs", "a", "--", "true"], "is neither a worker index"),
+        (["-w", "1", "-s", "1", "--worker-logs", "ps:1", "--", "true"], "no ps 1 in a job of 1"),
+        (["-w", "1", "--worker-logs", "chief:0", "--", "true"], "there is no chief 0"),
         (
             ["-w", "1", "-s", "0", "--backend", "mesos", "-V", "nope", "--", "true"],
             "must be /host/path:/container/path",
@@ -202,6 +204,24 @@ def test_a_bare_number_for_the_name_is_taken_with_a_warning() -> None:
     assert result.returncode == 0, result.stderr
     assert "tfrun: warning: -n 4 names the job '4'" in result.stderr
     assert "the number of workers is -w" in result.stderr
+
+
+def test_worker_logs_takes_any_task_by_name_and_all() -> None:
+    # Before: "--worker-logs: 'ps:0' is not a worker index".
+    _, spec = parse_args(["-w", "2", "-s", "1", "--worker-logs", "ps:0,1", "--", "true"])
+    assert spec.forward_logs == frozenset({"ps:0", "worker:1"})
+    _, spec = parse_args(["-w", "2", "-s", "1", "--worker-logs", "all", "--", "true"])
+    assert spec.forward_logs == frozenset({"ps:0", "worker:0", "worker:1"})
+
+
+@pytest.mark.e2e
+def test_tfrun_says_whose_output_it_shows_and_can_show_a_ps() -> None:
+    result = run_tfrun("-w", "1", "-s", "1", "--worker-logs", "ps:0", "--", "echo from {job_name}")
+    assert result.returncode == 0, result.stderr
+    assert "[ps:0] from ps" in result.stdout and "worker" not in result.stdout
+    assert "showing ps:0's output here; every other task's is only in its log" in result.stderr
+    result = run_tfrun("-w", "2", "--", "true")
+    assert "showing worker:0's output here" in result.stderr
 
 
 def test_a_bad_placeholder_starts_nothing(job_procs) -> None:  # type: ignore[no-untyped-def]

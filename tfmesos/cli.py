@@ -314,9 +314,10 @@ def build_parser() -> argparse.ArgumentParser:
     job.add_argument(
         "--worker-logs",
         metavar="IDS",
-        help="workers whose output is printed here as well as kept in their log files: "
-        "comma-separated indices, '*' for all, or none for the files only (default 0; with "
-        "--chief, none); the chief's and the evaluator's are printed unless none",
+        help="tasks whose output is printed here as well as kept in their log files: "
+        "comma-separated worker indices or task names (0,1 or worker:1,ps:0), '*' for every "
+        "worker, all for every task, or none for the files only (default 0; with --chief, "
+        "none); the chief's and the evaluator's are printed unless none",
     )
     job.add_argument(
         "--chdir",
@@ -401,7 +402,9 @@ def _command(parts: Sequence[str]) -> str:
     return shlex.join(parts)
 
 
-def _worker_logs(text: str | None, nworker: int, chief: bool, evaluator: bool) -> frozenset[str]:
+def _worker_logs(
+    text: str | None, nworker: int, chief: bool, evaluator: bool, nserver: int = 0
+) -> frozenset[str]:
     """The tasks whose output is shown: the workers ``--worker-logs`` names
     (by default worker 0, the chief; with ``--chief``, none), and the chief
     and the evaluator, but with ``none``."""
@@ -412,24 +415,33 @@ def _worker_logs(text: str | None, nworker: int, chief: bool, evaluator: bool) -
         aside.add("evaluator:0")
     if text is None:
         return frozenset(aside if chief else {"worker:0", *aside})
-    return _worker_indices(text, nworker) | aside
+    sizes = {"worker": nworker, "ps": nserver, "chief": int(chief), "evaluator": int(evaluator)}
+    return _worker_indices(text, sizes) | aside
 
 
-def _worker_indices(text: str, nworker: int) -> frozenset[str]:
+def _worker_indices(text: str, sizes: dict[str, int]) -> frozenset[str]:
+    """``0,2`` (workers), ``*`` (every worker), ``all`` (every task), or
+    task names: ``worker:1,ps:0``."""
     if text.strip() == "*":
-        return frozenset(f"worker:{i}" for i in range(nworker))
+        return frozenset(f"worker:{i}" for i in range(sizes["worker"]))
+    if text.strip() == "all":
+        return frozenset(f"{job}:{i}" for job, size in sizes.items() for i in range(size))
     names = set()
     for part in text.split(","):
         part = part.strip()
-        if not part.isdigit():
+        job, colon, index = part.rpartition(":")
+        if not colon:
+            job, index = "worker", part
+        if job not in sizes or not index.isdigit():
             raise SpecError(
-                f"--worker-logs: {part!r} is not a worker index (use e.g. 0,1, '*' or none)"
+                f"--worker-logs: {part!r} is neither a worker index nor a task of this job "
+                "(use e.g. 0,1, worker:1, ps:0, '*' for every worker, all, or none)"
             )
-        if int(part) >= nworker:
+        if int(index) >= sizes[job]:
             raise SpecError(
-                f"--worker-logs: there is no worker {part} in a job of {nworker} workers"
+                f"--worker-logs: there is no {job} {index} in a job of {sizes[job]} {job} tasks"
             )
-        names.add(f"worker:{int(part)}")
+        names.add(f"{job}:{int(index)}")
     return frozenset(names)
 
 
@@ -592,7 +604,9 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             env=env,
             initializer=initializer,
             finalizer=finalizer,
-            forward_logs=_worker_logs(args.worker_logs, args.nworker, args.chief, args.evaluator),
+            forward_logs=_worker_logs(
+                args.worker_logs, args.nworker, args.chief, args.evaluator, args.nserver
+            ),
             start_timeout=args.timeout,
             tls_cert=_readable(args.tls_cert, "--tls-cert"),
             tls_key=_readable(args.tls_key, "--tls-key"),

@@ -55,6 +55,8 @@ class Launcher(Loop):
         self._started_backend = True
         await self.backend.start(self._on_backend)
         self._emit_started(tasks)
+        if self.spec.replica and self.restart == 0:
+            logger.info("%s", shown_output(tasks, self.spec.forward_logs))
         local = [(task, 1) for task in tasks if self._backend_for(task) is not self.backend]
         if local and len(local) < len(tasks):
             # The chief, beside the launcher, waits for the cluster's first
@@ -341,3 +343,21 @@ class Launcher(Loop):
             f"the cluster was not up after {self.spec.start_timeout:g}s: "
             f"still waiting for {', '.join(waiting)}" + (f" ({detail})" if detail else "")
         )
+
+
+def shown_output(tasks: list[TaskSpec], shown: frozenset[str] | None) -> str:
+    """Whose output tfrun shows (``--worker-logs``), said once at the start:
+    the rest is only in the logs, and a user should not have to guess."""
+    if shown is None or all(task.name in shown for task in tasks):
+        return "showing every task's output here"
+    if not shown:
+        return "showing no task's output here (--worker-logs none): each is in its log"
+    by_job: dict[str, list[int]] = {}
+    for task in tasks:
+        if task.name in shown:
+            by_job.setdefault(task.job_name, []).append(task.index)
+    named = ", ".join(verdict.names(job, indices) for job, indices in by_job.items())
+    return (
+        f"showing {named}'s output here; every other task's is only in its log "
+        "(--worker-logs chooses whose: all, worker:1, ps:0, ...)"
+    )
