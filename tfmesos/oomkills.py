@@ -6,14 +6,16 @@ step's, a ``podman --memory`` container's) shows in the cgroup's counter:
 ``oom_kill`` in ``memory.oom_control`` (cgroup v1, Linux 4.13 on) or in
 ``memory.events`` (cgroup v2, which counts the cgroups below too). The count
 read before a command starts and after it ends says whether the kernel's OOM
-killer ended a process in between. Standard library only: the agent uses it.
+killer ended a process in between; the cgroup may hold other commands, so
+the kernel's log, where it can be read, says which process it was
+(:func:`killed_by_oom_killer`). Standard library only: the agent uses it.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["counter_path", "oom_kills"]
+__all__ = ["counter_path", "killed_by_oom_killer", "oom_kills"]
 
 _UNREAD = ""
 _path: str | None = _UNREAD
@@ -78,6 +80,38 @@ def oom_kills(path: str | None = _UNREAD) -> int | None:
         if name == b"oom_kill" and value.strip().isdigit():
             return int(value)
     return None
+
+
+KERNEL_LOG = "/dev/kmsg"
+
+
+def killed_by_oom_killer(pid: int, log: str = KERNEL_LOG) -> bool | None:
+    """Whether the kernel's log records that its OOM killer killed ``pid``
+    (``Killed process PID (name)``, in every kernel's words since 2.6), or
+    None where the log cannot be read (not root, ``dmesg_restrict``, a
+    container without it). Read only after a SIGKILL that the count says
+    may be the OOM killer's: the log holds up to a few MiB."""
+    try:
+        fd = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    wanted = f"Killed process {pid} (".encode()
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192)  # /dev/kmsg: one record a read
+            except BlockingIOError:  # the end of the log
+                return False
+            except BrokenPipeError:  # overwritten while read: go on from the next
+                continue
+            except OSError:
+                return None
+            if not record:
+                return False
+            if wanted in record:
+                return True
+    finally:
+        os.close(fd)
 
 
 def _below(mount_point: str, root: str, cgroup: str, name: str) -> str | None:

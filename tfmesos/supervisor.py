@@ -459,5 +459,9 @@ class CommandRun:
         returncode = proctree.peek_exit_status(self.pid)
         assert returncode is not None
         if returncode == -signal.SIGKILL and not self.killed and self._oom_kills is not None:
-            self.out_of_memory = (oomkills.oom_kills() or 0) > self._oom_kills
+            counted = (oomkills.oom_kills() or 0) > self._oom_kills
+            # The count is the cgroup's: another command's process in it may
+            # be the one killed. The kernel's log names the victim, where
+            # it can be read; where not, the count is all there is.
+            self.out_of_memory = counted and oomkills.killed_by_oom_killer(self.pid) is not False
         return returncode
