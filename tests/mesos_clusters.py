@@ -91,8 +91,13 @@ def open_cluster(
             yield MesosUnderTest(double=double)
         return
     home = real_mesos_home()
-    # Tasks get the executor environment only: the mark goes there.
-    real = RealMesos(home, executor_env={MARK: job_procs.mark}, base=base)
+    # Tasks get the executor environment only: the mark goes there, and the
+    # PYTHONPATH that chose the tfmesos under test (a checkout other than the
+    # installed one), whose agent the tasks must run.
+    executor_env = {MARK: job_procs.mark}
+    if os.environ.get("PYTHONPATH"):
+        executor_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    real = RealMesos(home, executor_env=executor_env, base=base)
     if agents is not None:
         real.agents = tuple(agents)
     try:

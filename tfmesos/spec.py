@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -16,6 +17,7 @@ from typing import Any
 
 from tfmesos import taskenv, wire
 from tfmesos.errors import SpecError
+from tfmesos.exported import carried, parse_export
 
 __all__ = [
     "CHIEF",
@@ -370,6 +372,12 @@ class ClusterSpec:
     or is lost once the cluster is up. Fine-grained mode: times, in all, a
     worker's server that dies is started again at its address
     (:mod:`tfmesos.launcher.relaunch`)."""
+    export: str = "ALL"
+    """Which of the submitting environment every task sees (``--export``,
+    :func:`tfmesos.exported.parse_export`): ``ALL``, ``NONE``, ``NAME,...``."""
+    exported: Mapping[str, str] = field(init=False, repr=False, default_factory=dict)
+    """The variables ``export`` carries from this process's environment as it
+    is when the spec is made: sent to every task in its cluster message."""
 
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)
@@ -408,6 +416,11 @@ class ClusterSpec:
             )
         for key, value in self.env.items():
             _check_variable(key, value)
+        try:
+            export = parse_export(self.export)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        object.__setattr__(self, "exported", carried(os.environ, export))
         texts = [(f"job {job.name!r}'s command", job.cmd) for job in jobs]
         texts += [("the initializer", self.initializer), ("the finalizer", self.finalizer)]
         texts += [("the working directory (--chdir)", self.cwd), ("the job's name", self.name)]
@@ -441,14 +454,18 @@ class ClusterSpec:
             "cwd": self.cwd,
             "env": dict(self.env),
             "extra_config": {"initializer": self.initializer, "finalizer": self.finalizer},
+            "exported": dict(self.exported),
         }
         size = len(json.dumps(content, separators=(",", ":")))
         tasks = sum(job.num - job.start for job in self.jobs)
         if size + tasks * ADDRESS_ALLOWANCE + MESSAGE_ALLOWANCE > wire.MAX_FRAME:
+            carried = len(json.dumps(content["exported"], separators=(",", ":")))
             raise SpecError(
                 f"the command, environment, initializer and finalizer take {size} bytes of the "
-                f"message each task receives, which with the addresses of the job's {tasks} "
-                f"tasks must fit in 1 MiB ({wire.MAX_FRAME} bytes): pass large data in a file"
+                f"message each task receives ({carried} of them the variables of this "
+                "environment every task is sent: --export), which with the addresses of the "
+                f"job's {tasks} tasks must fit in 1 MiB ({wire.MAX_FRAME} bytes): pass large "
+                "data in a file, or narrow --export"
             )
 
     def tasks(self) -> list[TaskSpec]:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from tfmesos import oomkills, proctree, taskenv, wire
+from tfmesos import exported, oomkills, proctree, taskenv, wire
 from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
@@ -59,8 +59,13 @@ def task_command(
     job_name = str(message["job_name"])
     task_index = int(message["task_index"])
     env = dict(environ)
+    inherited = env.get(wire.ENV_INHERITED)
     for name in wire.AGENT_ONLY:
         env.pop(name, None)
+    # What the task's host gives, what tfrun's environment carried
+    # (--export), the job's own (-e, env=), then the launcher's.
+    env = exported.host_environment(env, inherited)
+    env.update({str(k): str(v) for k, v in (message.get("exported") or {}).items()})
     env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
     env.update(
         taskenv.task_environment(
