@@ -18,8 +18,18 @@ from tests.conftest import JobProcesses, popen_tfrun, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_slurm_jobs import slurm  # noqa: F401 - the Slurm tests' fixture
 from tfmesos import exported, supervisor, taskenv, wire
+from tfmesos.backends.base import Launch
+from tfmesos.backends.mesos.taskinfo import task_info
+from tfmesos.backends.mesos_options import MesosOptions
 from tfmesos.errors import SpecError
-from tfmesos.exported import Export, carried, host_environment, not_carried, parse_export
+from tfmesos.exported import (
+    Export,
+    carried,
+    host_environment,
+    not_carried,
+    parse_export,
+    task_base,
+)
 from tfmesos.launcher.message import cluster_message
 from tfmesos.spec import ClusterSpec, Job
 
@@ -367,6 +377,25 @@ def test_the_host_gives_its_own_names_by_where_the_agents_environment_came_from(
         "TFMESOS_TASK_ID": "worker.1.0.ab",
         "CUDA_VISIBLE_DEVICES": "",
     }
+    # What is carried comes on top; in an image, under the image's own.
+    carried = {"PATH": "/home/u/venv/bin:/usr/bin", "MY_VAR": "1"}
+    assert task_base(agent_env, None, carried)["PATH"] == "/home/u/venv/bin:/usr/bin"
+    in_image = task_base({"PATH": "/opt/venv/bin:/usr/bin"}, exported.IMAGE, carried)
+    assert in_image == {"PATH": "/opt/venv/bin:/usr/bin", "MY_VAR": "1"}
+
+
+def test_a_mesos_taskinfo_holds_no_carried_variable_and_says_where_an_image_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = _spec(monkeypatch, MY_SECRET_TOKEN="s3cr3t")
+    offer = {"hostname": "h", "agent_id": {"value": "a"}}
+    (task,) = [t for t in spec.tasks() if t.index == 1]
+    launch = Launch("worker.1.0.x", task, {wire.ENV_LAUNCHER: "h:1", wire.ENV_TASK_ID: "w"})
+    for image, base in ((None, None), ("tfmesos-cpu", exported.IMAGE)):
+        info = task_info(launch, spec, MesosOptions(image=image), offer, [], 31000, None)
+        variables = {v["name"]: v["value"] for v in info["command"]["environment"]["variables"]}
+        assert "MY_SECRET_TOKEN" not in variables and "s3cr3t" not in json.dumps(info)
+        assert variables.get(wire.ENV_BASE) == base
 
 
 def _spec(monkeypatch: pytest.MonkeyPatch, export: str = "ALL", **env: str) -> ClusterSpec:
@@ -405,7 +434,7 @@ def test_the_cluster_message_carries_the_environment_and_the_agent_layers_it(
     agent_env = {
         "PATH": "/agent/bin",
         "OMP_NUM_THREADS": "7",
-        wire.ENV_INHERITED: exported.HERE,
+        wire.ENV_BASE: exported.HERE,
         wire.ENV_LAUNCHER: "h:9",
         "TFMESOS_TASK_ID": "worker.1.0.x",
         "RANK": "99",
@@ -416,12 +445,12 @@ def test_the_cluster_message_carries_the_environment_and_the_agent_layers_it(
     assert env["MY_JOB_VAR"] == "from -e"
     assert env["RANK"] == "1"  # the launcher's own wins
     assert env["TFMESOS_TASK_ID"] == "worker.1.0.x"
-    assert wire.ENV_INHERITED not in env and wire.ENV_LAUNCHER not in env
+    assert wire.ENV_BASE not in env and wire.ENV_LAUNCHER not in env
     assert env["PATH"] == spec.exported.get("PATH")  # tfrun's, not the agent's copy of it
     _, env = supervisor.task_command({**decoded}, dict(agent_env))
     assert env["B"] == "\udcff" and "MY_OTHER_VAR" not in env
     # A Mesos agent's environment is its host's: kept, under what is carried.
-    del agent_env[wire.ENV_INHERITED]
+    del agent_env[wire.ENV_BASE]
     _, env = supervisor.task_command({**message, "exported": {}}, dict(agent_env))
     assert env["PATH"] == "/agent/bin" and env["OMP_NUM_THREADS"] == "7"
 
@@ -435,3 +464,12 @@ def test_a_spec_refuses_an_environment_too_large_or_an_export_it_cannot_honour(
     with pytest.raises(SpecError, match="TF_CONFIG is set by tfmesos"):
         _spec(monkeypatch, "TF_CONFIG")
     assert taskenv.launchers_own("TF_CONFIG")
+
+
+def test_the_readme_names_every_name_left_behind() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### The task's environment", 1)[1].split("\n## ", 1)[0]
+    for name in exported.NOT_CARRIED:
+        assert f"`{name}`" in section, name
+    for prefix in exported.NOT_CARRIED_PREFIXES:
+        assert f"`{prefix}*`" in section, prefix

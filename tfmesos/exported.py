@@ -34,6 +34,7 @@ __all__ = [
     "ALL",
     "ELSEWHERE",
     "HERE",
+    "IMAGE",
     "NONE",
     "NOT_CARRIED",
     "NOT_CARRIED_PREFIXES",
@@ -42,6 +43,7 @@ __all__ = [
     "host_environment",
     "not_carried",
     "parse_export",
+    "task_base",
 ]
 
 ALL = "ALL"
@@ -69,6 +71,10 @@ NOT_CARRIED = {
     "STY": "this host's screen session",
     "WINDOW": "a window of this host's screen",
     "WINDOWID": "a window of this host's X display",
+    "GPU_DEVICE_ORDINAL": "GPUs of this host (a task is given its own: CUDA_VISIBLE_DEVICES)",
+    "ROCR_VISIBLE_DEVICES": "GPUs of this host (a task is given its own)",
+    "HIP_VISIBLE_DEVICES": "GPUs of this host (a task is given its own)",
+    "ZE_AFFINITY_MASK": "GPUs of this host (a task is given its own)",
 }
 """Names never carried by ``--export ALL`` (the default), each with why: they
 describe tfrun's host, its shell or its login, and would be wrong on another
@@ -78,6 +84,7 @@ NOT_CARRIED_PREFIXES = {
     "SSH_": "this login's ssh connection, terminal and agent socket",
     "XDG_SESSION_": "this login's session",
     "SLURM_": "Slurm's word on tfrun's own allocation, job or step (a Slurm task gets its own)",
+    "SLURMD_": "Slurm's word on tfrun's own node",
     "SBATCH_": "sbatch's settings, which would change the job tfrun submits",
     "SALLOC_": "salloc's settings",
     "SRUN_": "srun's settings, which would change the steps tfrun starts",
@@ -92,9 +99,12 @@ cluster manager's or an MPI launcher's word on tfrun's own process, which
 frameworks read to find their place (JAX, Lightning and torch detect Slurm
 and Open MPI by them)."""
 
-_BACKENDS_OWN = ("SLURM_", "MESOS_", "LIBPROCESS_")
+_BACKENDS_OWN = ("SLURM_", "SLURMD_", "MESOS_", "LIBPROCESS_")
 """What a task's cluster manager gives the task itself: kept from the agent's
 environment where it holds the submitting one (:data:`ELSEWHERE`)."""
+_BACKENDS_GPUS = ("GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK")
+"""Slurm's word on a step's GPUs besides ``CUDA_VISIBLE_DEVICES`` (srun's
+"output environment variables"): kept there too."""
 
 HERE = "here"
 """The agent's environment is tfrun's, on tfrun's host (the local backend):
@@ -103,6 +113,10 @@ ELSEWHERE = "elsewhere"
 """The agent's environment is tfrun's, carried to another host (Slurm's
 ``sbatch --export=ALL``): of it, the task keeps only its cluster manager's
 word on it (``SLURM_*``)."""
+IMAGE = "image"
+"""The agent's environment is its container's (Mesos with ``--image``): the
+image's own variables (its ``PATH``, say) describe the files the task sees,
+and win over those carried."""
 
 
 def not_carried(name: str) -> bool:
@@ -216,25 +230,38 @@ def carried(environ: Mapping[str, str], export: Export) -> dict[str, str]:
     return env
 
 
-def host_environment(environ: Mapping[str, str], inherited: str | None) -> dict[str, str]:
-    """What the task's host gives its command, from the agent's environment
-    (less the agent's own settings), the variables carried and the job's
-    coming on top.
+def task_base(
+    environ: Mapping[str, str], base: str | None, carried: Mapping[str, str]
+) -> dict[str, str]:
+    """The command's environment before the job's own (``-e``, ``env=``) and
+    the launcher's: what the task's host gives (:func:`host_environment`)
+    and the variables ``carried`` from tfrun's, these winning, except over
+    an image's own (:data:`IMAGE`)."""
+    host = host_environment(environ, base)
+    if base == IMAGE:
+        return {**carried, **host}
+    host.update(carried)
+    return host
 
-    ``inherited`` says where the agent's environment came from. ``None``:
-    from the task's host (a Mesos agent's, and the ``TaskInfo``'s): all of it
-    is the host's. :data:`HERE`: tfrun's, on this host: the names that
-    describe this host are kept (they are true here), and the launcher's;
-    the rest comes as carried, or not at all. :data:`ELSEWHERE`: tfrun's,
-    carried to another host by the cluster manager: only the launcher's and
-    the cluster manager's own names are kept.
+
+def host_environment(environ: Mapping[str, str], base: str | None) -> dict[str, str]:
+    """What the task's host gives its command, from the agent's environment
+    (less the agent's own settings).
+
+    ``base`` says where the agent's environment came from. ``None`` or
+    :data:`IMAGE`: from the task's host or container (a Mesos agent's, the
+    image's and the ``TaskInfo``'s): all of it is the host's. :data:`HERE`:
+    tfrun's, on this host: the names that describe this host are kept (they
+    are true here), and the launcher's; the rest comes as carried, or not at
+    all. :data:`ELSEWHERE`: tfrun's, carried to another host by the cluster
+    manager: only the launcher's and the cluster manager's own names are kept.
     """
-    if inherited is None:
+    if base is None or base == IMAGE:
         return dict(environ)
-    if inherited == HERE:
+    if base == HERE:
         return {name: value for name, value in environ.items() if not_carried(name)}
     return {
         name: value
         for name, value in environ.items()
-        if launchers_own(name) or name.startswith(_BACKENDS_OWN)
+        if launchers_own(name) or name.startswith(_BACKENDS_OWN) or name in _BACKENDS_GPUS
     }

@@ -59,13 +59,13 @@ def task_command(
     job_name = str(message["job_name"])
     task_index = int(message["task_index"])
     env = dict(environ)
-    inherited = env.get(wire.ENV_INHERITED)
+    base = env.get(wire.ENV_BASE)
     for name in wire.AGENT_ONLY:
         env.pop(name, None)
-    # What the task's host gives, what tfrun's environment carried
-    # (--export), the job's own (-e, env=), then the launcher's.
-    env = exported.host_environment(env, inherited)
-    env.update({str(k): str(v) for k, v in (message.get("exported") or {}).items()})
+    # What the task's host gives with what tfrun's environment carried
+    # (--export), then the job's own (-e, env=), then the launcher's.
+    carried = {str(k): str(v) for k, v in (message.get("exported") or {}).items()}
+    env = exported.task_base(env, base, carried)
     env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
     env.update(
         taskenv.task_environment(

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "AGENT_ONLY",
     "CONNECT_TIMEOUT",
+    "ENV_BASE",
     "ENV_HOST",
-    "ENV_INHERITED",
     "ENV_LAUNCHER",
     "ENV_LOG_FILE",
     "ENV_LOG_MAX",
@@ -112,11 +112,13 @@ and this name says that it is the agent's (a user who sets it is overridden)."""
 ENV_TLS_CERT = "TFMESOS_TLS_CERT"
 """The launcher's TLS certificate (PEM): when set, the rendezvous is TLS and
 this exact certificate is the only one trusted."""
-ENV_INHERITED = "TFMESOS_ENV_INHERITED"
-"""Where the agent's environment came from, when it is tfrun's own (the
-local backend: ``here``; Slurm: ``elsewhere``); unset: from the task's host
-(Mesos). The agent keeps of it only what :func:`tfmesos.exported.host_environment`
-says, the rest coming in the cluster message (``exported``)."""
+ENV_BASE = "TFMESOS_ENV_BASE"
+"""Where the agent's environment came from, which says what of it the task's
+command keeps (:func:`tfmesos.exported.task_base`): ``here`` (the local
+backend: tfrun's, on its host), ``elsewhere`` (Slurm: tfrun's, carried to
+another host), ``image`` (Mesos with ``--image``: the image's); unset: the
+task's host's (a Mesos agent's). What tfrun's environment carries to the task
+comes in its cluster message (``exported``)."""
 
 AGENT_ONLY = (
     ENV_LAUNCHER,
@@ -128,7 +130,7 @@ AGENT_ONLY = (
     ENV_TLS_CERT,
     ENV_LOG_FILE,
     ENV_LOG_MAX,
-    ENV_INHERITED,
+    ENV_BASE,
 )
 """The agent's own settings, which are no business of the task's command; the
 task id stays, so that a process can always be traced back to its task."""

@@ -296,7 +296,7 @@ class LocalBackend(Backend):
         env = dict(self._environ)
         env.update(launch.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        env[wire.ENV_INHERITED] = exported.HERE
+        env[wire.ENV_BASE] = exported.HERE
         log = self.task_log(launch.task_id)
         log_fd: int | None
         try:
@@ -419,7 +419,7 @@ class LocalBackend(Backend):
                 wire.ENV_LOG_MAX: str(self.log_max),
                 # tfrun's environment: the task keeps what describes this
                 # host; the rest comes as --export says (tfmesos.exported).
-                wire.ENV_INHERITED: exported.HERE,
+                wire.ENV_BASE: exported.HERE,
             }
         )
         log = self.task_log(launch.task_id)

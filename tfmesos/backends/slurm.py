@@ -210,7 +210,7 @@ class SlurmBackend(Backend):
                 wire.ENV_LOG_MAX: str(self.log_max),
                 # sbatch carried tfrun's environment to the node: the task
                 # keeps Slurm's word of it; the rest comes as --export says.
-                wire.ENV_INHERITED: exported.ELSEWHERE,
+                wire.ENV_BASE: exported.ELSEWHERE,
             }
         )
         plan = {
