@@ -5,6 +5,7 @@ backend, narrowed by ``--export`` (README, "The task's environment";
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -473,3 +474,36 @@ def test_the_readme_names_every_name_left_behind() -> None:
         assert f"`{name}`" in section, name
     for prefix in exported.NOT_CARRIED_PREFIXES:
         assert f"`{prefix}*`" in section, prefix
+
+
+FINE_GRAINED = """
+import sys
+import psutil
+import tfmesos
+
+jobs = [{"name": "worker", "num": 1}]
+with tfmesos.cluster(jobs, quiet=True, **({"export": sys.argv[1]} if sys.argv[1:] else {})):
+    servers = [
+        p for p in psutil.Process().children(recursive=True)
+        if "tfmesos.tfserver" in " ".join(p.cmdline())
+    ]
+    print(sorted(p.environ().get("MY_EXPORTED_VAR", "-") for p in servers))
+"""
+
+
+@pytest.mark.parametrize("export", [None, "NONE"])
+def test_fine_grained_servers_see_the_environment_as_export_says(
+    export: str | None, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [PY, "-c", FINE_GRAINED, *([export] if export else [])],
+        capture_output=True,
+        text=True,
+        env=job_procs.env(MY_EXPORTED_VAR="carried"),
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = "['-']" if export == "NONE" else "['carried']"
+    assert result.stdout.strip() == expected, result.stdout
+    assert job_procs.wait_gone(10) == []
