@@ -173,11 +173,21 @@ def _check_none(seen: dict[str, dict[str, bytes | None]]) -> None:
         assert vars_["TF_CONFIG"] is not None, name
 
 
+LOCAL_WAYS = {
+    "in tfrun": {},
+    "forked agents": {"TFMESOS_LOCAL_AGENTS": "1"},
+    "agents of their own": {"TFMESOS_NO_FORK_SERVER": "1"},
+}
+"""The local backend's three ways to run a task: in tfrun's own process, by
+an agent its fork server forks, by an agent started as an interpreter."""
+
+
+@pytest.mark.parametrize("way", list(LOCAL_WAYS))
 @pytest.mark.parametrize("export", ["default", "NONE", "--export=MY_OTHER_VAR"])
 def test_the_environment_reaches_every_local_task_as_export_says(
-    export: str, job_procs: JobProcesses, tmp_path: Path
+    export: str, way: str, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
-    env = _env(job_procs)
+    env = {**_env(job_procs), **LOCAL_WAYS[way]}
     flags = (
         [] if export == "default" else [export] if export.startswith("--") else ["--export", export]
     )
