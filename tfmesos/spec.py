@@ -459,10 +459,10 @@ class ClusterSpec:
         size = len(json.dumps(content, separators=(",", ":")))
         tasks = sum(job.num - job.start for job in self.jobs)
         if size + tasks * ADDRESS_ALLOWANCE + MESSAGE_ALLOWANCE > wire.MAX_FRAME:
-            carried = len(json.dumps(content["exported"], separators=(",", ":")))
+            carried_size = len(json.dumps(content["exported"], separators=(",", ":")))
             raise SpecError(
                 f"the command, environment, initializer and finalizer take {size} bytes of the "
-                f"message each task receives ({carried} of them the variables of this "
+                f"message each task receives ({carried_size} of them the variables of this "
                 "environment every task is sent: --export), which with the addresses of the "
                 f"job's {tasks} tasks must fit in 1 MiB ({wire.MAX_FRAME} bytes): pass large "
                 "data in a file, or narrow --export"
