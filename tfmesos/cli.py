@@ -312,6 +312,16 @@ def build_parser() -> argparse.ArgumentParser:
         help='JSON file: {"initializer": CMD, "finalizer": CMD, "env": {NAME: VALUE}}; the initializer runs before the command in each task, the finalizer after it',
     )
     job.add_argument(
+        "--export",
+        default="ALL",
+        metavar="ALL|NONE|NAME[,NAME...]",
+        help="which of this environment every task sees, as srun --export: ALL (default) less "
+        "the names that describe this host (HOSTNAME, PWD, DISPLAY, TMPDIR, SSH_*, SLURM_*, ...: "
+        "see README); NONE; or only the names given (NAME=VALUE sets one; ALL,NAME=VALUE adds "
+        "to ALL). Carried over the job's authenticated rendezvous, never in a Mesos TaskInfo; "
+        "-e's env and what tfrun sets come on top",
+    )
+    job.add_argument(
         "--worker-logs",
         metavar="IDS",
         help="tasks whose output is printed here as well as kept in their log files: "
@@ -612,6 +622,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             tls_key=_readable(args.tls_key, "--tls-key"),
             max_restarts=args.max_restarts,
             nproc=args.nproc_per_task,
+            export=args.export,
         )
         args.log_dir = _log_dir(args.log_dir)
         # Each backend takes what is its own of the flags (BackendOptions.from_given).

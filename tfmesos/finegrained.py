@@ -192,6 +192,7 @@ def cluster(
     slurm: Mapping[str, Any] | None = None,
     max_restarts: int = 0,
     events: str | os.PathLike[str] | IO[str] | None = None,
+    export: str = "ALL",
 ) -> Iterator[Cluster]:
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
@@ -208,6 +209,10 @@ def cluster(
     all, so that TF2's ``ClusterCoordinator``, which waits for a failed
     worker to answer again there, carries on. A ps is never relaunched: its
     variables die with it. See :mod:`tfmesos.launcher.relaunch`.
+
+    ``export``: which of this process's environment each server sees, as
+    ``tfrun --export`` (``"ALL"``, ``"NONE"``, ``"NAME,..."``; README, "The
+    task's environment"); ``env`` comes on top.
 
     ``events``: a path or an open text file to which the cluster's events
     go, one JSON object a line (the README's "The event stream"); the last,
@@ -244,6 +249,7 @@ def cluster(
         start_timeout=timeout,
         protocol=protocol,
         max_restarts=max_restarts,
+        export=export,
     )
     for job in spec.jobs:
         if job.cmd is not None:

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -17,6 +18,7 @@ from typing import Any
 
 from tfmesos import taskenv, wire
 from tfmesos.errors import SpecError
+from tfmesos.exported import carried, parse_export
 from tfmesos.nproc import MAX_NPROC
 
 __all__ = [
@@ -412,6 +414,12 @@ class ClusterSpec:
     nproc: int = 1
     """Replica mode: the processes each task runs (``tfrun --nproc-per-task``),
     as torchrun's ``--nproc_per_node`` (:mod:`tfmesos.nproc`)."""
+    export: str = "ALL"
+    """Which of the submitting environment every task sees (``--export``,
+    :func:`tfmesos.exported.parse_export`): ``ALL``, ``NONE``, ``NAME,...``."""
+    exported: Mapping[str, str] = field(init=False, repr=False, default_factory=dict)
+    """The variables ``export`` carries from this process's environment as it
+    is when the spec is made: sent to every task in its cluster message."""
 
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)
@@ -459,6 +467,11 @@ class ClusterSpec:
             _check_nproc(self)
         for key, value in self.env.items():
             _check_variable(key, value)
+        try:
+            export = parse_export(self.export)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        object.__setattr__(self, "exported", carried(os.environ, export))
         texts = [(f"job {job.name!r}'s command", job.cmd) for job in jobs]
         texts += [("the initializer", self.initializer), ("the finalizer", self.finalizer)]
         texts += [("the working directory (--chdir)", self.cwd), ("the job's name", self.name)]
@@ -492,14 +505,18 @@ class ClusterSpec:
             "cwd": self.cwd,
             "env": dict(self.env),
             "extra_config": {"initializer": self.initializer, "finalizer": self.finalizer},
+            "exported": dict(self.exported),
         }
         size = len(json.dumps(content, separators=(",", ":")))
         tasks = sum(job.num - job.start for job in self.jobs)
         if size + tasks * ADDRESS_ALLOWANCE + MESSAGE_ALLOWANCE > wire.MAX_FRAME:
+            carried_size = len(json.dumps(content["exported"], separators=(",", ":")))
             raise SpecError(
                 f"the command, environment, initializer and finalizer take {size} bytes of the "
-                f"message each task receives, which with the addresses of the job's {tasks} "
-                f"tasks must fit in 1 MiB ({wire.MAX_FRAME} bytes): pass large data in a file"
+                f"message each task receives ({carried_size} of them the variables of this "
+                "environment every task is sent: --export), which with the addresses of the "
+                f"job's {tasks} tasks must fit in 1 MiB ({wire.MAX_FRAME} bytes): pass large "
+                "data in a file, or narrow --export"
             )
 
     def tasks(self) -> list[TaskSpec]:

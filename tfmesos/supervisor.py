@@ -21,8 +21,8 @@ import subprocess
 import sys
 import time
 
+from tfmesos import exported, oomkills, proctree, taskenv, wire
 from tfmesos import nproc as nproc_runner
-from tfmesos import oomkills, proctree, taskenv, wire
 from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
@@ -61,8 +61,13 @@ def task_command(
     task_index = int(message["task_index"])
     nproc = int(message.get("nproc") or 1)
     env = dict(environ)
+    base = env.get(wire.ENV_BASE)
     for name in wire.AGENT_ONLY:
         env.pop(name, None)
+    # What the task's host gives with what tfrun's environment carried
+    # (--export), then the job's own (-e, env=), then the launcher's.
+    carried = {str(k): str(v) for k, v in (message.get("exported") or {}).items()}
+    env = exported.task_base(env, base, carried)
     env.update({str(k): str(v) for k, v in (message.get("env") or {}).items()})
     env.update(
         taskenv.task_environment(

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AGENT_ONLY",
     "CONNECT_TIMEOUT",
+    "ENV_BASE",
     "ENV_HOST",
     "ENV_LAUNCHER",
     "ENV_LOG_FILE",
@@ -111,6 +112,13 @@ and this name says that it is the agent's (a user who sets it is overridden)."""
 ENV_TLS_CERT = "TFMESOS_TLS_CERT"
 """The launcher's TLS certificate (PEM): when set, the rendezvous is TLS and
 this exact certificate is the only one trusted."""
+ENV_BASE = "TFMESOS_ENV_BASE"
+"""Where the agent's environment came from, which says what of it the task's
+command keeps (:func:`tfmesos.exported.task_base`): ``here`` (the local
+backend: tfrun's, on its host), ``elsewhere`` (Slurm: tfrun's, carried to
+another host), ``image`` (Mesos with ``--image``: the image's); unset: the
+task's host's (a Mesos agent's). What tfrun's environment carries to the task
+comes in its cluster message (``exported``)."""
 
 AGENT_ONLY = (
     ENV_LAUNCHER,
@@ -122,6 +130,7 @@ AGENT_ONLY = (
     ENV_TLS_CERT,
     ENV_LOG_FILE,
     ENV_LOG_MAX,
+    ENV_BASE,
 )
 """The agent's own settings, which are no business of the task's command; the
 task id stays, so that a process can always be traced back to its task."""

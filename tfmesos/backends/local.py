@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos import procfs, rundirs, wire
+from tfmesos import exported, procfs, rundirs, wire
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
@@ -298,6 +298,7 @@ class LocalBackend(Backend):
         env = dict(self._environ)
         env.update(launch.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        env[wire.ENV_BASE] = exported.HERE
         log = self.task_log(launch.task_id)
         log_fd: int | None
         try:
@@ -418,6 +419,9 @@ class LocalBackend(Backend):
                 wire.ENV_PARENT_PID: str(os.getpid()),
                 wire.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
                 wire.ENV_LOG_MAX: str(self.log_max),
+                # tfrun's environment: the task keeps what describes this
+                # host; the rest comes as --export says (tfmesos.exported).
+                wire.ENV_BASE: exported.HERE,
             }
         )
         log = self.task_log(launch.task_id)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfmesos import rundirs, wire
+from tfmesos import exported, rundirs, wire
 from tfmesos.aio import reap
 from tfmesos.backends import slurm_options
 from tfmesos.backends.base import (
@@ -208,6 +208,9 @@ class SlurmBackend(Backend):
                 wire.ENV_PORT: "0",  # each agent takes a port of its own on its node
                 wire.ENV_SECRET_FD: "0",  # the secret comes on its stdin
                 wire.ENV_LOG_MAX: str(self.log_max),
+                # sbatch carried tfrun's environment to the node: the task
+                # keeps Slurm's word of it; the rest comes as --export says.
+                wire.ENV_BASE: exported.ELSEWHERE,
             }
         )
         plan = {

@@ -47,6 +47,10 @@ def cluster_message(
         "cmd": task.spec.cmd,
         "cwd": spec.cwd,
         "env": dict(spec.env),
+        # tfrun's environment as --export carries it: here, over the
+        # authenticated rendezvous, never in what the backend's cluster
+        # manager keeps about the task (a Mesos TaskInfo is in /state).
+        "exported": dict(spec.exported),
         "extra_config": {
             "initializer": spec.initializer,
             "finalizer": spec.finalizer,

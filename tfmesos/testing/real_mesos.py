@@ -396,6 +396,10 @@ class RealMesos:
         """Agent ``index``'s own ``/state`` (its frameworks and executors)."""
         return self.get("/state", self._agents[index].port)
 
+    def agent_url(self, index: int) -> str:
+        """Agent ``index``'s own address, ``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self._agents[index].port}"
+
     def agent_id(self, index: int) -> str:
         pid = f"@127.0.0.1:{self._agents[index].port}"
         for agent in self.state()["slaves"]:

@@ -12,6 +12,7 @@ from typing import Any
 from tfmesos import wire
 from tfmesos.backends.base import Launch
 from tfmesos.backends.mesos_options import MesosOptions
+from tfmesos.exported import IMAGE
 from tfmesos.mesos.scheduler import DEFAULT_HEARTBEAT_SECONDS, MISSED_HEARTBEATS
 from tfmesos.spec import ClusterSpec
 
@@ -107,6 +108,9 @@ def task_info(
     env = dict(launch.env)
     env[wire.ENV_HOST] = offer["hostname"]
     env[wire.ENV_PORT] = str(port)
+    if options.image:
+        # The image's own variables (its PATH) win over tfrun's carried ones.
+        env[wire.ENV_BASE] = IMAGE
     python = "python3" if options.image else sys.executable
     info: dict[str, Any] = {
         "name": f"{utf8_text(spec.name[:60])} {launch.task.target}",
