@@ -321,9 +321,12 @@ class HoldingProxy:
     records the type and the master's answer of every call it forwards, in
     the order answered; event streams (SUBSCRIBE) are passed on as they come."""
 
-    def __init__(self, target: str, hold: str) -> None:
+    def __init__(self, target: str, hold: str, *, answer_held: bool = False) -> None:
         self.target = target
         self.hold = hold
+        self.answer_held = answer_held
+        """Hold the master's answer to the call, not the call: the master
+        has it (and acts on it), the client hears nothing until released."""
         self.answered: list[tuple[str, int]] = []
         self.held = threading.Event()
         self._lock = threading.Lock()
@@ -369,15 +372,20 @@ class HoldingProxy:
             kind = ""
             if request.method == "POST" and request.path == "/api/v1/scheduler":
                 kind = str(json.loads(body or b"{}").get("type", ""))
-            if kind == self.hold and not self._holding:
+            hold = kind == self.hold and not self._holding
+            if hold:
                 self._holding = True
-                self.held.set()
-                await self._release.wait()
+                if not self.answer_held:
+                    self.held.set()
+                    await self._release.wait()
             headers = {k: v for k in forwarded if (v := request.headers.get(k)) is not None}
             async with session.request(
                 request.method, self.target + request.path_qs, data=body, headers=headers,
                 allow_redirects=False,
             ) as upstream:  # fmt: skip
+                if hold and self.answer_held:
+                    self.held.set()
+                    await self._release.wait()
                 with self._lock:
                     self.answered.append((kind, upstream.status))
                 reply = web.StreamResponse(status=upstream.status)

@@ -35,6 +35,7 @@ from tests.conftest import (
     TWO_WORKERS_TRUE,
     JobProcesses,
     marked_master,
+    popen_tfrun,
     run_tfrun,
     start_tfrun,
 )
@@ -1346,3 +1347,27 @@ def test_a_port_an_agent_offers_that_a_process_outside_mesos_holds_costs_the_job
         "127.0.0.1:32600",
         "127.0.0.1:32650",
     }, addresses
+
+
+def test_a_job_stopped_before_subscribed_still_tears_its_framework_down(
+    mesos: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    # The master has the SUBSCRIBE (and registers the framework); its
+    # answer, SUBSCRIBED with the framework's id, is held until tfrun is
+    # stopping. Before, tfrun sent no TEARDOWN (it had no id), and the
+    # framework stayed on the master for its failover timeout (issue 40,
+    # item 10).
+    proxy = HoldingProxy(mesos.url, hold="SUBSCRIBE", answer_held=True)
+    try:
+        proc = popen_tfrun("-m", proxy.url, "-w", "2", "--", "true", env=job_procs.env())
+        assert proxy.held.wait(60), proxy.calls()
+        mesos.wait_for("the framework registered", lambda: mesos.state()["frameworks"])
+        proc.send_signal(signal.SIGTERM)
+        proc.events.wait_for("job_stopping", proc)
+        proxy.release()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proxy.close()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert ("TEARDOWN", 202) in proxy.calls(), (proxy.calls(), err)
+    mesos.wait_for("the framework torn down", lambda: not mesos.state()["frameworks"])

@@ -55,8 +55,6 @@ class Launcher(Loop):
         self._started_backend = True
         await self.backend.start(self._on_backend)
         self._emit_started(tasks)
-        if self.spec.replica and self.restart == 0:
-            logger.info("%s", shown_output(tasks, self.spec.forward_logs))
         local = [(task, 1) for task in tasks if self._backend_for(task) is not self.backend]
         if local and len(local) < len(tasks):
             # The chief, beside the launcher, waits for the cluster's first
@@ -315,6 +313,8 @@ class Launcher(Loop):
         # An evaluator is in no cluster list, but is up too.
         aside = ", 1 evaluator" if self.spec.has_job(EVALUATOR_JOB) else ""
         logger.info("cluster up: %s%s", message.summary(self.cluster_def), aside)
+        if self.spec.replica and self.restart == 0:  # where the output starts to come
+            logger.info("%s", shown_output(self.spec.tasks(), self.spec.forward_logs))
         self._emit("cluster_up", cluster=self.cluster_def, restart=self.restart)
 
     async def _after_event(self, event: Event) -> None:

@@ -62,6 +62,10 @@ INITIAL_BACKOFF = 0.5
 MAX_BACKOFF = 15.0
 CALL_TIMEOUT = 75.0
 TEARDOWN_TIMEOUT = 10.0
+SUBSCRIBED_WAIT = 5.0
+"""How long a client closed with a SUBSCRIBE on its way waits for SUBSCRIBED,
+whose framework id TEARDOWN needs: the master registers the framework when
+the call comes, and one left unnamed stays until its failover timeout."""
 SUBSCRIBE_TIMEOUT = 10.0
 """How long to wait for the headers of SUBSCRIBE's answer. A master sends them
 at once (the events follow on the stream, which the heartbeat watchdog guards);
@@ -142,6 +146,8 @@ class SchedulerClient:
         self.framework_id: str | None = None
         self.stream_id: str | None = None
         self.subscribed = asyncio.Event()
+        self._subscribing = False
+        """A SUBSCRIBE was sent and neither SUBSCRIBED nor a failure came back."""
         self._unsubscribed = asyncio.Event()
         """Set whenever :attr:`subscribed` is not: a call in flight when the
         subscription is lost is given up (see :meth:`_send`)."""
@@ -290,6 +296,7 @@ class SchedulerClient:
             await self._shutdown(stopped)
 
     def _lose_subscription(self) -> None:
+        self._subscribing = False
         self.subscribed.clear()
         self._unsubscribed.set()
         self.stream_id = None
@@ -311,6 +318,7 @@ class SchedulerClient:
             chain = [master]  # it, then where each redirect led
             while True:  # follow_redirect ends the redirects
                 limit = self._budget.step_limit(self._subscribe_timeout)
+                self._subscribing = True
                 try:
                     # Bounds the wait for the answer's headers only: the body
                     # is the event stream, read below under the heartbeat
@@ -404,6 +412,7 @@ class SchedulerClient:
             self._subscribed_at = asyncio.get_running_loop().time()
             self._budget.ever_subscribed = True
             self._unsubscribed.clear()
+            self._subscribing = False
             self.subscribed.set()
         elif kind == "ERROR":
             # The master has removed the framework (or refused it: root
@@ -546,6 +555,11 @@ class SchedulerClient:
         A call already in flight is not waited for: whichever the master
         takes first, the framework ends.
         """
+        if teardown and self._subscribing and not self.subscribed.is_set():
+            # Stopped between SUBSCRIBE and SUBSCRIBED: the master may have
+            # registered the framework; its id comes with SUBSCRIBED.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBED_WAIT)
         if teardown and self.subscribed.is_set():
             # The master ends the stream on TEARDOWN: that end is expected.
             self._tearing_down = True
