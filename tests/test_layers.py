@@ -52,6 +52,9 @@ LAYERS: dict[str, int] = {
     "tfmesos.forkserver": AGENT,
     "tfmesos.tfserver": AGENT,
     "tfmesos.sweeper": AGENT,
+    # ... and in every Python of a task: JAX's cluster environment, its hook.
+    "tfmesos.jaxhook": AGENT,
+    "tfmesos.jaxcluster": AGENT,
     # The protocols: Mesos's scheduler API, Slurm's commands and job script,
     # the launcher's end of the rendezvous.
     "tfmesos.mesos": PROTOCOL,
