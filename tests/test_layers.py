@@ -68,6 +68,7 @@ LAYERS: dict[str, int] = {
     # What users call: tfrun, tfmesos.cluster(), the package's own names.
     "tfmesos.cli": ENTRY,
     "tfmesos.finegrained": ENTRY,
+    "tfmesos.tfcontext": ENTRY,
     "tfmesos": ENTRY,
     # Test doubles, for tfmesos's tests and users' own.
     "tfmesos.testing": TESTING,

@@ -32,6 +32,7 @@ from tfmesos.errors import (
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import NO_EVENTS, Events, open_events
 from tfmesos.spec import ClusterSpec, Job, coerce_jobs
+from tfmesos.tfcontext import forget_servers
 
 __all__ = ["Cluster", "cluster"]
 
@@ -111,6 +112,9 @@ class Cluster:
     def stop(self) -> None:
         if self._loop.is_closed():
             return
+        # While the servers still answer: TF's context would otherwise try
+        # them at exit, and log each failure (tfmesos/tfcontext.py).
+        forget_servers(self._launcher.cluster_def)
         if self._watch is not None:
             self._watch.cancel()
         if self._thread.is_alive():
