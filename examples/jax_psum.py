@@ -6,9 +6,10 @@ Run it as several processes, one per task::
 
 ``jax.distributed.initialize()`` reads the coordinator's address (process 0's
 host and port) from ``JAX_COORDINATOR_ADDRESS``; the number of processes and
-this process's id it detects only under the cluster managers it knows (Slurm,
-Open MPI, Kubernetes, Cloud TPU), so the script passes them from
-``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID``. tfrun sets all three in every
+this process's id it detects under the cluster managers it knows (Slurm, Open
+MPI, Kubernetes, Cloud TPU) and, with tfmesos installed, in a tfrun task, where
+no arguments are needed. The script passes them from ``JAX_NUM_PROCESSES`` and
+``JAX_PROCESS_ID`` so that it runs by hand too. tfrun sets all three in every
 task; by hand, start one process per id with the same address and count::
 
     JAX_COORDINATOR_ADDRESS=localhost:12345 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=0 \\

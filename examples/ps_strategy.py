@@ -127,10 +127,9 @@ def main() -> None:
     master = args.master_opt or args.master
     with cluster(jobs, master=master, max_restarts=args.max_restarts, events=args.events) as c:
         losses = train(c.cluster_resolver(), args)
-        # Free the remote functions and iterators while the servers still run,
-        # rather than at exit, when TensorFlow would complain they are gone.
-        # The coordinator goes too: should a worker be coming back, it
-        # waits until it is back (and it does not hang the exit waiting).
+        # Free the coordinator, its remote functions and iterators while the
+        # servers still run: should a worker be coming back, it waits until
+        # it is back (and it does not hang the exit waiting).
         gc.collect()
     print(f"first loss = {losses[0]}")
     print(f"final loss = {losses[-1]}")

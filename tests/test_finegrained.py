@@ -10,12 +10,14 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
 from tests.conftest import ROOT, JobProcesses
 from tfmesos import SpecError, cluster
+from tfmesos.tfcontext import _all_ours, forget_servers
 
 
 def run_python(*args: str, procs: JobProcesses, tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -71,6 +73,72 @@ def test_ps_strategy_trains_with_the_program_as_coordinator(
     stdout = run_example("examples/ps_strategy.py", job_procs, tmp_path, "--epochs", "3")
     first, final = number("first loss", stdout), number("final loss", stdout)
     assert final < first, (first, final)
+
+
+# TF's ParameterServerStrategy with the servers of a cluster() block, as the
+# TF docs write it: the model and its tf.functions live until the program
+# ends, after the block stopped the servers.
+PS_PROGRAM = """
+import tensorflow as tf
+from tfmesos import cluster
+
+with cluster([{"name": "ps", "num": 2}, {"name": "worker", "num": 2}], quiet=True) as c:
+    strategy = tf.distribute.experimental.ParameterServerStrategy(c.cluster_resolver())
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        weights = [tf.Variable(float(i)) for i in range(4)]
+
+    def make_step(k):
+        @tf.function
+        def step():
+            for w in weights:
+                w.assign_add(1.0)
+            return weights[0].read_value() + k
+
+        return step
+
+    steps = [make_step(k) for k in range(20)]
+    results = [coordinator.schedule(step) for step in steps]
+    coordinator.join()
+    print("steps", len([r.fetch() for r in results]), flush=True)
+print("after the block", flush=True)
+"""
+
+
+def test_a_ps_strategy_program_exits_without_remote_function_noise(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # TF's C++ errors shown (TF_CPP_MIN_LOG_LEVEL 2 hides INFO and WARNING only).
+    result = subprocess.run(
+        [sys.executable, "-c", PS_PROGRAM],
+        capture_output=True,
+        text=True,
+        env=job_procs.env(TMPDIR=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="2"),
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.splitlines() == ["steps 20", "after the block"], result.stdout
+    assert "Failed to remove function remotely" not in result.stderr, result.stderr[-3000:]
+    assert "Connection refused" not in result.stderr, result.stderr[-3000:]
+    assert job_procs.wait_gone(5) == []
+
+
+def test_only_the_blocks_servers_are_taken_out_of_tensorflows_context() -> None:
+    job = SimpleNamespace
+    ours = {"h:1", "h:2", "h:3"}
+    server_def = SimpleNamespace(job_name="chief")
+    assert _all_ours(job(name="ps", tasks={0: "h:1", 1: "h:2"}), ours, server_def)
+    # The program's own job, a job elsewhere or partly elsewhere, an empty one: kept.
+    assert not _all_ours(job(name="chief", tasks={0: "h:3"}), ours, server_def)
+    assert not _all_ours(job(name="worker", tasks={0: "h:3", 1: "x:1"}), ours, server_def)
+    assert not _all_ours(job(name="evaluator", tasks={}), ours, server_def)
+
+
+def test_without_tensorflow_imported_nothing_is_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    assert forget_servers({"ps": ["h:1"]}) is False
+    assert "tensorflow" not in sys.modules
 
 
 def test_an_exception_in_the_block_propagates_and_stops_the_servers(

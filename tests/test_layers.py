@@ -56,6 +56,9 @@ LAYERS: dict[str, int] = {
     "tfmesos.forkserver": AGENT,
     "tfmesos.tfserver": AGENT,
     "tfmesos.sweeper": AGENT,
+    # ... and in every Python of a task: JAX's cluster environment, its hook.
+    "tfmesos.jaxhook": AGENT,
+    "tfmesos.jaxcluster": AGENT,
     # The protocols: Mesos's scheduler API, Slurm's commands and job script,
     # the launcher's end of the rendezvous.
     "tfmesos.mesos": PROTOCOL,
@@ -69,6 +72,7 @@ LAYERS: dict[str, int] = {
     # What users call: tfrun, tfmesos.cluster(), the package's own names.
     "tfmesos.cli": ENTRY,
     "tfmesos.finegrained": ENTRY,
+    "tfmesos.tfcontext": ENTRY,
     "tfmesos": ENTRY,
     # Test doubles, for tfmesos's tests and users' own.
     "tfmesos.testing": TESTING,

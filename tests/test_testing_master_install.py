@@ -63,7 +63,7 @@ def test_a_plain_install_runs_the_command_or_names_the_extra(tmp_path: Path) -> 
     shutil.copytree(
         ROOT / "tfmesos", source / "tfmesos", ignore=shutil.ignore_patterns("__pycache__")
     )
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(ROOT / name, source / name)
     venv.create(tmp_path / "venv", with_pip=True)
     python = str(tmp_path / "venv" / "bin" / "python")

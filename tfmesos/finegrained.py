@@ -35,6 +35,7 @@ from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import NO_EVENTS, Events, open_events
 from tfmesos.ports import reserve_port
 from tfmesos.spec import CHIEF_JOB, EVALUATOR_JOB, ClusterSpec, Job, coerce_jobs
+from tfmesos.tfcontext import forget_servers
 
 __all__ = ["Cluster", "cluster"]
 
@@ -142,6 +143,9 @@ class Cluster:
         self._release_chief_port()
         if self._loop.is_closed():
             return
+        # While the servers still answer: TF's context would otherwise try
+        # them at exit, and log each failure (tfmesos/tfcontext.py).
+        forget_servers(self._launcher.cluster_def)
         if self._watch is not None:
             self._watch.cancel()
         if self._thread.is_alive():

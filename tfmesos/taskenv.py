@@ -288,8 +288,8 @@ def rank_environment(
         # torch.distributed.is_torchelastic_launched() looks for this one.
         "TORCHELASTIC_RUN_ID": run_id or "none",
         # JAX reads the coordinator's address itself; the count and the id
-        # it reads only from the cluster managers it knows (Slurm, Open MPI),
-        # so a program passes these two.
+        # from a cluster environment: tfmesos's (tfmesos/jaxcluster.py) reads
+        # these two.
         "JAX_COORDINATOR_ADDRESS": master,
         "JAX_NUM_PROCESSES": size,
         "JAX_PROCESS_ID": str(rank * nproc),
