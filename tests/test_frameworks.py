@@ -98,9 +98,6 @@ ENV_DUMP = (
     "+ '\\n').encode())"
 )
 NOT_GIVEN = {
-    # Where torchrun's agent has a failed process write its error, for the
-    # agent to read; tfrun reads the task's output instead.
-    "TORCHELASTIC_ERROR_FILE",
     # Signals torchrun's own agent handles; nothing in the process reads it.
     "TORCHELASTIC_SIGNALS_TO_HANDLE",
 }
@@ -171,6 +168,41 @@ def test_a_failing_rank_is_reported_as_for_tensorflow_jobs(job_procs: JobProcess
     # Its traceback, as torch prints it ("[rank1]: " before each line).
     assert re.search(r"^  \| (\[rank1\]: )?RuntimeError: rank 1 gives up$", result.stderr, re.M)
     assert "[worker:0] all_reduce [3.0, 3.0]" in result.stdout
+    assert job_procs.wait_gone(5) == []
+
+
+# As torch's docs write a program for torchrun: its main under @record, which
+# writes the exception to TORCHELASTIC_ERROR_FILE for the launcher to report.
+RECORDED_FAILURE = (
+    "import os, sys\n"
+    "from torch.distributed.elastic.multiprocessing.errors import record\n"
+    "@record\n"
+    "def main():\n"
+    "    if os.environ['RANK'] == '1':\n"
+    "        raise ValueError('rank 1: the batch has no labels')\n"
+    "main()\n"
+)
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_a_recorded_exception_is_in_the_verdict(job_procs: JobProcesses, nproc: int) -> None:
+    # Before: TORCHELASTIC_ERROR_FILE was not set, so @record wrote nothing
+    # and the verdict said only "exited with status 1" (torchrun's summary
+    # names the exception).
+    _needs("torch")
+    result = run_tfrun(
+        "-w", "2", "--nproc-per-task", str(nproc), "--", PY, "-c", RECORDED_FAILURE,
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    which = (
+        "worker:1 on 127.0.0.1 exited with status 1"
+        if nproc == 1
+        else ("worker:0 on 127.0.0.1 exited with status 1 (its process of local rank 1)")
+    )
+    assert f"job failed: task {which}: ValueError: rank 1: the batch has no labels" in (
+        result.stderr
+    ), result.stderr[-3000:]
     assert job_procs.wait_gone(5) == []
 
 

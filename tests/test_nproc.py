@@ -55,7 +55,7 @@ DIFFER_ON_PURPOSE = {
     "TORCHELASTIC_RUN_ID",
     # No agent hosts a store: rank 0 starts torch's TCP store itself.
     "TORCHELASTIC_USE_AGENT_STORE",
-    # Read by torchrun's agent, not its processes; tfrun reads the output.
+    # A file of each process's own, torchrun's and tfrun's alike: the paths differ.
     "TORCHELASTIC_ERROR_FILE",
     "TORCHELASTIC_SIGNALS_TO_HANDLE",
 }

@@ -73,6 +73,8 @@ class Agent:
         self.out_of_memory = False
         """The kernel's OOM killer killed the last command run (its cgroup's count)."""
         self.failed_process: int | None = None
+        self.error: str | None = None
+        """The last command's exception, from torch's error file."""
         """The local rank of the last command's process that failed first,
         where it ran several (``tfrun --nproc-per-task``)."""
         self._wakeup_r, self._wakeup_w = os.pipe()
@@ -143,6 +145,7 @@ class Agent:
         self.last_signal = -returncode if returncode < 0 else None
         self.out_of_memory = command.out_of_memory
         self.failed_process = command.failed_process
+        self.error = command.error
         return 128 - returncode if returncode < 0 else returncode
 
     def finish(self) -> None:
@@ -182,6 +185,7 @@ class Agent:
         killed_by: int | None = None,
         out_of_memory: bool = False,
         local_rank: int | None = None,
+        error: str | None = None,
     ) -> None:
         """Tell the launcher how the task ended: its status, the signal that
         killed its command if one did, whether that was the kernel's OOM
@@ -193,6 +197,8 @@ class Agent:
         message: dict[str, Any] = {"type": "exit", "code": code}
         if local_rank is not None:
             message["local_rank"] = local_rank
+        if error is not None:
+            message["error"] = error
         if killed_by is not None:
             message["signal"] = killed_by
         if self.signal_received is not None:
@@ -250,6 +256,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
     killed_by: int | None = None
     out_of_memory = False
     failed_process: int | None = None
+    error: str | None = None
     try:
         initializer = extra.get("initializer")
         if initializer:
@@ -263,6 +270,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
             killed_by = agent.last_signal
             out_of_memory = agent.out_of_memory
             failed_process = agent.failed_process
+            error = agent.error
         finalizer = extra.get("finalizer")
         if finalizer:
             final_code = agent.run_child(str(finalizer), env, cwd)
@@ -270,7 +278,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
                 agent.note(f"finalizer exited with status {final_code}")
     finally:
         agent.finish()
-    agent.report_exit(code, killed_by, out_of_memory, failed_process)
+    agent.report_exit(code, killed_by, out_of_memory, failed_process, error)
     return code
 
 

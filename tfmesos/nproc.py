@@ -105,6 +105,9 @@ def process_environment(task_env: Mapping[str, str], local_rank: int) -> dict[st
         if name in task_env:
             env[name] = str(int(task_env[name]) + local_rank)
     env["LOCAL_RANK"] = str(local_rank)
+    error_file = env.get("TORCHELASTIC_ERROR_FILE", "")
+    if os.path.basename(error_file).startswith("tfmesos-error-"):  # the agent's: one a process
+        env["TORCHELASTIC_ERROR_FILE"] = f"{error_file[: -len('.json')]}.{local_rank}.json"
     return env
 
 

@@ -126,6 +126,9 @@ class Exited:
     local_rank: int | None = None
     """Which of the task's processes failed first, where it ran several
     (``tfrun --nproc-per-task``)."""
+    error: str | None = None
+    """The exception that ended it, as torch's ``@record`` wrote it
+    (``TORCHELASTIC_ERROR_FILE``): ``ValueError: ...``."""
 
 
 @record(frozen=True)
@@ -546,6 +549,7 @@ class RendezvousServer:
                     local_rank
                     if isinstance(local_rank := message.get("local_rank"), int)
                     else None,
+                    error if isinstance(error := message.get("error"), str) else None,
                 )
             )
         elif message["type"] == "ready":

@@ -89,6 +89,7 @@ def task_command(
     if command is None:
         env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
         return [sys.executable, "-m", "tfmesos.tfserver"], env
+    env.setdefault(ERROR_FILE, new_error_file())
     values = taskenv.placeholder_values(cluster, job_name, task_index)
     line = exec_if_simple(taskenv.fill_placeholders(str(command), values))
     if nproc > 1:
@@ -312,6 +313,11 @@ class CommandRun:
         self.failed_process: int | None = None
         """After :meth:`close`: the local rank of the task's process that
         failed first, where the command is several (:mod:`tfmesos.nproc`)."""
+        self.error: str | None = None
+        """After :meth:`close`, for a command that failed: the exception a
+        ``@record`` program wrote to ``TORCHELASTIC_ERROR_FILE``."""
+        self._error_file = ours_error_file(child_env)
+        self._processes = child_count(child_env)
         self._report: int | None = None
         report_write: int | None = None
         if nproc_runner.ENV_NPROC in child_env:
@@ -463,6 +469,10 @@ class CommandRun:
                 self.failed_process = int(said.strip())
         returncode = proctree.peek_exit_status(self.pid)
         assert returncode is not None
+        if self._error_file is not None:
+            if returncode != 0:
+                self.error = read_error_file(self._error_file, self.failed_process)
+            _remove_error_files(self._error_file, self._processes)
         if returncode == -signal.SIGKILL and not self.killed and self._oom_kills is not None:
             counted = (oomkills.oom_kills() or 0) > self._oom_kills
             # The count is the cgroup's: another command's process in it may
@@ -470,3 +480,66 @@ class CommandRun:
             # it can be read; where not, the count is all there is.
             self.out_of_memory = counted and oomkills.killed_by_oom_killer(self.pid) is not False
         return returncode
+
+
+ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+"""Where torch's ``@record`` writes the exception that ended a process (as
+torchrun sets it for each): read back when the command fails, so that the
+verdict names the failing rank's exception, as torchrun's summary does."""
+MAX_ERROR = 500
+"""The most of that exception's message the exit report carries."""
+
+
+ERROR_FILE_PREFIX = "tfmesos-error-"
+
+
+def new_error_file() -> str:
+    """A file for a task's command to write its exception to: not made
+    (``@record`` makes it), named at random in the temporary directory."""
+    import secrets
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"{ERROR_FILE_PREFIX}{secrets.token_hex(8)}.json")
+
+
+def ours_error_file(env: Mapping[str, str]) -> str | None:
+    """``TORCHELASTIC_ERROR_FILE`` where tfmesos chose it (one set in
+    tfrun's environment is the user's, read by no one here)."""
+    path = env.get(ERROR_FILE, "")
+    return path if os.path.basename(path).startswith(ERROR_FILE_PREFIX) else None
+
+
+def child_count(env: Mapping[str, str]) -> int:
+    """How many processes the command is (``tfmesos.nproc``'s, or 1)."""
+    count = env.get(nproc_runner.ENV_NPROC, "1")
+    return int(count) if count.isdigit() else 1
+
+
+def error_file_of(path: str, local_rank: int | None) -> str:
+    """The file a task's process of ``local_rank`` writes (None: the task's one)."""
+    return path if local_rank is None else f"{path[: -len('.json')]}.{local_rank}.json"
+
+
+def read_error_file(path: str, local_rank: int | None = None) -> str | None:
+    """The exception's message in torch's error file (``{"message":
+    {"message": "ValueError: ...", "extraInfo": ...}}``), its first line;
+    None where there is no such file or it is not torch's."""
+    try:
+        with open(error_file_of(path, local_rank), "rb") as file:
+            data = json.loads(file.read(1 << 20))
+    except (OSError, ValueError):
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, dict):
+        message = message.get("message")
+    if not isinstance(message, str) or not message.strip():
+        return None
+    first = message.strip().splitlines()[0]
+    return first if len(first) <= MAX_ERROR else first[: MAX_ERROR - 3] + "..."
+
+
+def _remove_error_files(path: str, processes: int) -> None:
+    ranks: list[int | None] = [None] if processes == 1 else list(range(processes))
+    for rank in ranks:
+        with contextlib.suppress(OSError):  # none written: the usual case
+            os.unlink(error_file_of(path, rank))

@@ -221,8 +221,9 @@ class DirectTask:
         killed_by = -returncode if returncode < 0 else None
         out_of_memory = self.run is not None and self.run.out_of_memory
         local_rank = None if self.run is None else self.run.failed_process
+        error = None if self.run is None else self.run.error
         self._rendezvous.deliver(
-            Exited(self.task_id, status, killed_by, None, out_of_memory, local_rank)
+            Exited(self.task_id, status, killed_by, None, out_of_memory, local_rank, error)
         )
         self._end(status, reported=True)
 

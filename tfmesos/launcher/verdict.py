@@ -42,6 +42,8 @@ def describe_exit(exited: Exited) -> str:
         reason += f" (its process of local rank {exited.local_rank})"
     if exited.agent_signal is not None:
         reason += f" (its agent was sent {signal_name(exited.agent_signal)})"
+    if exited.error is not None:
+        reason += f": {exited.error}"
     return reason
 
 
