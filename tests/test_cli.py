@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import run_tfrun
+from tests.conftest import ROOT, run_tfrun
 from tfmesos import SpecError, taskenv
 from tfmesos.cli import build_parser, parse_args
 from tfmesos.spec import parse_volume
@@ -235,6 +235,34 @@ def test_command_words_are_kept_and_a_single_word_is_a_shell_line() -> None:
     assert spec.jobs[1].cmd == "python -c 'print('\"'\"'a b'\"'\"')'"
     _, spec = parse_args(["-w", "1", "-s", "0", "--", "echo a && echo b"])
     assert spec.jobs[1].cmd == "echo a && echo b"
+
+
+@pytest.mark.parametrize("spelling", ["kebab", "original"])
+def test_the_originals_snake_case_flags_have_kebab_case_spellings(
+    tmp_path: Path, spelling: str
+) -> None:
+    # Before: only --extra_config, --containerizer_type, --force_pull_image.
+    config = tmp_path / "extra.json"
+    config.write_text(json.dumps({"env": {"A": "1"}}))
+    flags = ["--extra-config", "--containerizer-type", "--force-pull-image"]
+    if spelling == "original":
+        flags = [flag.replace("-", "_").replace("__", "--") for flag in flags]
+    extra, containerizer, force = flags
+    where = ["-m", "h:5050", "--image", "i", containerizer, "docker", force]
+    args, spec = parse_args([*where, extra, str(config), "-w", "1", "--", "true"])
+    assert spec.env == {"A": "1"}
+    assert args.options.containerizer == "DOCKER" and args.options.force_pull_image
+
+
+def test_the_version_has_one_source() -> None:
+    from importlib.metadata import version
+
+    import tfmesos
+
+    project = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in project
+    assert 'version = {attr = "tfmesos.__version__"}' in project
+    assert version("tfmesos") == tfmesos.__version__
 
 
 def test_original_flags_map_to_the_spec(tmp_path: Path) -> None:

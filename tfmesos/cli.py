@@ -307,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
         )
     job.add_argument(
         "-e",
-        "--extra_config",
+        "--extra-config",
+        "--extra_config",  # the original's spelling, kept
         metavar="FILE",
         help='JSON file: {"initializer": CMD, "finalizer": CMD, "env": {NAME: VALUE}}; the initializer runs before the command in each task, the finalizer after it',
     )

@@ -90,14 +90,16 @@ class MesosOptions(BackendOptions):
         group.add_argument("-r", "--role", help="Mesos role to take resources from")
         group.add_argument(
             "-C",
-            "--containerizer_type",
+            "--containerizer-type",
+            "--containerizer_type",  # the original's spelling, kept
             type=str.upper,
             choices=["MESOS", "DOCKER"],
             help="Mesos containerizer for the Docker image (default MESOS)",
         )
         group.add_argument(
             "-f",
-            "--force_pull_image",
+            "--force-pull-image",
+            "--force_pull_image",  # the original's spelling, kept
             action="store_true",
             help="pull the Docker image even when the agent has it",
         )
