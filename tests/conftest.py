@@ -349,3 +349,28 @@ def start_tfrun(*args: str, env: dict[str, str]) -> tuple[Tfrun, list[str]]:
 def job_events(tmp_path: Path) -> JobEvents:
     """Where a test's tfrun writes its events: pass ``*job_events.flag``."""
     return JobEvents(tmp_path / "events.jsonl")
+
+
+def install_in_new_venv(tmp_path: Path, *, editable: bool = False) -> tuple[str, str]:
+    """``pip install .`` (``-e .`` with ``editable``) in a fresh environment
+    under ``tmp_path``, from a copy of what an install is made of (setuptools
+    builds in the source tree: build/, *.egg-info, not to be left in the
+    checkout). The environment's python, and what pip said on stderr; the
+    test asserts the install went through."""
+    import venv
+
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT / "tfmesos", source / "tfmesos", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    venv.create(tmp_path / "venv", with_pip=True)
+    python = str(tmp_path / "venv" / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", *(["-e"] if editable else []), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    return python, install.stderr

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import ROOT, JobProcesses
 
@@ -25,6 +26,21 @@ case "$*" in
   *) echo "Invalid combination of input arguments: $*" >&2; exit 2 ;;
 esac
 """
+
+
+def failed_gpu_check(env: dict[str, str], out: Path) -> tuple[dict[str, Any], str]:
+    """Run scripts/gpu-check, which must fail here: its summary and stdout."""
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    summary: dict[str, Any] = json.loads((out / "gpu-check.json").read_text())
+    return summary, result.stdout
 
 
 def test_gpu_check_fails_where_the_gpu_is_not_really_there(
@@ -40,16 +56,7 @@ def test_gpu_check_fails_where_the_gpu_is_not_really_there(
         PYTHON=sys.executable,
         GPU_CHECK_OUT=str(tmp_path),
     )
-    result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu-check")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    summary = json.loads((tmp_path / "gpu-check.json").read_text())
+    summary, said = failed_gpu_check(env, tmp_path)
     assert summary["ok"] is False
     assert summary["problems"] == [
         "worker:0 sees 0 GPUs (['GPU-0d1c2b3a-0000-4000-8000-000000000000'])",
@@ -60,7 +67,7 @@ def test_gpu_check_fails_where_the_gpu_is_not_really_there(
     assert by_task["ps:0"]["cuda_visible_devices"] == ""
     assert by_task["worker:0"]["relative_error"] < 1e-2  # the matmul itself ran right
     assert summary["over_ask"]["status"] == 2  # bad usage, before anything starts
-    assert "gpu-check: FAILED" in result.stdout
+    assert "gpu-check: FAILED" in said
     assert job_procs.wait_gone(5) == []
 
 
@@ -94,16 +101,7 @@ def test_gpu_check_runs_one_process_per_gpu_in_one_task(
         GPU_CHECK_OUT=str(tmp_path),
         GPU_CHECK_FRAMEWORK="torch",
     )
-    result = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu-check")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    summary = json.loads((tmp_path / "gpu-check.json").read_text())
+    summary, _ = failed_gpu_check(env, tmp_path)
     processes = summary["nproc_per_task"]["processes"]
     assert [p["local_rank"] for p in processes] == [0, 1]
     assert {p["cuda_visible_devices"] for p in processes} == {"0,1"}

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun
+from tests.conftest import ROOT, JobProcesses, install_in_new_venv, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_slurm_jobs import slurm  # noqa: F401  (the fixture)
 
@@ -276,20 +276,7 @@ def test_three_workers_on_slurm_where_jax_would_see_steps_of_one(
 def test_pip_install_puts_the_pth_file_in_site_packages(tmp_path: Path, editable: bool) -> None:
     """``pip install .`` (a wheel) and ``pip install -e .`` (CI's), in a fresh
     environment, from a copy of what an install is made of."""
-    source = tmp_path / "source"
-    shutil.copytree(
-        ROOT / "tfmesos", source / "tfmesos", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    venv.create(tmp_path / "venv", with_pip=True)
-    python = str(tmp_path / "venv" / "bin" / "python")
-    install = subprocess.run(
-        [python, "-m", "pip", "install", "-q", *(["-e"] if editable else []), str(source)],
-        capture_output=True,
-        text=True,
-    )
-    assert install.returncode == 0, install.stderr[-3000:]
+    python, _ = install_in_new_venv(tmp_path, editable=editable)
     installed = _site_packages(tmp_path / "venv") / PTH.name
     assert installed.read_text() == PTH.read_text()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", *TFRUN_VARIABLES)}

@@ -4,15 +4,13 @@ which extra to install (exit 2, no traceback), and the package imports."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, install_in_new_venv
 
 NEEDS = "the test master needs aiohttp, which tfmesos's mesos extra installs: pip install 'tfmesos[mesos]'"
 
@@ -57,20 +55,7 @@ def test_without_aiohttp_the_package_imports_and_its_classes_name_the_extra(
 @pytest.mark.heavy
 def test_a_plain_install_runs_the_command_or_names_the_extra(tmp_path: Path) -> None:
     """``pip install .`` with no extras, in a fresh environment, as a user would."""
-    # A copy of what a wheel is built from: setuptools builds in the source
-    # tree (build/, *.egg-info), which is not to be left in the checkout.
-    source = tmp_path / "source"
-    shutil.copytree(
-        ROOT / "tfmesos", source / "tfmesos", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    venv.create(tmp_path / "venv", with_pip=True)
-    python = str(tmp_path / "venv" / "bin" / "python")
-    install = subprocess.run(
-        [python, "-m", "pip", "install", "-q", str(source)], capture_output=True, text=True
-    )
-    assert install.returncode == 0, install.stderr[-3000:]
+    python, _ = install_in_new_venv(tmp_path)
     result = subprocess.run(
         [python, "-m", "tfmesos.testing.master", "--help"],
         capture_output=True,
