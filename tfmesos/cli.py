@@ -322,6 +322,14 @@ def build_parser() -> argparse.ArgumentParser:
         "-e's env and what tfrun sets come on top",
     )
     job.add_argument(
+        "--cluster-file",
+        action="store_true",
+        help="give each task the cluster's definition in a file, not in its environment: "
+        "TFMESOS_CLUSTER_FILE names a file of TF_CONFIG's JSON, and TF_CONFIG and the "
+        "TFMESOS_*_HOSTS are not set. For a job whose addresses are too many for one "
+        "variable (128 KiB), which tfrun otherwise refuses",
+    )
+    job.add_argument(
         "--worker-logs",
         metavar="IDS",
         help="tasks whose output is printed here as well as kept in their log files: "
@@ -623,6 +631,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             max_restarts=args.max_restarts,
             nproc=args.nproc_per_task,
             export=args.export,
+            cluster_file=args.cluster_file,
         )
         args.log_dir = _log_dir(args.log_dir)
         # Each backend takes what is its own of the flags (BackendOptions.from_given).
