@@ -231,3 +231,37 @@ def test_on_mesos_with_cluster_file_the_job_runs_and_reads_the_file(
     workers = config["cluster"]["worker"]
     assert len(workers) == WORKERS and workers[1].startswith(HOST + ":")
     assert len(",".join(workers)) > MAX_COMMAND_LINE
+
+
+# -- fine-grained mode: the servers read the file -------------------------------
+
+SERVERS = """
+import json, psutil
+from tfmesos import cluster
+
+with cluster([{"name": "ps", "num": 1}, {"name": "worker", "num": 1}], quiet=True,
+             cluster_file=True) as c:
+    for proc in psutil.Process().children(recursive=True):
+        if "tfmesos.tfserver" in " ".join(proc.cmdline()):
+            env = proc.environ()
+            print(json.dumps([env.get("TF_CONFIG"), env.get("TFMESOS_WORKER_HOSTS"),
+                              open(env["TFMESOS_CLUSTER_FILE"]).read()]), flush=True)
+    print(sorted(c.targets), flush=True)
+"""
+
+
+def test_fine_grained_servers_take_the_cluster_from_the_file(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    from tests.test_finegrained import run_python
+
+    result = run_python("-c", SERVERS, procs=job_procs, tmp=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    *servers, targets = result.stdout.splitlines()
+    assert targets == "['/job:ps/task:0', '/job:worker/task:0']"
+    assert len(servers) == 2
+    for line in servers:
+        tf_config, hosts, in_file = json.loads(line)
+        assert tf_config is None and hosts is None  # in the file, not the environment
+        assert sorted(json.loads(in_file)["cluster"]) == ["ps", "worker"]
+    assert job_procs.wait_gone(5) == []

@@ -65,7 +65,9 @@ placeholders in the command, filled in for each task:
 what each task gets in its environment:
   TensorFlow  TF_CONFIG; TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS,
               TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX, TFMESOS_DISTRIBUTED=1;
-              TFMESOS_CHIEF_HOSTS with --chief
+              TFMESOS_CHIEF_HOSTS with --chief; with --cluster-file, for a
+              cluster too large for them, none of TF_CONFIG and the *_HOSTS
+              but TFMESOS_CLUSTER_FILE, a file of TF_CONFIG's JSON
   PyTorch     what torchrun gives: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
               LOCAL_RANK=0, LOCAL_WORLD_SIZE=1 (with --nproc-per-task N:
               0..N-1 and N, as torchrun's --nproc_per_node N), GROUP_RANK,

@@ -106,7 +106,7 @@ def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -
                 )
             )
             raise SpecError(
-                f"job {job.name!r}'s command line would be {size:,} bytes with {used} filled in "
+                f"the command line of job {job.name!r} would be {size:,} bytes with {used} filled in "
                 f"with the addresses of the job's {tasks} tasks; Linux takes at most "
                 f"{MAX_COMMAND_LINE:,} in one (MAX_ARG_STRLEN), and no file can shorten a "
                 f"placeholder: run with {flag} and have the command read the addresses from the "
