@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
@@ -55,6 +54,8 @@ def _path(task_log: str | None, sandbox: str | None) -> str:
         return f"{stem}.{_NAME}"
     if sandbox:
         return os.path.join(sandbox, _NAME)
+    import tempfile  # here: it imports shutil, and with it bz2 and lzma (tests/test_fixed_cost.py)
+
     fd, path = tempfile.mkstemp(prefix="tfmesos-", suffix=f".{_NAME}")
     os.close(fd)
     return path
