@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "tfmesos.records": FOUNDATION,
     "tfmesos.wire": FOUNDATION,
     "tfmesos.taskenv": FOUNDATION,
+    "tfmesos.clusterfile": FOUNDATION,
     "tfmesos.exported": FOUNDATION,
     "tfmesos.spec": FOUNDATION,
     "tfmesos.flagtypes": FOUNDATION,

@@ -243,7 +243,10 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
                 raise
             agent.client.disconnect()
             redial = True
-    argv, env = task_command(message, environ)
+    try:
+        argv, env = task_command(message, environ)
+    except OSError as exc:  # the cluster file (tfrun --cluster-file)
+        raise AgentError(f"cannot write the task's cluster file: {exc}") from None
     if reserved is not None:
         # Let go of the port right before the commands that bind it run.
         reserved.close()

@@ -65,7 +65,9 @@ placeholders in the command, filled in for each task:
 what each task gets in its environment:
   TensorFlow  TF_CONFIG; TFMESOS_PS_HOSTS, TFMESOS_WORKER_HOSTS,
               TFMESOS_JOB_NAME, TFMESOS_TASK_INDEX, TFMESOS_DISTRIBUTED=1;
-              TFMESOS_CHIEF_HOSTS with --chief
+              TFMESOS_CHIEF_HOSTS with --chief; with --cluster-file, for a
+              cluster too large for them, none of TF_CONFIG and the *_HOSTS
+              but TFMESOS_CLUSTER_FILE, a file of TF_CONFIG's JSON
   PyTorch     what torchrun gives: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
               LOCAL_RANK=0, LOCAL_WORLD_SIZE=1 (with --nproc-per-task N:
               0..N-1 and N, as torchrun's --nproc_per_node N), GROUP_RANK,
@@ -321,6 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
         "see README); NONE; or only the names given (NAME=VALUE sets one; ALL,NAME=VALUE adds "
         "to ALL). Carried over the job's authenticated rendezvous, never in a Mesos TaskInfo; "
         "-e's env and what tfrun sets come on top",
+    )
+    job.add_argument(
+        "--cluster-file",
+        action="store_true",
+        help="give each task the cluster's definition in a file, not in its environment: "
+        "TFMESOS_CLUSTER_FILE names a file of TF_CONFIG's JSON, and TF_CONFIG and the "
+        "TFMESOS_*_HOSTS are not set. For a job whose addresses are too many for one "
+        "variable (128 KiB), which tfrun otherwise refuses",
     )
     job.add_argument(
         "--worker-logs",
@@ -624,6 +634,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
             max_restarts=args.max_restarts,
             nproc=args.nproc_per_task,
             export=args.export,
+            cluster_file=args.cluster_file,
         )
         args.log_dir = _log_dir(args.log_dir)
         # Each backend takes what is its own of the flags (BackendOptions.from_given).

@@ -197,6 +197,7 @@ def cluster(
     max_restarts: int = 0,
     events: str | os.PathLike[str] | IO[str] | None = None,
     export: str = "ALL",
+    cluster_file: bool = False,
 ) -> Iterator[Cluster]:
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
@@ -217,6 +218,10 @@ def cluster(
     ``export``: which of this process's environment each server sees, as
     ``tfrun --export`` (``"ALL"``, ``"NONE"``, ``"NAME,..."``; README, "The
     task's environment"); ``env`` comes on top.
+
+    ``cluster_file=True``: each server reads the cluster's definition from
+    a file (``tfrun --cluster-file``), for a cluster whose addresses are too
+    many for one environment variable.
 
     ``events``: a path or an open text file to which the cluster's events
     go, one JSON object a line (the README's "The event stream"); the last,
@@ -254,6 +259,7 @@ def cluster(
         protocol=protocol,
         max_restarts=max_restarts,
         export=export,
+        cluster_file=cluster_file,
     )
     for job in spec.jobs:
         if job.cmd is not None:

@@ -417,6 +417,11 @@ class ClusterSpec:
     export: str = "ALL"
     """Which of the submitting environment every task sees (``--export``,
     :func:`tfmesos.exported.parse_export`): ``ALL``, ``NONE``, ``NAME,...``."""
+    cluster_file: bool = False
+    """Each task finds the cluster's definition in a file, not in
+    ``TF_CONFIG`` and the ``TFMESOS_*_HOSTS`` (``tfrun --cluster-file``,
+    :mod:`tfmesos.clusterfile`): for a job whose addresses are too many for
+    one environment variable."""
     exported: Mapping[str, str] = field(init=False, repr=False, default_factory=dict)
     """The variables ``export`` carries from this process's environment as it
     is when the spec is made: sent to every task in its cluster message."""

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from tfmesos import exported, oomkills, proctree, taskenv, wire
+from tfmesos import clusterfile, exported, oomkills, proctree, taskenv, wire
 from tfmesos import nproc as nproc_runner
 from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
 
@@ -86,6 +86,12 @@ def task_command(
     for name, value in taskenv.default_environment(cpus).items():
         env.setdefault(name, value)
     command = message.get("cmd")
+    if message.get("cluster_file"):
+        # tfrun --cluster-file: every address in a file, none in the
+        # environment (tfmesos.clusterfile).
+        if nproc > 1:
+            del env["TF_CONFIG"]  # as below: the file has the cluster, no TF_CONFIG's task
+        clusterfile.move_to_file(env, environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
     if command is None:
         env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
         return [sys.executable, "-m", "tfmesos.tfserver"], env
@@ -95,7 +101,7 @@ def task_command(
     if nproc > 1:
         # Several processes: the runner starts them (tfmesos.nproc). No
         # TF_CONFIG: it would name one TensorFlow worker per task.
-        del env["TF_CONFIG"]
+        env.pop("TF_CONFIG", None)
         logs = nproc_runner.log_path(environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
         name = f"{job_name}:{task_index}"
         cap = environ.get(wire.ENV_LOG_MAX, "")

@@ -10,13 +10,13 @@ import json
 import os
 import sys
 
-from tfmesos import wire
+from tfmesos import clusterfile, wire
 
 
 def main() -> int:
     settings = json.loads(os.environ.get(wire.ENV_SERVER_DEF) or "{}")
     ready = os.environ.pop(wire.ENV_READY_FD, None)
-    cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
+    cluster = json.loads(clusterfile.tf_config(os.environ))["cluster"]
     job_name = os.environ["TFMESOS_JOB_NAME"]
     task_index = int(os.environ["TFMESOS_TASK_INDEX"])
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

@@ -121,8 +121,11 @@ class DirectTask:
         if self._finished or self.run is not None:
             return
         environ = self._environ
-        if self._log is not None and (message.get("nproc") or 1) != 1:
-            # Where the processes' own logs go (tfmesos.nproc), as the agent is told.
+        if self._log is not None and (
+            (message.get("nproc") or 1) != 1 or message.get("cluster_file")
+        ):
+            # Where the processes' own logs go (tfmesos.nproc), and the
+            # cluster file (tfmesos.clusterfile), as the agent is told.
             environ = {**environ, wire.ENV_LOG_FILE: str(self._log.path)}
             environ[wire.ENV_LOG_MAX] = str(self._log_max)
         try:

@@ -298,6 +298,9 @@ class Launcher(Loop):
             **self.outside,
             **message.cluster_def_of(self._attempts.current.values()),
         }
+        # Every address is known, and no command has started: one too many
+        # for a task's environment is refused now.
+        message.check_environment(self.spec, self.cluster_def)
         checked = False
         for task in self._attempts.current.values():
             assert task.connection is not None

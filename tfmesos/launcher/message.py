@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tfmesos import wire
-from tfmesos.errors import ClusterStartError
+from tfmesos import clusterfile, taskenv, wire
+from tfmesos.errors import ClusterStartError, SpecError
 from tfmesos.launcher.attempts import Attempt
-from tfmesos.spec import EVALUATOR_JOB, ClusterSpec
+from tfmesos.nproc import ENV_COMMAND
+from tfmesos.shell import exec_if_simple
+from tfmesos.spec import EVALUATOR_JOB, MAX_COMMAND_LINE, ClusterSpec
 
-__all__ = ["check_size", "cluster_def_of", "cluster_message", "summary"]
+__all__ = ["check_environment", "check_size", "cluster_def_of", "cluster_message", "summary"]
 
 
 def cluster_def_of(attempts: Iterable[Attempt]) -> dict[str, list[str]]:
@@ -43,6 +45,7 @@ def cluster_message(
         "restart": restart,
         "max_restarts": spec.max_restarts,
         "nproc": spec.nproc,
+        "cluster_file": spec.cluster_file,
         "cluster_def": dict(cluster_def),
         "cmd": task.spec.cmd,
         "cwd": spec.cwd,
@@ -74,6 +77,67 @@ def check_size(sealed: dict[str, Any]) -> None:
             f"the rendezvous's 1 MiB ({wire.MAX_FRAME} bytes): shorten the command "
             "or its environment"
         )
+
+
+def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -> None:
+    """Refuse, before any task's command starts, a job whose commands could
+    not start: a variable of a task's environment (``NAME=VALUE``), or its
+    command line with ``{worker_hosts}`` and its kin filled in, over Linux's
+    limit on one string (``MAX_ARG_STRLEN``), which the addresses of every
+    task, listed in ``TF_CONFIG`` and the ``TFMESOS_*_HOSTS``, can pass: every
+    command would fail with "Argument list too long". A
+    :class:`~tfmesos.errors.SpecError`: bad usage, which the file of
+    ``--cluster-file`` (:mod:`tfmesos.clusterfile`) mends."""
+    tasks = sum(len(addrs) for addrs in cluster_def.values())
+    flag = f"{clusterfile.FLAG} (cluster_file=True in Python)"
+    jobs = [job for job in spec.jobs if job.num > 0]
+    for job in jobs:
+        if job.cmd is None or not any(
+            n.endswith("_hosts") for n in taskenv.placeholders_in(job.cmd)
+        ):
+            continue
+        values = taskenv.placeholder_values(cluster_def, job.name, job.num - 1)
+        line = exec_if_simple(taskenv.fill_placeholders(job.cmd, values))
+        size = _size(line) + (len(ENV_COMMAND) + 1 if spec.nproc > 1 else 0)
+        if size > MAX_COMMAND_LINE:
+            used = ", ".join(
+                dict.fromkeys(
+                    f"{{{n}}}" for n in taskenv.placeholders_in(job.cmd) if n.endswith("_hosts")
+                )
+            )
+            raise SpecError(
+                f"the command line of job {job.name!r} would be {size:,} bytes with {used} filled in "
+                f"with the addresses of the job's {tasks} tasks; Linux takes at most "
+                f"{MAX_COMMAND_LINE:,} in one (MAX_ARG_STRLEN), and no file can shorten a "
+                f"placeholder: run with {flag} and have the command read the addresses from the "
+                f"file ${clusterfile.ENV_CLUSTER_FILE} names (TF_CONFIG's JSON) instead of {used}"
+            )
+    over: dict[str, int] = {}
+    for job in jobs:
+        env = taskenv.task_environment(cluster_def, job.name, job.num - 1, nproc=spec.nproc)
+        if spec.nproc > 1:
+            env.pop("TF_CONFIG", None)  # as the agent does (tfmesos.supervisor)
+        for name, value in env.items():
+            if spec.cluster_file and name in clusterfile.FILE_VARIABLES:
+                continue
+            size = _size(name) + 1 + _size(value)
+            if size > MAX_COMMAND_LINE:
+                over[name] = max(size, over.get(name, 0))
+    if over:
+        sizes = " and ".join(f"{name} {size:,} bytes" for name, size in over.items())
+        raise SpecError(
+            f"the cluster's definition is too large for a task's environment: {sizes} (as "
+            f"NAME=VALUE) with the addresses of the job's {tasks} tasks; Linux takes at most "
+            f"{MAX_COMMAND_LINE:,} in one variable (MAX_ARG_STRLEN), and every command would "
+            f"fail with 'Argument list too long': run with {flag}, and each task reads the "
+            f"cluster from the file ${clusterfile.ENV_CLUSTER_FILE} names (TF_CONFIG's JSON) "
+            "instead of the environment"
+        )
+
+
+def _size(text: str) -> int:
+    # surrogateescape: a value from os.environ may carry bytes that are not UTF-8.
+    return len(text.encode("utf-8", "surrogateescape"))
 
 
 def summary(cluster_def: Mapping[str, list[str]]) -> str:
