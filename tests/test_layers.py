@@ -25,7 +25,6 @@ LAYER_NAMES = ["foundation", "agent", "protocol", "backends", "launcher", "entry
 LAYERS: dict[str, int] = {
     # What both ends share, each part on its own: stdlib only or nearly.
     "tfmesos.errors": FOUNDATION,
-    "tfmesos.records": FOUNDATION,
     "tfmesos.wire": FOUNDATION,
     "tfmesos.taskenv": FOUNDATION,
     "tfmesos.clusterfile": FOUNDATION,

@@ -10,8 +10,7 @@ whose agent decides and whose rendezvous only connects.
 from __future__ import annotations
 
 import enum
-
-from tfmesos.records import record
+from dataclasses import dataclass
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -67,7 +66,7 @@ class Action(enum.Enum):
     while the cluster runs: it gets the cluster definition it had."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskView:
     """What the rules need to know about one attempt at one task."""
 

@@ -20,11 +20,11 @@ import resource
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfmesos import wire
 from tfmesos.aio import reap
-from tfmesos.records import record
 
 if TYPE_CHECKING:
     # Only for --tls-cert: a job without it never imports ssl (tfmesos.lazyssl).
@@ -100,20 +100,20 @@ class Connection:
         self._writer.close()
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Registered:
     task_id: str
     addr: str
     connection: Connection
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Output:
     task_id: str
     data: bytes
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Exited:
     task_id: str
     code: int
@@ -131,19 +131,19 @@ class Exited:
     (``TORCHELASTIC_ERROR_FILE``): ``ValueError: ...``."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ready:
     """A task's TensorFlow server accepts connections."""
 
     task_id: str
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Disconnected:
     task_id: str
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Message:
     """Any other message a registered peer sent: what a backend's own helper
     (Slurm's job script) tells its backend."""
@@ -558,7 +558,7 @@ class RendezvousServer:
             self._sink(Message(task_id, message))
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Silent:
     """A connection accepted that has sent nothing yet."""
 

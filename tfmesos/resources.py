@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-
-from tfmesos.records import record
+from dataclasses import dataclass
 
 __all__ = [
     "MAX_LOCAL_TASKS",
@@ -38,7 +37,7 @@ def format_mib(mib: float) -> str:
     return f"{mib:g} MiB"
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MachineResources:
     cpus: int
     mem_mib: float

@@ -9,13 +9,13 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from tfmesos.advertise import advertised_host
 from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import EXIT_TFRUN_FAILED
-from tfmesos.records import record
 from tfmesos.rendezvous import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Launch:
     """One attempt at running one task."""
 
@@ -45,7 +45,7 @@ class Launch:
     """The agent's environment: rendezvous address, task id, secret."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskPlaced:
     task_id: str
     host: str
@@ -56,7 +56,7 @@ NOT_PLACED = "not placed"
 asked to (:meth:`Backend.launch_at`): its message says why."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TaskEnded:
     task_id: str
     state: str
@@ -73,7 +73,7 @@ class TaskEnded:
     a better account of a SIGKILLed command than the signal."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BackendFailed:
     """The backend itself can no longer run the job (lost its master, say)."""
 
@@ -82,7 +82,7 @@ class BackendFailed:
     """tfrun's exit status for it (that of the error behind it)."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BackendAttached:
     """A cluster backend has its hold on the cluster: what the cluster's own
     tools know the job by (Mesos: the framework, on the master it subscribed

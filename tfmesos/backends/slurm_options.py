@@ -14,7 +14,6 @@ from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
-from tfmesos.records import record
 
 __all__ = ["OPTIONS", "SlurmOptions", "add_arguments", "from_args", "validate"]
 
@@ -22,7 +21,7 @@ _TIME = r"^(\d+-)?\d+(:\d+){0,2}$|^(UNLIMITED|INFINITE)$"
 """A time limit sbatch takes (case aside): compiled only when one is given."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Option:
     flag: str
     name: str

@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from tfmesos.backends.base import TaskEnded
-from tfmesos.records import record
 from tfmesos.rendezvous import Connection, Exited
 from tfmesos.spec import TaskSpec
 
@@ -67,7 +66,7 @@ class IllegalMove(AssertionError):
 Observer = Callable[["Attempt", AttemptState, AttemptState], None]
 
 
-@record
+@dataclass
 class Attempt:
     """The launcher's mutable record of one attempt at one task."""
 

@@ -22,6 +22,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfmesos import wire
@@ -57,7 +58,6 @@ from tfmesos.policy import (
     on_registered,
     on_task_end,
 )
-from tfmesos.records import record
 from tfmesos.rendezvous import (
     Disconnected,
     Exited,
@@ -87,7 +87,7 @@ DISCONNECT_GRACE = 2.0
 KILL_WAIT = wire.STOP_GRACE + 3.0
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tick:
     """Wakes the loop to re-check one task's grace deadline."""
 
