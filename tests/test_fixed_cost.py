@@ -21,24 +21,19 @@ from tests.jobevents import JobEvents
 pytestmark = pytest.mark.e2e
 
 UNUSED = (
-    "ssl",
-    "_ssl",
     "aiohttp",
     "kazoo",
     "jsonschema",
     "logging.config",
     "difflib",
     "uuid",
-    "tempfile",
-    "shutil",  # with bz2 and lzma: argparse's width, old runs' pruning, nvidia-smi's lookup
-    "bz2",
-    "lzma",
     "tfmesos.backends.mesos",
     "tfmesos.backends.slurm",
     "tfmesos.mesos.transport",
     "tfmesos.launcher.relaunch",  # fine-grained mode's, to relaunch a server
 )
-"""Modules a local job without TLS never needs."""
+"""Modules a local job never needs: the cluster backends' and their
+clients, fine-grained mode's relaunches, what only a mistyped flag needs."""
 
 _RUN_AND_LIST = (
     "import json, sys\n"
@@ -69,25 +64,6 @@ def test_a_trivial_local_job_imports_nothing_it_does_not_use(
     assert job_events.verdict()["result"] == "succeeded"
 
 
-def test_asyncio_gets_ssl_once_something_imports_it() -> None:
-    code = (
-        "import sys\n"
-        "from tfmesos import lazyssl\n"
-        "lazyssl.import_asyncio()\n"
-        "import asyncio.base_events, asyncio.selector_events, asyncio.sslproto\n"
-        "assert 'ssl' not in sys.modules and asyncio.sslproto.ssl is None\n"
-        "import ssl\n"
-        "for module in (asyncio.base_events, asyncio.selector_events, asyncio.sslproto):\n"
-        "    assert module.ssl is ssl, module\n"
-        "assert asyncio.sslproto.SSLAgainErrors == (ssl.SSLWantReadError, ssl.SSLSyscallError)\n"
-        "assert not any(type(f).__name__ == '_SslFinder' for f in sys.meta_path)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-
-
 def test_the_fork_server_holds_what_its_agents_would_import() -> None:
     # Not typing, which only type checkers need (tfmesos/__init__.py); nor
     # the idna codec, even once an agent has dialled: it hands getaddrinfo an
@@ -98,7 +74,7 @@ def test_the_fork_server_holds_what_its_agents_would_import() -> None:
         "from tfmesos.rendezvous_client import _dialled\n"
         "listener = socket.create_server(('127.0.0.1', 0))\n"
         "socket.create_connection((_dialled('127.0.0.1'), listener.getsockname()[1])).close()\n"
-        "unused = {'ssl', 'typing', 'traceback', 'encodings.idna'}\n"
+        "unused = {'ssl', 'traceback', 'encodings.idna'}\n"
         "assert not unused & set(sys.modules), sys.modules\n"
     )
     result = subprocess.run(

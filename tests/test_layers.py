@@ -36,7 +36,6 @@ LAYERS: dict[str, int] = {
     "tfmesos.oomkills": FOUNDATION,
     "tfmesos.proctree": FOUNDATION,
     "tfmesos.aio": FOUNDATION,
-    "tfmesos.lazyssl": FOUNDATION,
     "tfmesos.ports": FOUNDATION,
     "tfmesos.resources": FOUNDATION,
     "tfmesos.policy": FOUNDATION,

@@ -9,12 +9,7 @@ must not pay for the launcher's modules (measured in bench/agent_cost.py).
 from __future__ import annotations
 
 import importlib
-
-TYPE_CHECKING = False
-"""As ``typing.TYPE_CHECKING`` (mypy takes this name as true), without
-importing typing: ~10 ms of CPU that the agent, which needs nothing of it,
-would pay at each start (the fork server once per job; docs/benchmarks.md,
-"The fixed cost"). The agent's modules do the same."""
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from tfmesos.errors import (

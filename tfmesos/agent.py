@@ -32,14 +32,13 @@ import signal
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from tfmesos import proctree, wire
 from tfmesos.ports import NoFreePort, port_is_free, reserve_port
 from tfmesos.rendezvous_client import AgentConfig, AgentError, NoHello, RendezvousClient
 from tfmesos.supervisor import CommandRun, Spawned, task_command
 from tfmesos.tasklog import TaskLog
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfmesos import lazyssl, rundirs, wire
+from tfmesos import rundirs, wire
 from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
 from tfmesos.errors import (
     EXIT_TFRUN_FAILED,
@@ -29,7 +29,6 @@ from tfmesos.errors import (
     interrupted_status,
 )
 from tfmesos.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
-from tfmesos.helpformat import HelpFormatter
 from tfmesos.nproc import MAX_NPROC
 from tfmesos.pathtext import shown_path
 from tfmesos.spec import (
@@ -187,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="%(prog)s -w N [-s N] [options] -- command [args...]",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=HelpFormatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
         allow_abbrev=False,
     )
@@ -658,7 +657,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.backend == "local" and not forkstart.runs_tasks_itself(spec):
         # Its start overlaps the launcher's imports (docs/benchmarks.md).
         forkstart.start()
-    lazyssl.import_asyncio()  # asyncio without ssl until TLS or Mesos asks for it
     from tfmesos.launcher.events import NO_EVENTS, Events, open_events
     from tfmesos.run import LateSignals, run_replica_job
 

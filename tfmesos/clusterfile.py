@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping

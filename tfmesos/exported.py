@@ -23,9 +23,9 @@ Standard library only: the in-task agent imports it.
 
 from __future__ import annotations
 
-from tfmesos.taskenv import launchers_own
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
+from tfmesos.taskenv import launchers_own
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

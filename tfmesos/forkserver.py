@@ -37,11 +37,10 @@ import os
 import selectors
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from tfmesos import procfs, proctree, wire
 from tfmesos.agent import main as agent_main
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from typing import Any

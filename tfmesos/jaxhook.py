@@ -15,8 +15,8 @@ finder at the head of ``sys.meta_path`` that looks for nothing but JAX's
 ``jax._src.clusters``: when a program imports JAX, the finder lets the usual
 finders find that package and, once the package has run (JAX's detectors
 defined), imports :mod:`tfmesos.jaxcluster`, which registers tfmesos's
-environment before them (a wrapped loader, as :mod:`tfmesos.lazyssl`
-hands ssl to asyncio). Then the finder takes itself out. A process that
+environment before them (a wrapped loader: ``importlib``'s documented
+finder and loader protocol). Then the finder takes itself out. A process that
 never imports JAX pays one string comparison per module it imports.
 
 Standard library only, and nothing imported here: every Python in a task
@@ -26,8 +26,8 @@ runs it.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from importlib.machinery import ModuleSpec

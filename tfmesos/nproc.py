@@ -39,11 +39,10 @@ import signal
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from tfmesos import proctree, wire
 from tfmesos.tasklog import TaskLog
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

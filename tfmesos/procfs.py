@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from tfmesos.procenv import with_any_environment
 
@@ -20,22 +21,12 @@ __all__ = [
 ]
 
 
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
-
-if TYPE_CHECKING:
-    from typing import NamedTuple
-
-    class ProcessStat(NamedTuple):
-        pid: int
-        state: str
-        """One letter: R running, S sleeping, Z zombie, ..."""
-        pgrp: int
-        session: int
-
-else:
-    import collections
-
-    ProcessStat = collections.namedtuple("ProcessStat", ["pid", "state", "pgrp", "session"])
+class ProcessStat(NamedTuple):
+    pid: int
+    state: str
+    """One letter: R running, S sleeping, Z zombie, ..."""
+    pgrp: int
+    session: int
 
 
 def processes() -> Iterator[ProcessStat]:

@@ -24,10 +24,9 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from tfmesos import procfs
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -27,7 +27,7 @@ from tfmesos import wire
 from tfmesos.aio import reap
 
 if TYPE_CHECKING:
-    # Only for --tls-cert: a job without it never imports ssl (tfmesos.lazyssl).
+    # Only for --tls-cert.
     import ssl
 
 __all__ = [

@@ -13,10 +13,9 @@ import os
 import selectors
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from tfmesos import wire
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -20,12 +20,11 @@ import signal
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from tfmesos import clusterfile, exported, oomkills, proctree, taskenv, wire
 from tfmesos import nproc as nproc_runner
 from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

@@ -9,10 +9,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from typing import TYPE_CHECKING
 
 from tfmesos import wire
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

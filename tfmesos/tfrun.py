@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False
-"""As ``typing.TYPE_CHECKING``, without importing typing (as tfmesos/__init__.py)."""
 if TYPE_CHECKING:
     from collections.abc import Callable
 

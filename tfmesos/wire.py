@@ -26,8 +26,7 @@ import hashlib
 import hmac
 import json
 import struct
-
-TYPE_CHECKING = False  # typing's, without importing typing: see tfmesos/__init__.py
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import Any

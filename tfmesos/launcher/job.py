@@ -214,7 +214,7 @@ class Launcher(Loop):
     def _tls_context(self) -> ssl.SSLContext | None:
         if self.spec.tls_cert is None:
             return None
-        import ssl  # here: a job without TLS never imports it (tfmesos.lazyssl)
+        import ssl
 
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
