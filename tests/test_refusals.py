@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_tfrun
-from tfmesos import SpecError
-from tfmesos import spec as specs
+from tfmesos import SpecError, cli
 from tfmesos.cli import parse_args
 from tfmesos.spec import ClusterSpec, Job
 
@@ -143,10 +142,10 @@ def test_an_extra_config_without_end_is_refused_at_the_bound(
 
 
 def test_an_extra_config_at_the_bound_is_read(tmp_path: Path) -> None:
-    padding = " " * (specs.MAX_EXTRA_CONFIG - len('{"env": {}}'))
-    assert specs.read_extra_config(write(tmp_path, '{"env": {}}' + padding)) == (None, None, {})
+    padding = " " * (cli.MAX_EXTRA_CONFIG - len('{"env": {}}'))
+    assert cli.read_extra_config(write(tmp_path, '{"env": {}}' + padding)) == (None, None, {})
     with pytest.raises(SpecError, match="larger than"):
-        specs.read_extra_config(write(tmp_path, '{"env": {}}' + padding + " "))
+        cli.read_extra_config(write(tmp_path, '{"env": {}}' + padding + " "))
 
 
 def test_an_environment_from_os_environ_with_a_byte_not_utf8_is_sized_not_a_traceback() -> None:

@@ -35,7 +35,6 @@ __all__ = [
     "bare_script",
     "coerce_jobs",
     "parse_volume",
-    "read_extra_config",
 ]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -190,64 +189,6 @@ def parse_volume(text: str) -> Volume:
     if len(parts) != 2 or not all(p.startswith("/") for p in parts):
         raise SpecError(f"volume {text!r} must be /host/path:/container/path[:ro|rw]")
     return Volume(parts[0], parts[1], read_only=mode == "ro")
-
-
-MAX_EXTRA_CONFIG = 4 << 20
-"""The largest ``-e`` file read (4 MiB): what it holds goes to every task in
-a message that must fit in 1 MiB, so a larger one can never run, and one
-without end (``-e /dev/zero``) must not be read until memory runs out."""
-
-
-def read_extra_config(path: str) -> tuple[str | None, str | None, dict[str, str]]:
-    """``-e FILE``: its initializer, finalizer and environment."""
-    from tfmesos.pathtext import shown_path
-
-    shown = shown_path(path)
-    try:
-        with open(path, "rb") as config_file:
-            data = config_file.read(MAX_EXTRA_CONFIG + 1)
-    except OSError as exc:
-        raise SpecError(f"-e: cannot read {shown}: {exc.strerror}") from None
-    if len(data) > MAX_EXTRA_CONFIG:
-        raise SpecError(
-            f"-e: {shown} is larger than {MAX_EXTRA_CONFIG >> 20} MiB, which no job can hold"
-        )
-    try:
-        config = json.loads(data)
-    except ValueError as exc:  # and UnicodeDecodeError, a ValueError
-        raise SpecError(f"-e: {shown} is not valid JSON: {exc}") from None
-    except RecursionError:  # nested past the parser's depth: no configuration is
-        raise SpecError(f"-e: {shown} is not valid JSON: nested too deeply") from None
-    if not isinstance(config, dict):
-        raise SpecError(f"-e: {shown} must hold a JSON object")
-    unknown = sorted(set(config) - {"initializer", "finalizer", "env"})
-    if unknown:
-        raise SpecError(
-            f"-e: unknown key {unknown[0]!r} in {shown} (known: initializer, finalizer, env)"
-        )
-    env = config.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise SpecError(f"-e: 'env' in {shown} must map names to strings")
-    for key in ("initializer", "finalizer"):
-        if config.get(key) is not None and not isinstance(config[key], str):
-            raise SpecError(f"-e: {key!r} in {shown} must be a shell command string")
-    texts = [(f"{key!r}", config.get(key) or "") for key in ("initializer", "finalizer")]
-    texts += [(f"'env' name {name!r}", name) for name in env]
-    texts += [(f"'env' {name!r}", value) for name, value in env.items()]
-    for what, text in texts:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            if not "\udc80" <= text[exc.start] <= "\udcff":
-                continue  # no byte either: the job's own checks say so
-            # JSON's \udc80 to \udcff: a lone surrogate, which the checks of
-            # the job's text would take for a byte that is not UTF-8 (as
-            # os.environ holds one), and sizing it failed with a traceback.
-            raise SpecError(
-                f"-e: {what} in {shown} holds {text[exc.start]!r}, a lone surrogate, "
-                "which is not text (JSON's \\uD800 to \\uDFFF must come in pairs)"
-            ) from None
-    return config.get("initializer"), config.get("finalizer"), env
 
 
 def bare_script(command: list[str], chdir: str | None) -> str | None:
