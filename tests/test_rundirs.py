@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,7 @@ def test_latest_links_the_newest_run_and_is_never_pruned_as_one(
     # A second apart each, as runs are named (runs of one second sort by
     # their random part).
     stamps = iter(f"20260101-0000{second:02d}" for second in range(60))
-    monkeypatch.setattr(rundirs.time, "strftime", lambda _: next(stamps))
+    monkeypatch.setattr(time, "strftime", lambda _: next(stamps))
     root = rundirs.runs_root()
     latest = root / "latest"
     made = []
