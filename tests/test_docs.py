@@ -216,18 +216,22 @@ def _unfound_in(
     return best(0, True)
 
 
-def test_every_tfrun_message_quoted_in_failures_md_is_one_tfrun_prints() -> None:
-    """Each quoted ``tfrun: error: ...`` or ``[tfrun] ...`` line of
-    docs/failures.md, less its placeholders (DIR, N, numbers, addresses,
-    paths, quoted values, ``...``), must be made of runs of words found in
-    the package's string literals (f-strings' fixed parts among them), so
-    that a message reworded in the code and not in the docs fails here
-    (issue 40, item 16). Words tfrun quotes from others (the C library's
-    errors, argparse's, Slurm's, Mesos's) are allowed by name."""
+def _all_literals() -> _Literals:
     import os
 
     texts = _source_literals() | {_words(text) for text in _FOREIGN}
-    literals = _Literals(texts | {_words(os.strerror(n)) for n in range(1, 134)})
+    return _Literals(texts | {_words(os.strerror(n)) for n in range(1, 134)})
+
+
+def test_every_tfrun_message_quoted_in_failures_md_is_one_tfrun_prints() -> None:
+    """Each message docs/failures.md quotes in its "what you see" column (of
+    five words or more), less its placeholders (DIR, N, numbers, addresses,
+    paths, quoted values, ``...``), must be made of runs of words of the
+    package's string literals (:func:`_unfound_in`), so that a message
+    reworded in the code and not in the docs fails here (issue 40, item 16).
+    Words tfrun quotes from others (the C library's errors, argparse's,
+    OpenSSL's, Slurm's, Mesos's) are allowed by name."""
+    literals = _all_literals()
     quoted = []
     for row in (ROOT / "docs" / "failures.md").read_text().splitlines():
         cells = row.split(" | ")
@@ -242,3 +246,27 @@ def test_every_tfrun_message_quoted_in_failures_md_is_one_tfrun_prints() -> None
         if unfound:
             stale[message] = unfound
     assert stale == {}, "\n".join(f"{m}\n    not in tfmesos: {u}" for m, u in stale.items())
+
+
+def test_the_check_of_quoted_messages_catches_a_rewording() -> None:
+    literals = _all_literals()
+    said = {
+        # as the code says it: as the docs might say it after a rewording
+        "the cluster did not come up within 20s: still waiting for worker:1, worker:2":
+            "the cluster did not come up: the cluster was not up after 20s: still waiting "
+            "for worker:1, worker:2",
+        "--events: FILE's reader took nothing for 5 s: N events not written":
+            "--events: FILE's reader read nothing for 5 s: N events not written",
+        "--events: cannot write FILE (Broken pipe): the event stream is given up, the job goes on":
+            "--events: cannot write FILE (Broken pipe): the event stream is dropped, the job "
+            "goes on",
+        "environment variable 'X': its value holds a NUL byte (\\0), which no environment "
+        "can hold":
+            "environment variable 'X': its value has a NUL byte (\\0), which no environment "
+            "can hold",
+        "task worker:1 on host exited with status 3: stopping every task":
+            "task worker:1 on host exited with status 3: stopping all tasks",
+    }  # fmt: skip
+    for true, reworded in said.items():
+        assert _unfound(true, literals) == [], true
+        assert _unfound(reworded, literals) != [], reworded
