@@ -45,6 +45,12 @@ def test_mnist_replica_trains_with_ps_and_two_workers(job_procs: JobProcesses) -
     assert final < initial / 4, (initial, final)
     # Both workers took part in training.
     assert "[worker:1]" in result.stdout
+    # Quiet, as the README's first job should be: no TensorFlow start-up
+    # lines from any task (issue 40, item 16: "WARNING: All log messages
+    # before absl::InitializeLog() ...", "I0000 ... oneDNN custom operations").
+    noise = [line for line in result.stdout.splitlines() + result.stderr.splitlines()
+             if "absl::InitializeLog" in line or re.search(r"\] [IWE]\d{4} ", line)]  # fmt: skip
+    assert noise == [], noise
     assert "task worker:1 finished" in result.stderr
     assert job_procs.wait_gone(5) == []
 

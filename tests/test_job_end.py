@@ -235,7 +235,7 @@ class _Broken(LocalBackend):
             _NeverStarts,
             124,
             "never up",
-            "the cluster did not come up: the cluster was not up after 1s",
+            "the cluster did not come up within 1s: still waiting for worker:0",
         ),
         (
             _FailsOnceStarted,
@@ -275,6 +275,9 @@ def test_what_tfrun_itself_reports_has_statuses_of_its_own(
     # The wording a user sees (the one check of each of these reports):
     text = capsys.readouterr().err + caplog.text
     assert said in text, text
+    # Said once, clearly (issue 40, item 16: not "the cluster did not come
+    # up: the cluster was not up after 20s").
+    assert text.count("the cluster was not up") == 0, text
 
 
 def test_the_verdict_names_runs_of_many_tasks_as_ranges() -> None:

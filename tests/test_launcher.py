@@ -109,7 +109,7 @@ def test_a_start_that_hangs_ends_at_the_timeout_naming_who_is_missing() -> None:
     backend = fake({"ps:0": Hangs(), "worker:1": Hangs()}, start_timeout=0.05)
     with pytest.raises(
         ClusterStartError,
-        match=r"not up after 0.05s: still waiting for ps:0, worker:1 \(2 never started\)",
+        match=r"did not come up within 0.05s: still waiting for ps:0, worker:1 \(2 never started\)",
     ):
         asyncio.run(run_job(backend.launcher()))
     # Never registered: the launcher kills them through the backend.

@@ -140,7 +140,7 @@ def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
     assert "task_placed" not in events.names(), events.names()
     assert not two_agents.tasks(), "a part of a job that could never run was launched"
     # The diagnosis's wording, as the user reads it: why, in the user's units.
-    assert "not up after 12s" in result.stderr, result.stderr
+    assert "did not come up within 12s" in result.stderr, result.stderr
     assert "fit 2 of the 3 tasks waiting" in result.stderr, result.stderr
     assert "cpus 3, mem 768 MiB, 3 ports together" in result.stderr, result.stderr
     assert not job_procs.wait_gone(10)

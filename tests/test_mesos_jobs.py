@@ -384,7 +384,7 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
     assert events.verdict()["result"] == "never up", result.stderr
     assert "ps:0" not in {e["task"] for e in events.of("task_placed")}
     # The diagnosis's wording: what is missing, what it needs, what was offered.
-    assert "not up after 3s: still waiting for ps:0" in result.stderr
+    assert "did not come up within 3s: still waiting for ps:0" in result.stderr
     assert "ps:0 needs cpus 64, mem 1 GiB, 1 port" in result.stderr
     assert "the largest offer seen was cpus 4" in result.stderr
     assert mesos.torn_down()
@@ -796,7 +796,7 @@ def test_tasks_whose_accept_keeps_being_refused_are_reported(
     )
     assert result.returncode == 124
     # The diagnosis's wording, and the warning said once.
-    assert "the cluster was not up after 4s: still waiting for ps:0" in result.stderr
+    assert "the cluster did not come up within 4s: still waiting for ps:0" in result.stderr
     # Whether the tasks are between offers or placed again when the time is up.
     assert re.search(
         r"\d placed, \d waiting for offers \(2 sent back after their ACCEPT failed: "

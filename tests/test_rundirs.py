@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +41,7 @@ def test_only_the_newest_runs_are_kept_and_a_running_one_never_goes(
         fcntl.flock(held, fcntl.LOCK_EX)
         new = rundirs.new_run_dir()
         assert new.parent == root
-        left = sorted(p.name for p in root.iterdir())
+        left = sorted(p.name for p in runs_in(root))
         # The new run is not counted until it has kept something (a refused
         # job keeps nothing): the three newest before it, the running one,
         # the new one.
@@ -50,7 +52,7 @@ def test_only_the_newest_runs_are_kept_and_a_running_one_never_goes(
         rundirs.release(new)
         assert not locked(new)
         # Now it counts: the two newest before it, the running one, and it.
-        assert sorted(p.name for p in root.iterdir()) == sorted(
+        assert sorted(p.name for p in runs_in(root)) == sorted(
             [old[1].name, old[3].name, old[4].name, new.name]
         )
     rundirs.release(new)  # a second time: nothing
@@ -73,14 +75,53 @@ def test_refused_runs_leave_nothing_and_cost_no_real_run_its_logs(
         rundirs.release(refused)
         assert not refused.exists()
         assert refused not in rundirs.held()
-    assert list(rundirs.runs_root().iterdir()) == [real]
+    assert runs_in(rundirs.runs_root()) == [real]
     assert (real / "worker.0.1.abc.log").read_text() == "the real run's output\n"
     # The next real run is counted once it has kept something: only it stays.
     newer = rundirs.new_run_dir()
     (newer / "worker.0.1.abc.log").write_text("newer\n")
     assert real.exists()
     rundirs.release(newer)
-    assert list(rundirs.runs_root().iterdir()) == [newer]
+    assert runs_in(rundirs.runs_root()) == [newer]
+
+
+def runs_in(root: Path) -> list[Path]:
+    """The runs' directories in ``root``: not the ``latest`` link."""
+    return sorted(path for path in root.iterdir() if not path.is_symlink())
+
+
+def test_latest_links_the_newest_run_and_is_never_pruned_as_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 40, item 16: `latest` to the newest run directory.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.setenv(rundirs.ENV_KEEP_RUNS, "2")
+    # A second apart each, as runs are named (runs of one second sort by
+    # their random part).
+    stamps = iter(f"20260101-0000{second:02d}" for second in range(60))
+    monkeypatch.setattr(time, "strftime", lambda _: next(stamps))
+    root = rundirs.runs_root()
+    latest = root / "latest"
+    made = []
+    for number in range(4):
+        run = rundirs.new_run_dir()
+        made.append(run)
+        # Relative, replaced whole: no temporary name left beside it.
+        assert os.readlink(latest) == run.name
+        assert latest.resolve() == run.resolve()
+        (run / "worker.0.1.abc.log").write_text(f"run {number}\n")
+        rundirs.release(run)
+        assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == []
+    # The link is no run: the two newest runs are kept besides it.
+    assert runs_in(root) == made[-2:]
+    assert (latest / "worker.0.1.abc.log").read_text() == "run 3\n"
+    # A run refused once its directory was made leaves nothing: `latest`
+    # names the newest run left, not a directory gone.
+    refused = rundirs.new_run_dir()
+    assert latest.resolve() == refused.resolve()
+    rundirs.release(refused)
+    assert not refused.exists()
+    assert latest.resolve() == made[-1].resolve()
 
 
 def locked(run: Path) -> bool:
@@ -163,7 +204,7 @@ def test_a_restarting_job_lets_go_of_its_run_directory_when_it_ends(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     spec = ClusterSpec((Job("worker", 1, cmd="true"),), replica=True, max_restarts=1)
     assert run_replica_job(spec, "local") == 0
-    (run,) = rundirs.runs_root().iterdir()
+    (run,) = runs_in(rundirs.runs_root())
     assert (run / rundirs.LOCK).exists() and not locked(run)
 
 

@@ -256,7 +256,7 @@ def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
     (job,) = submitted(events)
     # The diagnosis's wording: Slurm's reason, in words.
     assert re.search(
-        r"the cluster was not up after 6s: still waiting for worker:1, worker:2 \(Slurm job "
+        r"the cluster did not come up within 6s: still waiting for worker:1, worker:2 \(Slurm job "
         rf"{job} is pending \(Resources: the resources it asks for are in use\)\)",
         result.stderr,
     ), result.stderr

@@ -551,7 +551,7 @@ def test_an_unreachable_zookeeper_is_retried_and_named_at_the_timeout(
         timeout=120,
     )
     assert result.returncode == 124, result.stderr
-    assert "the cluster was not up after 8s" in result.stderr
+    assert "the cluster did not come up within 8s" in result.stderr
     assert re.search(
         r"not subscribed to a Mesos master yet: no ZooKeeper server at 127\.0\.0\.1:\d+ "
         r"answered within 5s",

@@ -232,7 +232,12 @@ async def _run_with_restarts(
                     cause=summary,
                 )
         except ClusterStartError as exc:
-            status, verdict = EXIT_NEVER_UP, f"the cluster did not come up: {exc}"
+            said = str(exc)
+            # "the cluster did not come up within 20s: still waiting for ..."
+            # says it once; other reasons get the headline in front.
+            if not said.startswith("the cluster did not come up"):
+                said = f"the cluster did not come up: {said}"
+            status, verdict = EXIT_NEVER_UP, said
             result = "never up"
         except asyncio.CancelledError:
             if not received:

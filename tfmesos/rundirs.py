@@ -7,7 +7,9 @@ variable is unset), named by its start time; the newest ``TFMESOS_KEEP_RUNS``
 when it ends. A run that kept nothing (a job refused once its directory was
 made) leaves no directory and counts against no other's. A run still going
 holds a lock on its directory, so that another tfrun's clean-up never removes
-it. Each task's log is capped (``TFMESOS_TASK_LOG_MAX``, 50 MiB
+it. ``latest`` in the same folder is a link to the newest run's directory,
+replaced whole (a new link renamed over it) each time a run's directory is
+made; it is no run, and never pruned. Each task's log is capped (``TFMESOS_TASK_LOG_MAX``, 50 MiB
 by default): the agent keeps the log and one rotated file, each at most half
 the cap.
 """
@@ -45,6 +47,8 @@ TASK_LOG_MIN = 1024
 KEEP_RUNS = 20
 TASK_LOG_MAX = 50 << 20
 LOCK = ".lock"
+LATEST = "latest"
+"""The link to the newest run's directory, beside the runs."""
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 _held: dict[Path, IO[bytes]] = {}
@@ -115,6 +119,7 @@ def new_run_dir() -> Path:
         )
         return fallback
     _held[run] = lock
+    _link_latest(root, run.name)
     # Not counting this run, which may yet be refused and keep nothing: a
     # refused job must not cost a real run its logs (release prunes again).
     _prune(root, keep + 1, run)
@@ -144,11 +149,45 @@ def release(run: Path) -> None:
                 # is in it meanwhile.
                 (run / LOCK).unlink()
                 run.rmdir()
+                _unlink_latest(run)
                 return
         except OSError:
             return
     with contextlib.suppress(SpecError, OSError):
         _prune(run.parent, keep_runs(), run)
+
+
+def _link_latest(root: Path, name: str) -> None:
+    """``root/latest`` -> ``name`` (relative: the runs may move together),
+    whole or not at all: a new link under a temporary name, renamed over the
+    old one, so that a reader never finds it missing or half made."""
+    temporary = root / f".{LATEST}.{os.getpid()}"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        temporary.symlink_to(name)
+        os.replace(temporary, root / LATEST)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        logger.debug("cannot link %s to %s: %s", root / LATEST, name, exc)
+
+
+def _unlink_latest(run: Path) -> None:
+    """The run in ``run`` was removed (it kept nothing): where ``latest``
+    named it, it names the newest run left, or is removed."""
+    root = run.parent
+    try:
+        if os.readlink(root / LATEST) != run.name:
+            return
+    except OSError:
+        return
+    runs = _runs(root)
+    if runs:
+        _link_latest(root, runs[-1].name)
+    else:
+        with contextlib.suppress(OSError):
+            (root / LATEST).unlink()
 
 
 _NAME_CHARACTERS = "abcdefghijklmnopqrstuvwxyz0123456789_"
@@ -171,16 +210,23 @@ def _new_dir(root: Path, prefix: str) -> Path:
     raise FileExistsError(errno.EEXIST, "no unused name for a new directory", str(root))
 
 
+def _runs(root: Path) -> list[Path]:
+    """The runs' directories in ``root``, oldest first: not ``latest``, nor
+    any other link."""
+    try:
+        # The directory's own entry types: no stat of each run, as Path.is_dir
+        # makes; a link (``latest``) is no run.
+        with os.scandir(root) as scan:
+            names = sorted(entry.name for entry in scan if entry.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    return [root / name for name in names]
+
+
 def _prune(root: Path, keep: int, current: Path) -> None:
     """Remove the oldest runs beyond ``keep`` (this one counted), except any
     still running (their lock is held)."""
-    try:
-        # The directory's own entry types: no stat of each run, as Path.is_dir makes.
-        with os.scandir(root) as scan:
-            names = sorted(entry.name for entry in scan if entry.is_dir())
-    except OSError:
-        return
-    runs = [run for run in (root / name for name in names) if run != current]
+    runs = [run for run in _runs(root) if run != current]
     for old in runs[: max(0, len(runs) - (keep - 1))]:
         try:
             with open(old / LOCK, "ab") as lock:

@@ -343,7 +343,7 @@ class Launcher(Loop):
         waiting = self._waiting()
         detail = self.backend.progress()
         raise ClusterStartError(
-            f"the cluster was not up after {self.spec.start_timeout:g}s: "
+            f"the cluster did not come up within {self.spec.start_timeout:g}s: "
             f"still waiting for {', '.join(waiting)}" + (f" ({detail})" if detail else "")
         )
 

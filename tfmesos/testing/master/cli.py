@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from tfmesos.portholder import port_taken
 from tfmesos.testing.master.master import TestMaster
 from tfmesos.testing.master.state import MasterConfig
 
@@ -46,7 +51,17 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     defaults = MasterConfig()
     parser.add_argument("--ip", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=5050, help="port to listen on (0: any)")
+    parser.add_argument(
+        "--port", type=int, default=5050, help="port to listen on (0: any free one)"
+    )
+    parser.add_argument(
+        "--address-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help='once it listens, write its host:port to FILE (for tfrun -m "$(cat FILE)"; '
+        "with --port 0); removed when it stops",
+    )
     parser.add_argument(
         "--hostname", default=None, help="hostname advertised for master and agents"
     )
@@ -116,7 +131,19 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve(config: MasterConfig) -> None:
+class PortTaken(Exception):
+    """The master's port is taken: one line says so, and nothing is left."""
+
+
+def _write_address(path: Path, address: str) -> None:
+    """``address`` in ``path``, whole or not at all (a reader waiting for the
+    file never sees half of it)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(address + "\n")
+    os.replace(temporary, path)
+
+
+async def _serve(config: MasterConfig, address_file: Path | None = None) -> None:
     master = TestMaster(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -125,15 +152,26 @@ async def _serve(config: MasterConfig) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    await master.start()
-    print(
-        f"tfmesos test master {master.master_id} listening on {master.url} "
-        f"({config.agents} agent{'s' if config.agents != 1 else ''}, work dir {master.work_dir})",
-        flush=True,
-    )
     try:
+        await master.start()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise PortTaken(port_taken(config.port, config.ip)) from None
+    try:
+        if address_file is not None:
+            _write_address(address_file, master.url.removeprefix("http://"))
+        print(
+            f"tfmesos test master {master.master_id} listening on {master.url} "
+            f"({config.agents} agent{'s' if config.agents != 1 else ''}, "
+            f"work dir {master.work_dir})",
+            flush=True,
+        )
         await stop.wait()
     finally:
+        if address_file is not None:
+            with contextlib.suppress(OSError):
+                address_file.unlink()
         await master.stop()
         kept = config.work_dir is not None or config.keep_work_dir
         print(
@@ -177,6 +215,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         call_delay_seed=args.call_delay_seed,
         root_submissions=not args.no_root_submissions,
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(config))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(config, args.address_file))
+    except PortTaken as exc:
+        print(
+            f"python -m tfmesos.testing.master: {exc}: choose another with --port PORT "
+            "(--port 0: any free one, written to --address-file FILE)",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -119,14 +119,41 @@ class TestMaster(_FaultMethods):
         config = state.config
         state.loop = asyncio.get_running_loop()
         check_isolation(config)
+        made: Path | None = None
+        """The first folder this start made, removed if it fails."""
         if config.work_dir is None:
-            state.work_dir_path = Path(tempfile.mkdtemp(prefix="tfmesos-test-master-"))
+            state.work_dir_path = made = Path(tempfile.mkdtemp(prefix="tfmesos-test-master-"))
             # As an agent's work_dir: every task's user can reach its own sandbox.
             state.work_dir_path.chmod(0o755)
             state.own_work_dir = True
         else:
             state.work_dir_path = Path(config.work_dir)
+            if not state.work_dir_path.exists():
+                made = state.work_dir_path
+                while not made.parent.exists():
+                    made = made.parent
             state.work_dir_path.mkdir(parents=True, exist_ok=True)
+        try:
+            await self._serve()
+        except BaseException:
+            # A port already taken, say: leave nothing behind (no reaper, no
+            # empty work directory), as if it had never started.
+            if self._app_runner is not None:
+                await self._app_runner.cleanup()
+                self._app_runner = None
+            if self.runner.reaper is not None:
+                await self.runner.reaper.close()
+                self.runner.reaper = None
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
+            raise
+        return self
+
+    async def _serve(self) -> None:
+        """Start the reaper, the agents and the HTTP server."""
+        state = self.master_state
+        config = state.config
+        assert state.work_dir_path is not None
         if config.kill_on_orphan:
             self.runner.reaper = Reaper()
             if state.own_work_dir and not config.keep_work_dir:
@@ -147,7 +174,6 @@ class TestMaster(_FaultMethods):
         state.master_info = self._make_master_info()
         self._allocation_task = state.spawn(self.allocator.run())
         logger.debug("test master %s listening on %s", state.master_id, self.url)
-        return self
 
     async def stop(self) -> None:
         """Close every stream, kill every task's process group, stop serving."""
