@@ -374,3 +374,20 @@ def install_in_new_venv(tmp_path: Path, *, editable: bool = False) -> tuple[str,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     return python, install.stderr
+
+
+PY = sys.executable
+
+
+def py(code: str) -> list[str]:
+    """A task's command: this Python running ``code``."""
+    return [PY, "-c", code]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A CA and certificates for a master, agents and clients
+    (tests.test_real_mesos_security.PKI), made once a module."""
+    from tests.test_real_mesos_security import PKI
+
+    return PKI.make(tmp_path_factory.mktemp("pki"))

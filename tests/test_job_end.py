@@ -10,22 +10,16 @@ import os
 import pty
 import re
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.conftest import PY, ROOT, JobProcesses, py, run_tfrun, tfrun_argv
 from tests.jobevents import JobEvents
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.local import LocalBackend
 
-PY = sys.executable
 ESC = "\x1b["
-
-
-def py(code: str) -> list[str]:
-    return [PY, "-c", code]
 
 
 def read_slowly(proc: subprocess.Popen[bytes], pause: float = 0.002) -> list[str]:

@@ -14,7 +14,6 @@ import shlex
 import signal
 import struct
 import subprocess
-import sys
 import termios
 import time
 from collections.abc import Callable
@@ -24,22 +23,18 @@ import psutil
 import pytest
 
 from tests.conftest import (
+    PY,
     ROOT,
     JobProcesses,
     Tfrun,
     is_agent,
     popen_tfrun,
+    py,
     run_tfrun,
     start_tfrun,
     tfrun_argv,
 )
 from tests.jobevents import JobEvents
-
-PY = sys.executable
-
-
-def py(code: str) -> list[str]:
-    return [PY, "-c", code]
 
 
 def test_each_task_gets_its_placeholders_and_environment(job_procs: JobProcesses) -> None:

@@ -20,7 +20,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -32,10 +31,12 @@ import pytest
 
 from tests.conftest import (
     MARK,
+    PY,
     TWO_WORKERS_TRUE,
     JobProcesses,
     marked_master,
     popen_tfrun,
+    py,
     run_tfrun,
     start_tfrun,
 )
@@ -46,12 +47,6 @@ from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.testing.master import ThreadedTestMaster
 from tfmesos.testing.real_mesos import RealMesos
-
-PY = sys.executable
-
-
-def py(code: str) -> list[str]:
-    return [PY, "-c", code]
 
 
 def framework_calls(master: ThreadedTestMaster, kind: str) -> list[dict]:  # type: ignore[type-arg]

@@ -35,13 +35,6 @@ API = "/api/v1/scheduler"
 # -- a master that speaks only TLS, dialled with http ---------------------------
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from tests.test_real_mesos_security import PKI
-
-    return PKI.make(tmp_path_factory.mktemp("pki"))
-
-
 @contextlib.contextmanager
 def tls_only_server(pki: Any) -> Iterator[int]:
     """A TLS server on 127.0.0.1 (its port) configured as libprocess

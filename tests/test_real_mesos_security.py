@@ -139,11 +139,6 @@ class PKI:
         return pki
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
-    return PKI.make(tmp_path_factory.mktemp("pki"))
-
-
 def libprocess_server_context(
     cert: Path, key: Path, client_ca: Path | None = None
 ) -> ssl.SSLContext:

@@ -643,13 +643,6 @@ def test_an_error_event_ends_the_client_without_resubscribing(
 # server that answers 401, as a master that authenticates frameworks does.
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from tests.test_real_mesos_security import PKI
-
-    return PKI.make(tmp_path_factory.mktemp("pki"))
-
-
 @contextlib.contextmanager
 def tls_server(pki: Any, cert: str = "master") -> Iterator[int]:
     """A TLS server on 127.0.0.1 (its port) that handshakes and closes."""

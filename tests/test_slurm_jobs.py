@@ -22,16 +22,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, popen_tfrun, run_tfrun, start_tfrun
+from tests.conftest import PY, ROOT, JobProcesses, popen_tfrun, py, run_tfrun, start_tfrun
 from tests.jobevents import JobEvents
 
-PY = sys.executable
 RELEASE_BOUND = 15.0
 """docs and README: a job's allocation is gone within 15 s of tfrun's death."""
-
-
-def py(code: str) -> list[str]:
-    return [PY, "-c", code]
 
 
 def _slurm_problem() -> str | None:
