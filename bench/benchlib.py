@@ -511,3 +511,32 @@ class EventStream:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def start_test_master(
+    *flags: str, env: Mapping[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A test Mesos master in a process of its own on a free port, with
+    ``flags`` (agents, their sizes, ...): the process and its URL, once it
+    listens (it writes its address to a file then)."""
+    address = Path(tempfile.mkdtemp(prefix="bench-master-")) / "address"
+    master = [PYTHON, "-m", "tfmesos.testing.master", "--port", "0"]
+    settings = ["--allocation-interval", "0.2", "--log-level", "WARNING"]
+    proc = subprocess.Popen(
+        [*master, "--address-file", str(address), *settings, *flags],
+        env=dict(bench_env() if env is None else env),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        if address.exists() and address.read_text().strip():
+            url = f"http://{address.read_text().strip()}"
+            shutil.rmtree(address.parent, ignore_errors=True)
+            return proc, url
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    shutil.rmtree(address.parent, ignore_errors=True)
+    raise RuntimeError("the test master did not start")

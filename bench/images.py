@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchlib import PYTHON, ROOT, Result, alternate, bench_env, command_line, parse_args, tfrun
+from benchlib import (
+    PYTHON,
+    ROOT,
+    Result,
+    alternate,
+    bench_env,
+    command_line,
+    parse_args,
+    start_test_master,
+    tfrun,
+)
 
 SCRATCH_BASE = "localhost/tfmesos-bench-base:scratch"
 
@@ -104,50 +113,17 @@ def job_volume(work: Path) -> Path:
 
 
 def start_master() -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
     # The agents' environment is their tasks' (--inherit-env), in a container
     # under the image's: a PYTHONPYCACHEPREFIX naming a folder of this host
     # would make every container compile TensorFlow's modules afresh (a job
     # took 115-137 s so, against 53 s).
     env = bench_env()
     env.pop("PYTHONPYCACHEPREFIX")
-    proc = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "tfmesos.testing.master",
-            "--port",
-            str(port),
-            "--agents",
-            "2",
-            "--cpus",
-            "4",
-            "--mem",
-            "8192",
-            "--allocation-interval",
-            "0.2",
-            "--inherit-env",
-            "--ports",
-            "41000-41999",
-            "--log-level",
-            "WARNING",
-        ],
+    return start_test_master(
+        *("--agents", "2", "--cpus", "4", "--mem", "8192", "--inherit-env"),
+        *("--ports", "41000-41999"),
         env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the test master did not start")
 
 
 def job(url: str, vol: Path, image: str | None, *extra: str) -> float:

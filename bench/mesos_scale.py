@@ -23,7 +23,6 @@ import functools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,6 @@ from typing import Any
 
 import psutil
 from benchlib import (
-    PYTHON,
     ROOT,
     EventStream,
     Result,
@@ -40,6 +38,7 @@ from benchlib import (
     command_line,
     parse_args,
     scratch,
+    start_test_master,
     tfrun,
 )
 
@@ -142,48 +141,10 @@ def placement_cpu(tasks: int, offer_count: int, events: int = 1) -> float:
     return cpu
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_master(agents: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            PYTHON,
-            "-m",
-            "tfmesos.testing.master",
-            "--port",
-            str(port),
-            "--agents",
-            str(agents),
-            "--cpus",
-            "64",
-            "--mem",
-            "65536",
-            "--allocation-interval",
-            "0.2",
-            "--inherit-env",
-            "--log-level",
-            "WARNING",
-        ],
-        env=bench_env(),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    return start_test_master(
+        *("--agents", str(agents), "--cpus", "64", "--mem", "65536", "--inherit-env")
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the test master did not start")
 
 
 def start_real_mesos() -> RealMesos | str:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -45,7 +44,6 @@ from pathlib import Path
 import psutil
 from benchlib import (
     PYTHON,
-    ROOT,
     Event,
     EventStream,
     JobFailed,
@@ -57,6 +55,7 @@ from benchlib import (
     parse_args,
     scratch,
     span,
+    start_test_master,
     tfrun,
 )
 
@@ -256,35 +255,9 @@ def crash_and_resume(master: str | None, restarts: bool, train_steps: int, save_
         )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_master() -> tuple[subprocess.Popen[bytes], str]:
     """A test Mesos master in a process of its own: 2 agents, room for the job."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            PYTHON, "-m", "tfmesos.testing.master", "--port", str(port),
-            "--agents", "2", "--cpus", "4", "--mem", "8192",
-            "--allocation-interval", "0.2", "--inherit-env", "--log-level", "WARNING",
-        ],
-        env=bench_env(),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the test master did not start")
+    return start_test_master("--agents", "2", "--cpus", "4", "--mem", "8192", "--inherit-env")
 
 
 def main() -> None:
