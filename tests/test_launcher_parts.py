@@ -16,7 +16,7 @@ from tfmesos.backends.base import NOT_PLACED, TaskEnded
 from tfmesos.errors import ClusterStartError, TaskFailure
 from tfmesos.launcher import message, relaunch, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState, IllegalMove
-from tfmesos.launcher.output import OutputRouter, size_in_words
+from tfmesos.launcher.output import OutputRouter, human_size
 from tfmesos.rendezvous import Exited
 
 pytestmark = pytest.mark.unit
@@ -187,4 +187,4 @@ def test_prefixes_are_coloured_only_for_shown_tasks_where_colour_is_on() -> None
     assert router.prefix("worker:0").startswith(b"\x1b[")
     plain = OutputRouter(io.BytesIO(), ["worker:0"], colour=False, notes_after_output=False)
     assert plain.prefix("worker:0") == b"[worker:0] "
-    assert size_in_words(10) == "10 B" and size_in_words(3 << 20) == "3.0 MiB"
+    assert human_size(10) == "10 B" and human_size(3 << 20) == "3.0 MiB"

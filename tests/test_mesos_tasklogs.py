@@ -40,4 +40,4 @@ def test_a_log_that_cannot_be_written_is_said_once_naming_the_task(
     message = record.getMessage()
     assert message.startswith("cannot keep the output of task worker:1 in "), message
     assert "worker.1.1.8b4c6c83.log" in message
-    assert logs.unkept == ["worker:1"]
+    assert logs.lost == ["worker:1"]

@@ -197,9 +197,9 @@ class RendezvousServer:
         self._handshake_timeout = handshake_timeout
         self._first_byte_timeout = min(first_byte_timeout, handshake_timeout)
         self._handlers: set[asyncio.Task[None]] = set()
-        self._said_at: dict[str, float] = {}
+        self._logged_at: dict[str, float] = {}
         """When each kind of refusal was last said."""
-        self._unsaid: dict[str, tuple[int, str]] = {}
+        self._held_refusals: dict[str, tuple[int, str]] = {}
         """Refusals of each kind not said yet: how many, and the latest peer."""
         self._summaries: dict[str, asyncio.TimerHandle] = {}
         self._stopping = False
@@ -246,7 +246,7 @@ class RendezvousServer:
             self._drop_silent(sock)
         for kind in list(self._summaries):
             self._summaries.pop(kind).cancel()
-            self._say_unsaid(kind)
+            self._log_held_refusals(kind)
         if linger > 0 and self._handlers:
             await asyncio.wait(list(self._handlers), timeout=linger)
         for handler in list(self._handlers):
@@ -486,25 +486,27 @@ class RendezvousServer:
         """Say a refusal: at once if none of its kind was said lately, else
         counted, and the count said once ``REFUSAL_LOG_INTERVAL`` is up."""
         now = time.monotonic()
-        said_at = self._said_at.get(kind)
-        if kind not in self._unsaid and (said_at is None or now - said_at >= REFUSAL_LOG_INTERVAL):
+        logged_at = self._logged_at.get(kind)
+        if kind not in self._held_refusals and (
+            logged_at is None or now - logged_at >= REFUSAL_LOG_INTERVAL
+        ):
             logger.warning("%s", message)
-            self._said_at[kind] = now
+            self._logged_at[kind] = now
             return
-        count, _ = self._unsaid.get(kind, (0, peer))
-        self._unsaid[kind] = (count + 1, peer)
+        count, _ = self._held_refusals.get(kind, (0, peer))
+        self._held_refusals[kind] = (count + 1, peer)
         if kind not in self._summaries:
-            delay = max(0.0, (said_at or now) + REFUSAL_LOG_INTERVAL - now)
+            delay = max(0.0, (logged_at or now) + REFUSAL_LOG_INTERVAL - now)
             self._summaries[kind] = asyncio.get_running_loop().call_later(
                 delay, self._summary_due, kind
             )
 
     def _summary_due(self, kind: str) -> None:
         self._summaries.pop(kind, None)
-        self._say_unsaid(kind)
+        self._log_held_refusals(kind)
 
-    def _say_unsaid(self, kind: str) -> None:
-        count, peer = self._unsaid.pop(kind, (0, ""))
+    def _log_held_refusals(self, kind: str) -> None:
+        count, peer = self._held_refusals.pop(kind, (0, ""))
         if count:
             logger.warning(
                 "rendezvous: refused %d more %s %s in the last %gs (the latest from %s)",
@@ -514,7 +516,7 @@ class RendezvousServer:
                 REFUSAL_LOG_INTERVAL,
                 peer,
             )
-            self._said_at[kind] = time.monotonic()
+            self._logged_at[kind] = time.monotonic()
 
     async def _first_message(
         self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder

@@ -275,26 +275,26 @@ async def _run_with_restarts(
             said += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
         succeeded = f"job succeeded in {elapsed}: {said}"
         logger.info("%s", paint(succeeded, 32, colour))
-    unkept = launcher.unkept_logs()
+    lost = launcher.lost_logs()
     logger.log(
         logging.ERROR if verdict else logging.INFO,
         "the full output of each task is in %s%s",
         launcher.logs_location(),
-        f", but for what could not be kept of {', '.join(unkept)}'s (see the warnings above)"
-        if unkept
+        f", but for what could not be kept of {', '.join(lost)}'s (see the warnings above)"
+        if lost
         else "",
     )
-    said_verdict = verdict or succeeded
+    verdict_line = verdict or succeeded
     stopped_by = None
     if interrupted:
         status = interrupted_status(interrupted[0])
         stopped_by = signal.Signals(interrupted[0]).name
-        result, said_verdict = "interrupted", verdict or f"tfrun was stopped by {stopped_by}"
+        result, verdict_line = "interrupted", verdict or f"tfrun was stopped by {stopped_by}"
     events.emit(
         "job_verdict",
         exit_status=status,
         result=result,
-        message=said_verdict,
+        message=verdict_line,
         signal=stopped_by,
     )
     return status

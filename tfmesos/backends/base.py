@@ -227,7 +227,7 @@ class Backend(abc.ABC):
         """Where the output of a task that never reached the launcher is kept."""
         return self.logs_location()
 
-    def unkept_logs(self) -> list[str]:
+    def lost_logs(self) -> list[str]:
         """The tasks (by name) whose output could not all be kept where
         :meth:`logs_location` says: each was said in a warning."""
         return []

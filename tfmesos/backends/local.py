@@ -122,7 +122,7 @@ class LocalBackend(Backend):
         self.agent_command = list(agent_command or default_agent_command())
         self._sink: EventSink | None = None
         self._procs: dict[str, AgentProcess] = {}
-        self._unkept: list[str] = []
+        self._lost_logs: list[str] = []
         """The tasks whose log could not be made (their output reaches tfrun only)."""
         self._fork_server: ForkServer | None = None
         self._use_fork_server = agent_command is None and not os.environ.get(NO_FORK_SERVER)
@@ -224,8 +224,8 @@ class LocalBackend(Backend):
             return f"{less}, or run it on a machine with more"
         return f"{less}, or run the job on a cluster (master= for Mesos, backend='slurm')"
 
-    def unkept_logs(self) -> list[str]:
-        return list(self._unkept)
+    def lost_logs(self) -> list[str]:
+        return list(self._lost_logs)
 
     def logs_location(self) -> str:
         return shown_path(self.log_dir)
@@ -307,7 +307,7 @@ class LocalBackend(Backend):
             logger.warning(
                 "task %s on %s %s", launch.task.name, self.host, describe_failure(str(log), exc)
             )
-            self._unkept.append(launch.task.name)
+            self._lost_logs.append(launch.task.name)
             log_fd = None
         task = DirectTask(
             launch.task_id,
@@ -434,7 +434,7 @@ class LocalBackend(Backend):
             logger.warning(
                 "task %s on %s %s", launch.task.name, self.host, describe_failure(str(log), exc)
             )
-            self._unkept.append(launch.task.name)
+            self._lost_logs.append(launch.task.name)
             log = Path(os.devnull)
             env[wire.ENV_LOG_FILE] = os.devnull
             env[wire.ENV_LOG_MAX] = "0"

@@ -195,10 +195,10 @@ class Launcher(Loop):
         ``exited 0``, ``stopped by tfrun``, or how it failed."""
         return verdict.outcomes(self._attempts.current.values())
 
-    def unkept_logs(self) -> list[str]:
+    def lost_logs(self) -> list[str]:
         """The tasks whose output could not all be kept where
         :meth:`logs_location` says (each was said in a warning), by name."""
-        names = [*self._unkept_logs, *(n for b in self._backends() for n in b.unkept_logs())]
+        names = [*self._lost_logs, *(n for b in self._backends() for n in b.lost_logs())]
         return list(dict.fromkeys(names))
 
     def logs_location(self) -> str:

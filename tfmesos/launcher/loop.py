@@ -184,7 +184,7 @@ class Loop:
         self._relaunch_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
         """Fine-grained mode: dead servers to start again at their address."""
         self._server_relaunches = 0
-        self._unkept_logs: list[str] = []
+        self._lost_logs: list[str] = []
         """Tasks whose agent said its log could not be written (``log_failed``)."""
         self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
@@ -277,7 +277,7 @@ class Loop:
             if event.message.get("type") == "log_failed":  # its agent's log; it goes on
                 where = f" on {task.host}" if task.host else ""
                 logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
-                self._unkept_logs.append(task.spec.name)
+                self._lost_logs.append(task.spec.name)
             return
         if isinstance(event, Registered):
             task.connection = event.connection

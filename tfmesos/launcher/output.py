@@ -11,7 +11,7 @@ from typing import BinaryIO
 from tfmesos.console import ConsoleWriter, colour_prefix, same_destination, use_colour
 from tfmesos.launcher.attempts import Attempt
 
-__all__ = ["OUTPUT_STALL", "OutputRouter", "size_in_words"]
+__all__ = ["OUTPUT_STALL", "OutputRouter", "human_size"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -137,7 +137,7 @@ class OutputRouter:
             "%s: dropped %s of the tasks' output not yet written; the full output of each "
             "task is in %s",
             reason,
-            size_in_words(dropped),
+            human_size(dropped),
             where,
         )
 
@@ -149,7 +149,7 @@ class OutputRouter:
             self.abandon(f"the terminal took no output for {OUTPUT_STALL:g}s", where)
 
 
-def size_in_words(count: int) -> str:
+def human_size(count: int) -> str:
     if count < 1024:
         return f"{count} B"
     if count < 1 << 20:

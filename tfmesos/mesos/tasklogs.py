@@ -71,7 +71,7 @@ class TaskLogs:
         self.directory = directory
         self._half = cap // 2 if cap > 1 else 0
         self._logs: dict[str, _Log] = {}
-        self.unkept: list[str] = []
+        self.lost: list[str] = []
         """The tasks whose output could not all be kept (each said once)."""
 
     def path(self, task_id: str) -> Path:
@@ -90,7 +90,7 @@ class TaskLogs:
         except OSError as exc:
             log.broken = True
             log.close()
-            self.unkept.append(name or task_id)
+            self.lost.append(name or task_id)
             logger.warning(
                 "cannot keep the output of task %s in %s (%s): the rest of it is only in its "
                 "sandbox",

@@ -129,7 +129,7 @@ def _flag_value(name: str, value: str) -> bool:
 
 def _cannot_load(what: str, exc: Exception) -> NoReturn:
     if isinstance(exc, ssl.SSLError):
-        why = _ssl_words(exc)
+        why = _describe_ssl_error(exc)
     elif isinstance(exc, OSError):
         why = exc.strerror or str(exc)
     else:
@@ -237,7 +237,7 @@ _CLIENT_CERT_ALERTS = (
 )
 
 
-def _ssl_words(error: ssl.SSLError) -> str:
+def _describe_ssl_error(error: ssl.SSLError) -> str:
     """``certificate verify failed: self-signed certificate`` rather than
     ``[SSL: CERTIFICATE_VERIFY_FAILED] ... (_ssl.c:1006)``."""
     if isinstance(error, ssl.SSLCertVerificationError) and error.verify_message:
@@ -363,7 +363,7 @@ def describe(exc: BaseException) -> str:
     ("Operation not permitted")."""
     tls = _ssl_error(exc)
     if tls is not None:
-        return f"TLS handshake failed: {_ssl_words(tls)}"
+        return f"TLS handshake failed: {_describe_ssl_error(tls)}"
     if isinstance(exc, aiohttp.ClientConnectorError):
         error = exc.os_error
         if error.errno is not None and error.errno > 0:
@@ -458,7 +458,7 @@ class AiohttpTransport:
 
     def _handshake_failure(self, url: str, error: ssl.SSLError) -> str:
         where = URL(url)
-        text = f"TLS handshake with {where.origin()} failed: {_ssl_words(error)}"
+        text = f"TLS handshake with {where.origin()} failed: {_describe_ssl_error(error)}"
         trusted = self._tls.trusted if self._tls is not None else "the system's CAs"
         code = getattr(error, "verify_code", None)
         if code in _UNTRUSTED:

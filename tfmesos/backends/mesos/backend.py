@@ -152,8 +152,8 @@ class MesosBackend(Backend):
         # Looked up once: the launcher asks for it at every launch.
         return self.host
 
-    def unkept_logs(self) -> list[str]:
-        return list(self._logs.unkept)
+    def lost_logs(self) -> list[str]:
+        return list(self._logs.lost)
 
     def logs_location(self) -> str:
         return shown_path(self.log_dir)
