@@ -55,6 +55,8 @@ __all__ = ["MasterLostError", "SchedulerClient", "SchedulerError"]
 logger = logging.getLogger("tfmesos")
 
 API_PATH = "/api/v1/scheduler"
+OPERATOR_PATH = "/api/v1"
+"""The master's operator API (``docs/operator-http-api.md``)."""
 MISSED_HEARTBEATS = 5
 DEFAULT_HEARTBEAT_SECONDS = 15.0
 """Mesos's heartbeat interval (``DEFAULT_HEARTBEAT_INTERVAL``, src/master/constants.hpp),
@@ -450,6 +452,21 @@ class SchedulerClient:
         except (TransportError, OSError, asyncio.TimeoutError):
             return None
         return master.url if status == 200 and "html" in content_type else None
+
+    async def operator_call(self, call: dict[str, Any], timeout: float) -> tuple[int, str]:
+        """``call`` to the subscribed master's operator API (``/api/v1``): its
+        answer's status and text. Raises :class:`TransportError` (none
+        subscribed, no answer)."""
+        master = self.master
+        if master is None:
+            raise TransportError("not subscribed to a master")
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        return await asyncio.wait_for(
+            self._transport.post(
+                master.url + OPERATOR_PATH, json.dumps(call).encode(), headers, timeout
+            ),
+            timeout + 1,
+        )
 
     # -- calls -----------------------------------------------------------
 
