@@ -24,6 +24,8 @@ import pytest
 from tests.conftest import JobProcesses, marked_master, popen_tfrun, run_tfrun
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, open_cluster
+from tfmesos.mesos.agents import AgentTotal, agent_totals, never_held
+from tfmesos.spec import TaskSpec
 from tfmesos.testing.real_mesos import AgentSpec
 
 PY = sys.executable
@@ -176,3 +178,86 @@ def test_where_it_cannot_be_known_the_wait_and_timeout_are_said_once(
     # The periodic line is still there, each time.
     assert err.count("the largest offer seen was cpus 4") == 2, err
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def _resource(
+    name: str, value: float, role: str | None = None, **extra: object
+) -> dict[str, object]:
+    resource: dict[str, object] = {"name": name, "type": "SCALAR", "scalar": {"value": value}}
+    if role is not None:
+        resource["role"] = role
+        resource["reservations"] = [{"type": "STATIC", "role": role}]
+    resource.update(extra)
+    return resource
+
+
+PORTS = {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 1, "end": 10}]}}
+
+
+def test_what_an_agent_could_ever_offer_follows_reservations_and_roles() -> None:
+    """Unreserved resources count for every role; reserved ones for their role,
+    its sub-roles (a reservation for "eng" is offered to "eng/web") and, with
+    refined reservations, the last (most refined) role only. The agent list
+    without total_resources falls back on agent_info's."""
+    answer = {
+        "get_agents": {
+            "agents": [
+                {
+                    "agent_info": {"hostname": "a1"},
+                    "total_resources": [
+                        _resource("cpus", 2),
+                        _resource("cpus", 8, "eng"),
+                        _resource("mem", 4096),
+                        PORTS,
+                    ],
+                },
+                {
+                    "agent_info": {
+                        "hostname": "a2",
+                        "resources": [
+                            _resource("gpus", 2),
+                            _resource("cpus", 4),
+                            _resource("mem", 1024),
+                            PORTS,
+                        ],
+                    }
+                },
+                {
+                    "agent_info": {"hostname": "a3"},
+                    "total_resources": [
+                        _resource(
+                            "cpus",
+                            16,
+                            "eng/web",
+                            reservations=[
+                                {"type": "STATIC", "role": "eng"},
+                                {"type": "DYNAMIC", "role": "eng/web"},
+                            ],
+                        ),
+                        _resource("mem", 4096),
+                    ],
+                },
+            ]
+        }
+    }
+    star = agent_totals(answer, ["*"])
+    assert star == [
+        AgentTotal("a1", cpus=2, mem=4096, ports=10),
+        AgentTotal("a2", cpus=4, mem=1024, gpus=2, ports=10),
+        AgentTotal("a3", mem=4096),
+    ]
+    assert agent_totals(answer, ["eng/web"])[0].cpus == 10  # the parent's reservation
+    assert agent_totals(answer, ["eng/web"])[2].cpus == 16
+    assert agent_totals(answer, ["eng"])[2].cpus == 0  # refined for eng/web only
+    six = TaskSpec("worker", 1, 6.0, 1024.0, 0, None)
+    assert never_held(six, agent_totals(answer, ["eng"]), ["eng"]) is None
+    refusal = never_held(six, star, ["*"])
+    assert refusal == (
+        "worker:1 needs cpus 6, mem 1 GiB, 1 port, more than any of the 3 agents registered "
+        "with the Mesos master could ever offer (role '*'): the largest, on a2, has cpus 4, "
+        "mem 1 GiB, gpus 2, 10 ports; ask for less, or use a cluster with larger agents"
+    ), refusal
+    # No port at all: a3 holds the CPUs and memory, and still never the task.
+    small = TaskSpec("ps", 0, 1.0, 1024.0, 0, None)
+    assert never_held(small, [star[2]], ["*"]) is not None
+    assert never_held(small, star, ["*"]) is None
