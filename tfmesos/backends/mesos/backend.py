@@ -378,6 +378,8 @@ class MesosBackend(Backend):
                 await self._shape_added.wait()
                 continue
             status, text = await self._agent_list()
+            if self._closing or self._failed:
+                return
             if status is None:
                 self._agents_unknown = text
                 await asyncio.sleep(AGENTS_RECHECK)
@@ -409,7 +411,7 @@ class MesosBackend(Backend):
         try:
             status, text = await self.client.operator_call(AGENTS_CALL, AGENTS_TIMEOUT)
         except (TransportError, OSError, asyncio.TimeoutError) as exc:
-            return None, f"the master's agent list did not come: {exc or type(exc).__name__}"
+            return None, f"the master's agent list did not come: {str(exc) or type(exc).__name__}"
         return status, text if status == 200 else " ".join(text[:200].split())
 
     # -- decisions -----------------------------------------------------------
