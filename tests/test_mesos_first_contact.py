@@ -342,3 +342,35 @@ def test_a_bare_404_keeps_the_first_contact_budget(job_procs: JobProcesses, tmp_
         "master?) within 2s"
     ), line
     assert job_procs.wait_gone(10) == []
+
+
+def test_a_list_fails_at_once_only_when_every_master_of_it_is_no_master(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """With a list, one web server that is no master and one address nothing
+    listens on (a master that may yet start) keep the first-contact budget
+    (here --connect-timeout 2); two web servers end it after one answer each."""
+    first, second = (NotAMaster(501, b"<html>no</html>") for _ in range(2))
+    try:
+        masters = f"127.0.0.1:{first.port},127.0.0.1:{free_port()}"
+        waited = subprocess.run(
+            tfrun_argv("-m", masters, "--connect-timeout", "2", "-w", "2", "--", "true"),
+            capture_output=True, text=True, env=job_procs.env(), cwd=ROOT, timeout=120,
+        )  # fmt: skip
+        assert waited.returncode == 125, waited.stderr
+        assert first.posts > 1, first.posts
+        assert "within 2s" in waited.stderr, waited.stderr
+        both = f"127.0.0.1:{first.port},127.0.0.1:{second.port}"
+        before = first.posts
+        at_once = subprocess.run(
+            tfrun_argv("-m", both, "--connect-timeout", "2", "-w", "2", "--", "true"),
+            capture_output=True, text=True, env=job_procs.env(), cwd=ROOT, timeout=120,
+        )  # fmt: skip
+    finally:
+        first.close()
+        second.close()
+    assert at_once.returncode == 125, at_once.stderr
+    assert (first.posts - before, second.posts) == (1, 1)
+    (line,) = at_once.stderr.splitlines()
+    assert line.count("answered 501 Not Implemented (a web page) to SUBSCRIBE") == 2, line
+    assert job_procs.wait_gone(10) == []
