@@ -368,19 +368,22 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
         "-w",
         "2",
         "-s",
-        "1",
+        "3",
         "-Cs",
-        "64",
+        "3",
         "--",
         "true",
         env=job_procs.env(),
     )
-    assert result.returncode == 124
+    # Each ps task fits an agent (a task no agent could ever hold is refused
+    # at once: tests/test_mesos_never_fits.py), but the two agents of 4 CPUs
+    # hold two of the three together.
+    assert result.returncode == 124, result.stderr
     assert events.verdict()["result"] == "never up", result.stderr
-    assert "ps:0" not in {e["task"] for e in events.of("task_placed")}
+    assert len({e["task"] for e in events.of("task_placed")} - {"worker:0"}) < 3
     # The diagnosis's wording: what is missing, what it needs, what was offered.
-    assert "did not come up within 3s: still waiting for ps:0" in result.stderr
-    assert "ps:0 needs cpus 64, mem 1 GiB, 1 port" in result.stderr
+    assert "did not come up within 3s: still waiting for ps:" in result.stderr
+    assert re.search(r"ps:\d needs cpus 3, mem 1 GiB, 1 port", result.stderr), result.stderr
     assert "the largest offer seen was cpus 4" in result.stderr
     assert mesos.torn_down()
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []

@@ -114,10 +114,11 @@ def test_a_cluster_that_never_comes_up_is_not_restarted(
     master: ThreadedTestMaster, job_procs: JobProcesses, job_events: JobEvents
 ) -> None:
     # The start has its own rules (three attempts per task, --timeout); a
-    # restart would only repeat them.
+    # restart would only repeat them. Each worker fits an agent of 4 CPUs,
+    # but the two agents hold two of the three together.
     result = run_tfrun(
         "-m", master.url, *job_events.flag,
-        "-w", "2", "-s", "0", "-Cw", "64", "--timeout", "3",
+        "-w", "4", "-s", "0", "-Cw", "4", "--timeout", "3",
         "--max-restarts", "3", "--", "true",
         env=job_procs.env(),
     )  # fmt: skip

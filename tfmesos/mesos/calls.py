@@ -52,7 +52,9 @@ OFFERS_SUBJECT = "offers"
 MASTER_ANSWERS = frozenset({200, 307, 400, 401, 403, 503})
 """What a Mesos master answers SUBSCRIBE (``src/master/http.cpp``): subscribed,
 a redirect to the leader, a refusal, or 503 while no leader is elected or it
-recovers. Anything else is not a master: it does not end the first contact."""
+recovers. Anything else is not a master: it does not end the first contact,
+and when every master given answers so the client ends at once
+(:func:`tfmesos.mesos.scheduler.not_a_master`)."""
 
 
 def subscribe_refused(url: str, status: int, text: str) -> tuple[bool, str]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http
 import json
 import logging
 import random
@@ -54,6 +55,8 @@ __all__ = ["MasterLostError", "SchedulerClient", "SchedulerError"]
 logger = logging.getLogger("tfmesos")
 
 API_PATH = "/api/v1/scheduler"
+OPERATOR_PATH = "/api/v1"
+"""The master's operator API (``docs/operator-http-api.md``)."""
 MISSED_HEARTBEATS = 5
 DEFAULT_HEARTBEAT_SECONDS = 15.0
 """Mesos's heartbeat interval (``DEFAULT_HEARTBEAT_INTERVAL``, src/master/constants.hpp),
@@ -314,6 +317,9 @@ class SchedulerClient:
         body = json.dumps(call).encode()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         last_error = "no master answered"
+        not_masters: list[str] = []
+        """What each candidate answered that only a server other than a
+        Mesos master answers (:func:`not_a_master`)."""
         for master in candidates:
             chain = [master]  # it, then where each redirect led
             while True:  # follow_redirect ends the redirects
@@ -361,11 +367,23 @@ class SchedulerClient:
                     fatal, last_error = subscribe_refused(master.url, response.status, text)
                     if fatal:
                         raise SchedulerError(last_error)
+                    said = not_a_master(master.url, response.status, text)
+                    if said is not None and len(chain) == 1:
+                        not_masters.append(said)
                     break
                 if len(chain) > 1:  # said once it took SUBSCRIBE: a failure is one line
                     logger.info("Mesos: redirected to the leading master %s", master.url)
                 await self._read_stream(master, response)
                 return
+        if (
+            isinstance(self._source, list)
+            and len(not_masters) == len(candidates)
+            and not self._budget.ever_answered
+        ):
+            # Every master given answered as no master does, and none ever
+            # answered as one: trying again cannot help. Not with ZooKeeper,
+            # where the leader it names is a master that registered itself.
+            raise SchedulerError("; ".join(not_masters))
         raise _NoMaster(last_error)
 
     async def _read_stream(self, master: MasterAddress, response: EventStream) -> None:
@@ -434,6 +452,21 @@ class SchedulerClient:
         except (TransportError, OSError, asyncio.TimeoutError):
             return None
         return master.url if status == 200 and "html" in content_type else None
+
+    async def operator_call(self, call: dict[str, Any], timeout: float) -> tuple[int, str]:
+        """``call`` to the subscribed master's operator API (``/api/v1``): its
+        answer's status and text. Raises :class:`TransportError` (none
+        subscribed, no answer)."""
+        master = self.master
+        if master is None:
+            raise TransportError("not subscribed to a master")
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        return await asyncio.wait_for(
+            self._transport.post(
+                master.url + OPERATOR_PATH, json.dumps(call).encode(), headers, timeout
+            ),
+            timeout + 1,
+        )
 
     # -- calls -----------------------------------------------------------
 
@@ -602,6 +635,26 @@ class SchedulerClient:
             await self._transport.aclose()
             if self._zookeeper is not None:
                 await asyncio.to_thread(self._zookeeper.stop)
+
+
+def not_a_master(url: str, status: int, text: str) -> str | None:
+    """What ``url`` answering SUBSCRIBE with ``status`` and ``text`` says, in
+    one line, if only a server other than a Mesos master answers so; else
+    None. Not a 404 with nothing in it: libprocess answers a path that no
+    process of its serves with a bare 404, and so may a master that listens
+    but has not yet started serving its routes."""
+    if status in MASTER_ANSWERS or (status == 404 and not text.strip()):
+        return None
+    try:
+        phrase = f" {http.HTTPStatus(status).phrase}"
+    except ValueError:
+        phrase = ""
+    text = " ".join(text.split())
+    shown = " (a web page)" if text.startswith("<") else f" ({text[:80]})" if text else ""
+    return (
+        f"{url} answered {status}{phrase}{shown} to SUBSCRIBE: it is not a Mesos master "
+        "(one answers 200, 307, 400, 401, 403 or 503); is -m right?"
+    )
 
 
 class _NoMaster(Exception):

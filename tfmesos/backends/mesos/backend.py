@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import json
 import logging
 import os
 import traceback
@@ -54,11 +55,13 @@ from tfmesos.backends.mesos.subscriptions import Subscriptions
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
 from tfmesos.backends.mesos.tasks import PlacedTasks
 from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
-from tfmesos.errors import EXIT_TFRUN_FAILED, SpecError, TFMesosError
+from tfmesos.errors import EXIT_TFRUN_FAILED, ResourceError, SpecError, TFMesosError
 from tfmesos.mesos import calls
+from tfmesos.mesos.agents import AGENTS_CALL, agent_totals, never_held
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.tasklogs import TaskLogs
+from tfmesos.mesos.transport import TransportError
 from tfmesos.pathtext import shown_path
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -68,6 +71,15 @@ logger = logging.getLogger("tfmesos")
 
 REVIVE_RETRY_MAX = 15.0
 """The longest wait between tries of a REVIVE the master refused."""
+AGENTS_TIMEOUT = 10.0
+"""How long the master's agent list may take to come."""
+AGENTS_RECHECK = 5.0
+"""How long to wait before asking for the agent list again, while no agent
+has registered or the master did not answer."""
+WAIT_NOTE_AFTER = 15.0
+"""How long tasks wait for offers before tfrun says, once, how long they
+have waited and that --timeout exists (when the job has none): with the
+first progress line (every 15 s)."""
 
 
 class MesosBackend(Backend):
@@ -124,6 +136,16 @@ class MesosBackend(Backend):
         self.tasks = PlacedTasks()
         """The tasks launched, and what Mesos says of them."""
         self._largest_offer: OfferCapacity | None = None
+        self._shapes: dict[tuple[float, float, int], TaskSpec] = {}
+        """A task of each shape (cpus, mem, gpus) handed to the backend."""
+        self._shape_added = asyncio.Event()
+        self._agents_unknown: str | None = None
+        """Why whether an agent could ever hold the tasks is not known, if it is not."""
+        self._agents_held = False
+        """An agent registered with the master could hold each task handed so far."""
+        self._waiting_since: float | None = None
+        self._wait_noted = False
+        self._agents_watch: asyncio.Task[None] | None = None
         self._runner: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[None]] = set()
         self._resubscribed = False
@@ -179,6 +201,7 @@ class MesosBackend(Backend):
             where = shown_path(self.log_dir)
             raise SpecError(f"cannot use {where} for the tasks' logs: {exc.strerror}") from None
         self._runner = asyncio.create_task(self._run())
+        self._agents_watch = asyncio.create_task(self._watch_agents())
 
     async def _run(self) -> None:
         try:
@@ -194,6 +217,13 @@ class MesosBackend(Backend):
 
     async def launch(self, launch: Launch) -> None:
         logger.debug("Mesos: %s waits for offers", launch.task.name)
+        task = launch.task
+        shape = (task.cpus, task.mem, task.gpus)
+        if shape not in self._shapes:
+            self._shapes[shape] = task
+            self._shape_added.set()
+        if self._waiting_since is None:
+            self._waiting_since = asyncio.get_running_loop().time()
         self._apply(self.hold.add(launch))
 
     async def launch_many(self, launches: Sequence[Launch]) -> None:
@@ -262,6 +292,9 @@ class MesosBackend(Backend):
             await asyncio.wait(set(self._calls), timeout=5)
         self._subscriptions.close()
         await self.client.close(teardown=True)
+        if self._agents_watch is not None:
+            self._agents_watch.cancel()
+            await reap(self._agents_watch)
         if self._runner is not None:
             self._runner.cancel()
             await reap(self._runner)
@@ -292,6 +325,7 @@ class MesosBackend(Backend):
             text += "; the offers held were given back, for another job to use, and are asked for again soon"
         waiting = pending[0].task
         text += f"; {waiting.name} needs {describe_need(waiting)}"
+        self._note_wait(waiting)
         if self._largest_offer is None:
             return text + "; no offer received yet"
         offer = self._largest_offer
@@ -299,6 +333,86 @@ class MesosBackend(Backend):
             text
             + f"; the largest offer seen was {offer.summary()} on {offer.offer.get('hostname')}"
         )
+
+    def _note_wait(self, waiting: TaskSpec) -> None:
+        """Say once, when tasks have waited long and the job has no
+        --timeout, how long, what is known of whether they ever can be held,
+        and that --timeout exists: the periodic progress line alone would
+        repeat forever."""
+        if self._wait_noted or self._waiting_since is None or self.spec.start_timeout is not None:
+            return
+        waited = asyncio.get_running_loop().time() - self._waiting_since
+        if waited < WAIT_NOTE_AFTER:
+            return
+        self._wait_noted = True
+        if self._agents_held:
+            known = "an agent registered with the master could hold it, once it has room"
+        else:
+            why = self._agents_unknown or "the master's agent list has not come"
+            known = f"whether any agent could ever hold it is not known ({why})"
+        logger.warning(
+            "Mesos: %s has waited %.0fs for an offer that holds it; %s. tfrun waits for as "
+            "long as it takes: give --timeout SECONDS to give up instead",
+            waiting.name,
+            waited,
+            known,
+        )
+
+    # -- the agents --------------------------------------------------------
+
+    async def _watch_agents(self) -> None:
+        """End the job, as a request that can never be met, when no agent
+        registered with the master could ever hold one of its tasks
+        (:mod:`tfmesos.mesos.agents`); checked once subscribed, for each
+        shape of task handed to the backend. While no agent has registered,
+        or the master gives no list, it asks again every AGENTS_RECHECK
+        seconds (an agent may register any moment); a list refused (an
+        authenticating master that does not let the framework's principal
+        see it) is not asked for again: the job waits, as before, and says so."""
+        checked: set[tuple[float, float, int]] = set()
+        while not (self._closing or self._failed):
+            await self.client.subscribed.wait()
+            self._shape_added.clear()
+            unchecked = {k: v for k, v in self._shapes.items() if k not in checked}
+            if not unchecked:
+                await self._shape_added.wait()
+                continue
+            status, text = await self._agent_list()
+            if self._closing or self._failed:
+                return
+            if status is None:
+                self._agents_unknown = text
+                await asyncio.sleep(AGENTS_RECHECK)
+                continue
+            if status != 200:
+                self._agents_unknown = f"the master refused its agent list: {status} {text}"
+                logger.debug("Mesos: %s", self._agents_unknown)
+                return
+            try:
+                agents = agent_totals(json.loads(text), self.roles)
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                self._agents_unknown = f"the master's agent list could not be read: {exc}"
+                return
+            if not agents:
+                self._agents_unknown = "no agent has registered with the master yet"
+                await asyncio.sleep(AGENTS_RECHECK)
+                continue
+            self._agents_unknown = None
+            for shape, task in unchecked.items():
+                why = never_held(task, agents, self.roles)
+                if why is not None:
+                    self._fail(ResourceError(why))
+                    return
+                checked.add(shape)
+            self._agents_held = True
+
+    async def _agent_list(self) -> tuple[int | None, str]:
+        """The master's answer to GET_AGENTS (status, text), or (None, why not)."""
+        try:
+            status, text = await self.client.operator_call(AGENTS_CALL, AGENTS_TIMEOUT)
+        except (TransportError, OSError, asyncio.TimeoutError) as exc:
+            return None, f"the master's agent list did not come: {str(exc) or type(exc).__name__}"
+        return status, text if status == 200 else " ".join(text[:200].split())
 
     # -- decisions -----------------------------------------------------------
 

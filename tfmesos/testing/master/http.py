@@ -49,6 +49,8 @@ from tfmesos.testing.master.subscriptions import Subscriptions
 from tfmesos.testing.master.updates import StatusUpdates
 
 MASTER_PREFIX = "/master"
+OPERATOR_PATH = "/api/v1"
+"""The operator API's path (``docs/operator-http-api.md``)."""
 """The master's libprocess process ID, the first component of its routes' paths."""
 STREAM_END_WAIT = 5.0
 """The longest a TEARDOWN's answer waits for the stream it ends to be written to its end."""
@@ -114,6 +116,8 @@ class HttpApi:
             app.router.add_get(path, self._state_endpoint)
         for path in ("/health", "/master/health"):
             app.router.add_get(path, self._health_endpoint)
+        for path in (OPERATOR_PATH, MASTER_PREFIX + OPERATOR_PATH):
+            app.router.add_post(path, self._operator_endpoint)
         self._control_routes(app)
         return app
 
@@ -293,6 +297,27 @@ class HttpApi:
 
     async def _state_endpoint(self, request: web.Request) -> web.Response:
         return web.json_response(self.inspector.mesos_state())
+
+    async def _operator_endpoint(self, request: web.Request) -> web.Response:
+        """The v1 operator API (``Master::Http::api``), its ``GET_AGENTS`` only;
+        in JSON only. Another call that Mesos knows is answered 501 here."""
+        try:
+            call = json.loads(await request.read())
+            kind = call["type"]
+        except (ValueError, KeyError, TypeError):
+            return web.Response(
+                status=400,
+                text="Failed to validate master::Call: Expecting 'type' to be present",
+            )
+        if kind != "GET_AGENTS":
+            return web.Response(status=501, text=f"the test master does not serve {kind}")
+        try:
+            self.faults.check_call(kind)  # fail_next_call("GET_AGENTS", ...)
+        except ProtocolError as exc:
+            return web.Response(status=exc.status, text=exc.message)
+        return web.json_response(
+            {"type": "GET_AGENTS", "get_agents": self.inspector.operator_agents()}
+        )
 
     # -------------------------------------------------------- subscription
 

@@ -59,6 +59,35 @@ class Inspector:
         """The outstanding offers, as they were sent."""
         return [self.allocator.offer_json(o) for o in self.state.offers_by_id.values()]
 
+    def operator_agents(self) -> JSON:
+        """``Response.GetAgents`` (``include/mesos/v1/master/master.proto``) as
+        Mesos 1.12 writes it: the registered agents (not those unreachable or
+        gone), each with its ``agent_info`` (resources with no role) and its
+        ``total_resources`` (each with ``"role": "*"``); none recovered."""
+        agents: list[JSON] = []
+        for agent in self.state.agents_by_id.values():
+            if agent.state != "active":
+                continue
+            total = agent.total.to_json(None)
+            agents.append(
+                {
+                    "agent_info": {
+                        "hostname": agent.hostname,
+                        "port": agent.port,
+                        "resources": [{k: v for k, v in r.items() if k != "role"} for r in total],
+                        "attributes": agent.attributes,
+                        "id": {"value": agent.id},
+                        "checkpoint": True,
+                    },
+                    "active": True,
+                    "deactivated": False,
+                    "version": MESOS_VERSION,
+                    "pid": f"slave(1)@{resolve(agent.hostname, self.state.config.ip)}:{agent.port}",
+                    "total_resources": total,
+                }
+            )
+        return {"agents": agents, "recovered_agents": []}
+
     def agents(self) -> list[JSON]:
         out: list[JSON] = []
         for agent in self.state.agents_by_id.values():

@@ -1,0 +1,132 @@
+"""Whether any agent registered with the master could ever hold a task: pure
+functions over the master's agent list.
+
+The list is the v1 operator API's ``GET_AGENTS`` (``POST /api/v1`` on the
+master; ``include/mesos/v1/master/master.proto``, ``Response.GetAgents``):
+each agent's ``total_resources``, reservations included. What an offer can
+ever hold of an agent is at most its unreserved resources and those reserved
+for the framework's roles (or for a role above one of them: a reservation for
+``eng`` is offered to ``eng/web``). Counting all of that is conservative: a
+task refused here could not be held by the agent even were it idle, and with
+no other framework on the cluster.
+
+What is not counted, so that nothing is refused that might fit: GPU agents'
+holding back from frameworks without ``GPU_RESOURCES``, agents being drained
+or deactivated, and resources already in use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfmesos.mesos.placement import describe_need
+from tfmesos.resources import format_mib
+from tfmesos.spec import TaskSpec
+
+__all__ = [
+    "AGENTS_CALL",
+    "AgentTotal",
+    "agent_totals",
+    "never_held",
+]
+
+AGENTS_CALL: dict[str, Any] = {"type": "GET_AGENTS"}
+_EPSILON = 1e-6
+
+
+@dataclass(frozen=True)
+class AgentTotal:
+    """What one agent could ever offer the framework's roles."""
+
+    hostname: str
+    cpus: float = 0.0
+    mem: float = 0.0
+    gpus: float = 0.0
+    ports: int = 0
+
+    def holds(self, task: TaskSpec) -> bool:
+        return (
+            self.ports >= 1
+            and self.cpus + _EPSILON >= task.cpus
+            and self.mem + _EPSILON >= task.mem
+            and self.gpus + _EPSILON >= task.gpus
+        )
+
+    def closeness(self, task: TaskSpec) -> float:
+        """How near the agent comes to holding ``task``: the least share of
+        any resource the task needs that the agent has (1 or more: it fits)."""
+        shares = [min(self.ports, 1) * 1.0]
+        for have, need in ((self.cpus, task.cpus), (self.mem, task.mem), (self.gpus, task.gpus)):
+            if need > _EPSILON:
+                shares.append(have / need)
+        return min(shares)
+
+    def summary(self) -> str:
+        text = f"cpus {self.cpus:g}, mem {format_mib(self.mem)}"
+        text += f", gpus {self.gpus:g}" if self.gpus else ""
+        return text + f", {self.ports} ports"
+
+
+def reserved_for(resource: dict[str, Any]) -> str:
+    """The role ``resource`` is reserved for, ``"*"`` if none: the last of its
+    ``reservations`` (the refined reservation), else its pre-refinement ``role``."""
+    reservations = resource.get("reservations") or []
+    if reservations:
+        return str(reservations[-1].get("role", "*"))
+    return str(resource.get("role", "*"))
+
+
+def usable_by(reserved: str, roles: Sequence[str]) -> bool:
+    """Whether a resource reserved for ``reserved`` can be offered to one of ``roles``."""
+    if reserved == "*":
+        return True
+    return any(role == reserved or role.startswith(reserved + "/") for role in roles)
+
+
+def agent_totals(answer: dict[str, Any], roles: Sequence[str]) -> list[AgentTotal]:
+    """What each agent of a ``GET_AGENTS`` answer could ever offer ``roles``."""
+    totals = []
+    for agent in answer.get("get_agents", {}).get("agents", []):
+        info = agent.get("agent_info", {})
+        resources = agent.get("total_resources") or info.get("resources") or []
+        amounts: dict[str, float] = {}
+        ports = 0
+        for resource in resources:
+            if not usable_by(reserved_for(resource), roles):
+                continue
+            name = resource.get("name")
+            if resource.get("type") == "SCALAR" and name in ("cpus", "mem", "gpus"):
+                amounts[name] = amounts.get(name, 0.0) + float(
+                    resource.get("scalar", {}).get("value", 0.0)
+                )
+            elif resource.get("type") == "RANGES" and name == "ports":
+                for r in resource.get("ranges", {}).get("range", []):
+                    ports += int(r["end"]) - int(r["begin"]) + 1
+        totals.append(
+            AgentTotal(
+                str(info.get("hostname", "?")),
+                amounts.get("cpus", 0.0),
+                amounts.get("mem", 0.0),
+                amounts.get("gpus", 0.0),
+                ports,
+            )
+        )
+    return totals
+
+
+def never_held(task: TaskSpec, agents: Sequence[AgentTotal], roles: Sequence[str]) -> str | None:
+    """Why no agent of ``agents`` (not empty) could ever hold ``task``, in one
+    line naming the task, what it needs and the agent that comes nearest;
+    None if one could."""
+    if any(agent.holds(task) for agent in agents):
+        return None
+    nearest = max(agents, key=lambda agent: agent.closeness(task))
+    count = "the one agent" if len(agents) == 1 else f"any of the {len(agents)} agents"
+    given = "role " + ", ".join(repr(role) for role in roles)
+    return (
+        f"{task.name} needs {describe_need(task)}, more than {count} registered with the "
+        f"Mesos master could ever offer ({given}): the largest, on {nearest.hostname}, has "
+        f"{nearest.summary()}; ask for less, or use a cluster with larger agents"
+    )
