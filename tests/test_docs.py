@@ -219,7 +219,10 @@ def _unfound_in(
 def _all_literals() -> _Literals:
     import os
 
+    from http import HTTPStatus
+
     texts = _source_literals() | {_words(text) for text in _FOREIGN}
+    texts |= {_words(status.phrase) for status in HTTPStatus}  # a server's answer, quoted
     return _Literals(texts | {_words(os.strerror(n)) for n in range(1, 134)})
 
 
