@@ -218,7 +218,6 @@ def _unfound_in(
 
 def _all_literals() -> _Literals:
     import os
-
     from http import HTTPStatus
 
     texts = _source_literals() | {_words(text) for text in _FOREIGN}

@@ -178,14 +178,14 @@ def test_a_task_lost_with_its_machine_ends_the_job_with_the_backends_word() -> N
 class ExplainingBackend(FakeBackend):
     """A backend whose word on a SIGKILLed command names why (Mesos)."""
 
-    kill_word_wait = 0.5
+    kill_reason_timeout = 0.5
 
 
 class SlowlyExplainingBackend(FakeBackend):
     """One whose word may take longer than ``DISCONNECT_GRACE`` (real Mesos
     destroying a container on a loaded host)."""
 
-    kill_word_wait = 3.0
+    kill_reason_timeout = 3.0
 
 
 @pytest.mark.parametrize(

@@ -173,7 +173,7 @@ class Backend(abc.ABC):
         for launch in launches:
             await self.launch(launch)
 
-    kill_word_wait: ClassVar[float] = 0.0
+    kill_reason_timeout: ClassVar[float] = 0.0
     """How long this backend's own word on a task whose command was SIGKILLed
     may take, where it can say more than the signal (Mesos: the memory limit
     that killed it, ``TaskEnded.limited``); the launcher waits for it that

@@ -90,7 +90,7 @@ class Attempt:
     exit_code: int | None = None
     held_exit: Exited | None = None
     """Its exit, SIGKILLed, held a moment for its backend's word on why
-    (``Backend.kill_word_wait``)."""
+    (``Backend.kill_reason_timeout``)."""
     held_at: float = 0.0
     tail: bytearray = field(default_factory=bytearray)
     cut: bool = False

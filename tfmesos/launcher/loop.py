@@ -306,7 +306,7 @@ class Loop:
             if task.keep_address:
                 logger.info("task %s is back at %s", task.spec.name, task.addr)
         elif isinstance(event, Exited):
-            wait = self._backend_for(task.spec).kill_word_wait
+            wait = self._backend_for(task.spec).kill_reason_timeout
             if event.signal == signal.SIGKILL and task.ended is None and wait:
                 # SIGKILL is also how a memory limit ends a command: its
                 # backend's word, which names the limit, may be behind.
@@ -360,7 +360,7 @@ class Loop:
         now = time.monotonic()
         held = task.held_exit
         if held is not None and task.ended is None:
-            left = self._backend_for(task.spec).kill_word_wait - (now - task.held_at)
+            left = self._backend_for(task.spec).kill_reason_timeout - (now - task.held_at)
             if left > 0.001:  # woken early: look again then
                 asyncio.get_running_loop().call_later(left, self._events.put_nowait, Tick(task_id))
             else:  # no word came: the task's own report it is

@@ -85,7 +85,7 @@ first progress line (every 15 s)."""
 class MesosBackend(Backend):
     name = "mesos"
     keeps_addresses = True
-    kill_word_wait = 20.0
+    kill_reason_timeout = 20.0
     """Over its memory, the command is SIGKILLed; the TASK_FAILED naming the
     limit follows once the container is destroyed (over 2 s under load in CI;
     the agent waits, ``agent.OOM_LINGER``). Other SIGKILLs: as the agent exits."""
