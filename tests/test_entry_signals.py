@@ -166,3 +166,27 @@ def test_sigint_after_a_mesos_jobs_verdict_keeps_the_verdicts_status(
 def test_sigint_after_a_slurm_jobs_verdict_keeps_the_verdicts_status(tmp_path: Path) -> None:
     # Before: 130 (death by SIGINT), as on Mesos.
     sigint_after_the_verdict(("--backend", "slurm"), tmp_path)
+
+
+def test_nohup_keeps_sighup_ignored_for_the_whole_job(tmp_path: Path) -> None:
+    # Before: the job's loop took SIGHUP in, so `nohup tfrun ... &` was
+    # stopped (129) when the terminal closed.
+    events, go = tmp_path / "events.jsonl", tmp_path / "go"
+    task = f"sh -c 'while [ ! -e {go} ]; do sleep 0.05; done; echo survived'"
+    tfrun = [sys.executable, "-m", "tfmesos.cli", "--events", str(events)]
+    with subprocess.Popen(
+        ["nohup", *tfrun, "-w", "1", "--", task],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    ) as proc:
+        deadline = time.monotonic() + 120  # a hang guard
+        while not events.exists() or '"cluster_up"' not in events.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGHUP)
+        go.touch()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "[worker:0] survived" in out

@@ -565,3 +565,35 @@ def test_events_past_the_bound_are_dropped_and_the_verdict_counts_them(
     # One taken by the writer, three waiting, the verdict: six dropped.
     assert [e["event"] for e in written] == ["job_restart"] * 4 + ["job_verdict"]
     assert written[-1]["events_dropped"] == 6
+
+
+class SignalsOnRestart(EventRecorder):
+    """Sends this process SIGTERM as a restart is decided: it lands while
+    the failed run is being stopped, on the way to the next."""
+
+    def record(self, obj: dict[str, Any]) -> None:
+        super().record(obj)
+        if obj["event"] == "job_restart":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytestmark_unit
+def test_a_signal_while_a_run_is_stopped_for_a_restart_ends_the_job() -> None:
+    # Before: the next run started anyway, and the signal was forgotten
+    # (it ran to its end; a second signal was ignored). "Ctrl-C or SIGTERM
+    # is never restarted."
+    job = spec(max_restarts=2)
+    events = SignalsOnRestart()
+
+    def make(restart: int) -> Launcher:
+        first: dict[str, Plan | list[Plan]] = {"worker:1": Runs(3)}
+        never: dict[str, Plan | list[Plan]] = {name: Hangs() for name in ("ps:0", "worker:0")}
+        return FakeBackend(job, first if restart == 0 else never).launcher(
+            restart=restart, events=events
+        )
+
+    status = asyncio.run(run_with_restarts(job, make, 0.0, events=events))
+    assert status == 128 + signal.SIGTERM
+    assert events.names().count("job_started") == 1
+    verdict = events.records[-1]
+    assert verdict["result"] == "interrupted" and verdict["signal"] == "SIGTERM"

@@ -196,8 +196,11 @@ async def _run_with_restarts(
                 main.cancel()
 
     # SIGHUP: the terminal closed; the tasks must not outlive it either.
+    # One ignored when tfrun started (nohup; SIGINT in a script's background
+    # job) stays ignored: before, the loop took it in and stopped the job.
     for signum in INTERRUPTING_SIGNALS:
-        loop.add_signal_handler(signum, on_signal, signum)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            loop.add_signal_handler(signum, on_signal, signum)
     causes: list[str] = []
     """Why each run of the job that was restarted ended (--max-restarts)."""
     for restart in range(spec.max_restarts + 1):
@@ -252,6 +255,11 @@ async def _run_with_restarts(
                 await asyncio.shield(
                     launcher.stop(drop_stalled_output=bool((status and not again) or interrupted))
                 )
+        if again and received:
+            # Stopped on the way to a restart: Ctrl-C or SIGTERM is never
+            # restarted, whenever it comes (before, one during the restart's
+            # teardown started the next run, and was then forgotten).
+            interrupted = list(received)
         if again and not interrupted:
             stopping = False
             continue
