@@ -597,3 +597,37 @@ def test_a_signal_while_a_run_is_stopped_for_a_restart_ends_the_job() -> None:
     assert events.names().count("job_started") == 1
     verdict = events.records[-1]
     assert verdict["result"] == "interrupted" and verdict["signal"] == "SIGTERM"
+
+
+@pytest.mark.e2e
+def test_a_fifo_no_reader_ever_opens_holds_up_nothing(tmp_path: Path) -> None:
+    # Before: tfrun waited in open() for a reader, before anything started.
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    result = tfrun_events_to(str(fifo), "-w", "1", "--", "echo hi", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "[worker:0] hi" in result.stdout
+    assert re.search(r"--events: .*reader took nothing for .* events not written", result.stderr)
+
+
+@pytest.mark.e2e
+def test_a_fifo_whose_reader_comes_late_gets_every_event(tmp_path: Path) -> None:
+    fifo, go = tmp_path / "events", tmp_path / "go"
+    os.mkfifo(fifo)
+    cmd = f"sh -c 'while [ ! -e {go} ]; do sleep 0.05; done'"
+    with (
+        subprocess.Popen(
+            [sys.executable, "-m", "tfmesos.cli", "--events", str(fifo), "-w", "1", "--", cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        ) as proc,
+        open(fifo, encoding="utf-8") as reader,
+    ):  # the job is under way meanwhile
+        go.touch()
+        lines = reader.read().splitlines()
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    names = [json.loads(line)["event"] for line in lines]
+    assert names[0] == "job_started" and names[-1] == "job_verdict", names

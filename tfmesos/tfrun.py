@@ -8,7 +8,7 @@ the command line interface makes and that no code inside it can keep.
 - SIGTERM and SIGHUP before that loop handles them are as Ctrl-C: 143 and
   129, an event stream already begun ended with its verdict (unless tfrun
   was started with them ignored, as ``nohup`` does: then they stay ignored
-  until the loop takes them).
+  for the whole job, the loop's too).
 - Once ``main`` has returned the verdict's status, no signal changes it.
   Python's finalization puts SIG_DFL back for every signal that has a Python
   handler (``_PySignal_Fini``), so a SIGINT in the tens of milliseconds of a

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 __all__ = [
@@ -123,8 +125,18 @@ class EventWriter(Events):
     Thread-safe: ``cluster()`` emits from its loop's thread and from the
     caller's."""
 
-    def __init__(self, stream: IO[str], *, owned: bool = False, name: str = "") -> None:
+    def __init__(
+        self,
+        stream: IO[str] | None,
+        *,
+        owned: bool = False,
+        name: str = "",
+        open_later: Callable[[], IO[str]] | None = None,
+    ) -> None:
         self._stream = stream
+        self._open_later = open_later
+        """Opens the stream in the writer's thread, where opening it waits
+        (a FIFO no reader has opened yet): the job does not wait for it."""
         self._owned = owned
         self._name = name or getattr(stream, "name", "the event stream")
         self._pending: collections.deque[str] = collections.deque()
@@ -163,6 +175,9 @@ class EventWriter(Events):
                 line = self._pending.popleft()
                 self._writing = True
             try:
+                if self._stream is None:
+                    assert self._open_later is not None
+                    self._stream = self._open_later()
                 self._stream.write(line)
                 self._stream.flush()
             except (OSError, ValueError) as exc:  # ValueError: a stream closed under us
@@ -220,7 +235,7 @@ class EventWriter(Events):
         # that write.
         if not blocked:
             self._thread.join()
-        if self._owned and not self._thread.is_alive():
+        if self._owned and self._stream is not None and not self._thread.is_alive():
             with contextlib.suppress(OSError):  # what could not be flushed was said above
                 self._stream.close()
 
@@ -229,12 +244,20 @@ def open_events(where: str | os.PathLike[str] | IO[str]) -> EventWriter:
     """An :class:`EventWriter` to ``where``: a path (created or truncated,
     closed by :meth:`EventWriter.close`) or an open text file (left open).
     Raises :class:`OSError` if the path cannot be opened."""
-    if isinstance(where, str | os.PathLike):
+    if not isinstance(where, str | os.PathLike):
+        return EventWriter(where)
+    path = os.fspath(where)
+    try:
         # Private, as every log of the job: 0600 for a file it creates.
-        stream = open(where, "w", encoding="utf-8", opener=_private)  # noqa: SIM115 (owned)
-        return EventWriter(stream, owned=True, name=os.fspath(where))
-    return EventWriter(where)
+        # Not waiting: a FIFO that no reader has opened yet says so (ENXIO).
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
 
+        def open_later() -> IO[str]:
+            return open(path, "w", encoding="utf-8")  # waits for the FIFO's reader
 
-def _private(path: str, flags: int) -> int:
-    return os.open(path, flags, 0o600)
+        return EventWriter(None, owned=True, name=path, open_later=open_later)
+    os.set_blocking(fd, True)
+    return EventWriter(os.fdopen(fd, "w", encoding="utf-8"), owned=True, name=path)
