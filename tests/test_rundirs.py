@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_slurm_jobs import slurm  # noqa: F401 - the fixture: Slurm up, or skipped saying why
 from tfmesos import ClusterSpec, Job, rundirs
 from tfmesos.backends.local import LocalBackend
 from tfmesos.errors import SpecError
@@ -208,17 +209,31 @@ def test_a_restarting_job_lets_go_of_its_run_directory_when_it_ends(
     assert (run / rundirs.LOCK).exists() and not locked(run)
 
 
+PRIVATE_LOG_JOBS = {
+    "run-by-tfrun": ({}, ["-w", "2", "-s", "1"]),
+    "agent-per-task": ({"TFMESOS_LOCAL_AGENTS": "1"}, ["-w", "2", "-s", "1"]),
+    # Each process's own log too (TASK_ID.local-rank-N.log), 0644 before.
+    "processes-per-task": ({}, ["-w", "2", "--nproc-per-task", "2"]),
+    # The tasks' logs and slurm-JOBID.out, made by Slurm's step and job:
+    # 0644 before.
+    "slurm": ({}, ["--backend", "slurm", "-Mw", "256", "-Ms", "256", "-w", "2", "-s", "1"]),
+}
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("agents", ["", "1"], ids=["run-by-tfrun", "agent-per-task"])
-def test_a_jobs_logs_and_events_are_its_users_alone(tmp_path: Path, agents: str) -> None:
+@pytest.mark.parametrize("how", list(PRIVATE_LOG_JOBS))
+def test_a_jobs_logs_and_events_are_its_users_alone(
+    tmp_path: Path, how: str, request: pytest.FixtureRequest
+) -> None:
     import os
     import stat
     import subprocess
     import sys
 
-    env = dict(os.environ)  # the test's own state directory (conftest)
-    if agents:
-        env["TFMESOS_LOCAL_AGENTS"] = agents
+    if how == "slurm":
+        request.getfixturevalue("slurm")  # Slurm up, or skipped saying why
+    extra_env, job = PRIVATE_LOG_JOBS[how]
+    env = {**os.environ, **extra_env}  # the test's own state directory (conftest)
     logs, events = tmp_path / "new" / "logs", tmp_path / "events.jsonl"
     tfrun = [sys.executable, "-m", "tfmesos.cli", "--events", str(events)]
     for extra in (["--log-dir", str(logs)], []):
@@ -226,17 +241,17 @@ def test_a_jobs_logs_and_events_are_its_users_alone(tmp_path: Path, agents: str)
         before = os.umask(0o022)
         try:
             result = subprocess.run(
-                [*tfrun, *extra, "-w", "2", "-s", "1", "--", "echo hello"],
+                [*tfrun, *extra, *job, "--", "echo hello"],
                 capture_output=True,
                 text=True,
-                timeout=120,
+                timeout=180,
                 env=env,
                 cwd=tmp_path,
             )
         finally:
             os.umask(before)
         assert result.returncode == 0, result.stderr
-        where = logs if extra else max(rundirs.runs_root().iterdir())
+        where = logs if extra else max(runs_in(rundirs.runs_root()))
         assert stat.S_IMODE(where.stat().st_mode) == 0o700, where
         files = [p for p in where.iterdir() if p.name != rundirs.LOCK]
         assert len(files) >= 3

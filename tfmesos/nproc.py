@@ -241,7 +241,7 @@ def run(environ: dict[str, str]) -> int:
         if logs:
             path = logs.format(local_rank)
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             except OSError as exc:
                 _note(f"cannot keep {name}.{local_rank}'s log in {path}: {exc.strerror}")
             else:

@@ -20,6 +20,7 @@ and administrators, never on a command line). It
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -98,15 +99,21 @@ def main() -> int:
     _keepalive(channel.sock)
     log_dir = str(plan["log_dir"])
     try:
-        os.makedirs(log_dir, exist_ok=True)
+        os.makedirs(log_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
         say(f"cannot make {shown_path(log_dir)} for the tasks' logs: {exc}")
+    # The job's output file, which Slurm made with the submitter's umask: a
+    # job's output is its user's alone, as every log of it.
+    with contextlib.suppress(OSError, KeyError):
+        os.chmod(os.path.join(log_dir, f"slurm-{os.environ['SLURM_JOB_ID']}.out"), 0o600)
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in plan["env"].items()})
     steps: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
     secret = plan["secret"].encode()
     for task_id, name, group in plan["steps"]:
         log = os.path.join(log_dir, f"{task_id}.log")
+        with contextlib.suppress(OSError):  # made here 0600; the step's shell appends to it
+            os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         argv = [*plan["srun"][group], f"--job-name={name}", *logged(plan["agent"])]
         step_env = dict(env)
         step_env[wire.ENV_TASK_ID] = task_id
