@@ -281,6 +281,26 @@ def test_tensorflow_shapes_are_refused_in_one_line(capsys: pytest.CaptureFixture
     assert "{worker_hosts} would name tasks" in said
     with pytest.raises(SpecError, match="needs replica mode"):
         ClusterSpec(jobs=(Job("worker", 2),), nproc=2)
+    # Before: accepted, and every process got the task's TF_CONFIG (one
+    # index for two TensorFlow workers) or the chief's address.
+    said = refused(["-w", "1", "--nproc-per-task", "2", "--cluster-file", "--", "true"], capsys)
+    assert "(--cluster-file) would name tasks, not processes" in said
+    args = ["--chief", "-w", "1", "--nproc-per-task", "2", "--", "echo", "{chief_hosts}"]
+    assert "{chief_hosts} would name tasks" in refused(args, capsys)
+
+
+def test_the_evaluator_is_one_process_whatever_the_workers_run(job_procs: JobProcesses) -> None:
+    # Before: --evaluator --nproc-per-task 2 ran two evaluators.
+    result = run_tfrun(
+        *("--evaluator", "-w", "1", "--nproc-per-task", "2", "--worker-logs", "all"),
+        *("--", "echo {job_name} ${LOCAL_RANK:-none}"),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(line for line in result.stdout.splitlines() if "evaluator" in line) == [
+        "[evaluator:0] evaluator none"
+    ]
+    assert "[worker:0.1] worker 1" in result.stdout
 
 
 # -- local -------------------------------------------------------------------------

@@ -308,13 +308,18 @@ def _check_nproc(spec: ClusterSpec) -> None:
     if not spec.replica:
         raise SpecError("--nproc-per-task runs a command: it needs replica mode")
     tensorflow = "runs PyTorch or JAX processes; TensorFlow's"
+    if spec.cluster_file:
+        raise SpecError(
+            f"--nproc-per-task {tensorflow} cluster definition (--cluster-file) would name "
+            "tasks, not processes: not supported with it yet"
+        )
     if any(job.name == "ps" and job.num > job.start for job in spec.jobs):
         raise SpecError(
             f"--nproc-per-task {tensorflow} ps tasks (-s) are not supported with it yet"
         )
     for job in spec.jobs:
         for name in taskenv.placeholders_in(job.cmd or ""):
-            if name in ("ps_hosts", "worker_hosts"):
+            if name in ("ps_hosts", "worker_hosts", "chief_hosts"):
                 raise SpecError(
                     f"--nproc-per-task {tensorflow} {{{name}}} would name tasks, not "
                     "processes: not supported with it yet"

@@ -58,7 +58,8 @@ def task_command(
     cluster = message["cluster_def"]
     job_name = str(message["job_name"])
     task_index = int(message["task_index"])
-    nproc = int(message.get("nproc") or 1)
+    # TensorFlow's side-car evaluator is one process, whatever the workers run.
+    nproc = 1 if job_name == "evaluator" else int(message.get("nproc") or 1)
     env = dict(environ)
     base = env.get(wire.ENV_BASE)
     for name in wire.AGENT_ONLY:
