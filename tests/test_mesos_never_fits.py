@@ -63,7 +63,7 @@ def test_a_task_no_agent_can_ever_hold_ends_the_job_at_once(
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     verdict = events.verdict()
-    assert verdict["exit_status"] == 2, verdict
+    assert verdict["exit_status"] == 2 and verdict["result"] == "refused", verdict
     assert "ps:0" not in {e["task"] for e in events.of("task_placed")}
     line = _refusal(result.stderr)
     # The line's wording: the task, what it needs, the agent nearest to it.

@@ -37,8 +37,10 @@ from tfmesos.backends.base import (
 )
 from tfmesos.console import binary_stream
 from tfmesos.errors import (
+    EXIT_USAGE,
     ClusterStartError,
     JobFailedError,
+    ResourceError,
     TaskFailure,
     TFMesosError,
     task_status,
@@ -267,7 +269,12 @@ class Loop:
                     "the %s backend failed while stopping: %s", self.backend.name, event.message
                 )
                 return
-            error = TFMesosError(f"the {self.backend.name} backend failed: {event.message}")
+            said = f"the {self.backend.name} backend failed: {event.message}"
+            if event.exit_status == EXIT_USAGE:
+                # A job the backend found it can never run (no Mesos agent
+                # could hold a task): refused, as a local job too big is.
+                raise ResourceError(said)
+            error = TFMesosError(said)
             error.exit_status = event.exit_status
             raise error
         task = self._attempts.get(event.task_id)
