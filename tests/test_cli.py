@@ -100,7 +100,11 @@ def test_help_documents_every_flag() -> None:
         (["-w", "2", "-s", "0", "--worker-logs", "5", "--", "true"], "no worker 5"),
         (["-w", "1", "-s", "0", "--worker-logs", "a", "--", "true"], "is neither a worker index"),
         (["-w", "1", "-s", "1", "--worker-logs", "ps:1", "--", "true"], "no ps 1 in a job of 1"),
-        (["-w", "1", "--worker-logs", "chief:0", "--", "true"], "there is no chief 0"),
+        (["-w", "1", "--worker-logs", "chief:0", "--", "true"], "there is no chief: give --chief"),
+        (
+            ["-w", "1", "--worker-logs", "worker:5", "--", "true"],
+            r"no worker 5 in a job of 1 worker \(see",
+        ),
         (
             ["-w", "1", "-s", "0", "--backend", "mesos", "-V", "nope", "--", "true"],
             "must be /host/path:/container/path",

@@ -458,8 +458,12 @@ def _worker_indices(text: str, sizes: dict[str, int]) -> frozenset[str]:
                 "(use e.g. 0,1, worker:1, ps:0, '*' for every worker, all, or none)"
             )
         if int(index) >= sizes[job]:
+            if job in ("chief", "evaluator") and not sizes[job]:
+                raise SpecError(f"--worker-logs: there is no {job}: give --{job} for one")
+            count = sizes[job]
             raise SpecError(
-                f"--worker-logs: there is no {job} {index} in a job of {sizes[job]} {job} tasks"
+                f"--worker-logs: there is no {job} {index} in a job of {count} {job}"
+                f"{'s' if count != 1 and job != 'ps' else ''}"
             )
         names.add(f"{job}:{int(index)}")
     return frozenset(names)
