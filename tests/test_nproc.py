@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun
+from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos import SpecError
 from tfmesos import nproc as runner
@@ -446,3 +446,24 @@ def test_two_by_two_on_mesos(
     # directory as a local task's are.
     _check_failure(failed, logs)
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+@pytest.mark.parametrize(("nproc", "status"), [(100, 2), (37, 0)])
+def test_processes_past_the_descriptor_limit_are_refused_before_anything_starts(
+    job_procs: JobProcesses, nproc: int, status: int
+) -> None:
+    # Before: a traceback of the runner's "Too many open files", as the
+    # task's failure (exit 1). 37 processes fit in 128 descriptors.
+    limited = ["bash", "-c", 'ulimit -n 128 && exec "$@"', "bash"]
+    result = subprocess.run(
+        [*limited, *tfrun_argv(), "-w", "2", "--nproc-per-task", str(nproc), "--", "true"],
+        capture_output=True,
+        text=True,
+        env=job_procs.env(),
+        timeout=120,
+    )
+    assert result.returncode == status, result.stderr[-3000:]
+    if status:
+        [line] = result.stderr.splitlines()
+        assert f"--nproc-per-task {nproc} needs about" in line and "ulimit -Hn" in line
+    assert "Traceback" not in result.stderr

@@ -669,7 +669,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     except SpecError as exc:
         parser.error(str(exc))
     options_type = options_class(args.backend)
-    problem = options_type.task_limit(ntasks)
+    problem = options_type.task_limit(ntasks, args.nproc_per_task)
     if problem is not None:
         parser.error(problem)
     try:

@@ -333,6 +333,12 @@ def _stop_others(processes: list[_Process], failed: _Process, name: str, report_
 
 
 def main() -> int:
+    # Several descriptors a process: up to the hard limit, which needs no privilege.
+    with contextlib.suppress(ImportError, ValueError, OSError):
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     returncode = run(dict(os.environ))
     if returncode < 0:
         # Ended as the process that failed did: killed by its signal.

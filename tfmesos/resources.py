@@ -117,11 +117,13 @@ def _nvidia_smi_gpus() -> tuple[str, ...]:
     return tuple(line.strip() for line in out.splitlines() if line.strip().isdigit())
 
 
-def local_task_limit(tasks: int) -> str | None:
-    """Why this machine cannot run ``tasks`` tasks at once, or None: the
-    fixed cap, then this user's process limit (each task is an agent and its
-    command, beside tfrun and the fork server) and the descriptor limit the
-    launcher can raise itself to (two per task, and some to spare)."""
+def local_task_limit(tasks: int, nproc: int = 1) -> str | None:
+    """Why this machine cannot run ``tasks`` tasks at once, each of ``nproc``
+    processes, or None: the fixed cap, then this user's process limit (each
+    task is an agent and its command, or its runner and its ``nproc``
+    processes, beside tfrun and the fork server) and the descriptor limits
+    the launcher and each task's runner can raise themselves to (two per task
+    in tfrun, three per process in a runner, and some to spare)."""
     if tasks > MAX_LOCAL_TASKS:
         return (
             f"the local backend runs at most {MAX_LOCAL_TASKS} tasks in one job, not {tasks}: "
@@ -131,12 +133,13 @@ def local_task_limit(tasks: int) -> str | None:
         import resource
     except ImportError:  # not on a POSIX system
         return None
-    nproc = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-    processes = 2 * tasks + 2
-    if nproc != resource.RLIM_INFINITY and processes > nproc:
+    allowed = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    processes = (1 + max(nproc, 1)) * tasks + 2
+    if allowed != resource.RLIM_INFINITY and processes > allowed:
+        each = "an agent and a command" if nproc == 1 else f"a runner and {nproc} processes"
         return (
-            f"{tasks} tasks need at least {processes} processes (an agent and a command "
-            f"each), more than this user's process limit (RLIMIT_NPROC, ulimit -u) of {nproc}"
+            f"{tasks} tasks need at least {processes} processes ({each} each), more than "
+            f"this user's process limit (RLIMIT_NPROC, ulimit -u) of {allowed}"
         )
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     descriptors = 2 * tasks + 64
@@ -144,6 +147,12 @@ def local_task_limit(tasks: int) -> str | None:
         return (
             f"{tasks} tasks need about {descriptors} open files in tfrun, more than this "
             f"machine allows it (RLIMIT_NOFILE, ulimit -Hn) of {nofile}"
+        )
+    runner = 3 * nproc + 16  # each process's output pipe, its log, a pidfd
+    if nproc > 1 and nofile != resource.RLIM_INFINITY and runner > nofile:
+        return (
+            f"--nproc-per-task {nproc} needs about {runner} open files in each task's runner, "
+            f"more than this machine allows it (RLIMIT_NOFILE, ulimit -Hn) of {nofile}"
         )
     return None
 

@@ -158,7 +158,7 @@ class LocalBackend(Backend):
 
     def check(self, tasks: Sequence[TaskSpec]) -> None:
         if not self.chief_only:
-            problem = local_task_limit(len(tasks))
+            problem = local_task_limit(len(tasks), self.spec.nproc)
             if problem is not None:
                 raise ResourceError(problem)
         wanted = sum(t.gpus for t in tasks)

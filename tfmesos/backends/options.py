@@ -80,9 +80,10 @@ class BackendOptions:
         return False
 
     @classmethod
-    def task_limit(cls, tasks: int) -> str | None:
-        """Why a job of ``tasks`` tasks can never run on this backend, said
-        before anything is built per task; None: it may."""
+    def task_limit(cls, tasks: int, nproc: int = 1) -> str | None:
+        """Why a job of ``tasks`` tasks, each of ``nproc`` processes, can
+        never run on this backend, said before anything is built per task;
+        None: it may."""
         return None
 
     def check_spec(self, spec: ClusterSpec) -> None:
@@ -112,7 +113,7 @@ class LocalOptions(BackendOptions):
     a job against it without importing the backend."""
 
     @classmethod
-    def task_limit(cls, tasks: int) -> str | None:
+    def task_limit(cls, tasks: int, nproc: int = 1) -> str | None:
         from tfmesos.resources import local_task_limit
 
-        return local_task_limit(tasks)
+        return local_task_limit(tasks, nproc)
