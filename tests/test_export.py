@@ -288,7 +288,10 @@ def test_an_environment_too_large_for_the_tasks_is_one_line_and_exit_2(
         ("MY_VAR,TFMESOS_X", "TFMESOS_X is set by tfmesos"),
         ("1ABC", "'1ABC' is not a variable name"),
         ("A,,B", "an empty name"),
-        ("A,NONE", "NONE can only come first"),
+        ("A,NONE", "NONE stands alone"),
+        # Before: "NONE can only come first", where NONE was first.
+        ("NONE,PATH", "NONE stands alone"),
+        ("A,ALL", "ALL can only come first"),
     ],
 )
 def test_an_export_tfrun_cannot_honour_is_one_line_and_exit_2(

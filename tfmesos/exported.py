@@ -190,10 +190,13 @@ def parse_export(text: str) -> Export:
                 f"--export {text!r}: an empty name (ALL, NONE or NAME[,NAME=VALUE...], "
                 "comma-separated)"
             )
-        if name.upper() in (ALL, NONE):
+        if name.upper() == NONE:
             raise ValueError(
-                f"--export {text!r}: {name} can only come first (ALL,NAME...) or alone"
+                f"--export {text!r}: NONE stands alone (a list of names already carries "
+                "only those: --export PATH,HOME)"
             )
+        if name.upper() == ALL:
+            raise ValueError(f"--export {text!r}: ALL can only come first (ALL,NAME=VALUE...)")
         if not _is_name(name):
             raise ValueError(
                 f"--export {text!r}: {name!r} is not a variable name /bin/sh passes on "
