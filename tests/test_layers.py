@@ -170,3 +170,57 @@ def test_no_module_is_over_1000_lines() -> None:
         print(f"long module: {path} ({lines} lines)")
     over = [f"{path} ({lines})" for lines, path in reversed(long) if lines > MAX_LINES]
     assert not over, f"modules over {MAX_LINES} lines: " + ", ".join(over)
+
+
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_layers() -> dict[str, set[str]]:
+    """docs/architecture.md's layer table: each layer's row, the names in
+    backquotes of its modules column (``mesos/`` for a package)."""
+    import re
+
+    rows = re.findall(r"^\| (\w+) \| (.*?) \| .*\|$", ARCHITECTURE.read_text(), re.MULTILINE)
+    return {
+        layer: {name.rstrip("/") for name in re.findall(r"`([\w/.]+)`", modules)}
+        for layer, modules in rows
+        if layer in LAYER_NAMES
+    }
+
+
+def test_the_architecture_docs_layer_table_is_the_layer_map() -> None:
+    # Before: it named `runs` (renamed rundirs) and `lazyssl` (gone), and
+    # left out procenv, oomkills, sweeper and tfcontext.
+    documented = documented_layers()
+    assert set(documented) == set(LAYER_NAMES)
+    for module, layer in LAYERS.items():
+        if module == "tfmesos":
+            continue
+        name = module.removeprefix("tfmesos.")
+        assert name in documented[LAYER_NAMES[layer]], (
+            f"{module} ({LAYER_NAMES[layer]}) is not in docs/architecture.md's row"
+        )
+    names = {module.removeprefix("tfmesos.") for module in LAYERS}
+    named = {n for row in documented.values() for n in row if not n.endswith(".py")}
+    unknown = named - names - {"__init__"}
+    assert not unknown, f"docs/architecture.md names modules that are not: {sorted(unknown)}"
+
+
+def test_the_architecture_docs_module_table_names_every_module() -> None:
+    import re
+
+    section = ARCHITECTURE.read_text().split("## Modules, one job each", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    named = {
+        name
+        for row in re.findall(r"^\| (.*?) \|", section, re.MULTILINE)
+        for name in re.findall(r"`([\w/.-]+\.py)`", row)
+    }
+    files = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py" and path.relative_to(PACKAGE).parts[0] != "testing"
+    }
+    # A module is named by its path under tfmesos/, or by its file's name.
+    missing = sorted(f for f in files if f not in named and f.rpartition("/")[2] not in named)
+    assert not missing, f"modules docs/architecture.md's module table does not name: {missing}"
