@@ -19,10 +19,10 @@ import pytest
 
 from tests.conftest import JobProcesses, marked_master, run_tfrun
 from tests.jobevents import JobEvents
+from tests.test_launcher import run_job
 from tfmesos import ClusterSpec, Job
 from tfmesos.clusterfile import ENV_CLUSTER_FILE, tf_config
 from tfmesos.errors import SpecError
-from tfmesos.launcher import Launcher
 from tfmesos.spec import MAX_COMMAND_LINE
 from tfmesos.supervisor import task_command
 from tfmesos.testing.fake import FakeBackend
@@ -35,14 +35,6 @@ def too_many(length: int) -> int:
     """Tasks whose ``host:port`` addresses of ``length`` characters, joined
     with commas as in ``TFMESOS_WORKER_HOSTS``, pass Linux's limit."""
     return MAX_COMMAND_LINE // (length + 1) + 1
-
-
-async def run_job(launcher: Launcher) -> None:
-    try:
-        await launcher.start()
-        await launcher.wait_for_workers()
-    finally:
-        await launcher.stop()
 
 
 def told(backend: FakeBackend) -> list[dict[str, Any]]:
