@@ -391,3 +391,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from tests.test_real_mesos_security import PKI
 
     return PKI.make(tmp_path_factory.mktemp("pki"))
+
+
+def runs_in(root: Path) -> list[Path]:
+    """The runs' directories in ``root``: not the ``latest`` link."""
+    return sorted(path for path in root.iterdir() if not path.is_symlink())

@@ -31,6 +31,7 @@ from tests.conftest import (
     popen_tfrun,
     py,
     run_tfrun,
+    runs_in,
     start_tfrun,
     tfrun_argv,
 )
@@ -941,7 +942,7 @@ def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
     [started] = job_events.of("job_started")
     assert started["backends"] == {"local": ["worker:0"]}
     run = Path(started["log_dir"])
-    assert list(root.iterdir()) == [run]
+    assert runs_in(root) == [run]
     logs = sorted(p for p in run.iterdir() if p.name.startswith("worker.0."))
     assert [p.name.removeprefix(logs[0].name) for p in logs] == ["", ".1"]
     assert sum(p.stat().st_size for p in logs) <= 256 << 10

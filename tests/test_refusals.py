@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_tfrun
+from tests.conftest import run_tfrun, runs_in
 from tfmesos import SpecError, cli
 from tfmesos.cli import parse_args
 from tfmesos.spec import ClusterSpec, Job
@@ -164,11 +164,11 @@ def test_a_job_refused_after_its_run_directory_was_made_leaves_none(tmp_path: Pa
     runs = tmp_path / "tfmesos" / "runs"
     real = run_tfrun("-w", "1", "--", "echo real output", env=env, timeout=120)
     assert real.returncode == 0, real.stderr
-    (kept,) = runs.iterdir()
+    (kept,) = runs_in(runs)
     for _ in range(2):
         too_big = run_tfrun("-w", "2", "-Cw", "100000", "--", "true", env=env, timeout=120)
         assert too_big.returncode == 2, too_big.stderr
         assert too_big.stderr.count("\n") == 1, too_big.stderr
-    assert list(runs.iterdir()) == [kept]
+    assert runs_in(runs) == [kept]
     (log,) = kept.glob("worker.0.*.log")
     assert "real output" in log.read_text()

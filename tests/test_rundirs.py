@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import runs_in
 from tests.test_slurm_jobs import slurm  # noqa: F401 - the fixture: Slurm up, or skipped saying why
 from tfmesos import ClusterSpec, Job, rundirs
 from tfmesos.backends.local import LocalBackend
@@ -84,11 +85,6 @@ def test_refused_runs_leave_nothing_and_cost_no_real_run_its_logs(
     assert real.exists()
     rundirs.release(newer)
     assert runs_in(rundirs.runs_root()) == [newer]
-
-
-def runs_in(root: Path) -> list[Path]:
-    """The runs' directories in ``root``: not the ``latest`` link."""
-    return sorted(path for path in root.iterdir() if not path.is_symlink())
 
 
 def test_latest_links_the_newest_run_and_is_never_pruned_as_one(
