@@ -261,3 +261,14 @@ def test_what_an_agent_could_ever_offer_follows_reservations_and_roles() -> None
     small = TaskSpec("ps", 0, 1.0, 1024.0, 0, None)
     assert never_held(small, [star[2]], ["*"]) is not None
     assert never_held(small, star, ["*"]) is None
+
+
+@pytest.mark.unit
+def test_among_agents_that_come_as_near_the_largest_is_named() -> None:
+    # No agent has a GPU: each comes as near as any. Before: the first
+    # listed was named, on real Mesos at times the agent whose every
+    # resource is reserved for another role ("has cpus 0, mem 0 MiB").
+    task = TaskSpec("ps", 0, 1.0, 1024.0, 1, None)
+    agents = [AgentTotal("reserved"), AgentTotal("big", cpus=4, mem=8192, ports=500)]
+    said = never_held(task, agents, ["*"])
+    assert said is not None and "the largest, on big, has cpus 4, mem 8 GiB" in said, said

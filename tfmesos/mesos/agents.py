@@ -122,7 +122,13 @@ def never_held(task: TaskSpec, agents: Sequence[AgentTotal], roles: Sequence[str
     None if one could."""
     if any(agent.holds(task) for agent in agents):
         return None
-    nearest = max(agents, key=lambda agent: agent.closeness(task))
+    # Among agents that come as near (none has a GPU, for a task that needs
+    # one), the largest: not the first listed, which may be one whose every
+    # resource is reserved for another role (cpus 0).
+    nearest = max(
+        agents,
+        key=lambda agent: (agent.closeness(task), agent.cpus, agent.mem, agent.gpus, agent.ports),
+    )
     count = "the one agent" if len(agents) == 1 else f"any of the {len(agents)} agents"
     given = "role " + ", ".join(repr(role) for role in roles)
     return (
