@@ -175,22 +175,7 @@ def client_tls(ca: str | None = None, environ: Mapping[str, str] | None = None) 
     environ = os.environ if environ is None else environ
     settings = [(name, _flag_value(name, environ[name])) for name in VERIFY if name in environ]
     verifying = not settings or any(value for _, value in settings)
-    context = ssl.create_default_context()
-    if ca is not None:
-        cafile, capath = (None, ca) if os.path.isdir(ca) else (ca, None)
-        trusted = f"the CA{'s in' if capath else ' in'} {ca} ({CA_FLAG})"
-    else:
-        cafile, capath = environ.get(CA_FILE) or None, environ.get(CA_DIR) or None
-        named = [f"{v} (${n})" for n, v in ((CA_FILE, cafile), (CA_DIR, capath)) if v]
-        trusted = f"the CAs in {' and '.join(named)}" if named else "the system's CAs"
-    if cafile or capath:
-        # Those only, as libprocess loads them (SSL_CTX_load_verify_locations)
-        # instead of the defaults.
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        try:
-            context.load_verify_locations(cafile=cafile, capath=capath)
-        except (OSError, ValueError) as exc:
-            _cannot_load(trusted, exc)
+    context, trusted = _trusting(ca, environ)
     if not verifying:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -200,24 +185,58 @@ def client_tls(ca: str | None = None, environ: Mapping[str, str] | None = None) 
             "whoever is in between sees the framework's secret",
             *next((n, environ[n]) for n, value in settings if not value),
         )
+    _offer_ciphers(context, environ)
+    _present_certificate(context, environ)
+    return ClientTLS(context, trusted, verifying)
+
+
+def _trusting(ca: str | None, environ: Mapping[str, str]) -> tuple[ssl.SSLContext, str]:
+    """A context that trusts ``ca``, else the ``LIBPROCESS_SSL_CA_*`` ones,
+    else the system's; and what it trusts, in words."""
+    if ca is not None:
+        cafile, capath = (None, ca) if os.path.isdir(ca) else (ca, None)
+        trusted = f"the CA{'s in' if capath else ' in'} {ca} ({CA_FLAG})"
+    else:
+        cafile, capath = environ.get(CA_FILE) or None, environ.get(CA_DIR) or None
+        named = [f"{v} (${n})" for n, v in ((CA_FILE, cafile), (CA_DIR, capath)) if v]
+        trusted = f"the CAs in {' and '.join(named)}" if named else "the system's CAs"
+    if not (cafile or capath):
+        return ssl.create_default_context(), trusted
+    # Those only, as libprocess loads them (SSL_CTX_load_verify_locations)
+    # instead of the defaults.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_verify_locations(cafile=cafile, capath=capath)
+    except (OSError, ValueError) as exc:
+        _cannot_load(trusted, exc)
+    return context, trusted
+
+
+def _offer_ciphers(context: ssl.SSLContext, environ: Mapping[str, str]) -> None:
+    """Python's own ciphers, then ``LIBPROCESS_SSL_CIPHERS`` (or libprocess's default)."""
     ours = [c["name"] for c in context.get_ciphers() if c.get("protocol") != "TLSv1.3"]
     extra = environ.get("LIBPROCESS_SSL_CIPHERS") or LIBPROCESS_CIPHERS
     try:
         context.set_ciphers(":".join([*ours, extra]))
     except ssl.SSLError:
         raise TLSError(f"LIBPROCESS_SSL_CIPHERS={extra!r}: no cipher OpenSSL knows") from None
+
+
+def _present_certificate(context: ssl.SSLContext, environ: Mapping[str, str]) -> None:
+    """Load the client certificate and key that ``LIBPROCESS_SSL_CERT_FILE``
+    and ``LIBPROCESS_SSL_KEY_FILE`` name, if any."""
     cert, key = environ.get(CERT_FILE) or None, environ.get(KEY_FILE) or None
     if key and not cert:
         raise TLSError(f"${KEY_FILE} is set but not ${CERT_FILE}: the key needs its certificate")
-    if cert:
-        what = f"the client certificate {cert} (${CERT_FILE})"
-        if key:
-            what += f" and its key {key} (${KEY_FILE})"
-        try:
-            context.load_cert_chain(cert, key, password=_no_passphrase)
-        except (OSError, ValueError, TLSError) as exc:
-            _cannot_load(what, exc)
-    return ClientTLS(context, trusted, verifying)
+    if not cert:
+        return
+    what = f"the client certificate {cert} (${CERT_FILE})"
+    if key:
+        what += f" and its key {key} (${KEY_FILE})"
+    try:
+        context.load_cert_chain(cert, key, password=_no_passphrase)
+    except (OSError, ValueError, TLSError) as exc:
+        _cannot_load(what, exc)
 
 
 _SSL_TEXT = re.compile(r"^\[[^\]]*\]\s*(.*?)\s*(\(_ssl\.c:\d+\))?$")
