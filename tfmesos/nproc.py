@@ -214,85 +214,103 @@ def _describe(returncode: int) -> str:
 def run(environ: dict[str, str]) -> int:
     """Run the task's processes to their end; return the runner's status
     as ``Popen.returncode`` gives it (minus a signal)."""
-    nproc = int(environ[ENV_NPROC])
-    command = environ[ENV_COMMAND]
-    name = environ.get(ENV_NAME, "task")
-    logs = environ.get(ENV_LOGS, "")
-    cap_text = environ.get(ENV_LOG_MAX, "")
-    cap = int(cap_text) if cap_text.isdigit() else 0
-    report_fd = environ.get(ENV_REPORT_FD, "")
-    received: list[int] = []
+    return _Runner(environ).run()
 
-    def on_signal(signum: int, frame: object) -> None:
+
+class _Runner:
+    """The task's processes, their output and their end, in one select loop."""
+
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.name = environ.get(ENV_NAME, "task")
+        self.report_fd = environ.get(ENV_REPORT_FD, "")
+        self.received: list[int] = []
+        self.failed: _Process | None = None
+        self.kill_at: float | None = None
+        self.all_exited_at: float | None = None
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.wake_r, selectors.EVENT_READ, None)
+        self.processes = [
+            self._start(environ, local_rank) for local_rank in range(int(environ[ENV_NPROC]))
+        ]
+
+    def _on_signal(self, signum: int, frame: object) -> None:
         # The task is being stopped: its processes, in this group, were sent
         # the signal too. This runner waits for them, and their last words.
-        received.append(signum)
+        self.received.append(signum)
 
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
-    selector = selectors.DefaultSelector()
-    selector.register(wake_r, selectors.EVENT_READ, None)
-    processes: list[_Process] = []
-    for local_rank in range(nproc):
+    def _start(self, environ: dict[str, str], local_rank: int) -> _Process:
+        cap_text = environ.get(ENV_LOG_MAX, "")
+        logs = environ.get(ENV_LOGS, "")
         log = None
         if logs:
             path = logs.format(local_rank)
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             except OSError as exc:
-                _note(f"cannot keep {name}.{local_rank}'s log in {path}: {exc.strerror}")
+                _note(f"cannot keep {self.name}.{local_rank}'s log in {path}: {exc.strerror}")
             else:
-                log = TaskLog(path, cap, (fd,))
-        env = process_environment(environ, local_rank)
-        proc = _start(command, env)
-        process = _Process(local_rank, proc, f"[{name}.{local_rank}] ".encode(), log)
-        processes.append(process)
+                log = TaskLog(path, int(cap_text) if cap_text.isdigit() else 0, (fd,))
+        proc = _start(environ[ENV_COMMAND], process_environment(environ, local_rank))
+        process = _Process(local_rank, proc, f"[{self.name}.{local_rank}] ".encode(), log)
         assert process.pipe is not None
-        selector.register(process.pipe, selectors.EVENT_READ, process)
-    failed: _Process | None = None
-    kill_at: float | None = None
-    all_exited_at: float | None = None
-    while True:
-        now = time.monotonic()
-        for process in processes:
-            if process.returncode is None and process.proc.poll() is not None:
-                process.returncode = process.proc.returncode
-                if process.returncode != 0 and failed is None and not received:
-                    failed = process
-                    # Its last words before the note on its end.
-                    while process.pipe is not None and _read(selector, process):
-                        pass
-                    kill_at = _stop_others(processes, process, name, report_fd)
-        if all(p.returncode is not None for p in processes):
-            if all(p.pipe is None for p in processes):
+        self.selector.register(process.pipe, selectors.EVENT_READ, process)
+        return process
+
+    def run(self) -> int:
+        while True:
+            now = time.monotonic()
+            self._reap()
+            if self._finished(now):
                 break
-            # What a process left behind may hold its output open: given
-            # up on a moment after the last one exited, as the agent does.
-            all_exited_at = all_exited_at or now
-            if now - all_exited_at >= PIPE_GRACE:
-                break
-        if kill_at is not None and now >= kill_at:
-            for process in processes:
-                if process.proc.poll() is None:
-                    proctree.signal_pid(process.proc.pid, signal.SIGKILL)
-            kill_at = None
-        for key, _ in selector.select(POLL_INTERVAL):
+            if self.kill_at is not None and now >= self.kill_at:
+                for process in self.processes:
+                    if process.proc.poll() is None:
+                        proctree.signal_pid(process.proc.pid, signal.SIGKILL)
+                self.kill_at = None
+            self._pump()
+        for process in self.processes:
+            process.forward(b"", final=True)
+        failed = self.failed or next((p for p in self.processes if p.returncode != 0), None)
+        if failed is None:
+            return 0
+        assert failed.returncode is not None
+        return failed.returncode
+
+    def _reap(self) -> None:
+        """Note each process that exited; stop the others at the first failure."""
+        for process in self.processes:
+            if process.returncode is not None or process.proc.poll() is None:
+                continue
+            process.returncode = process.proc.returncode
+            if process.returncode != 0 and self.failed is None and not self.received:
+                self.failed = process
+                # Its last words before the note on its end.
+                while process.pipe is not None and _read(self.selector, process):
+                    pass
+                self.kill_at = _stop_others(self.processes, process, self.name, self.report_fd)
+
+    def _finished(self, now: float) -> bool:
+        if any(p.returncode is None for p in self.processes):
+            return False
+        if all(p.pipe is None for p in self.processes):
+            return True
+        # What a process left behind may hold its output open: given up on
+        # a moment after the last one exited, as the agent does.
+        self.all_exited_at = self.all_exited_at or now
+        return now - self.all_exited_at >= PIPE_GRACE
+
+    def _pump(self) -> None:
+        for key, _ in self.selector.select(POLL_INTERVAL):
             if key.data is None:
                 with contextlib.suppress(BlockingIOError):
-                    os.read(wake_r, 64)
+                    os.read(self.wake_r, 64)
             else:
-                _read(selector, key.data)
-    for process in processes:
-        process.forward(b"", final=True)
-    if failed is None:
-        failed = next((p for p in processes if p.returncode != 0), None)
-    if failed is None:
-        return 0
-    assert failed.returncode is not None
-    return failed.returncode
+                _read(self.selector, key.data)
 
 
 def _read(selector: selectors.BaseSelector, process: _Process) -> bool:
