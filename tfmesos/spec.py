@@ -375,34 +375,10 @@ class ClusterSpec:
     def __post_init__(self) -> None:
         jobs = tuple(self.jobs)
         object.__setattr__(self, "jobs", jobs)
-        if not jobs:
-            raise SpecError("a cluster needs at least one job")
-        names = [job.name for job in jobs]
-        duplicate = next((n for n in names if names.count(n) > 1), None)
-        if duplicate:
-            raise SpecError(f"job {duplicate!r} is defined twice")
-        if not any(job.num > job.start for job in jobs):
-            raise SpecError("the cluster has no task to run")
-        total = sum(job.num - job.start for job in jobs)
-        if total > MAX_TASKS:
-            raise SpecError(f"a job can have at most {MAX_TASKS} tasks in all, not {total}")
+        self._check_jobs()
         if self.replica:
-            for job in jobs:
-                if job.name not in REPLICA_JOBS:
-                    raise SpecError(
-                        "replica mode runs only 'chief', 'ps', 'worker' and 'evaluator' jobs, "
-                        f"not {job.name!r}"
-                    )
-                if job.cmd is None:
-                    raise SpecError(f"replica mode needs a command for job {job.name!r}")
-            if not any(job.name in ("worker", CHIEF_JOB) and job.num > 0 for job in jobs):
-                raise SpecError("replica mode needs at least one worker (-w 1)")
-        for job in jobs:
-            if job.name in SINGLE_JOBS and job.num > 1:
-                raise SpecError(
-                    f"job {job.name!r} has at most one task, as TensorFlow's TF_CONFIG has it, "
-                    f"not {job.num}"
-                )
+            self._check_replica_jobs()
+        self._check_single_tasks()
         if self.start_timeout is not None:
             _number(self.start_timeout, "the start timeout", minimum=0, allow_equal=False)
         if (
@@ -423,16 +399,52 @@ class ClusterSpec:
         except ValueError as exc:
             raise SpecError(str(exc)) from None
         object.__setattr__(self, "exported", carried(os.environ, export))
-        texts = [(f"job {job.name!r}'s command", job.cmd) for job in jobs]
+        self._check_texts()
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise SpecError("TLS needs both a certificate and its key")
+        self._check_sizes()
+
+    def _check_jobs(self) -> None:
+        """Jobs named once, with tasks, within the limit on tasks."""
+        if not self.jobs:
+            raise SpecError("a cluster needs at least one job")
+        names = [job.name for job in self.jobs]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate:
+            raise SpecError(f"job {duplicate!r} is defined twice")
+        if not any(job.num > job.start for job in self.jobs):
+            raise SpecError("the cluster has no task to run")
+        total = sum(job.num - job.start for job in self.jobs)
+        if total > MAX_TASKS:
+            raise SpecError(f"a job can have at most {MAX_TASKS} tasks in all, not {total}")
+
+    def _check_single_tasks(self) -> None:
+        for job in self.jobs:
+            if job.name in SINGLE_JOBS and job.num > 1:
+                raise SpecError(
+                    f"job {job.name!r} has at most one task, as TensorFlow's TF_CONFIG has it, "
+                    f"not {job.num}"
+                )
+
+    def _check_replica_jobs(self) -> None:
+        for job in self.jobs:
+            if job.name not in REPLICA_JOBS:
+                raise SpecError(
+                    "replica mode runs only 'chief', 'ps', 'worker' and 'evaluator' jobs, "
+                    f"not {job.name!r}"
+                )
+            if job.cmd is None:
+                raise SpecError(f"replica mode needs a command for job {job.name!r}")
+        if not any(job.name in ("worker", CHIEF_JOB) and job.num > 0 for job in self.jobs):
+            raise SpecError("replica mode needs at least one worker (-w 1)")
+
+    def _check_texts(self) -> None:
+        texts = [(f"job {job.name!r}'s command", job.cmd) for job in self.jobs]
         texts += [("the initializer", self.initializer), ("the finalizer", self.finalizer)]
         texts += [("the working directory (--chdir)", self.cwd), ("the job's name", self.name)]
         for what, text in texts:
             if isinstance(text, str):
                 _check_text(what, text)
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise SpecError("TLS needs both a certificate and its key")
-
-        self._check_sizes()
 
     def _check_sizes(self) -> None:
         """What each task receives must fit the wire's frame and Linux's
