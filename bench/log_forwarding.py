@@ -205,6 +205,17 @@ def slow_reader(argv: list[str], progress: Path, seconds: float) -> Flight:
     return Flight(max_in_flight, rss_max, written, samples[:: max(1, len(samples) // 200)])
 
 
+CONFIGS = [
+    (mode, tasks, sink)
+    for tasks in (1, 8)
+    for sink in ("devnull", "file", "pipe")
+    for mode in ("tfrun", "direct")
+]
+"""Each contender: who forwards (tfrun, or the shell directly), how many tasks, to what."""
+
+Rates = dict[tuple[str, int, str], float]
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=5)
     lines = 2_000 if args.smoke else 100_000 if args.quick else 2_000_000
@@ -222,42 +233,55 @@ def main() -> None:
             "slow_reader_lines": slow_lines,
         },
     )
-    configs = [
-        (mode, tasks, sink)
-        for tasks in (1, 8)
-        for sink in ("devnull", "file", "pipe")
-        for mode in ("tfrun", "direct")
-    ]
     with scratch("logs") as work:
         logs = work / "logs"
-
-        def contender(mode: str, tasks: int, sink: str, n: int) -> Callable[[], Run]:
-            return lambda: run_once(argv_for(mode, tasks, n, logs), sink, work)
-
-        def slow_contender(
-            mode: str, n: int, logs: Path, progress: Path, seconds: float
-        ) -> Callable[[], Flight]:
-            return lambda: slow_reader(argv_for(mode, 1, n, logs, progress), progress, seconds)
-
         contenders = {
-            f"{mode} {tasks} {sink} {n}": contender(mode, tasks, sink, n)
-            for mode, tasks, sink in configs
+            f"{mode} {tasks} {sink} {n}": _contender(mode, tasks, sink, n, logs, work)
+            for mode, tasks, sink in CONFIGS
             for n in (lines, 0)
         }
         runs = alternate(args.reps, contenders, warmup=args.warmup)
-        flights = alternate(
-            1,
-            {
-                mode: slow_contender(
-                    mode, slow_lines, logs, work / f"progress-{mode}", slow_seconds
-                )
-                for mode in ("tfrun", "direct")
-            },
-        )
-    rates: dict[tuple[str, int, str], float] = {}
-    for mode, tasks, sink in configs:
+        flights = {
+            mode: found[0]
+            for mode, found in alternate(
+                1,
+                {
+                    mode: _slow_contender(
+                        mode, slow_lines, logs, work / f"progress-{mode}", slow_seconds
+                    )
+                    for mode in ("tfrun", "direct")
+                },
+            ).items()
+        }
+    rates = _add_throughput(result, runs, lines)
+    _add_slow_reader(result, flights)
+    _add_targets(result, rates, flights, slow_lines)
+    result.summary_md = _summary(result, rates, flights)
+    result.write(args.results_dir)
+
+
+def _contender(
+    mode: str, tasks: int, sink: str, n: int, logs: Path, work: Path
+) -> Callable[[], Run]:
+    return lambda: run_once(argv_for(mode, tasks, n, logs), sink, work)
+
+
+def _slow_contender(
+    mode: str, n: int, logs: Path, progress: Path, seconds: float
+) -> Callable[[], Flight]:
+    return lambda: slow_reader(argv_for(mode, 1, n, logs, progress), progress, seconds)
+
+
+def _label(tasks: int, sink: str) -> str:
+    return f"{tasks} task{'s' if tasks > 1 else ''}, to {sink}"
+
+
+def _add_throughput(result: Result, runs: dict[str, list[Run]], lines: int) -> Rates:
+    """Each contender's wall, rates and CPU; return its lines/s with start and stop taken off."""
+    rates: Rates = {}
+    for mode, tasks, sink in CONFIGS:
         full, empty = runs[f"{mode} {tasks} {sink} {lines}"], runs[f"{mode} {tasks} {sink} 0"]
-        label = f"{mode}, {tasks} task{'s' if tasks > 1 else ''}, to {sink}"
+        label = f"{mode}, {_label(tasks, sink)}"
         if sink == "pipe":
             for run in full:
                 if run.lines_seen != lines // tasks * tasks:
@@ -276,16 +300,17 @@ def main() -> None:
         result.add(f"{label}: whole job CPU", "s", [r.job_cpu for r in full])
         result.extra[f"{label}: lines/s, start and stop taken off"] = rate
         result.extra[f"{label}: MB/s, start and stop taken off"] = rate * SIZE / 1e6
-    for tasks in (1, 8):
-        for sink in ("devnull", "file", "pipe"):
-            plural = "s" if tasks > 1 else ""
-            result.ratio(
-                f"wall tfrun / direct, {tasks} task{plural}, to {sink}",
-                f"tfrun, {tasks} task{plural}, to {sink}: wall, {lines:,} lines",
-                f"direct, {tasks} task{plural}, to {sink}: wall, {lines:,} lines",
-            )
-    for mode in ("tfrun", "direct"):
-        flight = flights[mode][0]
+    for _, tasks, sink in CONFIGS[::2]:
+        result.ratio(
+            f"wall tfrun / direct, {_label(tasks, sink)}",
+            f"tfrun, {_label(tasks, sink)}: wall, {lines:,} lines",
+            f"direct, {_label(tasks, sink)}: wall, {lines:,} lines",
+        )
+    return rates
+
+
+def _add_slow_reader(result: Result, flights: dict[str, Flight]) -> None:
+    for mode, flight in flights.items():
         result.extra[f"slow reader, {mode}"] = {
             "max_in_flight_bytes": flight.max_in_flight,
             "launcher_rss_max_bytes": flight.launcher_rss_max,
@@ -295,15 +320,19 @@ def main() -> None:
         result.add(
             f"slow reader, {mode}: most bytes in flight", "KiB", [flight.max_in_flight / 1024]
         )
-    tfrun_flight = flights["tfrun"][0]
     result.add(
-        "slow reader, tfrun: launcher RSS (max)", "MiB", [tfrun_flight.launcher_rss_max / MiB]
+        "slow reader, tfrun: launcher RSS (max)",
+        "MiB",
+        [flights["tfrun"].launcher_rss_max / MiB],
     )
+
+
+def _add_targets(result: Result, rates: Rates, flights: dict[str, Flight], slow_lines: int) -> None:
+    sinks = ("devnull", "file", "pipe")
     floor = min(
-        result.row(f"tfrun, 1 task, to {sink}: lines/s, whole wall").median
-        for sink in ("devnull", "file", "pipe")
+        result.row(f"tfrun, 1 task, to {sink}: lines/s, whole wall").median for sink in sinks
     )
-    worst = min(rates[("tfrun", 1, sink)] for sink in ("devnull", "file", "pipe"))
+    worst = min(rates[("tfrun", 1, sink)] for sink in sinks)
     result.target(
         "5: lines/s from one task",
         "\u2265 200,000 lines/s",
@@ -314,43 +343,27 @@ def main() -> None:
     result.target(
         "5: slow reader, bounded",
         "bounded buffer",
-        f"at most {tfrun_flight.max_in_flight / MiB:.2f} MiB in flight through tfrun "
-        f"({flights['direct'][0].max_in_flight / 1024:.0f} KiB directly)",
+        f"at most {flights['tfrun'].max_in_flight / MiB:.2f} MiB in flight through tfrun "
+        f"({flights['direct'].max_in_flight / 1024:.0f} KiB directly)",
         # Held back: the task could not write all its output while the reader was slow.
-        tfrun_flight.written_at_end < slow_lines * SIZE,
+        flights["tfrun"].written_at_end < slow_lines * SIZE,
     )
 
-    def mlines(value: float) -> str:
-        return f"{value / 1e6:.2f}" if 0 < value < float("inf") else "n/a (run too short)"
 
+def _mlines(value: float) -> str:
+    return f"{value / 1e6:.2f}" if 0 < value < float("inf") else "n/a (run too short)"
+
+
+def _summary(result: Result, rates: Rates, flights: dict[str, Flight]) -> str:
     table = [
         "| tasks | sink | tfrun: M lines/s, whole wall, median (min\u2013max) | direct "
         "| tfrun: M lines/s, start and stop taken off (MB/s) | direct | launcher CPU "
         "| whole job CPU, tfrun / direct |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for tasks in (1, 8):
-        for sink in ("devnull", "file", "pipe"):
-            label = f"{tasks} task{'s' if tasks > 1 else ''}, to {sink}"
-
-            def row(mode: str, what: str, label: str = label) -> Summary:
-                return result.row(f"{mode}, {label}: {what}")
-
-            whole = row("tfrun", "lines/s, whole wall")
-            marginal = rates[("tfrun", tasks, sink)]
-            table.append(
-                f"| {tasks} | {sink} | {mlines(whole.median)} "
-                f"({mlines(whole.min)}\u2013{mlines(whole.max)}) | "
-                f"{mlines(row('direct', 'lines/s, whole wall').median)} | "
-                f"{mlines(marginal)}"
-                + (f" ({marginal * SIZE / 1e6:.0f})" if 0 < marginal < float("inf") else "")
-                + " | "
-                f"{mlines(rates[('direct', tasks, sink)])} | "
-                f"{fmt(row('tfrun', 'launcher CPU').median, 's')} | "
-                f"{fmt(row('tfrun', 'whole job CPU').median, 's')} / "
-                f"{fmt(row('direct', 'whole job CPU').median, 's')} |"
-            )
-    direct_flight = flights["direct"][0]
+    for _, tasks, sink in CONFIGS[::2]:
+        table.append(_summary_row(result, rates, tasks, sink))
+    tfrun_flight, direct_flight = flights["tfrun"], flights["direct"]
     table += [
         "",
         "| slow reader (0.8 MB/s) | most bytes in flight | launcher RSS meanwhile |",
@@ -359,8 +372,29 @@ def main() -> None:
         f"{tfrun_flight.launcher_rss_max / MiB:.1f} MiB |",
         f"| directly (a pipe) | {direct_flight.max_in_flight / 1024:.0f} KiB | \u2013 |",
     ]
-    result.summary_md = "\n".join(table)
-    result.write(args.results_dir)
+    return "\n".join(table)
+
+
+def _summary_row(result: Result, rates: Rates, tasks: int, sink: str) -> str:
+    label = _label(tasks, sink)
+
+    def row(mode: str, what: str) -> Summary:
+        return result.row(f"{mode}, {label}: {what}")
+
+    whole = row("tfrun", "lines/s, whole wall")
+    marginal = rates[("tfrun", tasks, sink)]
+    return (
+        f"| {tasks} | {sink} | {_mlines(whole.median)} "
+        f"({_mlines(whole.min)}\u2013{_mlines(whole.max)}) | "
+        f"{_mlines(row('direct', 'lines/s, whole wall').median)} | "
+        f"{_mlines(marginal)}"
+        + (f" ({marginal * SIZE / 1e6:.0f})" if 0 < marginal < float("inf") else "")
+        + " | "
+        f"{_mlines(rates[('direct', tasks, sink)])} | "
+        f"{fmt(row('tfrun', 'launcher CPU').median, 's')} | "
+        f"{fmt(row('tfrun', 'whole job CPU').median, 's')} / "
+        f"{fmt(row('direct', 'whole job CPU').median, 's')} |"
+    )
 
 
 if __name__ == "__main__":
