@@ -40,6 +40,7 @@ directory is put first on ``PATH`` so that the tasks' ``python`` is this one.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import importlib.util
 import itertools
@@ -53,6 +54,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from benchlib import (
     BENCH,
@@ -289,69 +291,13 @@ def main() -> None:
         f"{bytecode} (PYTHONDONTWRITEBYTECODE); page cache "
         + ("dropped before every run" if args.cold else "warm (after a warm-up round)")
     )
-    with scratch("first-step") as logs, tempfile.TemporaryDirectory() as hide_dir:
-        hidden = hiding_dir(Path(hide_dir))
-        events = logs / "events.jsonl"
-        tfrun_argv = [
-            *tfrun(),
-            *("-w", "2", "-s", "1", "--worker-logs", "*", "--log-dir", str(logs)),
-            *("--events", str(events), "--"),
-            *("python", EXAMPLE, "--ps_hosts={ps_hosts}", "--worker_hosts={worker_hosts}"),
-            *("--job_name={job_name}", "--task_index={task_index}", *steps),
-        ]
-        hand_argv = ["bash", str(BENCH / "hand_launch_mnist.sh"), *steps]
-        variants: dict[str, Path | None] = {"": None}
-        if has_sklearn and not args.quick:
-            variants[f", {HIDE}"] = hidden
-        contenders: dict[str, Callable[[], Run | dict[str, tuple[float, float]]]] = {}
-        for suffix, hide in variants.items():
-            env = job_env(hide)
-            contenders[f"tfrun{suffix}"] = functools.partial(
-                run_job, tfrun_argv, env, args.cold, events
-            )
-            contenders[f"hand{suffix}"] = functools.partial(run_job, hand_argv, env, args.cold)
-            contenders[f"one task{suffix}"] = functools.partial(task_phases, env, args.cold)
-        runs = alternate(args.reps, contenders, warmup=args.warmup and not args.cold)
-    jobs = [n for n in contenders if not n.startswith("one task")]
-    for mark in ("cluster up", "data loaded", "first step", "trained", "exit"):
-        for job in jobs:
-            samples = [r.stamps[mark] for r in runs[job] if mark in r.stamps]
-            if samples:
-                result.add(f"Enter to {mark}, {job}", "s", samples)
-    for mark in ("first step", "exit"):
-        for job in jobs:
-            result.add(f"CPU to {mark}, {job}", "s", [r.cpu[mark] for r in runs[job]])
-    for suffix in variants:
-        phases = runs[f"one task{suffix}"]
-        for phase in phases[0]:
-            walls = [p[phase][0] for p in phases if phase in p]
-            result.add(f"one task{suffix}: {phase}, wall", "s", walls)
-            if phase not in ("interpreter up", "exit"):
-                result.add(f"one task{suffix}: {phase}, CPU", "s", [p[phase][1] for p in phases])
-    result.ratio(
-        "first step: tfrun / hand", "Enter to first step, tfrun", "Enter to first step, hand"
-    )
-    result.ratio("exit: tfrun / hand", "Enter to exit, tfrun", "Enter to exit, hand")
-    result.ratio(
-        "CPU to first step: tfrun / hand", "CPU to first step, tfrun", "CPU to first step, hand"
-    )
-    if len(variants) > 1:
-        for job in ("tfrun", "hand"):
-            result.ratio(
-                f"first step: {job}, {HIDE} / installed",
-                f"Enter to first step, {job}, {HIDE}",
-                f"Enter to first step, {job}",
-            )
-            result.ratio(
-                f"CPU to first step: {job}, {HIDE} / installed",
-                f"CPU to first step, {job}, {HIDE}",
-                f"CPU to first step, {job}",
-            )
-        result.ratio(
-            f"first step: tfrun, {HIDE} / hand, {HIDE}",
-            f"Enter to first step, tfrun, {HIDE}",
-            f"Enter to first step, hand, {HIDE}",
-        )
+    suffixes = ["", f", {HIDE}"] if has_sklearn and not args.quick else [""]
+    runs = _measure(args, steps, suffixes)
+    jobs = [n for n in runs if not n.startswith("one task")]
+    _add_jobs(result, runs, jobs)
+    for suffix in suffixes:
+        _add_phases(result, suffix, runs[f"one task{suffix}"])
+    _add_ratios(result, hiding=len(suffixes) > 1)
     first, hand = result.row("CPU to first step, tfrun"), result.row("CPU to first step, hand")
     result.target(
         "CPU tfrun adds to the job's first step",
@@ -365,6 +311,80 @@ def main() -> None:
     )
     result.extra["timeline"] = {job: [r.stamps for r in runs[job]] for job in jobs}
     result.write(args.results_dir)
+
+
+def _measure(
+    args: argparse.Namespace, steps: list[str], suffixes: list[str]
+) -> dict[str, list[Any]]:
+    """The job through tfrun, by hand, and one task's phases, alternated;
+    each also with scikit-learn hidden where ``suffixes`` says."""
+    with scratch("first-step") as logs, tempfile.TemporaryDirectory() as hide_dir:
+        hidden = hiding_dir(Path(hide_dir))
+        events = logs / "events.jsonl"
+        tfrun_argv = [
+            *tfrun(),
+            *("-w", "2", "-s", "1", "--worker-logs", "*", "--log-dir", str(logs)),
+            *("--events", str(events), "--"),
+            *("python", EXAMPLE, "--ps_hosts={ps_hosts}", "--worker_hosts={worker_hosts}"),
+            *("--job_name={job_name}", "--task_index={task_index}", *steps),
+        ]
+        hand_argv = ["bash", str(BENCH / "hand_launch_mnist.sh"), *steps]
+        contenders: dict[str, Callable[[], Run | dict[str, tuple[float, float]]]] = {}
+        for suffix in suffixes:
+            env = job_env(hidden if suffix else None)
+            contenders[f"tfrun{suffix}"] = functools.partial(
+                run_job, tfrun_argv, env, args.cold, events
+            )
+            contenders[f"hand{suffix}"] = functools.partial(run_job, hand_argv, env, args.cold)
+            contenders[f"one task{suffix}"] = functools.partial(task_phases, env, args.cold)
+        return alternate(args.reps, contenders, warmup=args.warmup and not args.cold)
+
+
+def _add_jobs(result: Result, runs: dict[str, list[Any]], jobs: list[str]) -> None:
+    for mark in ("cluster up", "data loaded", "first step", "trained", "exit"):
+        for job in jobs:
+            samples = [r.stamps[mark] for r in runs[job] if mark in r.stamps]
+            if samples:
+                result.add(f"Enter to {mark}, {job}", "s", samples)
+    for mark in ("first step", "exit"):
+        for job in jobs:
+            result.add(f"CPU to {mark}, {job}", "s", [r.cpu[mark] for r in runs[job]])
+
+
+def _add_phases(result: Result, suffix: str, phases: list[dict[str, tuple[float, float]]]) -> None:
+    for phase in phases[0]:
+        walls = [p[phase][0] for p in phases if phase in p]
+        result.add(f"one task{suffix}: {phase}, wall", "s", walls)
+        if phase not in ("interpreter up", "exit"):
+            result.add(f"one task{suffix}: {phase}, CPU", "s", [p[phase][1] for p in phases])
+
+
+def _add_ratios(result: Result, hiding: bool) -> None:
+    result.ratio(
+        "first step: tfrun / hand", "Enter to first step, tfrun", "Enter to first step, hand"
+    )
+    result.ratio("exit: tfrun / hand", "Enter to exit, tfrun", "Enter to exit, hand")
+    result.ratio(
+        "CPU to first step: tfrun / hand", "CPU to first step, tfrun", "CPU to first step, hand"
+    )
+    if not hiding:
+        return
+    for job in ("tfrun", "hand"):
+        result.ratio(
+            f"first step: {job}, {HIDE} / installed",
+            f"Enter to first step, {job}, {HIDE}",
+            f"Enter to first step, {job}",
+        )
+        result.ratio(
+            f"CPU to first step: {job}, {HIDE} / installed",
+            f"CPU to first step, {job}, {HIDE}",
+            f"CPU to first step, {job}",
+        )
+    result.ratio(
+        f"first step: tfrun, {HIDE} / hand, {HIDE}",
+        f"Enter to first step, tfrun, {HIDE}",
+        f"Enter to first step, hand, {HIDE}",
+    )
 
 
 if __name__ == "__main__":
