@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -396,3 +398,35 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def runs_in(root: Path) -> list[Path]:
     """The runs' directories in ``root``: not the ``latest`` link."""
     return sorted(path for path in root.iterdir() if not path.is_symlink())
+
+
+@pytest.fixture
+def tfrun_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """cli.main run here on a fake backend that fails as it starts (its
+    master lost, say), with the signal handlers and tfmesos's log level as
+    they were afterwards."""
+    import tfmesos.run
+    from tfmesos.errors import TFMesosError
+    from tfmesos.testing.fake import FakeBackend
+
+    def launcher_factory(spec: Any, backend: str, options: Any, events: Any) -> Any:
+        def make(restart: int) -> Any:
+            failing = FakeBackend(spec, start_error=TFMesosError("the master is gone"))
+            return failing.launcher()
+
+        return make
+
+    monkeypatch.setattr(tfmesos.run, "launcher_factory", launcher_factory)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    level = logging.getLogger("tfmesos").level
+    yield
+    logging.getLogger("tfmesos").setLevel(level)
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
+def one_error_line(stderr: str) -> str:
+    """tfrun's one ``tfrun: error:`` line, the only line it printed."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("tfrun: error: "), stderr
+    return lines[0]

@@ -272,3 +272,28 @@ def test_the_check_of_quoted_messages_catches_a_rewording() -> None:
     for true, reworded in said.items():
         assert _unfound(true, literals) == [], true
         assert _unfound(reworded, literals) != [], reworded
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """``tests/test_x.py::test_name``, and ``::test_other`` after it in the
+    same line, name a test function of that file: a test renamed or moved
+    leaves no dangling name behind in the docs."""
+    import ast
+
+    defined = {
+        path.name: {
+            node.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        for path in (ROOT / "tests").glob("test_*.py")
+    }
+    dangling = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            file = None
+            for match in re.finditer(r"`(?:tests/(test_\w+\.py))?::(\w+)`", line):
+                file = match.group(1) or file
+                if file is not None and match.group(2) not in defined.get(file, ()):
+                    dangling.append(f"{doc.name}:{number}: tests/{file}::{match.group(2)}")
+    assert dangling == [], "\n".join(dangling)

@@ -5,6 +5,7 @@ the adversarial run)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -190,3 +191,68 @@ def test_nohup_keeps_sighup_ignored_for_the_whole_job(tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "[worker:0] survived" in out
+
+
+# -- a signal while tfrun says its verdict --------------------------------------
+
+
+class InterruptingStderr(io.StringIO):
+    """tfrun's stderr, which sends ``signum`` to this process as the first
+    line starting with ``starting`` is written: the signal lands exactly
+    while tfrun says it (a signal to oneself is handled before os.kill
+    returns to Python code)."""
+
+    def __init__(self, starting: str, signum: int = signal.SIGINT) -> None:
+        super().__init__()
+        self.starting = starting
+        self.signum = signum
+        self.sent = False
+
+    def write(self, text: str) -> int:
+        if not self.sent and text.startswith(self.starting):
+            self.sent = True
+            os.kill(os.getpid(), self.signum)
+        return super().write(text)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_tfrun_says_its_error_cuts_neither_it_nor_its_status(
+    tfrun_in_process: None, monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    """Before: the job's event loop had put Python's handlers back, and
+    SIGINT raised KeyboardInterrupt in the middle of the line (a traceback,
+    no verdict), SIGTERM killed tfrun there."""
+    from tfmesos import cli
+
+    stderr = InterruptingStderr("tfrun: error:", signum)
+    monkeypatch.setattr("sys.stderr", stderr)
+    status = cli.main(["-m", "127.0.0.1:1", "-w", "2", "--", "true"])
+    assert stderr.sent
+    assert status == 125
+    said = stderr.getvalue()
+    assert "tfrun: error: the master is gone\n" in said, said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
+
+
+def test_late_signals_leave_no_wakeup_descriptor_behind() -> None:
+    """The event loop's wakeup descriptor, left set when a signal cut its
+    removal short, is read by no one once the loop is over: a burst of
+    signals filled it, and CPython 3.11 then hung in its signal handler
+    (tfrun never exited). Taking the signals over lets go of it."""
+    import socket
+
+    from tfmesos.run import LateSignals
+
+    read_end, write_end = socket.socketpair()
+    late = LateSignals()
+    try:
+        write_end.setblocking(False)
+        signal.set_wakeup_fd(write_end.fileno())  # as a loop cut short leaves it
+        late.take_over(None)
+        assert signal.set_wakeup_fd(-1) == -1
+    finally:
+        signal.set_wakeup_fd(-1)
+        late.restore()
+        read_end.close()
+        write_end.close()

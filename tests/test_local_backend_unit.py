@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +44,84 @@ def test_a_gpu_task_gets_its_gpus_whether_or_not_check_ran_first(
     end = asyncio.run(scenario())
     assert end.exit_code == 0
     assert (tmp_path / "t1.log").read_text().splitlines() == ["gpus=3"]
+
+
+# -- what a local or Slurm user is told to do --------------------------------------
+
+ON_A_CLUSTER = "(-m MASTER for Mesos, --backend slurm)"
+
+
+@pytest.fixture
+def a_small_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine as the local backend sees it: 2 CPUs, 1 GiB, one GPU."""
+    from tfmesos.resources import MachineResources
+
+    small = MachineResources(cpus=2, mem_mib=1024.0, gpus=("0",))
+    monkeypatch.setattr("tfmesos.backends.local.machine_resources", lambda gpus=True: small)
+
+
+def refusal(job: Any, *, chief_only: bool = False) -> str:
+    from tfmesos.backends.local import LocalBackend
+    from tfmesos.errors import ResourceError
+
+    backend = LocalBackend(job, log_dir="/nowhere", chief_only=chief_only)
+    tasks = [t for t in job.tasks() if not chief_only or t.name == "worker:0"]
+    with pytest.raises(ResourceError) as refused:
+        backend.check(tasks)
+    return str(refused.value)
+
+
+@pytest.mark.unit
+def test_a_local_job_too_large_is_told_of_every_cluster_backend_not_mesos_alone(
+    a_small_machine: None,
+) -> None:
+    """Before: "or run the job on a Mesos cluster (-m)", "or give a Mesos
+    master", to users who may have only Slurm."""
+    from tfmesos.spec import ClusterSpec, Job
+
+    def replica(**asks: Any) -> Any:
+        return ClusterSpec((Job("worker", 2, cmd="true", **asks),), replica=True)
+
+    assert refusal(replica(cpus=64)).endswith(
+        f"ask for less with -Cw, or run the job on a cluster {ON_A_CLUSTER}"
+    )
+    assert refusal(replica(mem=4096)).endswith(
+        f"ask for less with -Mw (MiB), or run the job on a cluster {ON_A_CLUSTER}"
+    )
+    assert refusal(replica(gpus=2)).endswith(
+        f"give -Gw 0, or run the job on a cluster with GPUs {ON_A_CLUSTER}"
+    )
+    # Each task fits, all of them together do not.
+    assert refusal(replica(gpus=1)).endswith(
+        f"ask for fewer, or run the job on a cluster {ON_A_CLUSTER}"
+    )
+    # tfmesos.cluster(): its own arguments, not tfrun's flags.
+    servers = ClusterSpec((Job("ps", 1, cpus=64),))
+    assert refusal(servers).endswith(
+        "ask for less (cpus= of job 'ps'), or run the job on a cluster "
+        "(master= for Mesos, backend='slurm')"
+    )
+
+
+@pytest.mark.unit
+def test_the_chief_of_a_job_on_a_cluster_is_told_of_tfruns_machine_not_of_mesos(
+    a_small_machine: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chief runs beside tfrun for a Mesos job and a Slurm job alike."""
+    from tfmesos.backends.local import LocalBackend
+    from tfmesos.spec import ClusterSpec, Job
+
+    gpus = ClusterSpec((Job("worker", 2, cmd="true", gpus=2),), replica=True)
+    said = refusal(gpus, chief_only=True)
+    assert said.endswith(
+        "(the chief runs on this machine, beside tfrun): "
+        "run tfrun on a machine with a GPU, or give -Gw 0"
+    ), said
+    cpus = ClusterSpec((Job("worker", 2, cmd="true", cpus=64),), replica=True)
+    with caplog.at_level(logging.WARNING, logger="tfmesos"):
+        LocalBackend(cpus, log_dir="/nowhere", chief_only=True).check(cpus.tasks()[:1])
+    assert caplog.messages[-1].endswith(
+        "(the chief runs on this machine, beside tfrun): ask for less with -Cw, "
+        "or run tfrun on a machine with more; running it anyway"
+    ), caplog.messages
+    assert "Mesos" not in said + caplog.text

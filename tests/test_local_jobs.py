@@ -928,7 +928,7 @@ def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
     # 2 MB from one task, past a cap of 256 KiB: at most the cap stays on
     # disk (the log and one rotated file), ending with its last lines; the
     # run's directory is under XDG_STATE_HOME, and its job_started event
-    # names it (tests/test_promises.py checks the messages that name it).
+    # names it (tests/test_pathtext.py checks the messages that name it).
     code = (
         "import sys\n"
         "w = sys.stdout.write\n"

@@ -3,15 +3,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.conftest import ROOT, JobProcesses, tfrun_argv
 from tfmesos import SpecError
 from tfmesos.mesos.masters import MasterAddress, ZooKeeperSource, default_scheme, parse_masters
+from tfmesos.mesos.transport import AiohttpTransport, TLSError
 from tfmesos.mesos.zookeeper import (
     MasterInfo,
     Member,
@@ -250,3 +257,102 @@ def test_a_master_address_with_a_path_is_refused_not_cut(given: str) -> None:
 @pytest.mark.parametrize("given", ["m1:5050/", "http://m1:5050/#/", "http://m1:5050#/frameworks"])
 def test_a_master_s_web_ui_address_is_its_address(given: str) -> None:
     assert parse_masters(given) == [MasterAddress("http", "m1", 5050)]
+
+
+API = "/api/v1/scheduler"
+
+
+# -- a master that speaks only TLS, dialled with http ---------------------------
+
+
+@contextlib.contextmanager
+def tls_only_server(pki: Any) -> Iterator[int]:
+    """A TLS server on 127.0.0.1 (its port) configured as libprocess
+    configures a master's: it handshakes, and hangs up on plain HTTP."""
+    from tests.test_real_mesos_security import libprocess_server_context, tls_proxy
+
+    context = libprocess_server_context(*pki.cert("master"))
+    with tls_proxy(1, context) as proxy:  # handshakes only: nothing is forwarded
+        yield proxy.port
+
+
+def answered_with_tls(port: int) -> str:
+    return (
+        f"the Mesos master at http://127.0.0.1:{port} answered with TLS: it serves https "
+        f"only; give -m https://127.0.0.1:{port} (or set LIBPROCESS_SSL_ENABLED=true, so "
+        "that every master, ZooKeeper's too, is dialled with https; its certificate must "
+        "chain to --ssl-ca FILE|DIR, $LIBPROCESS_SSL_CA_FILE / $LIBPROCESS_SSL_CA_DIR, or "
+        "else the system's CAs)"
+    )
+
+
+@pytest.mark.e2e
+def test_a_tls_master_dialled_with_http_is_named_as_tls_by_the_transport(pki: Any) -> None:
+    async def subscribe(port: int) -> BaseException:
+        transport = AiohttpTransport()
+        try:
+            await transport.open_stream(f"http://127.0.0.1:{port}{API}", b"{}", {})
+        except BaseException as exc:  # what it raised is the subject
+            return exc
+        finally:
+            await transport.aclose()
+        raise AssertionError("a TLS server answered plain HTTP")
+
+    with tls_only_server(pki) as port:
+        error = asyncio.run(subscribe(port))
+    assert isinstance(error, TLSError), repr(error)
+    assert str(error) == answered_with_tls(port)
+
+
+@pytest.mark.unit
+def test_a_plain_server_that_hangs_up_is_still_a_master_lost_and_retried() -> None:
+    """Only an answer in TLS makes the hang-up a TLS master: a plain server
+    that hangs up (a master going down) is asked once, briefly, and stays a
+    TransportError, which the client retries."""
+    from tfmesos.mesos.transport import TransportError
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.close()
+
+    async def scenario() -> BaseException:
+        server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        transport = AiohttpTransport()
+        try:
+            await transport.open_stream(f"http://127.0.0.1:{port}{API}", b"{}", {})
+        except BaseException as exc:  # what it raised is the subject
+            return exc
+        finally:
+            await transport.aclose()
+            server.close()
+        raise AssertionError("a server that hangs up answered")
+
+    error = asyncio.run(scenario())
+    assert type(error) is TransportError, repr(error)
+
+
+@pytest.mark.e2e
+def test_tfrun_at_a_tls_master_given_as_http_says_so_in_one_line_at_once(
+    pki: Any, job_procs: JobProcesses
+) -> None:
+    """Before: the client took the hang-up for a master lost, tried until
+    --connect-timeout was spent, and said only "Server disconnected" (or
+    "Connection reset by peer")."""
+    with tls_only_server(pki) as port:
+        started = time.monotonic()
+        result = subprocess.run(
+            tfrun_argv("-m", f"127.0.0.1:{port}", "-w", "2", "--", "true"),
+            capture_output=True,
+            text=True,
+            env=job_procs.env(),
+            cwd=ROOT,
+            timeout=120,
+        )
+        elapsed = time.monotonic() - started
+    assert result.returncode == 125, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line == f"tfrun: error: the mesos backend failed: {answered_with_tls(port)}", line
+    # At once: well within the first-contact budget (--connect-timeout, 10 s).
+    assert elapsed < 8, (elapsed, line)
+    assert job_procs.wait_gone(10) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import struct
@@ -530,3 +531,82 @@ def test_out_of_descriptors_with_nothing_to_evict_pauses_accepting_instead_of_sp
         asyncio.run(scenario())
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# -- a task refused at the rendezvous while the job stops ---------------------------
+
+
+def refused_at_the_rendezvous(stopping: bool) -> list[logging.LogRecord]:
+    """What the rendezvous logs of a task id it does not admit, during a
+    live job or once the job is stopping."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    async def scenario() -> None:
+        server, _ = await serve(set())  # admits no one
+        if stopping:
+            server.stopping()
+
+        def late_task() -> dict[str, object]:
+            with Client(server.port) as client:
+                client.register("worker:1.0")
+                return client.receive()
+
+        answer = await in_thread(late_task)
+        await server.close()
+        assert answer == {"type": "reject", "reason": "task not expected"}
+
+    logger = logging.getLogger("tfmesos")
+    handler, level = Keep(logging.DEBUG), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        asyncio.run(scenario())
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return [r for r in records if "refused task id 'worker:1.0'" in r.getMessage()]
+
+
+@pytest.mark.unit
+def test_a_task_refused_while_the_job_stops_is_not_news_but_during_a_live_job_it_warns() -> None:
+    (live,) = refused_at_the_rendezvous(stopping=False)
+    assert live.levelno == logging.WARNING
+    assert live.getMessage().endswith(": not expected now")
+    (late,) = refused_at_the_rendezvous(stopping=True)
+    assert late.levelno == logging.DEBUG, late.getMessage()
+    assert late.getMessage().endswith(": not expected now (the job is stopping)")
+
+
+@pytest.mark.unit
+def test_the_launcher_tells_its_rendezvous_that_the_job_is_stopping_before_it_kills(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C while tasks register: the launcher kills those not registered
+    yet, and their agents may dial in meanwhile; the rendezvous must know
+    from the first moment of the stop."""
+    from tfmesos.rendezvous import RendezvousServer
+    from tfmesos.spec import ClusterSpec, Job
+    from tfmesos.testing.fake import FakeBackend, Hangs
+
+    told: list[object] = []  # whether the rendezvous was still open when told
+    monkeypatch.setattr(
+        RendezvousServer, "stopping", lambda self: told.append(getattr(self, "open", None))
+    )
+    job = ClusterSpec((Job("worker", 2, cmd="true"),), replica=True)
+    backend = FakeBackend(job, {"worker:1": Hangs()})
+
+    async def scenario() -> None:
+        launcher = backend.launcher()
+        starting = asyncio.create_task(launcher.start())
+        await until(lambda: "worker:1" in backend.launched, "worker:1 launched")
+        starting.cancel()  # as SIGINT does, while worker:1 has not registered
+        with contextlib.suppress(asyncio.CancelledError):
+            await starting
+        await launcher.stop(drop_stalled_output=True)
+
+    asyncio.run(scenario())
+    assert told == [True]
