@@ -435,7 +435,7 @@ class OutputLines:
 
 
 Event = dict[str, Any]
-"""One object of tfrun's event stream (the README's "The event stream")."""
+"""One object of tfrun's event stream (docs/running.md, "The event stream")."""
 
 EVENTS_POLL = 0.01
 """How often :meth:`EventStream.follow` looks at the file again. Times come

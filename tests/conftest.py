@@ -430,3 +430,20 @@ def one_error_line(stderr: str) -> str:
     assert len(lines) == 1, stderr
     assert lines[0].startswith("tfrun: error: "), stderr
     return lines[0]
+
+
+GUIDE = (
+    "README.md",
+    "docs/running.md",
+    "docs/fine-grained.md",
+    "docs/mesos.md",
+    "docs/pytorch-jax.md",
+    "docs/slurm.md",
+)
+"""The user's guide, in reading order: the README and the pages it leads to."""
+
+
+def guide_section(page: str, heading: str) -> str:
+    """The text under ``## heading`` in ``page`` (of :data:`GUIDE`), up to the next ``## ``."""
+    text = (ROOT / page).read_text()
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import ROOT
+from tests.conftest import GUIDE, ROOT
 
 
 def _readme_commands() -> list[str]:
@@ -26,10 +26,10 @@ def test_readme_starts_with_the_local_job_then_the_tests() -> None:
     assert "examples/mnist/mnist_replica.py" in first
 
 
-def test_every_tfrun_flag_is_in_the_readme() -> None:
+def test_every_tfrun_flag_is_in_the_guide() -> None:
     from tfmesos.cli import build_parser
 
-    readme = (ROOT / "README.md").read_text()
+    readme = "".join((ROOT / page).read_text() for page in GUIDE)
     for action in build_parser()._actions:
         for option in action.option_strings:
             if option not in ("-h", "--help"):
@@ -297,3 +297,28 @@ def test_every_test_the_docs_name_exists() -> None:
                 if file is not None and match.group(2) not in defined.get(file, ()):
                     dangling.append(f"{doc.name}:{number}: tests/{file}::{match.group(2)}")
     assert dangling == [], "\n".join(dangling)
+
+
+def test_every_link_between_the_docs_leads_somewhere() -> None:
+    """A relative link names a file that exists and, after ``#``, one of its
+    headings (GitHub's anchors: lower case, punctuation dropped, spaces as
+    ``-``): moving a section between pages leaves no link behind."""
+
+    def anchor(heading: str) -> str:
+        return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    anchors = {
+        page.resolve(): {anchor(h) for h in re.findall(r"^#+ (.*)$", page.read_text(), re.M)}
+        for page in pages
+    }
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, name = target.partition("#")
+            destination = (page.parent / path).resolve() if path else page.resolve()
+            if not destination.exists() or (name and name not in anchors.get(destination, {name})):
+                broken.append(f"{page.relative_to(ROOT)}: ({target})")
+    assert broken == [], "\n".join(broken)

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import pytest
 
+from tests.conftest import guide_section
 from tests.jobevents import JobEvents
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import BackendAttached, Launch
@@ -326,8 +327,7 @@ def test_the_first_verdict_is_the_only_one() -> None:
 
 @pytestmark_unit
 def test_the_readme_has_a_row_and_an_example_line_for_each_event() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("### The event stream", 1)[1].split("\n### ", 1)[0]
+    section = guide_section("docs/running.md", "The event stream")
     rows = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
     assert sorted(rows) == sorted(EVENTS)
     examples = {json.loads(line)["event"] for line in re.findall(r"^\{.*\}$", section, re.M)}

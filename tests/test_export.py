@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import JobProcesses, popen_tfrun, run_tfrun
+from tests.conftest import JobProcesses, guide_section, popen_tfrun, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_slurm_jobs import slurm  # noqa: F401 - the Slurm tests' fixture
 from tfmesos import exported, supervisor, taskenv, wire
@@ -481,8 +481,7 @@ def test_a_spec_refuses_an_environment_too_large_or_an_export_it_cannot_honour(
 
 
 def test_the_readme_names_every_name_left_behind() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### The task's environment", 1)[1].split("\n## ", 1)[0]
+    section = guide_section("docs/running.md", "The task's environment")
     for name in exported.NOT_CARRIED:
         assert f"`{name}`" in section, name
     for prefix in exported.NOT_CARRIED_PREFIXES:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun
+from tests.conftest import ROOT, JobProcesses, guide_section, run_tfrun
 
 
 def test_cluster_up_counts_tasks_in_words(job_procs: JobProcesses) -> None:
@@ -168,8 +168,8 @@ def test_a_mesos_job_too_big_says_its_sizes_as_the_local_check_does(
 
 
 def _readme_row(variable: str) -> str:
-    readme = (ROOT / "README.md").read_text()
-    (row,) = [line for line in readme.splitlines() if line.startswith(f"| `{variable}`")]
+    table = guide_section("docs/pytorch-jax.md", "PyTorch jobs")
+    (row,) = [line for line in table.splitlines() if line.startswith(f"| `{variable}`")]
     return row
 
 

@@ -1,6 +1,7 @@
 """Every command the README shows runs as written, on a fresh copy of the project.
 
-The README's shell and Python snippets are run in order, in one shell, as a
+The shell and Python snippets of the README and of the pages it leads to
+(``tests/conftest.py``'s ``GUIDE``) are run in order, in one shell, as a
 new user would type them: the first creates a virtual environment and
 installs the project, the ones after use it. A snippet that cannot run here
 (it needs a Mesos cluster, or a registry to push to) says why in an HTML
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses
+from tests.conftest import GUIDE, ROOT, JobProcesses
 from tfmesos import procfs
 
 _SNIPPET = re.compile(
@@ -37,10 +38,17 @@ NOT_RUN = "not run by tests/test_readme.py: "
 
 
 def readme_snippets() -> list[tuple[str, str, str | None]]:
-    """(language, body, why it is not run or None) of each snippet, in order."""
-    readme = (ROOT / "README.md").read_text()
+    """(language, body, why it is not run or None) of each snippet of the
+    README and the pages it leads to (``GUIDE``), in reading order."""
     found = []
-    for match in _SNIPPET.finditer(readme):
+    for page in GUIDE:
+        found += _snippets((ROOT / page).read_text())
+    return found
+
+
+def _snippets(text: str) -> list[tuple[str, str, str | None]]:
+    found = []
+    for match in _SNIPPET.finditer(text):
         note = match.group("note")
         why = note.removeprefix(NOT_RUN) if note and note.startswith(NOT_RUN) else None
         found.append((match.group("lang"), match.group("body"), why))

@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--events",
         metavar="FILE",
         help="write the job's events to FILE, one JSON object a line, flushed as each happens; "
-        "the last is the verdict, with tfrun's exit status (the README's 'The event stream')",
+        "the last is the verdict, with tfrun's exit status (docs/running.md, 'The event stream')",
     )
     job.add_argument(
         "--max-restarts",
@@ -319,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ALL|NONE|NAME[,NAME...]",
         help="which of this environment every task sees, as srun --export: ALL (default) less "
         "the names that describe this host (HOSTNAME, PWD, DISPLAY, TMPDIR, SSH_*, SLURM_*, ...: "
-        "see README); NONE; or only the names given (NAME=VALUE sets one; ALL,NAME=VALUE adds "
+        "see docs/running.md); NONE; or only the names given (NAME=VALUE sets one; ALL,NAME=VALUE adds "
         "to ALL). Carried over the job's authenticated rendezvous, never in a Mesos TaskInfo; "
         "-e's env and what tfrun sets come on top",
     )

@@ -216,7 +216,7 @@ def cluster(
     variables die with it. See :mod:`tfmesos.launcher.relaunch`.
 
     ``export``: which of this process's environment each server sees, as
-    ``tfrun --export`` (``"ALL"``, ``"NONE"``, ``"NAME,..."``; README, "The
+    ``tfrun --export`` (``"ALL"``, ``"NONE"``, ``"NAME,..."``; docs/running.md, "The
     task's environment"); ``env`` comes on top.
 
     ``cluster_file=True``: each server reads the cluster's definition from
@@ -224,7 +224,7 @@ def cluster(
     many for one environment variable.
 
     ``events``: a path or an open text file to which the cluster's events
-    go, one JSON object a line (the README's "The event stream"); the last,
+    go, one JSON object a line (docs/running.md, "The event stream"); the last,
     ``job_verdict``, has exit status 0, or that of the error the block
     raises (:class:`tfmesos.TFMesosError`'s ``exit_status``).
     """

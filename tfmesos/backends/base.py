@@ -92,7 +92,7 @@ class BackendAttached:
     backend: str
     """The backend's name (``Backend.name``)."""
     details: Mapping[str, str | list[str] | None]
-    """The ``backend_attached`` event's own fields, as the README's schema
+    """The ``backend_attached`` event's own fields, as docs/running.md's schema
     names them for this backend (``framework_id``, ``job_id``, ...)."""
 
 

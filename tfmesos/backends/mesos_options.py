@@ -43,7 +43,7 @@ class MesosOptions(BackendOptions):
     checkpoint: bool = True
     """Agents checkpoint the tasks, which then survive an agent restart, as
     Marathon and Aurora do by default; ``--no-checkpoint`` trades that for a
-    task that ends at once with its agent (see the README's ``--checkpoint``)."""
+    task that ends at once with its agent (see docs/mesos.md, ``--checkpoint``)."""
     user: str | None = None
     role: str | None = None
     volumes: tuple[Volume, ...] = ()

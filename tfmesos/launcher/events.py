@@ -7,13 +7,13 @@ Every object has ``v`` (the schema version, :data:`SCHEMA_VERSION`), ``ts``
 launcher emits through one seam, :class:`Events`: :class:`EventWriter`
 writes lines, flushed as each event happens; :class:`EventRecorder` keeps
 them in memory (for tests); :data:`NO_EVENTS` drops them. The schema is in
-the README ("The event stream").
+docs/running.md ("The event stream").
 
 What changes the schema version: a field removed or renamed, or one whose
 type or meaning changes, or an event that is no longer written where it
 was. That breaks a consumer written to the old schema. A new event, or a
 new field on an event, does not: a consumer skips event names and fields it
-does not know (the README asks it to), so they come with ``v`` unchanged.
+does not know (docs/running.md asks it to), so they come with ``v`` unchanged.
 """
 
 from __future__ import annotations
