@@ -62,7 +62,10 @@ def _tarballs() -> list[Path]:
     named = os.environ.get(TARBALL_ENV)
     if named:
         return [Path(named)]
-    return sorted(_checkout_shared().glob("mesos-*.tar.zst"))
+    # The optimized build first: the same commit and patches at -O2, which
+    # brings 40 tasks up in about half the time of the -O0 one.
+    shared = _checkout_shared()
+    return sorted(shared.glob("O2/mesos-*.tar.zst")) + sorted(shared.glob("mesos-*.tar.zst"))
 
 
 def find_home() -> Path | None:
@@ -124,8 +127,8 @@ def _apt_install(packages: Sequence[str]) -> None:
 
 def prepare() -> Path:
     """A Mesos that can run here: :func:`find_home`'s, or the tarball's
-    (``$TFMESOS_MESOS_TARBALL``, else ``../shared/mesos/mesos-*.tar.zst``
-    beside this checkout) unpacked into the cache; its runtime packages
+    (``$TFMESOS_MESOS_TARBALL``, else ``../shared/mesos/O2/mesos-*.tar.zst``,
+    then ``../shared/mesos/mesos-*.tar.zst`` beside this checkout) unpacked into the cache; its runtime packages
     installed when missing (as root, with apt-get)."""
     home = find_home()
     if home is None:
