@@ -1,0 +1,280 @@
+"""Real Mesos on hosts of their own: the master, each agent and tfrun (with
+the chief) in a network namespace each, with its own address, host name and
+``/etc/hosts`` (``RealMesos(hosts=True)``, ``tfmesos/testing/netns.py``), as
+a real cluster's hosts are: they reach each other by name, and the network
+between them can fail.
+
+Needs root and ``ip netns`` (skipped, saying why, elsewhere) and real Mesos
+(tests/mesos_clusters.py: ``real_mesos_home``). The timings go to stderr
+(``pytest -s`` shows them).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import PY, ROOT, JobProcesses, popen_tfrun, py, start_tfrun
+from tests.mesos_clusters import open_hosts
+from tfmesos.testing import netns
+from tfmesos.testing.real_mesos import AgentSpec, RealMesos
+
+pytestmark = pytest.mark.e2e
+
+ONE_TASK = AgentSpec("cpus:1.2;mem:2048;ports:[31000-31099]")
+"""Room for one task of 1 CPU (and its executor's 0.1): two tasks on two
+such agents are on two hosts. Every agent has the same ports: each has its
+own address."""
+TWO_TASKS = AgentSpec("cpus:2.3;mem:4096;ports:[31000-31099]")
+
+JSON = dict[str, Any]
+
+
+def wait_for(what: str, condition: Any, real: RealMesos, timeout: float = 120.0) -> Any:
+    """Poll ``condition`` until it gives something true; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:g}s\n{real.logs(40)}")
+        time.sleep(0.1)
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for init's reaping does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def tasks_of(real: RealMesos) -> list[JSON]:
+    state = real.state()
+    return [
+        task
+        for f in state["frameworks"] + state["completed_frameworks"]
+        for key in ("tasks", "unreachable_tasks", "completed_tasks")
+        for task in f.get(key, [])
+    ]
+
+
+CHECK_NAMES = textwrap.dedent(
+    """
+    import json, os, socket
+    config = json.loads(os.environ["TF_CONFIG"])
+    me = config["task"]
+    hosts = {{a.rsplit(":", 1)[0] for addrs in config["cluster"].values() for a in addrs}}
+    own = config["cluster"][me["type"]][me["index"]].rsplit(":", 1)[0]
+    assert own == socket.gethostname(), (own, socket.gethostname())
+    assert hosts <= set({names}), hosts
+    for host in hosts:
+        address = socket.gethostbyname(host)
+        assert not address.startswith("127."), (host, address)
+    print("names", me["type"], me["index"], own, sorted(hosts), flush=True)
+    """
+)
+
+
+def test_a_replica_job_names_the_hosts_in_tf_config(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """tfrun and the chief on the client host, the ps and worker 1 on two
+    agents: each task's ``TF_CONFIG`` gives the hosts' names (its own its
+    host name), each resolving to that host's address, none a loopback one."""
+    started = time.monotonic()
+    with open_hosts(job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK]) as real:
+        up = time.monotonic() - started
+        names = {"client", "agent0", "agent1"}
+        code = CHECK_NAMES.format(names=sorted(names))
+        proc = popen_tfrun(
+            *("-m", real.master_address, "-w", "2", "-s", "1", "--worker-logs", "*"),
+            *("--", *py(code)),
+            env=job_procs.env(),
+            on=real.client.prefix(),
+        )
+        out, err = proc.communicate(timeout=180)
+        ran = time.monotonic() - started - up
+    print(f"\nhosts: cluster up in {up:.2f}s, replica job in {ran:.2f}s", file=sys.stderr)
+    assert proc.returncode == 0, err
+    lines = sorted(line.split("] ", 1)[1] for line in out.splitlines())
+    assert lines == [
+        f"names worker 0 client {sorted(names)}",
+        f"names worker 1 {lines[1].split()[3]} {sorted(names)}",
+    ], out
+    assert "task worker:0 registered at client:" in err, err
+    # The ps and worker 1 on the two agents, one each.
+    placed = {
+        line.split(" registered at ")[1].split(":")[0]
+        for line in err.splitlines()
+        if "registered at agent" in line
+    }
+    assert placed == {"agent0", "agent1"}, err
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_fine_grained_job_spans_the_hosts(job_procs: JobProcesses, tmp_path: Path) -> None:
+    """examples/plus.py from the client host: two ps and two workers on two
+    agents, the session opened from the client to worker 0 by its name."""
+    started = time.monotonic()
+    with open_hosts(job_procs, tmp_path / "mesos", [TWO_TASKS, TWO_TASKS]) as real:
+        result = subprocess.run(
+            real.client_argv([PY, "examples/plus.py", real.master_address]),
+            capture_output=True,
+            text=True,
+            env=job_procs.env(),
+            cwd=ROOT,
+            timeout=300,
+        )
+        hosts = {t["slave_id"] for t in tasks_of(real)}
+        took = time.monotonic() - started
+    print(f"\nhosts: fine-grained plus across hosts in {took:.2f}s", file=sys.stderr)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "42"
+    assert len(hosts) == 2, hosts
+    assert job_procs.wait_gone(10) == []
+
+
+def test_an_agent_cut_from_the_master_is_unreachable_and_the_job_restarts(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Worker 1's agent cut from the master past the ping timeout: its task
+    is TASK_UNREACHABLE, tfrun starts the job again (``--max-restarts 1``) on
+    the other agent and it succeeds; once the cut heals, the old copy is
+    ended. tfrun is PARTITION_AWARE (``taskinfo.framework_capabilities``)."""
+    flags = {"agent_ping_timeout": "1secs", "max_agent_ping_timeouts": "3"}
+    with open_hosts(job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK], **flags) as real:
+        # Run 0 waits for ever; run 1 (TFMESOS_RESTART=1) ends at once.
+        command = (
+            'if [ "$TFMESOS_RESTART" = 0 ]; then exec sleep 600; fi; echo "run $TFMESOS_RESTART"'
+        )
+        proc, _ = start_tfrun(
+            *("-m", real.master_address, "-w", "2", "-s", "0", "--worker-logs", "*"),
+            *("--max-restarts", "1", "--", command),
+            env=job_procs.env(),
+            on=real.client.prefix(),
+        )
+        (old,) = [t for t in tasks_of(real) if t["state"] == "TASK_RUNNING"]
+        cut_agent = next(i for i in range(len(real.agents)) if real.agent_id(i) == old["slave_id"])
+        name = f"agent{cut_agent}"
+        marked = {p.pid for p in job_procs.alive()}
+        on_agent = [pid for pid in real.network[name].pids() if pid in marked]
+        # The task's processes (its in-task agent, its command), not Mesos's executor.
+        old_copy = [pid for pid in on_agent if b"mesos-executor" not in command_line(pid)]
+        assert old_copy, "worker 1's processes on its agent"
+        cut_at = time.monotonic()
+        real.cut(name, "master")
+
+        def unreachable() -> bool:
+            return any(
+                t["id"] == old["id"] and t["state"] == "TASK_UNREACHABLE" for t in tasks_of(real)
+            )
+
+        wait_for("the cut agent's task TASK_UNREACHABLE", unreachable, real)
+        unreachable_after = time.monotonic() - cut_at
+        # While tfrun runs the job again: when does the old copy end, the cut
+        # not healed (its agent still reaches tfrun's host)?
+        old_ended: float | None = None
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline:
+            if old_ended is None and not any(running(pid) for pid in old_copy):
+                old_ended = time.monotonic() - cut_at
+            time.sleep(0.1)
+        out, err = proc.communicate(timeout=30)
+        done_after = time.monotonic() - cut_at
+        healed_at = time.monotonic()
+        real.heal(name, "master")
+
+        def old_copy_ended() -> bool:
+            frameworks = real.agent_state(cut_agent)["frameworks"]
+            return not any(e.get("tasks") for f in frameworks for e in f["executors"]) and not any(
+                running(pid) for pid in on_agent
+            )
+
+        wait_for("the old copy ended after the heal", old_copy_ended, real)
+        ended_after = time.monotonic() - healed_at
+        said = "".join(
+            line for line in err.splitlines(True) if "worker:1" in line or "again" in line
+        )
+    print(
+        f"\nhosts: agent cut from the master: TASK_UNREACHABLE after {unreachable_after:.2f}s, "
+        f"job restarted and done after {done_after:.2f}s; the old copy of worker 1 ended "
+        f"{'after ' + format(old_ended, '.2f') + 's' if old_ended else 'not before the heal'}; "
+        f"after the heal, its agent (and its executor) had nothing of the job after "
+        f"{ended_after:.2f}s\n{said}",
+        file=sys.stderr,
+    )
+    assert proc.returncode == 0, err
+    assert sorted(out.splitlines()) == ["[worker:0] run 1", "[worker:1] run 1"], err
+    assert "ended in state TASK_UNREACHABLE" in err, err
+    # tfrun still reaches the old copy's host: it stops it (through the
+    # rendezvous) when it starts the job again, before the cut heals. Only
+    # Mesos's executor waits for the heal, to report the task's end.
+    assert old_ended is not None and old_ended < done_after, (old_ended, done_after)
+    assert job_procs.wait_gone(10) == []
+
+
+def test_a_killed_harness_leaves_what_the_next_start_removes(tmp_path: Path) -> None:
+    """The fixture's end removes every namespace, link and /etc/netns folder
+    (``open_hosts`` checks it); a harness SIGKILLed mid-run leaves them, with
+    its Mesos in them, and the next network's start sweeps them away."""
+    why = netns.hosts_unavailable()
+    if why:
+        print(f"\nskipping a run on hosts of their own: {why}", file=sys.stderr)
+        pytest.skip(why)
+    program = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from pathlib import Path
+        from tfmesos.testing.real_mesos import AgentSpec, RealMesos, prepare
+        real = RealMesos(prepare(), agents=(AgentSpec({ONE_TASK.resources!r}),),
+                         base=Path({str(tmp_path / "mesos")!r}), hosts=True).start()
+        print(" ".join(str(p) for p in real.daemon_pids()), flush=True)
+        time.sleep(600)
+        """
+    )
+    harness = subprocess.Popen([PY, "-c", program], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert harness.stdout is not None
+        daemons = [int(p) for p in harness.stdout.readline().split()]
+        assert daemons, "the harness did not start"
+        left = netns.leftovers(harness.pid)
+        harness.kill()
+        harness.wait()
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+        if harness.stdout is not None:
+            harness.stdout.close()
+    assert len([x for x in left if x.startswith("namespace")]) == 3, left  # master, agent, client
+    assert netns.leftovers(harness.pid) == left
+    assert all(running(pid) for pid in daemons)
+    started = time.monotonic()
+    network = netns.HostNetwork.open()  # sweeps first
+    network.close()
+    print(
+        f"\nhosts: swept a SIGKILLed harness in {time.monotonic() - started:.2f}s", file=sys.stderr
+    )
+    assert netns.leftovers(harness.pid) == []
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in daemons) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(running(pid) for pid in daemons)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"{netns.NETNS_PREFIX}{harness.pid}-" not in listed + links
