@@ -100,6 +100,16 @@ def test_a_replica_job_names_the_hosts_in_tf_config(
     with open_hosts(job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK]) as real:
         up = time.monotonic() - started
         names = {"client", "agent0", "agent1"}
+        # The name tfrun gives the tasks to dial back: the client host's own.
+        advertised = subprocess.run(
+            real.client_argv(
+                [PY, "-c", "from tfmesos.advertise import *; print(advertised_host())"]
+            ),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert advertised == "client"
         code = CHECK_NAMES.format(names=sorted(names))
         proc = popen_tfrun(
             *("-m", real.master_address, "-w", "2", "-s", "1", "--worker-logs", "*"),
