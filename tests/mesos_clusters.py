@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -445,9 +446,14 @@ def open_hosts(
         real.start()
     except MesosNotAvailable as exc:
         real_mesos_unavailable(f"it did not start on hosts of their own: {exc}")
+    number = real.network.number
     try:
         job_procs.ignored.update(real.daemon_pids())
         yield real
     finally:
         real.stop()
     assert netns.leftovers(os.getpid()) == [], "hosts left after the cluster stopped"
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"{netns.NETNS_PREFIX}{os.getpid()}-{number}-" not in listed, listed
+    assert f" tfmbr{number}:" not in links and f" tfm{number}h" not in links, links
