@@ -11,6 +11,7 @@ Needs root and ``ip netns`` (skipped, saying why, elsewhere) and real Mesos
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -236,6 +237,63 @@ def test_an_agent_cut_from_the_master_is_unreachable_and_the_job_restarts(
     # Mesos's executor waits for the heal, to report the task's end.
     assert old_ended is not None and old_ended < done_after, (old_ended, done_after)
     assert job_procs.wait_gone(10) == []
+
+
+PROBE = textwrap.dedent(
+    """
+    import socket, sys
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+        print("connected")
+    except socket.timeout:
+        print("timed out")
+    except OSError as exc:
+        print(exc.strerror)
+    """
+)
+
+
+def test_cut_and_isolate_fail_the_network_silently_between_hosts(tmp_path: Path) -> None:
+    """``cut(a, b)`` drops what a and b send each other, and nothing else: a
+    connection times out, as across a failed network, rather than being
+    refused; ``isolate`` cuts a host from every other; each heals."""
+    why = netns.hosts_unavailable()
+    if why:
+        print(f"\nskipping a run on hosts of their own: {why}", file=sys.stderr)
+        pytest.skip(why)
+    network = netns.HostNetwork.open(["a", "b", "c"])
+    try:
+        server = subprocess.Popen(
+            [*network["b"].prefix(), PY, "-m", "http.server", "--bind", "b", "8000"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def probe(source: str, timeout: float = 1.0) -> str:
+            argv = [*network[source].prefix(), PY, "-c", PROBE, "b", "8000", str(timeout)]
+            return subprocess.run(argv, capture_output=True, text=True).stdout.strip()
+
+        try:
+            deadline = time.monotonic() + 30
+            while probe("a") != "connected":
+                assert time.monotonic() < deadline, "b's server never listened"
+                time.sleep(0.1)
+            network.cut("a", "b")
+            assert probe("a") == "timed out"
+            assert probe("c") == "connected"
+            network.heal("a", "b")
+            assert probe("a") == "connected"
+            network.isolate("b")
+            assert probe("a") == "timed out"
+            assert probe("c") == "timed out"
+            network.rejoin("b")
+            assert probe("a", timeout=10) == "connected"
+        finally:
+            server.kill()
+            server.wait()
+    finally:
+        network.close()
+    assert netns.leftovers(os.getpid()) == []
 
 
 def test_a_killed_harness_leaves_what_the_next_start_removes(tmp_path: Path) -> None:
