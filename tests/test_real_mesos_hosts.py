@@ -179,7 +179,11 @@ def test_an_agent_cut_from_the_master_is_unreachable_and_the_job_restarts(
             env=job_procs.env(),
             on=real.client.prefix(),
         )
-        (old,) = [t for t in tasks_of(real) if t["state"] == "TASK_RUNNING"]
+        (old,) = wait_for(
+            "worker 1 TASK_RUNNING in the master",
+            lambda: [t for t in tasks_of(real) if t["state"] == "TASK_RUNNING"],
+            real,
+        )
         cut_agent = next(i for i in range(len(real.agents)) if real.agent_id(i) == old["slave_id"])
         name = f"agent{cut_agent}"
         marked = {p.pid for p in job_procs.alive()}
