@@ -12,6 +12,7 @@ Needs root and ``ip netns`` (skipped, saying why, elsewhere) and real Mesos
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -139,6 +140,35 @@ def test_a_replica_job_names_the_hosts_in_tf_config(
     assert job_procs.wait_gone(10) == []
 
 
+def test_mnist_replica_trains_across_the_hosts(job_procs: JobProcesses, tmp_path: Path) -> None:
+    """examples/mnist/mnist_replica.py, TF1's between-graph replication:
+    the chief on the client host, the ps and worker 1 on two agents, each
+    dialling the others' TF servers by the names ``{ps_hosts}`` and
+    ``{worker_hosts}`` give."""
+    started = time.monotonic()
+    with open_hosts(job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK]) as real:
+        proc = popen_tfrun(
+            *("-m", real.master_address, "-w", "2", "-s", "1", "--"),
+            *(PY, "examples/mnist/mnist_replica.py", "--ps_hosts", "{ps_hosts}"),
+            *("--worker_hosts", "{worker_hosts}", "--job_name", "{job_name}"),
+            *("--task_index", "{task_index}"),
+            env=job_procs.env(),
+            on=real.client.prefix(),
+        )
+        out, err = proc.communicate(timeout=300)
+        took = time.monotonic() - started
+    print(f"\nhosts: MNIST replica across hosts in {took:.2f}s", file=sys.stderr)
+    assert proc.returncode == 0, out[-2000:] + err[-2000:]
+    assert re.search(r"\[worker:0\] validation cross entropy = [0-9.]+", out), out
+    placed = {
+        line.split(" registered at ")[1].split(":")[0]
+        for line in err.splitlines()
+        if " registered at " in line
+    }
+    assert placed == {"client", "agent0", "agent1"}, err
+    assert job_procs.wait_gone(10) == []
+
+
 def test_a_fine_grained_job_spans_the_hosts(job_procs: JobProcesses, tmp_path: Path) -> None:
     """examples/plus.py from the client host: two ps and two workers on two
     agents, the session opened from the client to worker 0 by its name."""
@@ -254,6 +284,56 @@ def test_an_agent_cut_from_the_master_is_unreachable_and_the_job_restarts(
     # overlap by no more than this test's polling (0.1 s) shows, far below
     # the in-task agent's STOP_GRACE that a task ignoring SIGTERM is given.
     assert overlap < STOP_GRACE, overlap
+    assert job_procs.wait_gone(10) == []
+
+
+def test_an_agent_restarted_on_its_host_recovers_its_task(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Worker 1's agent SIGKILLed and started again on its host (its
+    namespace, address and name, its work directory): it recovers the
+    checkpointed task and re-registers, and the job ends as if nothing had
+    happened. The master's ping timeout (15 s here) leaves room for the
+    restart on a loaded machine."""
+    flags = {"agent_ping_timeout": "5secs", "max_agent_ping_timeouts": "3"}
+    with open_hosts(job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK], **flags) as real:
+        release = tmp_path / "release"
+        command = f'while [ ! -e {release} ]; do sleep 0.1; done; echo "done {{task_index}}"'
+        proc, _ = start_tfrun(
+            *("-m", real.master_address, "-w", "2", "-s", "0", "--worker-logs", "*"),
+            *("--", command),
+            env=job_procs.env(),
+            on=real.client.prefix(),
+        )
+        (task,) = wait_for(
+            "worker 1 TASK_RUNNING in the master",
+            lambda: [t for t in tasks_of(real) if t["state"] == "TASK_RUNNING"],
+            real,
+        )
+        index = next(i for i in range(len(real.agents)) if real.agent_id(i) == task["slave_id"])
+        killed_at = time.time()
+        real.kill_agent(index)
+        real.start_agent(index)
+        job_procs.ignored.update(real.daemon_pids())
+
+        def back() -> float | None:
+            for agent in real.state()["slaves"]:
+                if (
+                    agent["id"] == task["slave_id"]
+                    and agent.get("reregistered_time", 0) > killed_at
+                ):
+                    return float(agent["reregistered_time"]) - killed_at
+            return None
+
+        recovered = wait_for("the agent re-registered with its task", back, real)
+        release.touch()
+        out, err = proc.communicate(timeout=120)
+        (after,) = [t for t in tasks_of(real) if t["id"] == task["id"]]
+    print(f"\nhosts: agent restarted, re-registered after {recovered:.2f}s", file=sys.stderr)
+    assert proc.returncode == 0, err
+    assert sorted(out.splitlines()) == ["[worker:0] done 0", "[worker:1] done 1"], err
+    assert "TASK_UNREACHABLE" not in err, err
+    assert after["state"] in ("TASK_FINISHED", "TASK_KILLED"), after
     assert job_procs.wait_gone(10) == []
 
 
