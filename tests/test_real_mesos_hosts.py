@@ -268,7 +268,7 @@ def test_an_agent_cut_from_the_master_is_unreachable_and_the_job_restarts(
         f"\nhosts: agent cut from the master: TASK_UNREACHABLE after {unreachable_after:.2f}s, "
         f"job restarted and done after {done_after:.2f}s; the old copy of worker 1 ended "
         f"{'after ' + format(old_ended, '.2f') + 's' if old_ended else 'not before the heal'} "
-        f"({-overlap:+.2f}s before the new copy's launch, to 0.1 s); "
+        f"(its end minus the new copy's launch: {overlap:+.2f}s, polled every 0.1 s); "
         f"after the heal, its agent (and its executor) had nothing of the job after "
         f"{ended_after:.2f}s\n{said}",
         file=sys.stderr,
