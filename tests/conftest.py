@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -285,13 +285,13 @@ class Tfrun(subprocess.Popen[str]):
     :meth:`communicate` returns it as a pipe's would be returned. The test's
     ``_tfruns_closed`` fixture ends and closes it."""
 
-    def __init__(self, args: tuple[str, ...], env: dict[str, str]) -> None:
+    def __init__(self, args: tuple[str, ...], env: dict[str, str], on: Sequence[str] = ()) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="tfrun-"))
         self.events = JobEvents(self.directory / "events.jsonl")
         self._stderr = self.directory / "stderr"
         with self._stderr.open("wb") as stderr:  # tfrun has its own copy
             super().__init__(
-                tfrun_argv(*self.events.flag, *args),
+                [*on, *tfrun_argv(*self.events.flag, *args)],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
@@ -329,17 +329,18 @@ def _tfruns_closed() -> Iterator[None]:
         _started.pop().close()
 
 
-def popen_tfrun(*args: str, env: dict[str, str]) -> Tfrun:
-    """Start tfrun and return at once; it is ended when the test ends."""
-    proc = Tfrun(args, env)
+def popen_tfrun(*args: str, env: dict[str, str], on: Sequence[str] = ()) -> Tfrun:
+    """Start tfrun and return at once; it is ended when the test ends. ``on``
+    goes before its argv: a host of its own's ``RealMesos.client.prefix()``."""
+    proc = Tfrun(args, env, on)
     _started.append(proc)
     return proc
 
 
-def start_tfrun(*args: str, env: dict[str, str]) -> tuple[Tfrun, list[str]]:
+def start_tfrun(*args: str, env: dict[str, str], on: Sequence[str] = ()) -> tuple[Tfrun, list[str]]:
     """Start tfrun; return once its cluster is up (its ``cluster_up`` event),
     with the lines it said on stderr until then."""
-    proc = popen_tfrun(*args, env=env)
+    proc = popen_tfrun(*args, env=env, on=on)
     try:
         proc.events.wait_for("cluster_up", proc, timeout=300)
     except AssertionError as error:

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -409,3 +410,50 @@ class HoldingProxy:
         await self._stop.wait()
         await runner.cleanup()
         await session.close()
+
+
+@contextlib.contextmanager
+def open_hosts(
+    job_procs: JobProcesses,
+    base: Path,
+    agents: Sequence[AgentSpec],
+    **master_flags: str,
+) -> Iterator[RealMesos]:
+    """Real Mesos on hosts of their own (``RealMesos(hosts=True)``): a
+    master, ``agents`` and a client host, each a network namespace with its
+    own address, name and ``/etc/hosts``. Skips, saying why, where this
+    machine cannot make them (not root, no ``ip netns``); after it, nothing
+    of them is left."""
+    from tfmesos.testing import netns
+
+    why = netns.hosts_unavailable()
+    if why:
+        print(f"\nskipping a run on hosts of their own: {why}", file=sys.stderr)
+        pytest.skip(why)
+    home = real_mesos_home()
+    executor_env = {MARK: job_procs.mark}
+    if os.environ.get("PYTHONPATH"):
+        executor_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    real = RealMesos(
+        home,
+        agents=tuple(agents),
+        executor_env=executor_env,
+        base=base,
+        master_flags=dict(master_flags),
+        hosts=True,
+    )
+    try:
+        real.start()
+    except MesosNotAvailable as exc:
+        real_mesos_unavailable(f"it did not start on hosts of their own: {exc}")
+    number = real.network.number
+    try:
+        job_procs.ignored.update(real.daemon_pids())
+        yield real
+    finally:
+        real.stop()
+    assert netns.leftovers(os.getpid()) == [], "hosts left after the cluster stopped"
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"{netns.NETNS_PREFIX}{os.getpid()}-{number}-" not in listed, listed
+    assert f" tfmbr{number}:" not in links and f" tfm{number}h" not in links, links

@@ -41,6 +41,7 @@ from tfmesos.testing.mesos_home import TARBALL_ENV as TARBALL_ENV
 from tfmesos.testing.mesos_home import MesosNotAvailable as MesosNotAvailable
 from tfmesos.testing.mesos_home import find_home as find_home
 from tfmesos.testing.mesos_home import prepare as prepare
+from tfmesos.testing.netns import Host, HostNetwork
 
 __all__ = [
     "DEFAULT_AGENTS",
@@ -51,10 +52,19 @@ __all__ = [
     "prepare",
 ]
 
+CLIENT = "client"
+"""The name of the host for tfrun and the chief, on hosts of their own."""
+
 CLUSTER_MARK = "TFMESOS_REAL_MESOS"
 """Set in every daemon's and executor's environment (and so in every task's):
 how :meth:`RealMesos.stop` finds what the cluster started, executors left
 behind by a killed agent included."""
+
+
+LOOPBACK = "127.0.0.1"
+MASTER_PORT = 5050
+AGENT_PORT = 5051
+"""Mesos's own ports: on hosts of their own, every daemon has its host's."""
 
 
 def _mkdir(path: Path) -> Path:
@@ -102,6 +112,12 @@ class _Daemon:
     being down is no failure to start."""
     paused: bool = False
     """Stopped by :meth:`RealMesos.pause_agent`, to be continued before its end."""
+    host: Host | None = None
+    """Its host of its own (``RealMesos(hosts=True)``); None: 127.0.0.1."""
+
+    @property
+    def address(self) -> str:
+        return self.host.address if self.host is not None else LOOPBACK
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -132,6 +148,16 @@ class RealMesos:
     gives them ``--executor_environment_variables`` only, not its own):
     ``PATH`` by default leads to this interpreter's folder.
     ``master_flags``/``agent_flags`` are added to (and override) the defaults.
+
+    With ``hosts``, each master and each agent runs on a host of its own
+    (:mod:`tfmesos.testing.netns`: a network namespace with its own address
+    in 10.213.N.0/24, host name and ``/etc/hosts``), named as its log
+    (``master``, ``agent0``, ...), on Mesos's ports (5050, 5051); the agents
+    find their master by name. A further host, ``client``, is for tfrun and
+    the chief: :meth:`client_argv`. :meth:`cut`, :meth:`heal`,
+    :meth:`isolate` and :meth:`rejoin` fail the network between them.
+    Needs root; not with ``zk`` (ZooKeeper listens on the root namespace's
+    loopback, which no host reaches).
     """
 
     home: Path
@@ -143,6 +169,8 @@ class RealMesos:
     mark: str = field(default_factory=lambda: uuid.uuid4().hex)
     masters: int = 1
     zk: str | None = field(default=None, repr=False)  # it may hold a password
+    hosts: bool = False
+    _network: HostNetwork | None = field(default=None, init=False, repr=False)
     _masters: list[_Daemon] = field(default_factory=list, init=False, repr=False)
     _agents: list[_Daemon] = field(default_factory=list, init=False, repr=False)
     _own_base: bool = field(default=False, init=False, repr=False)
@@ -152,10 +180,14 @@ class RealMesos:
     def start(self, timeout: float = 60.0) -> RealMesos:
         if self.masters < 1 or (self.masters > 1 and not self.zk):
             raise ValueError("more than one master elect their leader in ZooKeeper: give zk")
+        if self.hosts and self.zk:
+            raise ValueError("hosts of their own reach no ZooKeeper on this host's loopback")
         if self.base is None:
             self.base = Path(tempfile.mkdtemp(prefix="tfmesos-real-mesos-"))
             self._own_base = True
         try:
+            if self.hosts:
+                self._network = HostNetwork.open([*self._master_names(), CLIENT])
             self._start_daemons(timeout)
         except BaseException:
             self.stop()  # reaps what did start: a daemon left running is a leak
@@ -164,12 +196,12 @@ class RealMesos:
 
     def _start_daemons(self, timeout: float) -> None:
         assert self.base is not None
-        for index in range(self.masters):
-            name = "master" if self.masters == 1 else f"master{index}"
+        for name in self._master_names():
             given = self.master_flags.get("port") if self.masters == 1 else None
-            port = int(given or free_port())
+            host = self._network[name] if self._network is not None else None
+            port = int(given or (MASTER_PORT if host else free_port()))
             master_flags = {
-                "ip": "127.0.0.1",
+                "ip": host.address if host else LOOPBACK,
                 "port": str(port),
                 "work_dir": str(_mkdir(self.base / name)),
                 "registry": "in_memory",
@@ -188,16 +220,25 @@ class RealMesos:
                     # What a standby's 307 and the leader's MasterInfo name.
                     hostname="127.0.0.1",
                 )
+            if host:
+                master_flags["hostname"] = host.name
             master_flags.update(self.master_flags)
             master_flags["port"] = str(port)
             daemon = _Daemon(
-                name, self._argv("mesos-master", master_flags), self.base / f"{name}.log", port
+                name,
+                self._argv("mesos-master", master_flags),
+                self.base / f"{name}.log",
+                port,
+                host=host,
             )
             self._masters.append(daemon)
             self._spawn(daemon)
         for agent in self.agents:
             self._add_agent(agent)
         self.wait_agents(len(self._agents), timeout)
+
+    def _master_names(self) -> list[str]:
+        return ["master"] if self.masters == 1 else [f"master{i}" for i in range(self.masters)]
 
     def add_agent(self, agent: AgentSpec) -> int:
         """Start one more agent (it registers soon after); its index."""
@@ -211,12 +252,14 @@ class RealMesos:
         env.update(self.executor_env)
         env[CLUSTER_MARK] = self.mark
         index = len(self._agents)
-        agent_port = free_port()
         name = f"agent{index}"
+        host = self._network.add(name) if self._network is not None else None
+        agent_port = AGENT_PORT if host else free_port()
+        master = self._masters[0]
         flags = {
-            "master": self.zk or f"127.0.0.1:{self._masters[0].port}",
-            "ip": "127.0.0.1",
-            "hostname": "127.0.0.1",
+            "master": self.zk or f"{master.host.name if master.host else LOOPBACK}:{master.port}",
+            "ip": host.address if host else LOOPBACK,
+            "hostname": host.name if host else LOOPBACK,
             "port": str(agent_port),
             "work_dir": str(_mkdir(self.base / name)),
             "runtime_dir": str(_mkdir(self.base / f"{name}-run")),
@@ -230,7 +273,7 @@ class RealMesos:
         if agent.attributes:
             flags["attributes"] = agent.attributes
         argv = [*self._argv("mesos-agent", flags), "--no-systemd_enable_support"]
-        daemon = _Daemon(name, argv, self.base / f"{name}.log", agent_port)
+        daemon = _Daemon(name, argv, self.base / f"{name}.log", agent_port, host=host)
         self._agents.append(daemon)
         self._spawn(daemon)
         return index
@@ -241,14 +284,16 @@ class RealMesos:
     def _spawn(self, daemon: _Daemon) -> None:
         env = dict(os.environ)
         env[CLUSTER_MARK] = self.mark
-        # libprocess would advertise the host name, which may not resolve.
-        env["LIBPROCESS_IP"] = "127.0.0.1"
+        # libprocess would advertise the host name, which may not resolve;
+        # an agent passes it on to its executors.
+        env["LIBPROCESS_IP"] = daemon.address
+        argv = daemon.argv if daemon.host is None else [*daemon.host.prefix(), *daemon.argv]
         with open(daemon.log, "ab") as log:
             if daemon.starts:
                 log.write(f"\n--- started again ({daemon.name}) ---\n".encode())
                 log.flush()
             daemon.proc = subprocess.Popen(
-                daemon.argv,
+                argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -275,6 +320,8 @@ class RealMesos:
         for pid in self.processes():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        if self._network is not None:
+            self._network.close()
         if self._own_base and self.base is not None and not os.environ.get("TFMESOS_KEEP_MESOS"):
             shutil.rmtree(self.base, ignore_errors=True)
 
@@ -292,7 +339,7 @@ class RealMesos:
         a running one's, which sends what it cannot answer to the leader)."""
         assert self._masters, "not started"
         if len(self._masters) == 1:
-            return f"http://127.0.0.1:{self._masters[0].port}"
+            return self.master_url(0)
         leader = self.leader_index()
         if leader is None:
             running = [i for i, d in enumerate(self._masters) if _running(d)] or [0]
@@ -304,7 +351,8 @@ class RealMesos:
         return self.url.removeprefix("http://")
 
     def master_url(self, index: int) -> str:
-        return f"http://127.0.0.1:{self._masters[index].port}"
+        master = self._masters[index]
+        return f"http://{master.address}:{master.port}"
 
     def daemon_pids(self) -> list[int]:
         daemons = [*self._agents, *self._masters]
@@ -394,14 +442,18 @@ class RealMesos:
 
     def agent_state(self, index: int) -> Any:
         """Agent ``index``'s own ``/state`` (its frameworks and executors)."""
-        return self.get("/state", self._agents[index].port)
+        with urllib.request.urlopen(f"{self.agent_url(index)}/state", timeout=10) as answer:
+            return json.loads(answer.read())
 
     def agent_url(self, index: int) -> str:
-        """Agent ``index``'s own address, ``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self._agents[index].port}"
+        """Agent ``index``'s own address, ``http://127.0.0.1:PORT`` (on hosts
+        of their own, its host's address)."""
+        daemon = self._agents[index]
+        return f"http://{daemon.address}:{daemon.port}"
 
     def agent_id(self, index: int) -> str:
-        pid = f"@127.0.0.1:{self._agents[index].port}"
+        daemon = self._agents[index]
+        pid = f"@{daemon.address}:{daemon.port}"
         for agent in self.state()["slaves"]:
             if agent["pid"].endswith(pid):
                 return str(agent["id"])
@@ -476,6 +528,47 @@ class RealMesos:
         assert not _running(daemon), "still running"
         daemon.killed = False
         self._spawn(daemon)
+
+    # -- hosts of their own: the client host, and the network failing -------
+
+    @property
+    def network(self) -> HostNetwork:
+        """The hosts (``RealMesos(hosts=True)`` only)."""
+        assert self._network is not None, "not on hosts of their own: RealMesos(hosts=True)"
+        return self._network
+
+    @property
+    def client(self) -> Host:
+        """The host for tfrun and the chief: its ``/etc/hosts`` names every host."""
+        return self.network[CLIENT]
+
+    def client_argv(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run on the client host (its namespace, its host name)."""
+        return [*self.client.prefix(), *argv]
+
+    @property
+    def master_address(self) -> str:
+        """``NAME:PORT`` of the (first) master, as the hosts name it; with
+        several, ``zk``. On one address, :attr:`address`."""
+        if self.zk:
+            return self.zk
+        master = self._masters[0]
+        return f"{master.host.name}:{master.port}" if master.host else self.address
+
+    def cut(self, a: str, b: str) -> None:
+        """Hosts ``a`` and ``b`` (``master``, ``agent0``, ``client``...) no
+        longer hear each other, both ways, until :meth:`heal`."""
+        self.network.cut(a, b)
+
+    def heal(self, a: str, b: str) -> None:
+        self.network.heal(a, b)
+
+    def isolate(self, name: str) -> None:
+        """Host ``name`` cut from every other (and from this harness) until :meth:`rejoin`."""
+        self.network.isolate(name)
+
+    def rejoin(self, name: str) -> None:
+        self.network.rejoin(name)
 
     def frameworks(self) -> Iterator[dict[str, Any]]:
         yield from self.state()["frameworks"]
