@@ -1,0 +1,207 @@
+"""``tfrun --detach``: the launcher as a daemon that outlives the terminal.
+
+The submitting tfrun makes the run's directory (``rundirs``; its name is the
+job's id), then forks twice: the grandchild, in a session of its own with no
+terminal, standard input from /dev/null and its output in the run's
+``console.log``, runs the job as an attached tfrun would, and says through a
+pipe that it has begun; only then does the submitter print the id and exit
+0. The run directory's lock, taken before the forks, is the daemon's from
+then on: held while the job runs, which is how ``tfrun list`` tells a
+running job. The daemon always writes the event stream to ``events.jsonl``
+in that directory, and ``job.json`` says what the job is (its command, its
+backend, the daemon's pid for ``tfrun stop``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from tfmesos import rundirs
+from tfmesos.errors import EXIT_TFRUN_FAILED
+from tfmesos.launcher.events import Events
+
+__all__ = [
+    "CONSOLE",
+    "EVENTS",
+    "JOB",
+    "STOP",
+    "RunEvents",
+    "follow_hint",
+    "submit",
+    "write_job",
+]
+
+EVENTS = "events.jsonl"
+"""The run's event stream, in its directory."""
+CONSOLE = "console.log"
+"""What the detached tfrun says (its standard output and error)."""
+JOB = "job.json"
+"""What the job is: its command, backend, the launcher's pid."""
+STOP = "stop.json"
+"""Who asked ``tfrun stop`` to end the job, and when."""
+
+_SHIELDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def submit(args: Any, argv: Sequence[str], name: str) -> Path:
+    """Detach the job that ``args`` describe (parsed and checked). Returns,
+    in the daemon only, the run's directory; the submitter exits here, 0
+    once the daemon has begun the job."""
+    # Until the daemon is in a session of its own, a signal to the submitter's
+    # process group (the terminal's Ctrl-C, a closed SSH session) would reach
+    # it too: ignored, and so discarded, from before the run's directory is
+    # made (once it is there, the job runs) until then.
+    before = {signum: signal.getsignal(signum) for signum in _SHIELDED}
+    for signum in _SHIELDED:
+        signal.signal(signum, signal.SIG_IGN)
+    run_dir = rundirs.new_run_dir()
+    if run_dir.parent != rundirs.runs_root():
+        _fail(f"cannot keep the detached job in {rundirs.runs_root()}: see the warning above")
+    ready, said = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child:
+        os.close(said)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        _submitter(run_dir, ready, child)
+    os.close(ready)
+    os.setsid()
+    if os.fork():
+        os._exit(0)  # the daemon is no session leader: it can never get a terminal
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = before[signum]
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    # SIGHUP stays ignored: no terminal is ours to close, and `tfrun stop` sends SIGTERM.
+    _daemon_streams(run_dir)
+    write_job(run_dir, args.backend, argv, name)
+    os.write(said, b"ok")
+    os.close(said)
+    return run_dir
+
+
+def _submitter(run_dir: Path, ready: int, child: int) -> NoReturn:
+    """Wait for the daemon's word, then print the job's id last on standard
+    output and how to follow it on standard error."""
+    with os.fdopen(ready, "rb") as pipe:
+        word = pipe.read()
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(child, 0)
+    if word != b"ok":
+        console = run_dir / CONSOLE
+        said = console.read_text(errors="replace").strip() if console.exists() else ""
+        _fail(f"the detached job did not start{': ' + said if said else ''}")
+    job = run_dir.name
+    print(follow_hint(job), file=sys.stderr, flush=True)
+    print(job, flush=True)
+    raise SystemExit(0)
+
+
+def follow_hint(job: str) -> str:
+    return (
+        f"tfrun: job {job} runs detached; follow it with:\n"
+        f"  tfrun logs -f {job}      # worker:0's output as it comes (--task all: every task's)\n"
+        f"  tfrun status {job}\n"
+        f"  tfrun wait {job}         # until it ends, with its exit status\n"
+        f"  tfrun stop {job}"
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"tfrun: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_TFRUN_FAILED)
+
+
+def _daemon_streams(run_dir: Path) -> None:
+    """Standard input from /dev/null; output and errors to the run's console."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    console = os.open(run_dir / CONSOLE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(null, 0)
+    os.dup2(console, 1)
+    os.dup2(console, 2)
+    os.close(null)
+    os.close(console)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+
+
+def write_job(run_dir: Path, backend: str, argv: Sequence[str], name: str) -> None:
+    """``job.json``: what the job is, for ``tfrun list`` and ``tfrun stop``."""
+    record = {
+        "id": run_dir.name,
+        "backend": backend,
+        "name": name,
+        "argv": list(argv),
+        "cwd": os.getcwd(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "user": _user(),
+        "started": time.time(),
+        "detached": True,
+    }
+    _write_json(run_dir / JOB, record)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _write_json(path: Path, record: dict[str, Any]) -> None:
+    """Written whole or not at all: a reader never finds half of it."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        json.dump(record, file)
+        file.write("\n")
+    os.replace(temporary, path)
+
+
+def record_stop(run_dir: Path) -> dict[str, Any]:
+    """``stop.json``: who stops the job, and when (the verdict says it)."""
+    record = {
+        "stopped_by": f"{_user()}@{socket.gethostname()} (tfrun stop, pid {os.getpid()})",
+        "stopped_at": time.time(),
+    }
+    _write_json(run_dir / STOP, record)
+    return record
+
+
+class RunEvents(Events):
+    """The job's events, to its run's ``events.jsonl`` and to ``--events``
+    where given; the verdict of a job ``tfrun stop`` ended says who stopped
+    it and when (``stopped_by``, ``stopped_at``)."""
+
+    def __init__(self, run_dir: Path, streams: Sequence[Events]) -> None:
+        self._run_dir = run_dir
+        self._streams = list(streams)
+
+    def record(self, obj: dict[str, Any]) -> None:
+        if obj["event"] == "job_verdict" and obj.get("result") == "interrupted":
+            with contextlib.suppress(OSError, ValueError):
+                stop = json.loads((self._run_dir / STOP).read_text())
+                obj = {
+                    **obj,
+                    "stopped_by": stop.get("stopped_by"),
+                    "stopped_at": stop.get("stopped_at"),
+                }
+        for stream in self._streams:
+            stream.record(obj)
+
+    def close(self) -> None:
+        for stream in self._streams:
+            stream.close()
