@@ -243,3 +243,13 @@ def test_a_command_named_like_a_subcommand_still_runs(detached: Detached) -> Non
     assert done.returncode == 0 and "ran" in done.stdout
     listed = detached.tfrun("-w", "1", "--", "list")  # a command named list, not tfrun list
     assert listed.returncode == 127, listed.stderr
+
+
+def test_list_shows_attached_runs_too(detached: Detached) -> None:
+    done = detached.tfrun("-w", "2", "--", "sh", "-c", "exit {task_index}")
+    assert done.returncode == 1, done.stderr
+    [row] = detached.json("list")
+    assert (row["state"], row["exit_status"], row["detached"]) == ("failed", 1, False)
+    assert detached.tfrun("wait", row["id"]).returncode == 1
+    logs = detached.tfrun("logs", row["id"], "--task", "all")
+    assert logs.returncode == 0 and logs.stdout == "", logs.stderr

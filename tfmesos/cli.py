@@ -774,10 +774,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
             return EXIT_USAGE
-    if run_dir is not None:
-        from tfmesos import detach
+    from tfmesos.detach import RunEvents
 
-        events = detach.RunEvents(run_dir, [open_events(run_dir / detach.EVENTS), events])
+    # Every run's events are kept in its directory too, for tfrun list and the others.
+    if run_dir is not None:
+        events = RunEvents([events], run_dir=run_dir)
+    else:
+        events = RunEvents([events], job=(args.backend, given, spec.name))
     late = LateSignals()  # from the job's end to tfrun's, no signal cuts the verdict short
     made_before = rundirs.held()
 

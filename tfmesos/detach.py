@@ -15,7 +15,6 @@ backend, the daemon's pid for ``tfrun stop``).
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
 import signal
@@ -28,7 +27,7 @@ from typing import Any, NoReturn
 
 from tfmesos import rundirs
 from tfmesos.errors import EXIT_TFRUN_FAILED
-from tfmesos.launcher.events import Events
+from tfmesos.launcher.events import Events, open_events
 
 __all__ = [
     "CONSOLE",
@@ -41,12 +40,11 @@ __all__ = [
     "write_job",
 ]
 
-EVENTS = "events.jsonl"
-"""The run's event stream, in its directory."""
+EVENTS, JOB = rundirs.RECORDS
+"""The run's event stream, in its directory; what the job is (its command,
+backend, the launcher's pid)."""
 CONSOLE = "console.log"
 """What the detached tfrun says (its standard output and error)."""
-JOB = "job.json"
-"""What the job is: its command, backend, the launcher's pid."""
 STOP = "stop.json"
 """Who asked ``tfrun stop`` to end the job, and when."""
 
@@ -137,7 +135,9 @@ def _daemon_streams(run_dir: Path) -> None:
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 
 
-def write_job(run_dir: Path, backend: str, argv: Sequence[str], name: str) -> None:
+def write_job(
+    run_dir: Path, backend: str, argv: Sequence[str], name: str, *, detached: bool = True
+) -> None:
     """``job.json``: what the job is, for ``tfrun list`` and ``tfrun stop``."""
     record = {
         "id": run_dir.name,
@@ -149,12 +149,14 @@ def write_job(run_dir: Path, backend: str, argv: Sequence[str], name: str) -> No
         "host": socket.gethostname(),
         "user": _user(),
         "started": time.time(),
-        "detached": True,
+        "detached": detached,
     }
     _write_json(run_dir / JOB, record)
 
 
 def _user() -> str:
+    import getpass  # here: an attached job's tfrun needs it only where it is stopped
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -182,16 +184,36 @@ def record_stop(run_dir: Path) -> dict[str, Any]:
 
 
 class RunEvents(Events):
-    """The job's events, to its run's ``events.jsonl`` and to ``--events``
-    where given; the verdict of a job ``tfrun stop`` ended says who stopped
-    it and when (``stopped_by``, ``stopped_at``)."""
+    """The job's events, to its run's ``events.jsonl`` (which ``tfrun list``
+    and the other commands read) and to ``--events`` where given; the
+    verdict of a job ``tfrun stop`` ended says who stopped it and when
+    (``stopped_by``, ``stopped_at``).
 
-    def __init__(self, run_dir: Path, streams: Sequence[Events]) -> None:
-        self._run_dir = run_dir
+    A detached job's run is known from the start (``run_dir``). An attached
+    job's is the one its first ``job_started`` names, where this tfrun made
+    it under the runs' root (not a ``--log-dir``, which holds only logs):
+    ``job.json`` is written then, so that ``tfrun list`` shows attached runs
+    too. A job refused before it started writes nothing there, and its
+    directory, which kept nothing, still goes (rundirs.release)."""
+
+    def __init__(
+        self,
+        streams: Sequence[Events],
+        *,
+        run_dir: Path | None = None,
+        job: tuple[str, Sequence[str], str] | None = None,
+    ) -> None:
         self._streams = list(streams)
+        self._run_dir = run_dir
+        self._job = job
+        """An attached job's backend, argv and name, for its ``job.json``."""
+        if run_dir is not None:
+            self._streams.insert(0, open_events(run_dir / EVENTS))
 
     def record(self, obj: dict[str, Any]) -> None:
-        if obj["event"] == "job_verdict" and obj.get("result") == "interrupted":
+        if self._job is not None and obj["event"] == "job_started":
+            self._adopt(obj.get("log_dir"))
+        if obj["event"] == "job_verdict" and obj.get("result") == "interrupted" and self._run_dir:
             with contextlib.suppress(OSError, ValueError):
                 stop = json.loads((self._run_dir / STOP).read_text())
                 obj = {
@@ -201,6 +223,22 @@ class RunEvents(Events):
                 }
         for stream in self._streams:
             stream.record(obj)
+
+    def _adopt(self, log_dir: object) -> None:
+        """Keep the attached job's events in its run's directory, once."""
+        assert self._job is not None
+        backend, argv, name = self._job
+        self._job = None
+        run = Path(str(log_dir)) if log_dir else None
+        if run is None or run not in rundirs.held() or run.parent != rundirs.runs_root():
+            return
+        try:
+            stream = open_events(run / EVENTS)
+            write_job(run, backend, argv, name, detached=False)
+        except OSError:
+            return  # the run's logs are what matter; its listing is a convenience
+        self._run_dir = run
+        self._streams.insert(0, stream)
 
     def close(self) -> None:
         for stream in self._streams:

@@ -255,6 +255,7 @@ def _list(store: JobStore, args: argparse.Namespace) -> int:
                 "id": run.id,
                 "name": run.name,
                 "backend": run.backend,
+                "detached": bool(run.record.get("detached")),
                 "state": state.state,
                 "tasks_up": state.tasks_up,
                 "tasks": len(state.tasks),

@@ -49,6 +49,9 @@ TASK_LOG_MAX = 50 << 20
 LOCK = ".lock"
 LATEST = "latest"
 """The link to the newest run's directory, beside the runs."""
+RECORDS = ("events.jsonl", "job.json")
+"""What tfrun keeps of every run for ``tfrun list`` (tfmesos.detach): a run
+that kept nothing else kept nothing (:func:`release`)."""
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 _held: dict[Path, IO[bytes]] = {}
@@ -143,10 +146,13 @@ def release(run: Path) -> None:
         return
     with lock:  # closed, and with it the lock, at the end
         try:
-            kept_nothing = os.listdir(run) == [LOCK]
+            held = set(os.listdir(run))
+            kept_nothing = LOCK in held and held <= {LOCK, *RECORDS}
             if kept_nothing:
                 # Removed while its lock is held: no other tfrun's clean-up
                 # is in it meanwhile.
+                for record in held - {LOCK}:
+                    (run / record).unlink()
                 (run / LOCK).unlink()
                 run.rmdir()
                 _unlink_latest(run)
