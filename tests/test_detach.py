@@ -253,3 +253,23 @@ def test_list_shows_attached_runs_too(detached: Detached) -> None:
     assert detached.tfrun("wait", row["id"]).returncode == 1
     logs = detached.tfrun("logs", row["id"], "--task", "all")
     assert logs.returncode == 0 and logs.stdout == "", logs.stderr
+
+
+def test_attach_shows_the_console_and_ctrl_c_leaves_the_job_running(
+    detached: Detached, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    job = detached.submit("-w", "1", "--", *waits_for(go, "went"))
+    detached.events(job).wait_for("cluster_up")
+    first = detached.popen("attach", job)
+    assert first.stdout is not None
+    assert "the full output of each task goes to" in first.stdout.readline()
+    first.send_signal(signal.SIGINT)  # detaches: the job goes on
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0 and "detached" in err, err
+    assert detached.json("status", job)["state"] == "running"
+    second = detached.popen("attach", job)
+    go.touch()
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    assert "[worker:0] went\n" in out and "job succeeded" in out
