@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import ROOT, JobProcesses, py, runs_in, tfrun_argv
 from tests.jobevents import JobEvents
+from tests.test_slurm_jobs import slurm, states  # noqa: F401 - slurm: the fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -273,3 +274,52 @@ def test_attach_shows_the_console_and_ctrl_c_leaves_the_job_running(
     out, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
     assert "[worker:0] went\n" in out and "job succeeded" in out
+
+
+# -- Slurm: the launcher is a Slurm job of its own, the chief beside it --------
+
+
+def slurm_jobs_of(detached: Detached, job: str) -> list[str]:
+    """The launcher's Slurm job and those it submitted for the tasks."""
+    launcher = json.loads((detached.runs / job / "job.json").read_text())["slurm_job_id"]
+    tasks = [e["job_id"] for e in detached.events(job).of("backend_attached")]
+    return [launcher, *tasks]
+
+
+@pytest.mark.usefixtures("slurm")
+def test_a_detached_slurm_job_runs_to_its_end_after_its_session_is_gone(
+    detached: Detached, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    args = ("--detach", "--backend", "slurm", "-w", "2", "--", *waits_for(go, "went"))
+    submitter = detached.popen(*args, start_new_session=True)
+    out, err = submitter.communicate(timeout=120)
+    assert submitter.returncode == 0, err
+    job = out.splitlines()[-1]
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(submitter.pid, signal.SIGHUP)  # the terminal closes
+    detached.events(job).wait_for("cluster_up", timeout=300)
+    assert all(os.getsid(p.pid) != submitter.pid for p in detached.job_procs.alive())
+    go.touch()
+    assert detached.tfrun("wait", job, timeout=300).returncode == 0
+    assert detached.tfrun("logs", job, "--task", "worker:1").stdout == "went\n"
+    [row] = detached.json("list")
+    assert (row["backend"], row["state"], row["exit_status"]) == ("slurm", "succeeded", 0)
+    ids = slurm_jobs_of(detached, job)
+    wait_until(lambda: not set(states(ids).values()) & {"PENDING", "RUNNING", "COMPLETING"}, "ends")
+
+
+@pytest.mark.usefixtures("slurm")
+def test_stop_cancels_a_detached_slurm_job_and_leaves_nothing(
+    detached: Detached, tmp_path: Path
+) -> None:
+    job = detached.submit("--backend", "slurm", "-w", "2", "--", *waits_for(tmp_path / "never"))
+    detached.events(job).wait_for("cluster_up", timeout=300)
+    stopped = detached.tfrun("stop", job, timeout=300)
+    assert stopped.returncode == 0, stopped.stderr
+    ids = slurm_jobs_of(detached, job)
+    assert len(ids) == 2
+    wait_until(lambda: not set(states(ids).values()) & {"PENDING", "RUNNING", "COMPLETING"}, "ends")
+    assert [p.cmdline() for p in detached.job_procs.wait_gone(60)] == []
+    assert detached.tfrun("wait", job).returncode == 143
+    assert "tfrun stop" in detached.events(job).verdict()["stopped_by"]

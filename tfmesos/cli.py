@@ -47,7 +47,7 @@ __all__ = ["build_parser", "main", "parse_args"]
 SUBCOMMANDS = frozenset({"list", "status", "logs", "wait", "stop", "attach"})
 """``tfrun WORD ...``: a detached job's commands (tfmesos.jobs), told apart
 from a job's flags by the first argument alone (a job's command comes after --)."""
-DETACHABLE = frozenset({"local"})
+DETACHABLE = frozenset({"local", "slurm"})
 """The backends ``--detach`` runs on."""
 
 DESCRIPTION = """\
@@ -119,7 +119,7 @@ exit status:
   other    a task failed: its own status (126/127: its command could not
            run / was not found), or 1 when it had none or one listed above
 
-detached jobs (--detach; the local backend for now):
+detached jobs (--detach; the local and Slurm backends for now):
   tfrun list [--json]               this user's jobs: state, tasks up, exit status
   tfrun status ID [--json]          each task's state, host, attempts; the verdict
   tfrun logs ID [--task T|all] [-f] a task's output (default the chief, worker:0)
@@ -243,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--detach",
         action="store_true",
         help="start the job and return: print its id last, once the launcher runs as a daemon "
-        "that outlives this terminal (local backend); follow it with tfrun list, status ID, "
-        "logs -f ID, wait ID, stop ID",
+        "that outlives this terminal (local backend) or Slurm has taken its job (slurm); "
+        "follow it with tfrun list, status ID, logs -f ID, wait ID, stop ID",
     )
     job.add_argument(
         "--max-restarts",
@@ -693,7 +693,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     if args.detach and args.backend not in DETACHABLE:
         parser.error(
             f"--detach is not yet supported on the {args.backend} backend: it runs on the local "
-            "backend (tfrun --detach -w N -- command); run this job attached"
+            "and Slurm backends (tfrun --detach -w N -- command); run this job attached"
         )
     options_type = options_class(args.backend)
     problem = options_type.task_limit(ntasks, args.nproc_per_task)
@@ -747,9 +747,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.detach:
         from tfmesos import detach
 
+        if args.backend == "slurm":
+            detach.submit_slurm(args, given, spec)  # returns never: the launcher is Slurm's
         run_dir = detach.submit(args, given, spec.name)  # returns in the detached launcher only
-        if not args.options.log_dir:
-            args.options = dataclasses.replace(args.options, log_dir=str(run_dir))
+    elif os.environ.get("TFMESOS_DETACHED_RUN"):  # this tfrun is a detached Slurm job's launcher
+        from tfmesos import detach
+
+        run_dir = detach.adopt()
+    if run_dir is not None and not args.options.log_dir:
+        args.options = dataclasses.replace(args.options, log_dir=str(run_dir))
     logging.basicConfig(format="[tfrun] %(message)s", level=logging.INFO, stream=sys.stderr)
     # -v is tfmesos's own detail, not every library's (asyncio's "Using selector").
     logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ from typing import Any, NoReturn
 from tfmesos import rundirs
 from tfmesos.errors import EXIT_TFRUN_FAILED
 from tfmesos.launcher.events import Events, open_events
+from tfmesos.spec import ClusterSpec
 
 __all__ = [
     "CONSOLE",
@@ -86,6 +88,92 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
     write_job(run_dir, args.backend, argv, name)
     os.write(said, b"ok")
     os.close(said)
+    return run_dir
+
+
+ENV_RUN_DIR = "TFMESOS_DETACHED_RUN"
+"""Set for the tfrun that a Slurm job runs as a detached job's launcher: the
+run's directory, which the submitter made (:func:`adopt`)."""
+LAUNCHER_MEM = 512
+"""MiB for a detached job's launcher, besides its chief's, in their Slurm job."""
+
+
+def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
+    """Detach a Slurm job: its launcher, an attached tfrun, runs as a Slurm
+    job of its own, with the chief beside it as an attached tfrun has it (the
+    chief's CPUs, GPUs and memory, and :data:`LAUNCHER_MEM` more), and
+    sbatches the other tasks' job as tfrun does;
+    the submitter exits once sbatch has accepted the launcher's job. The run's
+    directory must be where the node sees it too (a shared home)."""
+    import shlex
+    import subprocess
+
+    run_dir = rundirs.new_run_dir()
+    if run_dir.parent != rundirs.runs_root():
+        _fail(f"cannot keep the detached job in {rundirs.runs_root()}: see the warning above")
+    split = argv.index("--") if "--" in argv else len(argv)
+    flags = [word for word in argv[:split] if word != "--detach"]
+    inner = [sys.executable, "-m", "tfmesos.cli", "--backend", "slurm", *flags, *argv[split:]]
+    options = args.options
+    name = spec.name
+    chief = next(job for job in spec.jobs if job.name == spec.ending_job)
+    sbatch = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={name[:100]} (launcher)",
+        f"--output={run_dir / CONSOLE}",
+        "--open-mode=append",
+        "--export=ALL",
+        "--no-requeue",
+        "--ntasks=1",
+        f"--cpus-per-task={max(1, math.ceil(chief.cpus))}",
+        f"--mem={math.ceil(chief.mem) + LAUNCHER_MEM}",
+        f"--chdir={os.getcwd()}",
+    ]
+    if chief.gpus:
+        sbatch.append(f"--gres=gpu:{chief.gpus}")
+    for key in ("partition", "account", "qos", "time"):
+        value = getattr(options, key, None)
+        if value is not None:
+            sbatch.append(f"--{key}={value}")
+    write_job(run_dir, "slurm", argv, name)
+    # Made here, private: Slurm appends to it (and the run is not one that kept nothing).
+    os.close(os.open(run_dir / CONSOLE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    env = {**os.environ, ENV_RUN_DIR: str(run_dir)}
+    try:
+        done = subprocess.run(
+            [*sbatch, "--wrap", "exec " + shlex.join(inner)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _fail(f"sbatch did not take the detached job's launcher: {exc}")
+    job_id = done.stdout.strip().split(";", 1)[0]
+    if done.returncode != 0 or not job_id.isdigit():
+        said = done.stderr.strip().splitlines()[-1:] or [f"sbatch exited with {done.returncode}"]
+        _fail(f"sbatch refused the detached job's launcher: {said[0]}")
+    record = json.loads((run_dir / JOB).read_text())
+    _write_json(run_dir / JOB, {**record, "pid": None, "slurm_job_id": job_id})
+    # The launcher takes the run's lock once it runs; until then squeue says it waits.
+    rundirs.release(run_dir)
+    job = run_dir.name
+    print(follow_hint(job) + f"\n(its launcher is Slurm job {job_id})", file=sys.stderr, flush=True)
+    print(job, flush=True)
+    raise SystemExit(0)
+
+
+def adopt() -> Path | None:
+    """The detached run this tfrun is the launcher of (a Slurm job's, as
+    :func:`submit_slurm` started it), its lock taken; None for any other tfrun."""
+    given = os.environ.pop(ENV_RUN_DIR, None)
+    if not given:
+        return None
+    run_dir = Path(given)
+    rundirs.adopt(run_dir)
+    record = json.loads((run_dir / JOB).read_text())
+    _write_json(run_dir / JOB, {**record, "pid": os.getpid(), "host": socket.gethostname()})
     return run_dir
 
 

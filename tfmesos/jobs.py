@@ -29,6 +29,8 @@ from typing import IO, Any, Protocol
 from tfmesos import detach, rundirs
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
 from tfmesos.jobstate import JobState, job_state, read_events
+from tfmesos.launcher.events import SCHEMA_VERSION
+from tfmesos.slurm.commands import SQUEUE_FORMAT, JobStatus, parse_squeue
 
 __all__ = ["EXIT_NO_OUTPUT", "JobStore", "LocalJobs", "Run", "main"]
 
@@ -134,20 +136,8 @@ class LocalJobs:
         return Run(path.name, str(record.get("backend", "local")), path, record)
 
     def running(self, run: Run) -> bool:
-        """Whether its launcher holds the run's lock."""
-        try:
-            fd = os.open(run.where / rundirs.LOCK, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        finally:
-            os.close(fd)  # and the lock with it
-        return False
+        """Whether its launcher still runs (or, on Slurm, waits to)."""
+        return _HANDLES.get(run.backend, _LOCAL).alive(run)
 
     def state(self, run: Run) -> JobState:
         # Whether it runs, looked at before the events: a job that ends in
@@ -167,18 +157,115 @@ class LocalJobs:
         return run.where / detach.CONSOLE
 
     def stop(self, run: Run) -> None:
-        pid = run.record.get("pid")
-        if not isinstance(pid, int) or not self.running(run):
+        if not self.running(run):
             return
         detach.record_stop(run.where)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        while self.running(run):  # the launcher stops every task, then lets the run go
+        handle = _HANDLES.get(run.backend, _LOCAL)
+        handle.signal(run)
+        while handle.alive(run):  # the launcher stops every task, then lets the run go
             time.sleep(POLL)
+        if self.state(run).verdict is None:
+            # Stopped before its launcher ran (a Slurm job still pending):
+            # nobody else says the verdict.
+            handle.verdict_for_never_started(run)
+
+
+class LauncherHandle:
+    """A detached job's launcher on one backend: whether it runs, and the
+    signal that stops it as Ctrl-C would. This one: a daemon on this machine,
+    running while it holds its run's lock."""
+
+    def alive(self, run: Run) -> bool:
+        return _locked(run.where / rundirs.LOCK)
+
+    def signal(self, run: Run) -> None:
+        pid = run.record.get("pid")
+        if isinstance(pid, int):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def verdict_for_never_started(self, run: Run) -> None:
+        stop: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            stop = json.loads((run.where / detach.STOP).read_text())
+        verdict = {
+            "v": SCHEMA_VERSION,
+            "ts": time.time(),
+            "event": "job_verdict",
+            "exit_status": 128 + signal.SIGTERM,
+            "result": "interrupted",
+            "message": "the job was stopped before its launcher started",
+            "signal": "SIGTERM",
+            **stop,
+        }
+        with open(run.where / detach.EVENTS, "a", encoding="utf-8") as events:
+            events.write(json.dumps(verdict, separators=(",", ":")) + "\n")
+
+
+class SlurmLauncher(LauncherHandle):
+    """A detached Slurm job's launcher: a Slurm job of its own (its id in
+    ``job.json``), running while it holds the lock or Slurm has it pending
+    or running; stopped by ``scancel``: SIGTERM to its batch step (the
+    launcher) once it runs, the job itself while it waits."""
+
+    def alive(self, run: Run) -> bool:
+        if super().alive(run):
+            return True
+        status = self._squeue(run)
+        return status is not None and status.active
+
+    def signal(self, run: Run) -> None:
+        import subprocess
+
+        job_id = str(run.record.get("slurm_job_id"))
+        status = self._squeue(run)
+        argv = ["scancel", job_id]
+        if status is not None and not status.pending:
+            argv = ["scancel", "--signal=TERM", "--batch", job_id]
+        subprocess.run(argv, capture_output=True, timeout=60, check=False)
+
+    def _squeue(self, run: Run) -> JobStatus | None:
+        import subprocess
+
+        job_id = run.record.get("slurm_job_id")
+        if not isinstance(job_id, str):
+            return None
+        try:
+            done = subprocess.run(
+                ["squeue", "-h", "-t", "all", "-j", job_id, "-o", SQUEUE_FORMAT],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return parse_squeue(done.stdout).get(job_id)
+
+
+def _locked(path: Path) -> bool:
+    """Whether another process holds the lock on ``path``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # and the lock with it
+    return False
+
+
+_LOCAL = LauncherHandle()
+_HANDLES: dict[str, LauncherHandle] = {"local": _LOCAL, "slurm": SlurmLauncher()}
+"""Each backend's launcher handle, by the backend's name (``job.json``'s)."""
 
 
 def store_for(backend: str | None) -> JobStore:
-    if backend not in (None, "local"):
+    if backend not in (None, "local", "slurm"):
         raise JobError(
             f"detached jobs are not yet kept on the {backend} backend: "
             "only the local backend's (tfrun --detach -w N -- command)"
@@ -220,7 +307,8 @@ def _parser(word: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         choices=["local", "mesos", "slurm"],
-        help="whose jobs (default: the local backend's, the only one that detaches yet)",
+        help="whose jobs: the local and Slurm backends' are all in this user's run directories "
+        "(Mesos: not yet)",
     )
     if word != "list":
         parser.add_argument(

@@ -30,6 +30,7 @@ from tfmesos.errors import SpecError
 __all__ = [
     "KEEP_RUNS",
     "TASK_LOG_MAX",
+    "adopt",
     "held",
     "keep_runs",
     "new_run_dir",
@@ -127,6 +128,19 @@ def new_run_dir() -> Path:
     # refused job must not cost a real run its logs (release prunes again).
     _prune(root, keep + 1, run)
     return run
+
+
+def adopt(run: Path) -> None:
+    """Take the lock of ``run``, a run's directory that another process made
+    (a detached Slurm job's submitter) and that this one now runs; released
+    by :func:`release`. Raises OSError where it cannot be locked."""
+    lock = open(run / LOCK, "ab")  # noqa: SIM115 - held until release()
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise
+    _held[run] = lock
 
 
 def held() -> frozenset[Path]:
