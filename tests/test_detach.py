@@ -141,6 +141,16 @@ def test_a_sighup_to_the_submitters_group_while_it_submits_leaves_the_job_runnin
     assert detached.job_procs.wait_gone(30) == []
 
 
+def test_a_detached_jobs_tasks_get_sighup_as_an_attached_jobs_do(detached: Detached) -> None:
+    # Before: the daemon ignored SIGHUP, and every task's command inherited it
+    # ignored (1, SIG_IGN): such a command outlived a hang-up it would obey attached.
+    show = py("import signal; print(int(signal.getsignal(signal.SIGHUP)))")
+    job = detached.submit("-w", "2", "--", *show)
+    assert detached.tfrun("wait", job).returncode == 0
+    for task in ("worker:0", "worker:1"):
+        assert detached.tfrun("logs", job, "--task", task).stdout == "0\n"
+
+
 def test_wait_exits_with_the_jobs_status(detached: Detached) -> None:
     failing = detached.submit("-w", "2", "--", "sh", "-c", "exit $((3 * {task_index}))")
     succeeding = detached.submit("-w", "2", "--", "true")

@@ -80,10 +80,11 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
     os.setsid()
     if os.fork():
         os._exit(0)  # the daemon is no session leader: it can never get a terminal
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        handler = before[signum]
+    # In a session of its own, with no terminal, nothing sends the daemon a
+    # SIGHUP but by hand: each signal is handled as in an attached tfrun
+    # (left ignored, a disposition every task's command would inherit).
+    for signum, handler in before.items():
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-    # SIGHUP stays ignored: no terminal is ours to close, and `tfrun stop` sends SIGTERM.
     _daemon_streams(run_dir)
     write_job(run_dir, args.backend, argv, name)
     os.write(said, b"ok")
