@@ -333,3 +333,12 @@ def test_stop_cancels_a_detached_slurm_job_and_leaves_nothing(
     assert [p.cmdline() for p in detached.job_procs.wait_gone(60)] == []
     assert detached.tfrun("wait", job).returncode == 143
     assert "tfrun stop" in detached.events(job).verdict()["stopped_by"]
+
+
+def test_logs_follow_every_task_from_its_start_to_the_jobs_end(detached: Detached) -> None:
+    job = detached.submit("-w", "2", "-s", "1", "--", "sh", "-c", "echo one {job_name}; echo two")
+    followed = detached.tfrun("logs", "-f", "--task", "all", job)
+    assert followed.returncode == 0, followed.stderr
+    tasks = ("worker:0", "worker:1", "ps:0")
+    expected = [f"[{t}] {word}" for t in tasks for word in (f"one {t[:-2]}", "two")]
+    assert sorted(followed.stdout.splitlines()) == sorted(expected)

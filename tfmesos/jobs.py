@@ -121,9 +121,12 @@ class LocalJobs:
             matches = [run for run in self.runs() if run.id.endswith(job_id)] if job_id else []
             if len(matches) == 1:
                 return matches[0]
-            raise JobError(
-                f"no job {job_id!r} among this user's detached jobs (tfrun list shows them)"
-            )
+            if matches:
+                raise JobError(
+                    f"{job_id!r} is the end of {len(matches)} jobs' ids "
+                    f"({', '.join(run.id for run in matches[:3])}...): give more of it"
+                )
+            raise JobError(f"no job {job_id!r} among this user's jobs (tfrun list shows them)")
         try:
             return self._run(path)
         except ValueError:
@@ -432,6 +435,9 @@ def _tasks_asked(state: JobState, run: Run, asked: str | None) -> list[str]:
 def _logs(store: JobStore, args: argparse.Namespace) -> int:
     run = store.find(args.id)
     state = store.state(run)
+    while args.follow and not state.tasks and state.verdict is None and state.running:
+        time.sleep(POLL)  # a job not started yet: its tasks are known once it starts
+        state = store.state(run)
     tasks = _tasks_asked(state, run, args.task)
     if args.follow:
         return _follow(store, run, tasks, prefix=len(tasks) > 1)
