@@ -247,6 +247,23 @@ def test_bad_input_is_one_line_with_its_status(detached: Detached, tmp_path: Pat
     assert mesos.returncode == 2 and mesos.stderr.count("\n") == 1
     assert "--detach is not yet supported on the mesos backend" in mesos.stderr
     assert not detached.runs.exists() or len(runs_in(detached.runs)) == 1
+    on_mesos = detached.tfrun("status", "--backend", "mesos", refused)
+    assert on_mesos.returncode == 2 and on_mesos.stderr.count("\n") == 1
+    assert "detached jobs are not yet kept on the mesos backend" in on_mesos.stderr
+
+
+def test_a_reader_gone_early_costs_no_traceback(detached: Detached) -> None:
+    job = detached.submit("-w", "1", "--", "seq", "100000")
+    assert detached.tfrun("wait", job).returncode == 0
+    piped = subprocess.run(
+        ["bash", "-c", f"{' '.join(tfrun_argv('logs', job))} | true"],
+        capture_output=True,
+        text=True,
+        env=detached.env,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert (piped.stdout, piped.stderr) == ("", "")
 
 
 def test_a_command_named_like_a_subcommand_still_runs(detached: Detached) -> None:

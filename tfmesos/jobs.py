@@ -271,7 +271,7 @@ def store_for(backend: str | None) -> JobStore:
     if backend not in (None, "local", "slurm"):
         raise JobError(
             f"detached jobs are not yet kept on the {backend} backend: "
-            "only the local backend's (tfrun --detach -w N -- command)"
+            "only the local and Slurm backends' (tfrun --detach -w N -- command)"
         )
     return LocalJobs()
 
@@ -289,6 +289,12 @@ def main(argv: Sequence[str]) -> int:
         return exc.status
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # Its reader is gone (tfrun logs ID | head): nothing more to say, as
+        # a command killed by SIGPIPE says nothing; the flush at exit must not either.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 def _parser(word: str) -> argparse.ArgumentParser:
