@@ -359,3 +359,16 @@ def test_logs_follow_every_task_from_its_start_to_the_jobs_end(detached: Detache
     tasks = ("worker:0", "worker:1", "ps:0")
     expected = [f"[{t}] {word}" for t in tasks for word in (f"one {t[:-2]}", "two")]
     assert sorted(followed.stdout.splitlines()) == sorted(expected)
+
+
+@pytest.mark.usefixtures("slurm")
+def test_a_slurm_launcher_sbatch_refuses_is_one_line_and_leaves_nothing(
+    detached: Detached,
+) -> None:
+    refused = detached.tfrun(
+        "--detach", "--backend", "slurm", "--partition", "nosuch", "-w", "1", "--", "true"
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "sbatch refused the detached job's launcher" in refused.stderr
+    assert refused.stdout == ""
+    assert not detached.runs.exists() or runs_in(detached.runs) == []

@@ -10,6 +10,9 @@ then on: held while the job runs, which is how ``tfrun list`` tells a
 running job. The daemon always writes the event stream to ``events.jsonl``
 in that directory, and ``job.json`` says what the job is (its command, its
 backend, the daemon's pid for ``tfrun stop``).
+
+On Slurm (:func:`submit_slurm`) the launcher is a Slurm job of its own in
+place of the daemon: an attached tfrun that takes the run over (:func:`adopt`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tfmesos import rundirs
-from tfmesos.errors import EXIT_TFRUN_FAILED
+from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
 from tfmesos.launcher.events import Events, open_events
+from tfmesos.slurm.commands import literal_filename
 from tfmesos.spec import ClusterSpec
 
 __all__ = [
@@ -122,7 +126,7 @@ def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
         "sbatch",
         "--parsable",
         f"--job-name={name[:100]} (launcher)",
-        f"--output={run_dir / CONSOLE}",
+        f"--output={literal_filename(str(run_dir / CONSOLE))}",
         "--open-mode=append",
         "--export=ALL",
         "--no-requeue",
@@ -150,19 +154,37 @@ def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
             timeout=60,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
+        _forget(run_dir)
         _fail(f"sbatch did not take the detached job's launcher: {exc}")
     job_id = done.stdout.strip().split(";", 1)[0]
     if done.returncode != 0 or not job_id.isdigit():
+        _forget(run_dir)
         said = done.stderr.strip().splitlines()[-1:] or [f"sbatch exited with {done.returncode}"]
-        _fail(f"sbatch refused the detached job's launcher: {said[0]}")
+        # As an attached job's: Slurm out of reach is tfrun's failure, a
+        # request it will never grant (a partition, an account) bad usage.
+        unreachable = "Unable to contact slurm controller" in said[0] or "timed out" in said[0]
+        _fail(
+            f"sbatch refused the detached job's launcher: {said[0]}",
+            EXIT_TFRUN_FAILED if unreachable else EXIT_USAGE,
+        )
     record = json.loads((run_dir / JOB).read_text())
     _write_json(run_dir / JOB, {**record, "pid": None, "slurm_job_id": job_id})
-    # The launcher takes the run's lock once it runs; until then squeue says it waits.
+    # The launcher, once it runs, waits for the lock (rundirs.adopt): it
+    # finds job.json whole, its Slurm job's id in it. Until then squeue says
+    # it waits.
     rundirs.release(run_dir)
     job = run_dir.name
     print(follow_hint(job) + f"\n(its launcher is Slurm job {job_id})", file=sys.stderr, flush=True)
     print(job, flush=True)
     raise SystemExit(0)
+
+
+def _forget(run_dir: Path) -> None:
+    """A job Slurm never took: its directory goes, as one that kept nothing."""
+    for name in (JOB, CONSOLE):
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    rundirs.release(run_dir)
 
 
 def adopt() -> Path | None:
@@ -173,8 +195,6 @@ def adopt() -> Path | None:
         return None
     run_dir = Path(given)
     rundirs.adopt(run_dir)
-    record = json.loads((run_dir / JOB).read_text())
-    _write_json(run_dir / JOB, {**record, "pid": os.getpid(), "host": socket.gethostname()})
     return run_dir
 
 
@@ -205,9 +225,9 @@ def follow_hint(job: str) -> str:
     )
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, status: int = EXIT_TFRUN_FAILED) -> NoReturn:
     print(f"tfrun: error: {message}", file=sys.stderr, flush=True)
-    raise SystemExit(EXIT_TFRUN_FAILED)
+    raise SystemExit(status)
 
 
 def _daemon_streams(run_dir: Path) -> None:

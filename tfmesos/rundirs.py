@@ -132,11 +132,12 @@ def new_run_dir() -> Path:
 
 def adopt(run: Path) -> None:
     """Take the lock of ``run``, a run's directory that another process made
-    (a detached Slurm job's submitter) and that this one now runs; released
-    by :func:`release`. Raises OSError where it cannot be locked."""
+    (a detached Slurm job's submitter) and that this one now runs, waiting
+    for its maker to let go of it; released by :func:`release`. Raises
+    OSError where it cannot be locked."""
     lock = open(run / LOCK, "ab")  # noqa: SIM115 - held until release()
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(lock, fcntl.LOCK_EX)
     except OSError:
         lock.close()
         raise
