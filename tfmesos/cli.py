@@ -743,17 +743,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return jobs_main(given)
     args, spec = parse_args(given)
+    from tfmesos import detach
+
     run_dir = None
     if args.detach:
-        from tfmesos import detach
-
         if args.backend == "slurm":
             detach.submit_slurm(args, given, spec)  # returns never: the launcher is Slurm's
         run_dir = detach.submit(args, given, spec.name)  # returns in the detached launcher only
-    elif os.environ.get("TFMESOS_DETACHED_RUN"):  # this tfrun is a detached Slurm job's launcher
-        from tfmesos import detach
-
-        run_dir = detach.adopt()
+    else:
+        run_dir = detach.adopt()  # a detached Slurm job's launcher takes its run over
     if run_dir is not None and not args.options.log_dir:
         args.options = dataclasses.replace(args.options, log_dir=str(run_dir))
     logging.basicConfig(format="[tfrun] %(message)s", level=logging.INFO, stream=sys.stderr)
@@ -780,13 +778,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
             return EXIT_USAGE
-    from tfmesos.detach import RunEvents
-
     # Every run's events are kept in its directory too, for tfrun list and the others.
     if run_dir is not None:
-        events = RunEvents([events], run_dir=run_dir)
+        events = detach.RunEvents([events], run_dir=run_dir)
     else:
-        events = RunEvents([events], job=(args.backend, given, spec.name))
+        events = detach.RunEvents([events], job=(args.backend, given, spec.name))
     late = LateSignals()  # from the job's end to tfrun's, no signal cuts the verdict short
     made_before = rundirs.held()
 
