@@ -31,6 +31,7 @@ BENCHMARKS = (
     "handshake_flood",
     "torch_ddp",
     "first_step",
+    "detach",
     "restart_resume",
 )
 SLOW = ("restart_resume",)

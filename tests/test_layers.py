@@ -48,6 +48,8 @@ LAYERS: dict[str, int] = {
     # The runner of a task's several processes (--nproc-per-task): the agent
     # and the launcher start it, the spec reads its limit.
     "tfmesos.nproc": FOUNDATION,
+    # A job's state as its event stream tells it (tfrun list, status, wait).
+    "tfmesos.jobstate": FOUNDATION,
     # What runs in a task.
     "tfmesos.agent": AGENT,
     "tfmesos.supervisor": AGENT,
@@ -72,6 +74,9 @@ LAYERS: dict[str, int] = {
     "tfmesos.cli": ENTRY,
     "tfmesos.finegrained": ENTRY,
     "tfmesos.tfcontext": ENTRY,
+    # tfrun --detach, and a detached job's commands (tfrun list, logs, wait, stop).
+    "tfmesos.detach": ENTRY,
+    "tfmesos.jobs": ENTRY,
     "tfmesos": ENTRY,
     # Test doubles, for tfmesos's tests and users' own.
     "tfmesos.testing": TESTING,

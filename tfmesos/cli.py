@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -42,6 +43,12 @@ from tfmesos.spec import (
 from tfmesos.taskenv import placeholders_in
 
 __all__ = ["build_parser", "main", "parse_args"]
+
+SUBCOMMANDS = frozenset({"list", "status", "logs", "wait", "stop", "attach"})
+"""``tfrun WORD ...``: a detached job's commands (tfmesos.jobs), told apart
+from a job's flags by the first argument alone (a job's command comes after --)."""
+DETACHABLE = frozenset({"local", "slurm"})
+"""The backends ``--detach`` runs on."""
 
 DESCRIPTION = """\
 Run a distributed TensorFlow, PyTorch or JAX job: the command runs once per
@@ -111,6 +118,14 @@ exit status:
   130/143/129  tfrun was stopped by Ctrl-C / SIGTERM / SIGHUP
   other    a task failed: its own status (126/127: its command could not
            run / was not found), or 1 when it had none or one listed above
+
+detached jobs (--detach; the local and Slurm backends for now):
+  tfrun list [--json]               this user's jobs: state, tasks up, exit status
+  tfrun status ID [--json]          each task's state, host, attempts; the verdict
+  tfrun logs ID [--task T|all] [-f] a task's output (default the chief, worker:0)
+  tfrun wait ID                     until the job ends; exits with its status
+  tfrun stop ID                     end it as Ctrl-C does (idempotent)
+  tfrun attach ID                   its console; Ctrl-C leaves it running
 
 examples:
   tfrun -w 2 -s 1 -- python examples/mnist/mnist_replica.py \\
@@ -223,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write the job's events to FILE, one JSON object a line, flushed as each happens; "
         "the last is the verdict, with tfrun's exit status (docs/running.md, 'The event stream')",
+    )
+    job.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the job and return: print its id last, once the launcher runs as a daemon "
+        "that outlives this terminal (local backend) or Slurm has taken its job (slurm); "
+        "follow it with tfrun list, status ID, logs -f ID, wait ID, stop ID",
     )
     job.add_argument(
         "--max-restarts",
@@ -668,6 +690,11 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
         args.backend = choose_backend(args.backend, vars(args), as_flags=True)
     except SpecError as exc:
         parser.error(str(exc))
+    if args.detach and args.backend not in DETACHABLE:
+        parser.error(
+            f"--detach is not yet supported on the {args.backend} backend: it runs on the local "
+            "and Slurm backends (tfrun --detach -w N -- command); run this job attached"
+        )
     options_type = options_class(args.backend)
     problem = options_type.task_limit(ntasks, args.nproc_per_task)
     if problem is not None:
@@ -710,7 +737,23 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
-    args, spec = parse_args(sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given and given[0] in SUBCOMMANDS:  # tfrun list, status ID, ...: never a job's flags
+        from tfmesos.jobs import main as jobs_main
+
+        return jobs_main(given)
+    args, spec = parse_args(given)
+    from tfmesos import detach
+
+    run_dir = None
+    if args.detach:
+        if args.backend == "slurm":
+            detach.submit_slurm(args, given, spec)  # returns never: the launcher is Slurm's
+        run_dir = detach.submit(args, given, spec.name)  # returns in the detached launcher only
+    else:
+        run_dir = detach.adopt()  # a detached Slurm job's launcher takes its run over
+    if run_dir is not None and not args.options.log_dir:
+        args.options = dataclasses.replace(args.options, log_dir=str(run_dir))
     logging.basicConfig(format="[tfrun] %(message)s", level=logging.INFO, stream=sys.stderr)
     # -v is tfmesos's own detail, not every library's (asyncio's "Using selector").
     logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
@@ -735,6 +778,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flush=True,
             )
             return EXIT_USAGE
+    # Every run's events are kept in its directory too, for tfrun list and the others.
+    if run_dir is not None:
+        events = detach.RunEvents([events], run_dir=run_dir)
+    else:
+        events = detach.RunEvents([events], job=(args.backend, given, spec.name))
     late = LateSignals()  # from the job's end to tfrun's, no signal cuts the verdict short
     made_before = rundirs.held()
 
@@ -778,6 +826,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rundirs.release(run)
         forkstart.discard()
         events.close()
+        if run_dir is not None:
+            rundirs.release(run_dir)
         if argv is not None:
             # Called in a process that goes on: its own handlers back. (Run
             # as tfrun, they stay taken in until the interpreter exits.)

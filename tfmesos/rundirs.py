@@ -30,6 +30,7 @@ from tfmesos.errors import SpecError
 __all__ = [
     "KEEP_RUNS",
     "TASK_LOG_MAX",
+    "adopt",
     "held",
     "keep_runs",
     "new_run_dir",
@@ -49,6 +50,9 @@ TASK_LOG_MAX = 50 << 20
 LOCK = ".lock"
 LATEST = "latest"
 """The link to the newest run's directory, beside the runs."""
+RECORDS = ("events.jsonl", "job.json")
+"""What tfrun keeps of every run for ``tfrun list`` (tfmesos.detach): a run
+that kept nothing else kept nothing (:func:`release`)."""
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 _held: dict[Path, IO[bytes]] = {}
@@ -126,6 +130,20 @@ def new_run_dir() -> Path:
     return run
 
 
+def adopt(run: Path) -> None:
+    """Take the lock of ``run``, a run's directory that another process made
+    (a detached Slurm job's submitter) and that this one now runs, waiting
+    for its maker to let go of it; released by :func:`release`. Raises
+    OSError where it cannot be locked."""
+    lock = open(run / LOCK, "ab")  # noqa: SIM115 - held until release()
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    except OSError:
+        lock.close()
+        raise
+    _held[run] = lock
+
+
 def held() -> frozenset[Path]:
     """The run directories this process made and has not released."""
     return frozenset(_held)
@@ -143,10 +161,13 @@ def release(run: Path) -> None:
         return
     with lock:  # closed, and with it the lock, at the end
         try:
-            kept_nothing = os.listdir(run) == [LOCK]
+            held = set(os.listdir(run))
+            kept_nothing = LOCK in held and held <= {LOCK, *RECORDS}
             if kept_nothing:
                 # Removed while its lock is held: no other tfrun's clean-up
                 # is in it meanwhile.
+                for record in held - {LOCK}:
+                    (run / record).unlink()
                 (run / LOCK).unlink()
                 run.rmdir()
                 _unlink_latest(run)

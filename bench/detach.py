@@ -1,0 +1,163 @@
+"""Benchmark: ``tfrun --detach``'s return, and a detached job's wall time against the same job attached.
+
+- return:   ``tfrun --detach -w 2 -- python -c 'sleep 1'``, start to exit (the
+            job goes on); on Slurm beside ``sbatch --wrap true``'s, where
+            ``sinfo`` answers
+- end:      the same job detached, from the submit to ``tfrun wait``'s exit,
+            against it attached (``tfrun -w 2 -- ...``), start to exit; and
+            each job's own wall time, from its first event to its verdict
+            (the run's ``events.jsonl``; ``--events`` attached)
+
+Alternating. Targets: the return within a few seconds (3 s), the detached
+job's own wall time at most 1.05x the attached one's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchlib import (
+    PYTHON,
+    ROOT,
+    JobFailed,
+    Result,
+    alternate,
+    bench_env,
+    command_line,
+    parse_args,
+    scratch,
+    tfrun,
+)
+
+JOB = ("-w", "2", "--", PYTHON, "-c", "import time; time.sleep(1)")
+
+
+def submit(env: dict[str, str], *backend: str) -> tuple[float, str]:
+    """Wall time of ``tfrun --detach``, and the id it printed last."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*tfrun(), "--detach", *backend, *JOB],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise JobFailed(f"tfrun --detach exited with {done.returncode}: {done.stderr[-500:]}")
+    return wall, done.stdout.splitlines()[-1]
+
+
+def wait(env: dict[str, str], job: str) -> None:
+    done = subprocess.run([*tfrun(), "wait", job], env=env, cwd=ROOT, timeout=600, check=False)
+    if done.returncode != 0:
+        raise JobFailed(f"tfrun wait {job} exited with {done.returncode}")
+
+
+def job_wall(events: Path) -> float:
+    """Seconds from the job's first event to its verdict."""
+    lines = [json.loads(line) for line in events.read_text().splitlines() if line]
+    return float(lines[-1]["ts"] - lines[0]["ts"])
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], reps=7)
+    result = Result("detach", command_line("detach.py", args), args.quick, {"reps": args.reps})
+    with scratch("detach") as state:
+        env = bench_env(XDG_STATE_HOME=str(state), TFMESOS_KEEP_RUNS="1000")
+        submitted: list[str] = []
+
+        def detach_returns() -> float:
+            wall, job = submit(env)
+            submitted.append(job)
+            return wall
+
+        def detached_end() -> tuple[float, float]:
+            started = time.perf_counter()
+            _, job = submit(env)
+            wait(env, job)
+            wall = time.perf_counter() - started
+            return wall, job_wall(state / "tfmesos" / "runs" / job / "events.jsonl")
+
+        def attached_end() -> tuple[float, float]:
+            events = state / "attached.jsonl"
+            started = time.perf_counter()
+            done = subprocess.run(
+                [*tfrun(), "--events", str(events), *JOB],
+                env=env,
+                capture_output=True,
+                cwd=ROOT,
+                timeout=600,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise JobFailed(f"tfrun exited with {done.returncode}")
+            return time.perf_counter() - started, job_wall(events)
+
+        contenders: dict[str, Callable[[], object]] = {
+            "return": detach_returns,
+            "detached": detached_end,
+            "attached": attached_end,
+        }
+        slurm = shutil.which("sinfo") is not None and (
+            subprocess.run(["sinfo", "-h"], capture_output=True, check=False).returncode == 0
+        )
+        if slurm:
+
+            def slurm_returns() -> float:
+                wall, job = submit(env, "--backend", "slurm")
+                submitted.append(job)
+                return wall
+
+            def sbatch_returns() -> float:
+                started = time.perf_counter()
+                subprocess.run(
+                    ["sbatch", "--wrap", "true", "--output=/dev/null"],
+                    capture_output=True,
+                    check=True,
+                )
+                return time.perf_counter() - started
+
+            contenders["slurm return"] = slurm_returns
+            contenders["sbatch"] = sbatch_returns
+        else:
+            result.note("Slurm skipped: sinfo does not answer here")
+        walls = alternate(args.reps, contenders, warmup=args.warmup)
+        for job in submitted:
+            wait(env, job)
+    result.add("tfrun --detach returns (local)", "s", walls["return"])
+    result.add("detached job, submit to wait's end", "s", [w for w, _ in walls["detached"]])
+    result.add("attached job, start to end", "s", [w for w, _ in walls["attached"]])
+    result.add("detached job's own wall time (events)", "s", [j for _, j in walls["detached"]])
+    result.add("attached job's own wall time (events)", "s", [j for _, j in walls["attached"]])
+    if slurm:
+        result.add("tfrun --detach --backend slurm returns", "s", walls["slurm return"])
+        result.add("sbatch --wrap true returns", "s", walls["sbatch"])
+    returned = result.row("tfrun --detach returns (local)")
+    result.target("detach returns", "≤ 3 s", f"{returned.median:.2f} s", returned.median <= 3)
+    result.ratio(
+        "detached / attached, with the commands",
+        "detached job, submit to wait's end",
+        "attached job, start to end",
+    )
+    ratio = result.ratio(
+        "detached / attached, the job's own",
+        "detached job's own wall time (events)",
+        "attached job's own wall time (events)",
+    )
+    result.target(
+        "detached wall time", "≤ 1.05\u00d7", f"{ratio.value:.2f}\u00d7", ratio.value <= 1.05
+    )
+    for path in result.write(args.results_dir):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""A job's state as its event stream tells it: what ``tfrun list``,
+``status``, ``logs`` and ``wait`` read of a run, whoever ran it.
+
+Pure reading, standard library only: the events are the README's ("The event
+stream"), read back from a file as the launcher wrote them, and nothing here
+knows a backend. A stream cut short (a launcher killed) is read as far as it
+goes; a line that is not an event is skipped, as a consumer should.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "JobState",
+    "TaskState",
+    "job_state",
+    "read_events",
+]
+
+STATES = ("pending", "running", "succeeded", "failed", "stopped")
+"""A job's states, as ``tfrun list`` says them."""
+
+_RESULTS = {
+    "succeeded": "succeeded",
+    "interrupted": "stopped",
+    "failed": "failed",
+    "never up": "failed",
+    "refused": "failed",
+    "error": "failed",
+}
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """Every event in the file at ``path`` (none where it is missing). A last
+    line the launcher is still writing is left for the next read."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    events = []
+    for line in data.split(b"\n")[:-1]:  # the part after the last newline is unfinished
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("event"), str):
+            events.append(obj)
+    return events
+
+
+@dataclasses.dataclass
+class TaskState:
+    """One task as the events of the job's latest run tell it."""
+
+    task: str
+    state: str = "pending"
+    """pending, launched, placed, registered, up, exited."""
+    host: str | None = None
+    attempts: int = 0
+    task_id: str | None = None
+    """Its latest attempt's, which names its log (``TASK_ID.log``)."""
+    exit_code: int | None = None
+    last_event: dict[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class JobState:
+    """A job as its events tell it, with whether its launcher still runs."""
+
+    running: bool
+    """Its launcher holds the run (rundirs' lock)."""
+    events: list[dict[str, Any]]
+    tasks: dict[str, TaskState]
+    restarts: int = 0
+    log_dir: str | None = None
+    cluster_up: bool = False
+    verdict: dict[str, Any] | None = None
+
+    @property
+    def state(self) -> str:
+        """One of :data:`STATES`."""
+        if self.verdict is not None:
+            return _RESULTS.get(str(self.verdict.get("result")), "failed")
+        if not self.running:
+            return "failed"  # its launcher is gone, and said nothing
+        return "running" if self.cluster_up else "pending"
+
+    @property
+    def exit_status(self) -> int | None:
+        if self.verdict is None:
+            return None
+        status = self.verdict.get("exit_status")
+        return status if isinstance(status, int) else None
+
+    @property
+    def started(self) -> float | None:
+        return _ts(self.events[0]) if self.events else None
+
+    def duration(self, now: float | None = None) -> float | None:
+        """Seconds from its first event to its verdict (to now while it runs)."""
+        start = self.started
+        if start is None:
+            return None
+        end = _ts(self.verdict) if self.verdict is not None else None
+        if end is None:
+            end = time.time() if now is None else now
+        return max(0.0, end - start)
+
+    @property
+    def tasks_up(self) -> int:
+        if self.verdict is not None or not self.running:
+            return 0
+        return sum(1 for task in self.tasks.values() if task.state in ("registered", "up"))
+
+    def ended(self, task: str, task_id: str | None) -> bool:
+        """Whether the attempt ``task_id`` of ``task`` is over, or the job is."""
+        if self.verdict is not None or not self.running:
+            return True
+        state = self.tasks.get(task)
+        return state is not None and (state.task_id != task_id or state.state == "exited")
+
+
+def job_state(events: Iterable[Mapping[str, Any]], running: bool) -> JobState:
+    """The state of a job from its events, the latest run's tasks (a job
+    restarted by ``--max-restarts`` starts them again at ``job_started``)."""
+    listed = [dict(event) for event in events]
+    job = JobState(running=running, events=listed, tasks={})
+    for event in listed:
+        name = event["event"]
+        task = event.get("task")
+        if name == "job_started":
+            job.log_dir = event.get("log_dir") or job.log_dir
+            job.cluster_up = False
+            job.tasks = {
+                one: TaskState(one)
+                for names in (event.get("backends") or {}).values()
+                for one in names
+                if isinstance(one, str)
+            }
+        elif name == "job_restart":
+            job.restarts = max(job.restarts, int(event.get("restart") or 0))
+        elif name == "cluster_up":
+            job.cluster_up = True
+        elif name == "job_verdict":
+            job.verdict = event
+        if not isinstance(task, str):
+            continue
+        state = job.tasks.setdefault(task, TaskState(task))
+        state.last_event = event
+        if name == "task_launched":
+            state.state = "launched"
+            state.task_id = event.get("task_id") or state.task_id
+            state.attempts = max(state.attempts, int(event.get("attempt") or 1))
+            state.exit_code = None
+        elif name == "task_placed":
+            state.state = "placed"
+            state.host = event.get("host") or state.host
+        elif name == "task_registered":
+            state.state = "registered"
+            state.host = event.get("host") or state.host
+        elif name == "task_ready":
+            state.state = "up"
+        elif name == "task_exited":
+            state.state = "exited"
+            state.exit_code = event.get("exit_code")
+            state.host = event.get("host") or state.host
+    return job
+
+
+def _ts(event: Mapping[str, Any] | None) -> float | None:
+    value = None if event is None else event.get("ts")
+    return float(value) if isinstance(value, int | float) else None
