@@ -263,100 +263,117 @@ class Loop:
             self._check_grace(event.task_id)
             return
         if isinstance(event, BackendFailed):
-            if on_backend_failure(self._phase) is Action.CARRY_ON:
-                # The job's verdict is already made; teardown goes on.
-                logger.warning(
-                    "the %s backend failed while stopping: %s", self.backend.name, event.message
-                )
-                return
-            said = f"the {self.backend.name} backend failed: {event.message}"
-            if event.exit_status == EXIT_USAGE:
-                # A job the backend found it can never run (no Mesos agent
-                # could hold a task): refused, as a local job too big is.
-                raise ResourceError(said)
-            error = TFMesosError(said)
-            error.exit_status = event.exit_status
-            raise error
+            self._backend_failed(event)
+            return
         task = self._attempts.get(event.task_id)
         if task is None:
             return
         if isinstance(event, Message):
-            if event.message.get("type") == "log_failed":  # its agent's log; it goes on
-                where = f" on {task.host}" if task.host else ""
-                logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
-                self._lost_logs.append(task.spec.name)
-            return
-        if isinstance(event, Registered):
-            task.connection = event.connection
-            task.addr = event.addr
-            # Where a task turned out to run, when its backend could not say.
-            task.host = task.host or event.addr.rpartition(":")[0]
-            task.move(AttemptState.REGISTERED)
-            self._emit("task_registered", task, addr=task.addr, host=task.host)
-            registered = self._attempts.count(AttemptState.REGISTERED)
-            logger.info(
-                "task %s registered at %s (%s)",
-                task.spec.name,
-                task.addr,
-                "relaunched"
-                if task.keep_address
-                else f"{registered}/{len(self._attempts.current)}",
-            )
-            action = on_registered(self._view(task))
-            if action is Action.REJOIN:
-                self._rejoin(task)
-            elif action is Action.STOP:
-                event.connection.send({"type": "stop", "reason": "superseded"})
+            self._on_message(task, event)
+        elif isinstance(event, Registered):
+            self._on_registered(task, event)
         elif isinstance(event, Ready):
-            task.ready = True
-            self._emit("task_ready", task, addr=task.addr, relaunched=bool(task.keep_address))
-            if task.keep_address:
-                logger.info("task %s is back at %s", task.spec.name, task.addr)
+            self._on_ready(task)
         elif isinstance(event, Exited):
-            wait = self._backend_for(task.spec).kill_reason_timeout
-            if event.signal == signal.SIGKILL and task.ended is None and wait:
-                # SIGKILL is also how a memory limit ends a command: its
-                # backend's word, which names the limit, may be behind.
-                task.held_exit = event
-                task.held_at = time.monotonic()
-                asyncio.get_running_loop().call_later(
-                    wait, self._events.put_nowait, Tick(task.task_id)
-                )
-                return
-            self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
+            self._on_exited(task, event)
         elif isinstance(event, Disconnected):
-            task.disconnected = True
-            task.disconnected_at = time.monotonic()
-            if task.state.over:
-                return  # its exit came first: nothing to wait for
-            if task.ended is not None:
-                self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
-            else:
-                # An agent exits when its connection drops, so the task is as
-                # good as gone; wait a little for the backend's word on why.
-                asyncio.get_running_loop().call_later(
-                    LOST_CONNECTION_GRACE, self._events.put_nowait, Tick(task.task_id)
-                )
+            self._on_disconnected(task)
         elif isinstance(event, TaskPlaced):
             task.host = event.host
             backend = self._backend_for(task.spec).name
             self._emit("task_placed", task, backend=backend, host=event.host)
         elif isinstance(event, TaskEnded):
-            task.ended = event
-            task.ended_at = time.monotonic()
-            task.host = task.host or event.host
-            held = task.held_exit
-            if held is not None and not event.limited:
-                # Nothing said beyond the signal: the task's own report.
-                self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
-            elif task.connection is None or task.disconnected or held is not None:
-                self._over(task, event.exit_code, verdict.describe_end(event))
-            else:
-                # The agent's last output and exit report may still be in
-                # flight on its connection: give them a moment.
-                asyncio.get_running_loop().call_later(
-                    DISCONNECT_GRACE, self._events.put_nowait, Tick(task.task_id)
-                )
+            self._on_task_ended(task, event)
+
+    def _backend_failed(self, event: BackendFailed) -> None:
+        if on_backend_failure(self._phase) is Action.CARRY_ON:
+            # The job's verdict is already made; teardown goes on.
+            logger.warning(
+                "the %s backend failed while stopping: %s", self.backend.name, event.message
+            )
+            return
+        said = f"the {self.backend.name} backend failed: {event.message}"
+        if event.exit_status == EXIT_USAGE:
+            # A job the backend found it can never run (no Mesos agent
+            # could hold a task): refused, as a local job too big is.
+            raise ResourceError(said)
+        error = TFMesosError(said)
+        error.exit_status = event.exit_status
+        raise error
+
+    def _on_message(self, task: Attempt, event: Message) -> None:
+        if event.message.get("type") == "log_failed":  # its agent's log; it goes on
+            where = f" on {task.host}" if task.host else ""
+            logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
+            self._lost_logs.append(task.spec.name)
+
+    def _on_registered(self, task: Attempt, event: Registered) -> None:
+        task.connection = event.connection
+        task.addr = event.addr
+        # Where a task turned out to run, when its backend could not say.
+        task.host = task.host or event.addr.rpartition(":")[0]
+        task.move(AttemptState.REGISTERED)
+        self._emit("task_registered", task, addr=task.addr, host=task.host)
+        registered = self._attempts.count(AttemptState.REGISTERED)
+        logger.info(
+            "task %s registered at %s (%s)",
+            task.spec.name,
+            task.addr,
+            "relaunched" if task.keep_address else f"{registered}/{len(self._attempts.current)}",
+        )
+        action = on_registered(self._view(task))
+        if action is Action.REJOIN:
+            self._rejoin(task)
+        elif action is Action.STOP:
+            event.connection.send({"type": "stop", "reason": "superseded"})
+
+    def _on_ready(self, task: Attempt) -> None:
+        task.ready = True
+        self._emit("task_ready", task, addr=task.addr, relaunched=bool(task.keep_address))
+        if task.keep_address:
+            logger.info("task %s is back at %s", task.spec.name, task.addr)
+
+    def _on_exited(self, task: Attempt, event: Exited) -> None:
+        wait = self._backend_for(task.spec).kill_reason_timeout
+        if event.signal == signal.SIGKILL and task.ended is None and wait:
+            # SIGKILL is also how a memory limit ends a command: its
+            # backend's word, which names the limit, may be behind.
+            task.held_exit = event
+            task.held_at = time.monotonic()
+            self._tick_in(wait, task)
+            return
+        self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
+
+    def _on_disconnected(self, task: Attempt) -> None:
+        task.disconnected = True
+        task.disconnected_at = time.monotonic()
+        if task.state.over:
+            return  # its exit came first: nothing to wait for
+        if task.ended is not None:
+            self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
+        else:
+            # An agent exits when its connection drops, so the task is as
+            # good as gone; wait a little for the backend's word on why.
+            self._tick_in(LOST_CONNECTION_GRACE, task)
+
+    def _on_task_ended(self, task: Attempt, event: TaskEnded) -> None:
+        task.ended = event
+        task.ended_at = time.monotonic()
+        task.host = task.host or event.host
+        held = task.held_exit
+        if held is not None and not event.limited:
+            # Nothing said beyond the signal: the task's own report.
+            self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
+        elif task.connection is None or task.disconnected or held is not None:
+            self._over(task, event.exit_code, verdict.describe_end(event))
+        else:
+            # The agent's last output and exit report may still be in
+            # flight on its connection: give them a moment.
+            self._tick_in(DISCONNECT_GRACE, task)
+
+    def _tick_in(self, delay: float, task: Attempt) -> None:
+        """Look at ``task``'s grace again in ``delay`` seconds."""
+        asyncio.get_running_loop().call_later(delay, self._events.put_nowait, Tick(task.task_id))
 
     def _check_grace(self, task_id: str) -> None:
         """One task's grace may be over: for its last output after its end, or
@@ -369,7 +386,7 @@ class Loop:
         if held is not None and task.ended is None:
             left = self._backend_for(task.spec).kill_reason_timeout - (now - task.held_at)
             if left > 0.001:  # woken early: look again then
-                asyncio.get_running_loop().call_later(left, self._events.put_nowait, Tick(task_id))
+                self._tick_in(left, task)
             else:  # no word came: the task's own report it is
                 self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
             return
@@ -380,7 +397,7 @@ class Loop:
         else:
             return
         if left > 0.001:  # woken early (not by the loop's own rounding): look again then
-            asyncio.get_running_loop().call_later(left, self._events.put_nowait, Tick(task_id))
+            self._tick_in(left, task)
         elif task.ended is not None:
             self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
         else:
