@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tfmesos import rundirs
@@ -173,98 +174,135 @@ async def run_with_restarts(
             late_signals.take_over(asyncio.get_running_loop())
 
 
+class _JobSignals:
+    """SIGINT, SIGTERM and SIGHUP while the job runs: the first stops it; one
+    while it stops gives up the output nobody reads (never the teardown)."""
+
+    def __init__(self, main: asyncio.Task[int]) -> None:
+        self.main = main
+        self.received: list[int] = []
+        self.stopping = False
+        self.launcher: Launcher | None = None
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        # SIGHUP: the terminal closed; the tasks must not outlive it either.
+        # One ignored when tfrun started (nohup; SIGINT in a script's background
+        # job) stays ignored: before, the loop took it in and stopped the job.
+        for signum in INTERRUPTING_SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                loop.add_signal_handler(signum, self._on_signal, signum)
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if self.stopping and self.launcher is not None:
+            # Teardown itself is never cut short (on Mesos it releases the
+            # cluster); what can be given up is output nobody is reading.
+            self.launcher.abandon_output(f"{name} received while stopping")
+        if not self.received:
+            self.received.append(signum)
+            if not self.stopping:
+                logger.warning("%s received: stopping every task", name)
+                self.main.cancel()
+
+
+@dataclass
+class _RunEnd:
+    """How one run of the job ended."""
+
+    status: int = 0
+    verdict: str = ""
+    result: str = "succeeded"
+    again: bool = False
+    """Whether the job starts again (--max-restarts)."""
+    cause: str = ""
+    """Why a run that is restarted ended, in one line."""
+
+
 async def _run_with_restarts(
     spec: ClusterSpec, make_launcher: LauncherFactory, started: float, events: Events
 ) -> int:
-    loop = asyncio.get_running_loop()
     main = asyncio.current_task()
     assert main is not None
-    received: list[int] = []
-    stopping = False
-    launcher: Launcher | None = None
-
-    def on_signal(signum: int) -> None:
-        name = signal.Signals(signum).name
-        if stopping and launcher is not None:
-            # Teardown itself is never cut short (on Mesos it releases the
-            # cluster); what can be given up is output nobody is reading.
-            launcher.abandon_output(f"{name} received while stopping")
-        if not received:
-            received.append(signum)
-            if not stopping:
-                logger.warning("%s received: stopping every task", name)
-                main.cancel()
-
-    # SIGHUP: the terminal closed; the tasks must not outlive it either.
-    # One ignored when tfrun started (nohup; SIGINT in a script's background
-    # job) stays ignored: before, the loop took it in and stopped the job.
-    for signum in INTERRUPTING_SIGNALS:
-        if signal.getsignal(signum) is not signal.SIG_IGN:
-            loop.add_signal_handler(signum, on_signal, signum)
+    signals = _JobSignals(main)
+    signals.install(asyncio.get_running_loop())
     causes: list[str] = []
     """Why each run of the job that was restarted ended (--max-restarts)."""
     for restart in range(spec.max_restarts + 1):
-        launcher = make_launcher(restart)
-        status = 0
-        verdict = ""
-        result = "succeeded"
-        again = False
+        launcher = signals.launcher = make_launcher(restart)
+        end = _RunEnd()
         try:
-            await launcher.start()
-            await launcher.wait_for_workers()
-        except JobFailedError as exc:
-            status, verdict, result = exc.exit_code, f"job failed: {exc}", "failed"
-            where = f" on {exc.failure.host}" if exc.failure.host else ""
-            summary = f"task {exc.failure.task}{where} {exc.failure.reason}"
-            again = restart < spec.max_restarts
-            # Said at once, in one line; the full verdict, with the task's last
-            # output, comes after every task's output is out.
-            logger.warning(
-                "%s: stopping every task%s",
-                summary,
-                f" to start the job again (restart {restart + 1} of {spec.max_restarts})"
-                if again
-                else "",
-            )
-            if again:
-                causes.append(summary)
-                events.emit(
-                    "job_restart",
-                    restart=restart + 1,
-                    max_restarts=spec.max_restarts,
-                    cause=summary,
-                )
-        except ClusterStartError as exc:
-            said = str(exc)
-            # "the cluster did not come up within 20s: still waiting for ..."
-            # says it once; other reasons get the headline in front.
-            if not said.startswith("the cluster did not come up"):
-                said = f"the cluster did not come up: {said}"
-            status, verdict = EXIT_NEVER_UP, said
-            result = "never up"
+            end = await _run_once(launcher, spec, restart, events)
         except asyncio.CancelledError:
-            if not received:
+            if not signals.received:
                 raise
         finally:
-            stopping = True
-            interrupted = list(received)  # a signal after this point changes no verdict
+            signals.stopping = True
+            interrupted = list(signals.received)  # a signal after this point changes no verdict
             with contextlib.suppress(asyncio.CancelledError):
                 # After a failure or a signal, output a stalled terminal does
                 # not take is dropped; at the job's normal end, and before a
                 # restart, it is all written.
-                await asyncio.shield(
-                    launcher.stop(drop_stalled_output=bool((status and not again) or interrupted))
-                )
-        if again and received:
+                drop = bool((end.status and not end.again) or interrupted)
+                await asyncio.shield(launcher.stop(drop_stalled_output=drop))
+        if end.again:
+            causes.append(end.cause)
+        if end.again and signals.received:
             # Stopped on the way to a restart: Ctrl-C or SIGTERM is never
             # restarted, whenever it comes (before, one during the restart's
             # teardown started the next run, and was then forgotten).
-            interrupted = list(received)
-        if again and not interrupted:
-            stopping = False
+            interrupted = list(signals.received)
+        if end.again and not interrupted:
+            signals.stopping = False
             continue
         break
-    assert launcher is not None
+    assert signals.launcher is not None
+    return _say_the_verdict(signals.launcher, end, causes, interrupted, started, events)
+
+
+async def _run_once(launcher: Launcher, spec: ClusterSpec, restart: int, events: Events) -> _RunEnd:
+    """One run of the job, up to its workers' end or its failure."""
+    try:
+        await launcher.start()
+        await launcher.wait_for_workers()
+    except JobFailedError as exc:
+        where = f" on {exc.failure.host}" if exc.failure.host else ""
+        summary = f"task {exc.failure.task}{where} {exc.failure.reason}"
+        again = restart < spec.max_restarts
+        # Said at once, in one line; the full verdict, with the task's last
+        # output, comes after every task's output is out.
+        logger.warning(
+            "%s: stopping every task%s",
+            summary,
+            f" to start the job again (restart {restart + 1} of {spec.max_restarts})"
+            if again
+            else "",
+        )
+        if again:
+            events.emit(
+                "job_restart", restart=restart + 1, max_restarts=spec.max_restarts, cause=summary
+            )
+        return _RunEnd(exc.exit_code, f"job failed: {exc}", "failed", again, summary)
+    except ClusterStartError as exc:
+        said = str(exc)
+        # "the cluster did not come up within 20s: still waiting for ..."
+        # says it once; other reasons get the headline in front.
+        if not said.startswith("the cluster did not come up"):
+            said = f"the cluster did not come up: {said}"
+        return _RunEnd(EXIT_NEVER_UP, said, "never up")
+    return _RunEnd()
+
+
+def _say_the_verdict(
+    launcher: Launcher,
+    end: _RunEnd,
+    causes: list[str],
+    interrupted: list[int],
+    started: float,
+    events: Events,
+) -> int:
+    """Say how the job ended, last, and where its output is; emit the
+    ``job_verdict`` event; return tfrun's exit status."""
+    verdict, status, result = end.verdict, end.status, end.result
     if verdict and causes:
         # Each earlier run's cause; the last run's, with its output, is above.
         restarts = f"{len(causes)} restart{'s' if len(causes) > 1 else ''}"
@@ -283,15 +321,7 @@ async def _run_with_restarts(
             said += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
         succeeded = f"job succeeded in {elapsed}: {said}"
         logger.info("%s", paint(succeeded, 32, colour))
-    lost = launcher.lost_logs()
-    logger.log(
-        logging.ERROR if verdict else logging.INFO,
-        "the full output of each task is in %s%s",
-        launcher.logs_location(),
-        f", but for what could not be kept of {', '.join(lost)}'s (see the warnings above)"
-        if lost
-        else "",
-    )
+    _say_where_the_output_is(launcher, failed=bool(verdict))
     verdict_line = verdict or succeeded
     stopped_by = None
     if interrupted:
@@ -306,3 +336,15 @@ async def _run_with_restarts(
         signal=stopped_by,
     )
     return status
+
+
+def _say_where_the_output_is(launcher: Launcher, failed: bool) -> None:
+    lost = launcher.lost_logs()
+    logger.log(
+        logging.ERROR if failed else logging.INFO,
+        "the full output of each task is in %s%s",
+        launcher.logs_location(),
+        f", but for what could not be kept of {', '.join(lost)}'s (see the warnings above)"
+        if lost
+        else "",
+    )
