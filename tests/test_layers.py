@@ -177,6 +177,25 @@ def test_no_module_is_over_1000_lines() -> None:
     assert not over, f"modules over {MAX_LINES} lines: " + ", ".join(over)
 
 
+MOST_TANGLED = "D"
+"""radon's rank a function may reach at the most (cyclomatic complexity 21
+to 30); E and F are split up (issue 39)."""
+
+
+def test_no_function_is_more_tangled_than_radons_d() -> None:
+    from radon.complexity import cc_rank, cc_visit
+
+    root = PACKAGE.parent
+    sources = sorted(PACKAGE.rglob("*.py")) + sorted((root / "bench").glob("*.py"))
+    tangled = [
+        f"{path.relative_to(root)}:{block.lineno} {block.name} ({block.complexity})"
+        for path in sources
+        for block in cc_visit(path.read_text())
+        if cc_rank(block.complexity) > MOST_TANGLED
+    ]
+    assert not tangled, "functions past radon's D: " + ", ".join(tangled)
+
+
 ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
