@@ -365,13 +365,19 @@ def test_a_long_cut_between_tfrun_and_the_master_ends_the_job(
 
         wait_for("no task running on the agents", nothing_left, real)
         ended_after = time.monotonic() - cut_at
+        # What the master makes of it: tfrun's connection went silent, not closed.
+        kept = [(f["active"], f.get("connected")) for f in real.state()["frameworks"]]
         real.heal("client", "master")
     print(
         f"\nhosts: tfrun cut from the master for good: it exited {proc.returncode} after "
-        f"{gave_up:.2f}s, no task ran on the agents after {ended_after:.2f}s\n{err}",
+        f"{gave_up:.2f}s, no task ran on the agents after {ended_after:.2f}s; the master's "
+        f"framework (active, connected): {kept}; job_stopped: {stopped}\n{err}",
         file=sys.stderr,
     )
     assert proc.returncode == EXIT_TFRUN_FAILED, err
     assert "no heartbeat from http://master:5050 for 75s" in err, err
     assert stopped, proc.events.names()
+    # The master heard nothing of tfrun's end: the framework stays, its
+    # failover timeout not yet started, with no task left to kill.
+    assert kept == [(True, True)], kept
     assert job_procs.wait_gone(30) == []
