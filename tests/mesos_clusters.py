@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -417,13 +417,17 @@ def open_hosts(
     job_procs: JobProcesses,
     base: Path,
     agents: Sequence[AgentSpec],
-    **master_flags: str,
+    *,
+    masters: int = 1,
+    zk: str | None = None,
+    master_flags: Mapping[str, str] | None = None,
 ) -> Iterator[RealMesos]:
     """Real Mesos on hosts of their own (``RealMesos(hosts=True)``): a
-    master, ``agents`` and a client host, each a network namespace with its
-    own address, name and ``/etc/hosts``. Skips, saying why, where this
-    machine cannot make them (not root, no ``ip netns``); after it, nothing
-    of them is left."""
+    master (or ``masters``, electing their leader in ZooKeeper at ``zk``,
+    which they reach through the bridge), ``agents`` and a client host, each
+    a network namespace with its own address, name and ``/etc/hosts``.
+    Skips, saying why, where this machine cannot make them (not root, no
+    ``ip netns``); after it, nothing of them is left."""
     from tfmesos.testing import netns
 
     why = netns.hosts_unavailable()
@@ -439,11 +443,13 @@ def open_hosts(
         agents=tuple(agents),
         executor_env=executor_env,
         base=base,
-        master_flags=dict(master_flags),
+        master_flags=dict(master_flags or {}),
+        masters=masters,
+        zk=zk,
         hosts=True,
     )
     try:
-        real.start()
+        real.start(timeout=120 if zk else 60)
     except MesosNotAvailable as exc:
         real_mesos_unavailable(f"it did not start on hosts of their own: {exc}")
     number = real.network.number

@@ -199,7 +199,9 @@ def test_an_agent_cut_from_the_master_is_unreachable_and_the_job_restarts(
     the other agent and it succeeds; once the cut heals, the old copy is
     ended. tfrun is PARTITION_AWARE (``taskinfo.framework_capabilities``)."""
     flags = {"agent_ping_timeout": "1secs", "max_agent_ping_timeouts": "3"}
-    with open_hosts(job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK], **flags) as real:
+    with open_hosts(
+        job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK], master_flags=flags
+    ) as real:
         # Run 0 waits for ever; run 1 (TFMESOS_RESTART=1) ends at once.
         command = (
             'if [ "$TFMESOS_RESTART" = 0 ]; then exec sleep 600; fi; echo "run $TFMESOS_RESTART"'
@@ -296,7 +298,9 @@ def test_an_agent_restarted_on_its_host_recovers_its_task(
     happened. The master's ping timeout (15 s here) leaves room for the
     restart on a loaded machine."""
     flags = {"agent_ping_timeout": "5secs", "max_agent_ping_timeouts": "3"}
-    with open_hosts(job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK], **flags) as real:
+    with open_hosts(
+        job_procs, tmp_path / "mesos", [ONE_TASK, ONE_TASK], master_flags=flags
+    ) as real:
         release = tmp_path / "release"
         command = f'while [ ! -e {release} ]; do sleep 0.1; done; echo "done {{task_index}}"'
         proc, _ = start_tfrun(

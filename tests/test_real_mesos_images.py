@@ -69,7 +69,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from tests.conftest import MARK, JobProcesses, run_tfrun
+from tests.conftest import MARK, ROOT, JobProcesses, run_tfrun, tfrun_argv
 from tests.mesos_clusters import real_mesos_home
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
@@ -669,4 +669,125 @@ def test_an_image_job_on_the_docker_containerizer(
     assert ran
     for container in ran:
         assert podman("container", "exists", f"mesos-{container}", check=False).returncode == 1
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+HOST_AGENT_WRAPPER = """#!/bin/sh
+# mesos-agent on a host of its own: "ip netns exec" mounted a sysfs of the
+# host's over /sys, without this machine's cgroup hierarchies, which the
+# Linux launcher and the cgroups isolators need: mounted again (the same
+# hierarchies, as one may mount a v1 hierarchy twice), in a mount namespace
+# of the agent's own. (tests/test_real_mesos_images.py)
+exec unshare -m --propagation private sh -c \\
+  'mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup || exit 1
+   {mounts}
+   exec "$0" "$@"' {real} "$@"
+"""
+
+
+def on_a_host(home: Path, folder: Path) -> Path:
+    """A Mesos folder like the wrapped ``home`` whose ``mesos-agent`` mounts
+    this machine's cgroup v1 hierarchies (but ``name=systemd``) again first."""
+    mounts = []
+    for fields in _mounts():
+        if len(fields) > 3 and fields[2] == "cgroup" and "name=systemd" not in fields[3]:
+            options = [o for o in fields[3].split(",") if o not in ("rw", "relatime")]
+            mounts.append(
+                f"mkdir -p {fields[1]} && mount -t cgroup -o {','.join(options)} cgroup "
+                f"{fields[1]} || exit 1"
+            )
+    folder.mkdir(parents=True)
+    for entry in home.iterdir():
+        if entry.name != "sbin":
+            (folder / entry.name).symlink_to(entry.resolve() if entry.is_symlink() else entry)
+    (folder / "sbin").mkdir()
+    (folder / "sbin" / "mesos-master").symlink_to(home / "sbin" / "mesos-master")
+    text = HOST_AGENT_WRAPPER.format(
+        mounts="\n   ".join(mounts), real=home / "sbin" / "mesos-agent"
+    )
+    _executable(folder / "sbin" / "mesos-agent", text)
+    return folder
+
+
+def test_an_image_job_across_hosts_of_their_own(
+    mesos_homes: dict[bool, Path],
+    docker_store: tuple[Path, Path],
+    task_image: str,
+    job_procs: JobProcesses,
+    tmp_path: Path,
+) -> None:
+    """``--image`` from the client host of hosts of their own
+    (``RealMesos(hosts=True)``): worker 1 and worker 2 in the image on two
+    agents, each on its own host, the chief beside tfrun. (The two agents
+    share one cgroups root: both start before any container, so neither's
+    recovery finds the other's.)"""
+    from tfmesos.testing import netns
+
+    why = netns.hosts_unavailable()
+    if why:
+        say(f"skipping a run on hosts of their own: {why}")
+        pytest.skip(why)
+    flags = mesos_flags(docker_store)
+    spec = AgentSpec("cpus:1.2;mem:2048;ports:[30500-30599]")
+    real = RealMesos(
+        on_a_host(mesos_homes[True], tmp_path / "home"),
+        agents=[spec, spec],
+        executor_env={MARK: job_procs.mark},
+        agent_flags=flags,
+        base=tmp_path / "m",
+        hosts=True,
+    )
+    try:
+        try:
+            real.start()
+        except MesosNotAvailable as exc:
+            route_unavailable(MESOS_ROUTE, f"the agents did not start: {exc}", expected=True)
+        job_procs.ignored.update(real.daemon_pids())
+        path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+        result = subprocess.run(
+            real.client_argv(
+                tfrun_argv(
+                    *("-m", real.master_address, "--image", task_image, "--worker-logs", "*"),
+                    *("-w", "3", "-s", "0", "--", "python3", "-c", PROBE),
+                )
+            ),
+            capture_output=True,
+            text=True,
+            env=job_procs.env(PATH=path),
+            cwd=ROOT,
+            timeout=420,
+        )
+        reports = {}
+        for line in result.stdout.splitlines():
+            match = re.fullmatch(r"\[(worker:\d+)\] REPORT (.*)", line)
+            if match:
+                reports[match[1]] = json.loads(match[2])
+        if result.returncode != 0 and never_ran(real):
+            route_unavailable(
+                MESOS_ROUTE,
+                f"tfrun exited {result.returncode}: {result.stderr.strip()[-1500:]}",
+                expected=True,
+            )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert sorted(reports) == ["worker:0", "worker:1", "worker:2"], result.stdout[-3000:]
+        for remote in (reports["worker:1"], reports["worker:2"]):
+            assert remote["executable"] == VENV_PYTHON, remote
+            assert remote["os"] == ['PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"']
+        placed = {
+            line.split(" registered at ")[1].split(":")[0]
+            for line in result.stderr.splitlines()
+            if " registered at " in line
+        }
+        assert placed == {"client", "agent0", "agent1"}, result.stderr
+    finally:
+        for index in range(len(real.agents)):
+            with contextlib.suppress(OSError, ValueError, IndexError, AssertionError):
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and any(
+                    f.get("executors") for f in real.agent_state(index)["frameworks"]
+                ):
+                    time.sleep(0.2)
+        real.stop()
+        remove_cgroups(flags["cgroups_root"])
+    assert netns.leftovers(os.getpid()) == []
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []

@@ -36,7 +36,14 @@ from typing import TYPE_CHECKING
 
 from tfmesos import proctree, wire
 from tfmesos.ports import NoFreePort, port_is_free, reserve_port
-from tfmesos.rendezvous_client import AgentConfig, AgentError, NoHello, RendezvousClient
+from tfmesos.rendezvous_client import (
+    UNRESOLVED_STATUS,
+    AgentConfig,
+    AgentError,
+    NoHello,
+    RendezvousClient,
+    Unresolvable,
+)
 from tfmesos.supervisor import CommandRun, Spawned, task_command
 from tfmesos.tasklog import TaskLog
 
@@ -301,6 +308,9 @@ def main(environ: dict[str, str] | None = None) -> int:
             raise AgentError("the launcher exited before the task started")
         proctree.become_subreaper()
         return run(config, environ)
+    except Unresolvable as exc:
+        print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)
+        return UNRESOLVED_STATUS
     except (AgentError, NoFreePort) as exc:
         print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)
         return 1

@@ -33,6 +33,22 @@ class AgentError(Exception):
     """The agent cannot go on; the message says why."""
 
 
+class Unresolvable(AgentError):
+    """The launcher's host name does not resolve on this host: no retry helps."""
+
+
+UNRESOLVED_STATUS = 68
+"""The agent's exit status when the launcher's host name does not resolve on
+its host (``EX_NOHOST`` of sysexits.h). A backend that hears only the status
+(Mesos) has tfrun name the task's host and the name it could not resolve."""
+
+_NO_SUCH_NAME = frozenset(
+    getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
+)
+"""getaddrinfo's "this name has no address", as against a failing resolver
+(``EAI_AGAIN``), which dialling again may get past."""
+
+
 class NoHello(AgentError):
     """The connection closed, or stayed silent, before the launcher's hello."""
 
@@ -223,6 +239,15 @@ class RendezvousClient:
                 # typeshed says str; getaddrinfo, which it hands the host to, takes bytes.
                 address = (_dialled(host), port)
                 sock = socket.create_connection(address, timeout=wire.HELLO_TIMEOUT)  # type: ignore[arg-type]
+            except socket.gaierror as exc:
+                # Unknown: at once; a failing resolver: once dialling is over.
+                if exc.errno in _NO_SUCH_NAME or time.monotonic() > deadline:
+                    raise Unresolvable(
+                        f"cannot resolve the launcher's host name {host} on "
+                        f"{socket.gethostname()}: {exc.strerror}"
+                    ) from None
+                time.sleep(DIAL_PAUSE)
+                continue
             except OSError as exc:
                 if time.monotonic() > deadline or (
                     redial and isinstance(exc, ConnectionRefusedError)

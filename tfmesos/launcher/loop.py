@@ -70,6 +70,7 @@ from tfmesos.rendezvous import (
     RendezvousEvent,
     RendezvousServer,
 )
+from tfmesos.rendezvous_client import UNRESOLVED_STATUS
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
@@ -468,6 +469,13 @@ class Loop:
     ) -> None:
         if task.state.over:
             return
+        if code == UNRESOLVED_STATUS and not task.addr:
+            # Its in-task agent could not resolve the name it dials, and its
+            # backend heard only the status: name the name.
+            reason = (
+                f"cannot resolve tfrun's host name {self._backend_for(task.spec).rendezvous_host}: "
+                f"its in-task agent exited with status {code} before registering"
+            )
         task.exit_code = code
         if task.connection is not None:
             task.connection.close()

@@ -12,6 +12,7 @@ The plumbing is ``ip`` (iproute2), ``unshare`` (util-linux) and ``nft``:
   the bridge) / ``eth0`` (inside) with ``10.213.N.(I+2)/24``, and
   ``/etc/netns/NAMESPACE/hosts`` naming every host of the network, which
   ``ip netns exec`` binds over ``/etc/hosts``;
+* ``/etc/netns/NAMESPACE/nsswitch.conf`` looks names up in that file only;
 * a program runs on a host through :meth:`Host.prefix`: ``ip netns exec``,
   then ``unshare --uts`` and ``hostname NAME``;
 * :meth:`HostNetwork.cut` drops, in an ``nft`` output chain of each of the
@@ -177,6 +178,19 @@ def leftovers(pid: int | None = None) -> list[str]:
     return found
 
 
+def _write_nsswitch(path: Path) -> None:
+    """A host's ``/etc/nsswitch.conf``: this machine's, names looked up in
+    the host's ``/etc/hosts`` only. No DNS server is reachable from a host
+    (no route leads out): a name its file lacks is then unknown at once, as a
+    real resolver's NXDOMAIN says, not a lookup that fails for now."""
+    try:
+        lines = Path("/etc/nsswitch.conf").read_text().splitlines()
+    except OSError:
+        lines = []
+    kept = [line for line in lines if line.split(":", 1)[0].strip() != "hosts"]
+    path.write_text("\n".join([*kept, "hosts: files"]) + "\n")
+
+
 @dataclass(frozen=True)
 class Host:
     """One host: its name (also its host name), address and namespace."""
@@ -213,6 +227,8 @@ class HostNetwork:
     """N of 10.213.N.0/24 and of the bridge ``tfmbrN``: chosen by :meth:`open`."""
     hosts: dict[str, Host] = field(default_factory=dict)
     owner: int = field(default_factory=os.getpid)
+    unknown: dict[str, set[str]] = field(default_factory=dict)
+    """The names each host's ``/etc/hosts`` leaves out: :meth:`forget`."""
 
     @property
     def bridge(self) -> str:
@@ -273,6 +289,7 @@ class HostNetwork:
         )
         self.hosts[name] = host
         (NETNS_ETC / host.namespace).mkdir(parents=True, exist_ok=True)
+        _write_nsswitch(NETNS_ETC / host.namespace / "nsswitch.conf")
         self._write_hosts_files()
         _run("ip", "netns", "add", host.namespace)
         _run(
@@ -295,9 +312,10 @@ class HostNetwork:
         """Every host's ``/etc/hosts``: loopback, then every host by name.
         Written in place: ``ip netns exec`` bound the file itself, so a
         running program sees a host added later."""
-        lines = ["127.0.0.1 localhost", *(f"{h.address} {h.name}" for h in self.hosts.values())]
-        text = "\n".join(lines) + "\n"
         for host in self.hosts.values():
+            unknown = self.unknown.get(host.name, set())
+            named = [f"{h.address} {h.name}" for h in self.hosts.values() if h.name not in unknown]
+            text = "\n".join(["127.0.0.1 localhost", *named]) + "\n"
             path = NETNS_ETC / host.namespace / "hosts"
             with open(path, "a+") as file:
                 file.seek(0)
@@ -308,6 +326,12 @@ class HostNetwork:
         return self.hosts[name]
 
     # -- faults -----------------------------------------------------------
+
+    def forget(self, on: str, name: str) -> None:
+        """Host ``on``'s ``/etc/hosts`` no longer names host ``name``: a name
+        its resolver cannot resolve, as a host's missing DNS entry is."""
+        self.unknown.setdefault(on, set()).add(name)
+        self._write_hosts_files()
 
     def cut(self, a: str, b: str) -> None:
         """Hosts ``a`` and ``b`` no longer hear each other (both ways, silently)."""

@@ -156,8 +156,10 @@ class RealMesos:
     find their master by name. A further host, ``client``, is for tfrun and
     the chief: :meth:`client_argv`. :meth:`cut`, :meth:`heal`,
     :meth:`isolate` and :meth:`rejoin` fail the network between them.
-    Needs root; not with ``zk`` (ZooKeeper listens on the root namespace's
-    loopback, which no host reaches).
+    Needs root. With ``zk`` too, each master on a host of its own: the
+    hosts reach a ZooKeeper of the root namespace that ``zk`` names by a
+    loopback address (it must listen on every address, as ZooKeeper does by
+    default) at the bridge's address instead: :attr:`hosts_zk`.
     """
 
     home: Path
@@ -180,8 +182,6 @@ class RealMesos:
     def start(self, timeout: float = 60.0) -> RealMesos:
         if self.masters < 1 or (self.masters > 1 and not self.zk):
             raise ValueError("more than one master elect their leader in ZooKeeper: give zk")
-        if self.hosts and self.zk:
-            raise ValueError("hosts of their own reach no ZooKeeper on this host's loopback")
         if self.base is None:
             self.base = Path(tempfile.mkdtemp(prefix="tfmesos-real-mesos-"))
             self._own_base = True
@@ -214,7 +214,7 @@ class RealMesos:
             }
             if self.zk:
                 master_flags.update(
-                    zk=self.zk,
+                    zk=self.hosts_zk or self.zk,
                     quorum=str(self.masters // 2 + 1),
                     registry="replicated_log",
                     # What a standby's 307 and the leader's MasterInfo name.
@@ -257,7 +257,8 @@ class RealMesos:
         agent_port = AGENT_PORT if host else free_port()
         master = self._masters[0]
         flags = {
-            "master": self.zk or f"{master.host.name if master.host else LOOPBACK}:{master.port}",
+            "master": self.hosts_zk
+            or f"{master.host.name if master.host else LOOPBACK}:{master.port}",
             "ip": host.address if host else LOOPBACK,
             "hostname": host.name if host else LOOPBACK,
             "port": str(agent_port),
@@ -551,9 +552,30 @@ class RealMesos:
         """``NAME:PORT`` of the (first) master, as the hosts name it; with
         several, ``zk``. On one address, :attr:`address`."""
         if self.zk:
-            return self.zk
+            return self.hosts_zk or self.zk
         master = self._masters[0]
         return f"{master.host.name}:{master.port}" if master.host else self.address
+
+    @property
+    def hosts_zk(self) -> str | None:
+        """``zk`` as the hosts of their own reach it: each loopback host in
+        it (``127.0.0.1``, ``localhost``) the bridge's address, the root
+        namespace's as the hosts see it; on one address, ``zk`` itself."""
+        if self.zk is None or self._network is None:
+            return self.zk
+        scheme, _, rest = self.zk.partition("://")
+        servers, slash, path = rest.partition("/")
+        credentials, at, servers = servers.rpartition("@")
+        gateway = self._network.gateway
+        moved = []
+        for server in servers.split(","):
+            name, colon, port = server.rpartition(":")
+            if not colon:
+                name, port = server, ""
+            if name in ("127.0.0.1", "localhost", "[::1]"):
+                name = gateway
+            moved.append(f"{name}:{port}" if port else name)
+        return f"{scheme}://{credentials}{at}{','.join(moved)}{slash}{path}"
 
     def cut(self, a: str, b: str) -> None:
         """Hosts ``a`` and ``b`` (``master``, ``agent0``, ``client``...) no
@@ -562,6 +584,10 @@ class RealMesos:
 
     def heal(self, a: str, b: str) -> None:
         self.network.heal(a, b)
+
+    def forget(self, on: str, name: str) -> None:
+        """Host ``on`` can no longer resolve host ``name``'s name."""
+        self.network.forget(on, name)
 
     def isolate(self, name: str) -> None:
         """Host ``name`` cut from every other (and from this harness) until :meth:`rejoin`."""
