@@ -10,9 +10,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import psutil
 import pytest
@@ -448,3 +448,29 @@ def guide_section(page: str, heading: str) -> str:
     """The text under ``## heading`` in ``page`` (of :data:`GUIDE`), up to the next ``## ``."""
     text = (ROOT / page).read_text()
     return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T],
+    what: str,
+    timeout: float = 60.0,
+    *,
+    poll: float = 0.05,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Poll ``condition`` until it gives something true, and return that;
+    after ``timeout`` (a hang guard, not a measure) fail naming ``what``,
+    with ``explain()``'s text (a cluster's logs, say)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"never: {what} (not within {timeout:g}s)" + (f"\n{explain()}" if explain else "")
+            )
+        time.sleep(poll)

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from tests.conftest import MARK, JobProcesses, marked_master
+from tests.conftest import MARK, JobProcesses, marked_master, wait_until
 from tfmesos.testing.master import ThreadedTestMaster
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos, prepare
 
@@ -463,3 +463,11 @@ def open_hosts(
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert f"{netns.NETNS_PREFIX}{os.getpid()}-{number}-" not in listed, listed
     assert f" tfmbr{number}:" not in links and f" tfm{number}h" not in links, links
+
+
+def wait_for(
+    what: str, condition: Callable[[], Any], real: RealMesos, timeout: float = 120.0
+) -> Any:
+    """:func:`tests.conftest.wait_until` for a real cluster: a failure shows
+    the last lines of its daemons' logs."""
+    return wait_until(condition, what, timeout, poll=0.1, explain=lambda: real.logs(40))

@@ -10,13 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, py, runs_in, tfrun_argv
+from tests.conftest import ROOT, JobProcesses, py, runs_in, tfrun_argv, wait_until
 from tests.jobevents import JobEvents
 from tests.test_slurm_jobs import slurm, states  # noqa: F401 - slurm: the fixture
 
@@ -85,13 +84,6 @@ def waits_for(path: Path, then: str = "") -> list[str]:
         f"while not os.path.exists({str(path)!r}): time.sleep(0.02)\n"
         f"print({then!r}, flush=True)"
     )
-
-
-def wait_until(condition: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout  # a hang guard only
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(POLL)
 
 
 def test_detach_returns_while_the_job_runs_and_outlives_its_session(

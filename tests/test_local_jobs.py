@@ -34,6 +34,7 @@ from tests.conftest import (
     runs_in,
     start_tfrun,
     tfrun_argv,
+    wait_until,
 )
 from tests.jobevents import JobEvents
 
@@ -496,7 +497,7 @@ def _start_long_job(job_procs: JobProcesses, run_by: str = "launcher") -> Tfrun:
         env=job_procs.env(**extra),
     )
     # Wait for the commands themselves, and whatever runs them.
-    _wait_for(
+    wait_until(
         lambda: len(job_procs.alive(exclude=proc.pid)) >= processes(3), "the job's processes up"
     )
     assert len(job_procs.alive(exclude=proc.pid)) == processes(3), job_procs.alive(exclude=proc.pid)
@@ -765,17 +766,6 @@ def test_the_fork_server_killed_outright_takes_its_agents_with_it(
     assert job_procs.wait_gone(5) == []
 
 
-def _wait_for(condition, what: str, timeout: float = 30):  # type: ignore[no-untyped-def]
-    """Poll ``condition`` until it returns something true; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.05)
-
-
 def _agents_with_tree(job_procs: JobProcesses, exclude: int, below: int) -> list[psutil.Process]:
     """The job's agents, once one has ``below`` live processes under it."""
     agents = [p for p in job_procs.alive(exclude=exclude) if is_agent(p)]
@@ -808,9 +798,9 @@ FORKS_CHILDREN = (
 def test_an_agent_killed_outright_leaves_nothing_its_command_started(
     job_procs: JobProcesses, fork_server: bool, command: list[str], below: int
 ) -> None:
-    agents = {"TFMESOS_LOCAL_AGENTS": "1"} if fork_server else {"TFMESOS_NO_FORK_SERVER": "1"}
-    proc, _ = start_tfrun("-w", "1", "-s", "0", "--", *command, env=job_procs.env(**agents))
-    agents = _wait_for(
+    how = {"TFMESOS_LOCAL_AGENTS": "1"} if fork_server else {"TFMESOS_NO_FORK_SERVER": "1"}
+    proc, _ = start_tfrun("-w", "1", "-s", "0", "--", *command, env=job_procs.env(**how))
+    agents = wait_until(
         lambda: _agents_with_tree(job_procs, proc.pid, below), "the command's processes up"
     )
     agents[0].kill()  # as the OOM killer would
@@ -861,7 +851,7 @@ def test_an_agent_stopped_by_sigterm_says_so(job_procs: JobProcesses) -> None:
         *py("import time; time.sleep(1000)"),
         env=job_procs.env(TFMESOS_LOCAL_AGENTS="1"),
     )
-    agents = _wait_for(lambda: _agents_with_tree(job_procs, proc.pid, 1), "the command up")
+    agents = wait_until(lambda: _agents_with_tree(job_procs, proc.pid, 1), "the command up")
     agents[0].terminate()
     _, err = proc.communicate(timeout=60)
     # A task's 143 would read as tfrun's own SIGTERM: a task's failure is 1.
@@ -1000,13 +990,6 @@ def running_with_argv(argv: list[str]) -> list[psutil.Process]:
         if proc.info["cmdline"] == argv and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc)
     return found
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout  # a hang guard, not a measure
-    while not condition():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.02)
 
 
 @pytest.mark.e2e

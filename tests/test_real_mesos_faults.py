@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import JobProcesses, popen_tfrun, py, start_tfrun
-from tests.mesos_clusters import open_hosts
+from tests.mesos_clusters import open_hosts, wait_for
 from tests.test_real_mesos_ha import ended_once, framework_in
-from tests.test_real_mesos_hosts import ONE_TASK, wait_for
+from tests.test_real_mesos_hosts import ONE_TASK
 from tests.test_zookeeper import ZK_HOSTS
 from tfmesos.errors import EXIT_NEVER_UP, EXIT_TASK_FAILED, EXIT_TFRUN_FAILED
 from tfmesos.rendezvous_client import UNRESOLVED_STATUS

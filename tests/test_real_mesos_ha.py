@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MARK, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
-from tests.mesos_clusters import real_mesos_home, real_mesos_unavailable
+from tests.mesos_clusters import real_mesos_home, real_mesos_unavailable, wait_for
 from tests.test_zookeeper import ZK_HOSTS, zookeeper_client
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
@@ -66,18 +66,6 @@ def ended_once(task: JSON) -> bool:
         and set(states[first + 1 :]) <= {"TASK_KILLED"}
         and task["state"] == states[first]
     )
-
-
-def wait_for(what: str, condition: Any, real: RealMesos, timeout: float = 120.0) -> Any:
-    """Poll ``condition`` until it gives something true; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s\n{real.logs(40)}")
-        time.sleep(0.1)
 
 
 def framework_in(state: JSON | None, framework_id: str) -> JSON | None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import PY, ROOT, JobProcesses, popen_tfrun, py, start_tfrun
-from tests.mesos_clusters import open_hosts
+from tests.mesos_clusters import open_hosts, wait_for
 from tfmesos.testing import netns
 from tfmesos.testing.real_mesos import AgentSpec, RealMesos
 from tfmesos.wire import STOP_GRACE
@@ -37,18 +37,6 @@ own address."""
 TWO_TASKS = AgentSpec("cpus:2.3;mem:4096;ports:[31000-31099]")
 
 JSON = dict[str, Any]
-
-
-def wait_for(what: str, condition: Any, real: RealMesos, timeout: float = 120.0) -> Any:
-    """Poll ``condition`` until it gives something true; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s\n{real.logs(40)}")
-        time.sleep(0.1)
 
 
 def running(pid: int) -> bool:
