@@ -42,6 +42,8 @@ __all__ = [
     "ENV_PARENT_PID",
     "ENV_PORT",
     "ENV_READY_FD",
+    "ENV_RENDEZVOUS_PORT",
+    "ENV_RENDEZVOUS_VIA",
     "ENV_SECRET",
     "ENV_SECRET_FD",
     "ENV_SERVER_DEF",
@@ -118,6 +120,13 @@ backend: tfrun's, on its host), ``elsewhere`` (Slurm: tfrun's, carried to
 another host), ``image`` (Mesos with ``--image``: the image's); unset: the
 task's host's (a Mesos agent's). What tfrun's environment carries to the task
 comes in its cluster message (``exported``)."""
+
+ENV_RENDEZVOUS_PORT = "TFMESOS_RENDEZVOUS_PORT"
+"""tfrun's: the port its rendezvous listens on (unset: any free one)."""
+ENV_RENDEZVOUS_VIA = "TFMESOS_RENDEZVOUS_VIA"
+"""tfrun's: ``host:port`` the tasks dial instead of the rendezvous itself, a
+forwarder to it (``ENV_RENDEZVOUS_PORT``). For tests, which put one between
+tfrun and its tasks to cut the network between them."""
 
 AGENT_ONLY = (
     ENV_LAUNCHER,

@@ -51,7 +51,10 @@ class Launcher(Loop):
         tasks = self.spec.tasks()
         for backend in self._backends():
             backend.check([t for t in tasks if self._backend_for(t) is backend])
-        await self._rendezvous.start(self.backend.rendezvous_bind, tls=self._tls_context())
+        port = os.environ.get(wire.ENV_RENDEZVOUS_PORT, "")
+        await self._rendezvous.start(
+            self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, self._tls_context()
+        )
         self._started_backend = True
         await self.backend.start(self._on_backend)
         self._emit_started(tasks)
@@ -283,7 +286,8 @@ class Launcher(Loop):
         env = dict(self.spec.env)
         env.update(
             {
-                wire.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
+                wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
+                or f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
                 wire.ENV_TASK_ID: task.task_id,
                 wire.ENV_SECRET: self._secret.hex(),
                 taskenv.ENV_RESTART: str(self.restart),
