@@ -111,7 +111,7 @@ def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProces
         launcher.close()
     # `sleep 60` was stopped with SIGTERM at once, not left to run its course.
     # The report says the command was killed by SIGTERM, not "status 143".
-    assert exits == [{"type": "exit", "code": 143, "signal": 15}]
+    assert exits == [{"type": "exit", "code": 143, "output_bytes": 0, "signal": 15}]
     assert code == 143
     assert job_procs.wait_gone(5) == []
 

@@ -284,14 +284,25 @@ async def _run_with_restarts(
         succeeded = f"job succeeded in {elapsed}: {said}"
         logger.info("%s", paint(succeeded, 32, colour))
     lost = launcher.lost_logs()
-    logger.log(
-        logging.ERROR if verdict else logging.INFO,
-        "the full output of each task is in %s%s",
-        launcher.logs_location(),
-        f", but for what could not be kept of {', '.join(lost)}'s (see the warnings above)"
-        if lost
-        else "",
-    )
+    incomplete = launcher.incomplete_output()
+    if incomplete:
+        # What tfrun could not hear before a task's end is not in its copy.
+        logger.log(
+            logging.ERROR if verdict else logging.WARNING,
+            "the output of each task is in %s, but for what tfrun could not hear of %s: %s",
+            launcher.logs_location(),
+            ", ".join(incomplete),
+            "; ".join(f"{name}'s full output is in {where}" for name, where in incomplete.items()),
+        )
+    else:
+        logger.log(
+            logging.ERROR if verdict else logging.INFO,
+            "the full output of each task is in %s%s",
+            launcher.logs_location(),
+            f", but for what could not be kept of {', '.join(lost)}'s (see the warnings above)"
+            if lost
+            else "",
+        )
     verdict_line = verdict or succeeded
     stopped_by = None
     if interrupted:

@@ -63,12 +63,14 @@ from tfmesos.policy import (
 from tfmesos.rendezvous import (
     Disconnected,
     Exited,
+    Heard,
     Message,
     Output,
     Ready,
     Registered,
     RendezvousEvent,
     RendezvousServer,
+    Unheard,
 )
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
@@ -162,6 +164,9 @@ class Loop:
             processes=spec.nproc > 1,
         )
         self._secret = secret or os.urandom(32)
+        self.silence_limit = wire.silence_limit(os.environ)
+        """How long a task's agent goes on without hearing the launcher, and
+        so how long its last output may take to come (``wire.SILENCE_LIMIT``)."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._held: collections.deque[Event] = collections.deque()
         """Events taken off the queue when the pump was cancelled (_next_event)."""
@@ -286,6 +291,9 @@ class Loop:
                 logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
                 self._lost_logs.append(task.spec.name)
             return
+        if isinstance(event, Unheard | Heard):
+            self._hearing(task, event)
+            return
         if isinstance(event, Registered):
             task.connection = event.connection
             task.addr = event.addr
@@ -313,6 +321,7 @@ class Loop:
             if task.keep_address:
                 logger.info("task %s is back at %s", task.spec.name, task.addr)
         elif isinstance(event, Exited):
+            task.reported = event.output_bytes
             wait = self._backend_for(task.spec).kill_reason_timeout
             if event.signal == signal.SIGKILL and task.ended is None and wait:
                 # SIGKILL is also how a memory limit ends a command: its
@@ -325,6 +334,7 @@ class Loop:
                 return
             self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
         elif isinstance(event, Disconnected):
+            task.closed_by_task = task.closed_by_task or event.by_peer
             task.disconnected = True
             task.disconnected_at = time.monotonic()
             if task.state.over:
@@ -375,6 +385,12 @@ class Loop:
             return
         if task.ended is not None:
             left = DISCONNECT_GRACE - (now - task.ended_at)
+            connection = task.connection
+            if connection is not None and not task.disconnected:
+                # Its agent may be delivering its last output and exit report
+                # through a network that fails: it tries for as long as it
+                # hears the launcher within the limit, and so does the launcher.
+                left = max(left, connection.last_heard + self.silence_limit - now)
         elif task.disconnected:
             left = LOST_CONNECTION_GRACE - (now - task.disconnected_at)
         else:
@@ -386,6 +402,27 @@ class Loop:
         else:
             self._over(task, None, "lost its connection to the launcher")
 
+    def _hearing(self, task: Attempt, event: Unheard | Heard) -> None:
+        """Say that ``task`` cannot be heard, or is heard again."""
+        if task.state.over or task.state is AttemptState.LAUNCHED:
+            return
+        where = task.host or "its host"
+        task.unheard = isinstance(event, Unheard)
+        if isinstance(event, Unheard):
+            logger.warning(
+                "cannot hear task %s (%s) for %.0fs: nothing from it, not even its heartbeat; "
+                "what it prints meanwhile waits on its host, and it stops itself if it does "
+                "not hear tfrun for %gs",
+                task.spec.name,
+                where,
+                event.silent,
+                self.silence_limit,
+            )
+            self._emit("task_unheard", task, host=task.host, silent=round(event.silent, 1))
+        else:
+            logger.info("hear task %s again after %.0fs", task.spec.name, event.silent)
+            self._emit("task_heard", task, host=task.host, silent=round(event.silent, 1))
+
     def _on_rendezvous(self, event: RendezvousEvent) -> None:
         if isinstance(event, Output):
             # Handled at once, on the connection's own reader, in order. A slow
@@ -394,11 +431,13 @@ class Loop:
             # the task: no unbounded queue anywhere, and the loop never blocks.
             task = self._attempts.get(event.task_id)
             if task is not None:
+                task.received += len(event.data)
                 self._backend_for(task.spec).task_output(task.task_id, event.data)
                 self._output.write(task, event.data)
             return
         if self._attempts.get(event.task_id) is None:
-            self.backend.on_peer(event)  # the backend's own helper
+            if not isinstance(event, Unheard | Heard):  # a helper's silence is its backend's
+                self.backend.on_peer(event)  # the backend's own helper
             return
         self._events.put_nowait(event)
 
