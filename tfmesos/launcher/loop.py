@@ -89,6 +89,8 @@ OUTPUT_LINGER = 2.0
 DISCONNECT_GRACE = 2.0
 """After a backend says a task ended, how long to wait for its last output."""
 KILL_WAIT = wire.STOP_GRACE + 3.0
+BEAT_OVERDUE = 1.5 * wire.BEAT_INTERVAL
+"""Silence after which a task's heartbeat is overdue: the launcher cannot hear it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,11 +388,22 @@ class Loop:
         if task.ended is not None:
             left = DISCONNECT_GRACE - (now - task.ended_at)
             connection = task.connection
-            if connection is not None and not task.disconnected:
-                # Its agent may be delivering its last output and exit report
-                # through a network that fails: it tries for as long as it
-                # hears the launcher within the limit, and so does the launcher.
-                left = max(left, connection.last_heard + self.silence_limit - now)
+            if (
+                left <= 0.001
+                and connection is not None
+                and not task.disconnected
+                and connection.last_heard < task.ended_at
+            ):
+                # Not heard since its end: its agent may be delivering its
+                # last output and exit report through a network that fails,
+                # for as long as it heard the launcher within the limit, and
+                # the launcher waits as long. One heard since (an agent alive
+                # and beating, its task lost by its backend) has nothing
+                # stuck on the way: the backend's word stands.
+                if now - connection.last_heard >= BEAT_OVERDUE:
+                    left = connection.last_heard + self.silence_limit - now
+                else:  # a beat may yet come: look again once it is overdue
+                    left = connection.last_heard + BEAT_OVERDUE - now
         elif task.disconnected:
             left = LOST_CONNECTION_GRACE - (now - task.disconnected_at)
         else:
