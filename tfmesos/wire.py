@@ -90,8 +90,10 @@ MAX_FRAME = 1 << 20
 MAX_HANDSHAKE_FRAME = 4096
 """Largest frame before the peer has proved it knows the secret."""
 
-PROTOCOL_VERSION = 2
-"""2: the cluster message's proof covers its content, the registration's its address."""
+PROTOCOL_VERSION = 3
+"""2: the cluster message's proof covers its content, the registration's its
+address. 3: heartbeats (``H``), which an agent of 2 takes for a protocol
+error; the exit report counts the output sent (``output_bytes``)."""
 
 
 # -- The agent's environment: what a backend sets, what the agent reads. --------
