@@ -10,8 +10,9 @@ tfrun's rendezvous listens on a port the test chooses
 (``TFMESOS_RENDEZVOUS_PORT``), the tasks dial the proxy in front of it
 (``TFMESOS_RENDEZVOUS_VIA``), and the proxy stops forwarding worker:1's
 connection in both directions without closing it. The job runs on the test
-master, whose tasks are real agent processes on this machine; on Mesos the
-run directory holds what reached tfrun, so a cut can take lines from it.
+master and on real Mesos (the ``mesos`` fixture), whose tasks are real agent
+processes on this machine; on Mesos the run directory holds what reached
+tfrun, so a cut can take lines from it.
 worker:0, the chief, runs beside tfrun and is not cut.
 """
 
@@ -29,7 +30,7 @@ import psutil
 import pytest
 
 from tests.conftest import JobProcesses, Tfrun, popen_tfrun
-from tests.mesos_clusters import BlackholeProxy
+from tests.mesos_clusters import BlackholeProxy, MesosUnderTest
 from tfmesos import wire
 
 PY = sys.executable
@@ -68,7 +69,7 @@ def proxy() -> Iterator[BlackholeProxy]:
 
 
 def start_job(
-    master: Any,
+    mesos: MesosUnderTest,
     proxy: BlackholeProxy,
     job_procs: JobProcesses,
     shared: Path,
@@ -85,7 +86,7 @@ def start_job(
     if silence_limit is not None:
         extra[wire.ENV_SILENCE_LIMIT] = str(silence_limit)
     return popen_tfrun(
-        *("-v", "-m", master.url, "-w", "2", "-s", "0", "--", PY, "-c", PRINTS),
+        *("-v", "-m", mesos.url, "-w", "2", "-s", "0", "--", PY, "-c", PRINTS),
         *("{task_index}", str(shared), str(code), str(lines), str(pause)),
         env=job_procs.env(**extra),
     )
@@ -133,13 +134,13 @@ def said_unheard(tfrun: Tfrun) -> bool:
 
 
 def test_a_cut_mid_task_is_said_and_its_output_all_kept(
-    master: Any, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
+    mesos: MesosUnderTest, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     """(a) Cut 8 s in the middle of 50 lines over ~15 s: tfrun says it cannot
     hear worker:1 within UNHEARD_AFTER (and a beat), says when it hears it
     again, and every line is in the run directory. Before the heartbeat
     tfrun said nothing at all."""
-    tfrun = start_job(master, proxy, job_procs, tmp_path, lines=50, pause=0.3)
+    tfrun = start_job(mesos, proxy, job_procs, tmp_path, lines=50, pause=0.3)
     cut_at = cut_after(tfrun, proxy, 5)
     said_at = wait_until(lambda: said_unheard(tfrun), 30, "tfrun says it cannot hear", tfrun)
     assert said_at - cut_at <= wire.UNHEARD_AFTER + 2 * wire.BEAT_INTERVAL + 2, tfrun.said()
@@ -158,13 +159,13 @@ def test_a_cut_mid_task_is_said_and_its_output_all_kept(
 
 
 def test_b_a_cut_past_the_task_s_end_loses_none_of_its_output(
-    master: Any, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
+    mesos: MesosUnderTest, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     """(b) Cut before worker:1's end, healed ~5 s after it: its agent keeps
     trying to deliver the rest and its exit report, tfrun waits for them,
     and every line is in the run directory. Before: tfrun took the
     backend's word 2 s after the end and lost the lines in flight."""
-    tfrun = start_job(master, proxy, job_procs, tmp_path, lines=50, pause=0.1)
+    tfrun = start_job(mesos, proxy, job_procs, tmp_path, lines=50, pause=0.1)
     cut_after(tfrun, proxy, 30)
     wait_until((tmp_path / "done").exists, 60, "worker:1 done", tfrun)
     time.sleep(5)  # the cut lasts ~5 s past the task's end: the scenario
@@ -176,7 +177,7 @@ def test_b_a_cut_past_the_task_s_end_loses_none_of_its_output(
 
 
 def test_c_a_cut_that_never_heals_ends_with_an_honest_verdict(
-    master: Any, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
+    mesos: MesosUnderTest, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     """(c) Cut from before worker:1's end (exit 3), never healed: the job
     ends once its backend says it ended and its agent's delivery bound is
@@ -185,7 +186,7 @@ def test_c_a_cut_that_never_heals_ends_with_an_honest_verdict(
     never "the full output of each task is in DIR". Before: it said that."""
     limit = 10.0
     tfrun = start_job(
-        master, proxy, job_procs, tmp_path, lines=30, pause=0.1, code=3, silence_limit=limit
+        mesos, proxy, job_procs, tmp_path, lines=30, pause=0.1, code=3, silence_limit=limit
     )
     cut_after(tfrun, proxy, 10)
     said = finish(tfrun)
@@ -200,16 +201,14 @@ def test_c_a_cut_that_never_heals_ends_with_an_honest_verdict(
 
 
 def test_d_a_task_that_cannot_hear_tfrun_stops_within_the_bound(
-    master: Any, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
+    mesos: MesosUnderTest, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     """(d) worker:1's connection black-holed for good while it runs: its
     agent stops it (SIGTERM to its group) once it has heard nothing for the
     silence limit, so its process is gone within the limit and the stop's
     grace. Before: it ran on, its agent never the wiser."""
     limit = 8.0
-    tfrun = start_job(
-        master, proxy, job_procs, tmp_path, lines=3000, pause=0.1, silence_limit=limit
-    )
+    tfrun = start_job(mesos, proxy, job_procs, tmp_path, lines=3000, pause=0.1, silence_limit=limit)
     cut_at = cut_after(tfrun, proxy, 3)
     pid = int((tmp_path / "pid").read_text())
     command = psutil.Process(pid)
