@@ -231,4 +231,6 @@ def test_d_a_task_that_cannot_hear_tfrun_stops_within_the_bound(
     said = finish(tfrun)
     assert tfrun.returncode != 0, said
     assert said_unheard(tfrun), said
+    # Why it ended (SIGTERM's 143), as far as tfrun can tell.
+    assert "(tfrun had not heard it for " in said, said
     assert "the full output of each task is in" not in said, said

@@ -411,7 +411,15 @@ class Loop:
         if left > 0.001:  # woken early (not by the loop's own rounding): look again then
             asyncio.get_running_loop().call_later(left, self._events.put_nowait, Tick(task_id))
         elif task.ended is not None:
-            self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
+            reason = verdict.describe_end(task.ended)
+            connection = task.connection
+            if connection is not None and not task.disconnected and task.unheard:
+                # Its agent may have stopped it for want of tfrun: say so.
+                reason += (
+                    f" (tfrun had not heard it for {now - connection.last_heard:.0f}s; an agent "
+                    f"that does not hear tfrun for {self.silence_limit:g}s stops its task)"
+                )
+            self._over(task, task.ended.exit_code, reason)
         else:
             self._over(task, None, "lost its connection to the launcher")
 
