@@ -234,3 +234,27 @@ def test_d_a_task_that_cannot_hear_tfrun_stops_within_the_bound(
     # Why it ended (SIGTERM's 143), as far as tfrun can tell.
     assert "(tfrun had not heard it for " in said, said
     assert "the full output of each task is in" not in said, said
+
+
+def test_d_a_task_whose_tfrun_is_killed_behind_a_cut_stops_within_the_bound(
+    mesos: MesosUnderTest, proxy: BlackholeProxy, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """(d) tfrun SIGKILLed while worker:1's connection is black-holed, so
+    that no close ever reaches its agent (tfrun's host vanished): the task
+    stops itself within the silence limit and the stop's grace."""
+    limit = 8.0
+    tfrun = start_job(mesos, proxy, job_procs, tmp_path, lines=3000, pause=0.1, silence_limit=limit)
+    cut_at = cut_after(tfrun, proxy, 3)
+    tfrun.kill()
+    tfrun.wait(timeout=30)
+    command = psutil.Process(int((tmp_path / "pid").read_text()))
+
+    def gone() -> bool:
+        try:
+            return command.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    took = wait_until(gone, limit + wire.STOP_GRACE + 60, "worker:1's command gone", tfrun) - cut_at
+    print(f"worker:1's command gone {took:.1f}s after the cut and tfrun's SIGKILL")
+    assert took <= limit + wire.STOP_GRACE + 5, took
