@@ -315,6 +315,98 @@ class CuttableProxy:
         self.cut()
 
 
+class BlackholeProxy:
+    """A TCP forwarder to 127.0.0.1:``target`` whose :meth:`cut` is a black
+    hole: both directions stop being forwarded, yet no socket is closed, so
+    each end's kernel goes on accepting bytes (until the windows fill) that
+    never arrive, as on a network that drops every packet. :meth:`heal`
+    forwards again, what was held first. ``cut(only=...)`` cuts only the
+    connections whose first bytes from the client hold ``only`` (a
+    rendezvous registration names its task id: ``b'"task_id":"worker.1.'``)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self._stopped = False
+        self._connections: list[tuple[threading.Event, bytearray, socket.socket]] = []
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cut(self, only: bytes = b"") -> int:
+        """Cut the connections that match; return how many."""
+        cut = 0
+        with self._lock:
+            for flowing, first, _ in self._connections:
+                if only in first:
+                    flowing.clear()
+                    cut += 1
+        return cut
+
+    def heal(self) -> None:
+        with self._lock:
+            for flowing, _, _ in self._connections:
+                flowing.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            flowing, first = threading.Event(), bytearray()
+            flowing.set()
+            with self._lock:
+                self._connections += [(flowing, first, client), (flowing, first, upstream)]
+            for a, b, seen in ((client, upstream, first), (upstream, client, None)):
+                threading.Thread(target=self._pump, args=(a, b, flowing, seen), daemon=True).start()
+
+    def _pump(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        flowing: threading.Event,
+        seen: bytearray | None,
+    ) -> None:
+        try:
+            while True:
+                flowing.wait()
+                data = source.recv(65536)
+                if seen is not None and len(seen) < 4096:
+                    seen += data[: 4096 - len(seen)]
+                # Read just as the cut came: held, never delivered before the heal.
+                flowing.wait()
+                if self._stopped:
+                    return
+                if not data:
+                    sink.shutdown(socket.SHUT_WR)
+                    return
+                sink.sendall(data)
+        except OSError:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._stopped = True
+        self._listener.close()
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for flowing, _, sock in connections:
+            flowing.set()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
 class HoldingProxy:
     """An HTTP forwarder to a master at ``target`` (``http://host:port``) that
     holds the first scheduler call of type ``hold`` unanswered (unsent to the

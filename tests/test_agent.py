@@ -7,8 +7,11 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from tests.conftest import ROOT, JobProcesses
 from tfmesos import wire
@@ -26,7 +29,9 @@ def _receive(sock: socket.socket, decoder: wire.FrameDecoder) -> list[tuple[byte
 class FakeLauncher:
     """The launcher's side of the rendezvous, by hand, for one agent."""
 
-    def __init__(self, job_procs: JobProcesses, command: str) -> None:
+    def __init__(
+        self, job_procs: JobProcesses, command: str, stdout: Any = subprocess.PIPE
+    ) -> None:
         self.secret = os.urandom(32)
         self.listener = socket.create_server(("127.0.0.1", 0))
         with socket.socket() as probe:  # a free port for the task's address
@@ -45,7 +50,7 @@ class FakeLauncher:
             [sys.executable, "-m", "tfmesos.agent"],
             env=env,
             cwd=ROOT,
-            stdout=subprocess.PIPE,
+            stdout=stdout,
             stderr=subprocess.STDOUT,
         )
         self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
@@ -111,7 +116,7 @@ def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProces
         launcher.close()
     # `sleep 60` was stopped with SIGTERM at once, not left to run its course.
     # The report says the command was killed by SIGTERM, not "status 143".
-    assert exits == [{"type": "exit", "code": 143, "signal": 15}]
+    assert exits == [{"type": "exit", "code": 143, "output_bytes": 0, "signal": 15}]
     assert code == 143
     assert job_procs.wait_gone(5) == []
 
@@ -150,3 +155,34 @@ def test_an_agent_that_chooses_its_port_holds_it_until_it_lets_go() -> None:
     finally:
         held.close()
     assert port_is_free(port)
+
+
+def test_an_agent_whose_launcher_does_not_read_still_obeys_its_stop(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """Issue 38: an agent whose output tfrun cannot take (a cut, a launcher
+    that does not read) holds up to UNSENT_MAX, then lets its command wait;
+    it never blocks itself, so it still reads a stop, and stops the command
+    at once. Before, it blocked in its send and never saw the stop."""
+    log = tmp_path / "agent.log"
+    with log.open("wb") as stdout:  # the agent's log: its stdout
+        launcher = FakeLauncher(job_procs, "yes 'a line of output'", stdout)
+    try:
+        launcher.conn.sendall(wire.encode_json(launcher.sealed(launcher.cluster)))
+        # The launcher reads nothing: the log grows until the agent lets
+        # the command wait, past what it holds and the sockets do.
+        deadline = time.monotonic() + 60
+        size = -1
+        while size != (size := log.stat().st_size if log.exists() else 0) or size == 0:
+            assert time.monotonic() < deadline, "the log never stopped growing"
+            time.sleep(0.5)
+        assert size > wire.UNSENT_MAX, size
+        yes = [p for p in job_procs.alive() if p.name() == "yes"]
+        assert len(yes) == 1, yes
+        launcher.conn.sendall(wire.encode_json({"type": "stop", "reason": "test"}))
+        gone, _ = psutil.wait_procs(yes, timeout=wire.STOP_GRACE + 10)
+        assert gone == yes, "the command was not stopped while its output waited"
+        exits = [m for m in launcher.messages_until_closed() if m["type"] == "exit"]
+    finally:
+        launcher.close()
+    assert [(m["code"], m["signal"]) for m in exits] == [(143, 15)], exits

@@ -408,6 +408,7 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
 
     class OpenConnection:
         closed = False
+        last_heard = 0.0
 
         def close(self) -> None:
             self.closed = True

@@ -178,6 +178,19 @@ def test_the_outcomes_and_the_verdicts_form() -> None:
     assert verdict.paint("job failed: x", 31, False) == "job failed: x"
 
 
+def test_a_task_tfrun_could_not_reach_is_not_said_to_be_stopped_by_it() -> None:
+    """Issue 38: a task tfrun could not hear when the job ended, with no word
+    of its end, was not stopped by tfrun; its agent stops it."""
+    cut = attempt("worker:1", AttemptState.STOPPED)
+    cut.left_unreached = True
+    tasks = [attempt("worker:0", AttemptState.FINISHED), cut]
+    assert verdict.outcomes(tasks, 30.0) == {
+        "worker:0": "exited 0",
+        "worker:1": "cut off from tfrun, not stopped by it (it stops itself once it has not "
+        "heard tfrun for 30s)",
+    }
+
+
 # -- output ------------------------------------------------------------------------
 
 

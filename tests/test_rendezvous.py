@@ -154,7 +154,7 @@ def test_a_client_without_the_secret_is_refused() -> None:
         # An address changed on the way: the proof covers it.
         ({"addr": "attacker:1", "proven_addr": "h:1"}, "authentication failed"),
         # An agent from another tfmesos release: said plainly, not "bad proof".
-        ({"version": 1}, "protocol version 2 expected: use tfrun's tfmesos"),
+        ({"version": 2}, "protocol version 3 expected: use tfrun's tfmesos"),
     ],
 )
 def test_a_registration_must_match_its_proof_and_version(

@@ -13,6 +13,11 @@ the standard library, so any image with a Python 3 can host it. It
 
 It exits, and takes its child with it, when the launcher goes away: the
 rendezvous connection closing is the signal, and it works on every backend.
+A launcher it cannot hear (its host vanished, the network between them cut)
+is gone too once it has said nothing, not even a heartbeat, for
+``wire.SILENCE_LIMIT``. Output the launcher cannot take waits in the agent
+(up to ``wire.UNSENT_MAX``), and once the command has ended the agent keeps
+trying, as long again, to deliver it and the exit status.
 
 This module is the agent's entry point and its event loop; the parts live
 beside it: the connection and handshake in :mod:`tfmesos.rendezvous_client`,
@@ -64,12 +69,35 @@ the limit (TASK_FAILED, REASON_CONTAINER_LIMITATION_MEMORY) unless the
 executor sees the agent exit first and reports a plain failure."""
 
 
+ACK_POLL = 0.05
+"""How often the agent, its exit reported, looks whether the launcher's host
+has acknowledged all it sent."""
+
+
+def _unacknowledged(fd: int) -> int:
+    """Bytes (and the FIN) sent on socket ``fd`` that its peer has not
+    acknowledged (Linux's SIOCOUTQ); 0 where that cannot be asked."""
+    try:
+        import fcntl
+        import termios
+
+        buffer = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
+    except (ImportError, OSError):
+        return 0
+    return int.from_bytes(buffer, sys.byteorder, signed=True)
+
+
 class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self.selector = selectors.DefaultSelector()
         self.signal_received: int | None = None
-        self.client = RendezvousClient(config, self.selector, lambda: self.signal_received)
+        self.client = RendezvousClient(
+            config, self.selector, lambda: self.signal_received, queued=True
+        )
+        self.launcher_lost = False
+        """Nothing came from the launcher for ``config.silence_limit``: it is
+        taken for gone."""
         self._children: list[subprocess.Popen[bytes] | Spawned] = []
         """Commands that have exited, not yet reaped (see finish())."""
         self.stop_requested = False
@@ -85,6 +113,7 @@ class Agent:
         where it ran several (``tfrun --nproc-per-task``)."""
         self._wakeup_r, self._wakeup_w = os.pipe()
         os.set_blocking(self._wakeup_w, False)
+        os.set_blocking(self._wakeup_r, False)  # drained whether or not it holds bytes
         self.log = TaskLog.from_environ(os.environ)
 
     # -- signals -----------------------------------------------------------
@@ -134,17 +163,19 @@ class Agent:
         if self.stop_requested or self.signal_received is not None or self.client.closed:
             command.stop()
         while not command.poll():
-            for key, _ in self.selector.select(command.timeout()):
+            wait = self.client.beat_due()
+            due = command.timeout()
+            for key, mask in self.selector.select(wait if due is None else min(due, wait)):
                 if key.data is command:
                     command.handle(key.fd)
                 elif key.data == "signal":
                     self._drain_wakeup()
                     command.stop()
                 elif key.data == "launcher" and self.client.channel is not None:
-                    messages = self.client.receive()
-                    if self.client.closed or any(m["type"] == "stop" for m in messages):
-                        self.stop_requested = True
-                        command.stop()
+                    self._from_launcher(mask)
+            self._keep_in_touch()
+            if self.stop_requested:
+                command.stop()
         returncode = command.close()
         # Reaped in finish(), after what is left in its group is ended.
         self._children.append(command.proc)
@@ -153,6 +184,103 @@ class Agent:
         self.failed_process = command.failed_process
         self.error = command.error
         return 128 - returncode if returncode < 0 else returncode
+
+    def _from_launcher(self, mask: int) -> None:
+        """The launcher's socket is ready: send what waits, read what came."""
+        if mask & selectors.EVENT_WRITE:
+            self.client.flush()
+        if mask & selectors.EVENT_READ and self.client.channel is not None:
+            messages = self.client.receive()
+            if self.client.closed or any(m["type"] == "stop" for m in messages):
+                self.stop_requested = True
+
+    def _keep_in_touch(self) -> None:
+        """Beat, and take a launcher silent for the limit for gone: stop the
+        command as its stop would."""
+        self.client.beat()
+        silent = self.client.silent_for()
+        if not self.launcher_lost and silent >= self.config.silence_limit:
+            self.launcher_lost = self.stop_requested = True
+            host, port = self.config.launcher
+            print(
+                f"[tfmesos agent] heard nothing from tfrun (its rendezvous at {host}:{port}) "
+                f"for {silent:.0f}s: taking it for gone, and stopping the task (SIGTERM to its "
+                f"processes, SIGKILL after {wire.STOP_GRACE:g}s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _wait_for_room(self) -> None:
+        """Too much waits for the launcher: let the command wait (its output
+        unread) until the launcher takes some, is gone, or says stop."""
+        while (
+            self.client.unsent > wire.UNSENT_MAX
+            and not self.client.closed
+            and not self.launcher_lost
+            and not self.stop_requested
+            and self.signal_received is None
+        ):
+            channel = self.client.channel
+            assert channel is not None
+            readable, writable, _ = select.select(
+                [channel.sock], [channel.sock], [], wire.BEAT_INTERVAL
+            )
+            mask = (selectors.EVENT_READ if readable else 0) | (
+                selectors.EVENT_WRITE if writable else 0
+            )
+            if mask:
+                self._from_launcher(mask)
+            self._keep_in_touch()
+
+    def deliver(self) -> None:
+        """Once the exit report is queued: send what waits, say that nothing
+        more comes, and wait until the launcher's host has acknowledged it
+        all (or the launcher closed its end), for as long as the launcher is
+        heard from within the limit: through a network that fails, TCP
+        sends it again until it comes, or the limit is up."""
+        client = self.client
+        shut = False
+        signalled = False
+        self._drain_wakeup()  # a signal before now was the command's
+        while client.channel is not None and not client.closed:
+            if not client.unsent and not shut:
+                client.shutdown()
+                shut = True
+            sock = client.channel.sock.fileno()
+            if shut and _unacknowledged(sock) == 0:
+                return
+            silent = client.silent_for()
+            if silent >= self.config.silence_limit or signalled:
+                why = (
+                    f"stopped by signal {self.signal_received}"
+                    if signalled
+                    else f"heard nothing from tfrun for {silent:.0f}s"
+                )
+                print(
+                    f"[tfmesos agent] {why}: gave up delivering the rest of the task's output "
+                    f"and its exit status to tfrun ({client.unsent} bytes not sent yet; all of "
+                    "the output is in this task's log)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return
+            left = self.config.silence_limit - silent
+            if shut:
+                left = min(left, ACK_POLL)  # no descriptor wakes on an acknowledgement
+            else:
+                client.beat()
+                left = min(left, client.beat_due())
+            readable, writable, _ = select.select(
+                [sock, self._wakeup_r], [sock] if client.unsent else [], [], max(left, 0.0)
+            )
+            if self._wakeup_r in readable:
+                self._drain_wakeup()
+                readable.remove(self._wakeup_r)
+                signalled = True
+            if writable:
+                client.flush()
+            if readable:
+                client.receive()
 
     def finish(self) -> None:
         """End whatever the commands left running below this agent (a
@@ -181,6 +309,8 @@ class Agent:
         self.client.send_output(data)
         if problem is not None:
             self.client.send_json({"type": "log_failed", "problem": problem})
+        if self.client.unsent > wire.UNSENT_MAX:
+            self._wait_for_room()
 
     def note(self, text: str) -> None:
         self.emit(f"[tfmesos agent] {text}\n".encode())
@@ -200,7 +330,11 @@ class Agent:
         its memory is followed by ``OOM_LINGER``: the containerizer's word
         names the limit. ``local_rank``: which of the task's processes
         failed first, where it ran several."""
-        message: dict[str, Any] = {"type": "exit", "code": code}
+        message: dict[str, Any] = {
+            "type": "exit",
+            "code": code,
+            "output_bytes": self.client.output_bytes,
+        }
         if local_rank is not None:
             message["local_rank"] = local_rank
         if error is not None:
@@ -212,7 +346,7 @@ class Agent:
         if out_of_memory:
             message["out_of_memory"] = True
         self.client.send_json(message)
-        self.client.shutdown()
+        self.deliver()
         if out_of_memory and "MESOS_EXECUTOR_ID" in os.environ:
             self._linger(OOM_LINGER)
 

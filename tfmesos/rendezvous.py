@@ -34,12 +34,14 @@ __all__ = [
     "Connection",
     "Disconnected",
     "Exited",
+    "Heard",
     "Message",
     "Output",
     "Ready",
     "Registered",
     "RendezvousEvent",
     "RendezvousServer",
+    "Unheard",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +78,10 @@ and must not be able to flood the user's terminal."""
 class Connection:
     """One registered task's connection."""
 
+    last_heard = 0.0
+    """When anything (output, a message, a heartbeat) last came from the
+    task (``time.monotonic()``); 0: never (a stand-in without a socket)."""
+
     def __init__(
         self, writer: asyncio.StreamWriter, secret: bytes, client_nonce: str, nonce: str
     ) -> None:
@@ -83,6 +89,14 @@ class Connection:
         self._secret = secret
         self._nonces = (client_nonce, nonce)
         self.closed = False
+        now = time.monotonic()
+        self.last_heard = now
+        self.last_sent = now
+        self.unheard = False
+        """Said to be unheard (:class:`Unheard`), and not heard since."""
+        self.waiting = False
+        """Its reader waits for the console (the output's flow), not for
+        the task: silence now says nothing of the task."""
 
     def seal(self, message: dict[str, Any]) -> dict[str, Any]:
         """The message with a proof of the secret that also covers its
@@ -93,7 +107,16 @@ class Connection:
     def send(self, message: dict[str, Any]) -> None:
         if self.closed or self._writer.is_closing():
             return
+        self.last_sent = time.monotonic()
         self._writer.write(wire.encode_json(message))
+
+    def beat(self, now: float) -> None:
+        """A heartbeat, if nothing else has gone to the task for ``BEAT_INTERVAL``."""
+        if now - self.last_sent >= wire.BEAT_INTERVAL and not (
+            self.closed or self._writer.is_closing()
+        ):
+            self.last_sent = now
+            self._writer.write(wire.BEAT_FRAME)
 
     def close(self) -> None:
         self.closed = True
@@ -129,6 +152,9 @@ class Exited:
     error: str | None = None
     """The exception that ended it, as torch's ``@record`` wrote it
     (``TORCHELASTIC_ERROR_FILE``): ``ValueError: ...``."""
+    output_bytes: int | None = None
+    """Bytes of output its agent sent in all: the launcher has them all
+    when it has received as many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +167,25 @@ class Ready:
 @dataclass(frozen=True, slots=True)
 class Disconnected:
     task_id: str
+    by_peer: bool = False
+    """The task closed its end, after all it sent: nothing was cut short."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unheard:
+    """Nothing has come from a registered task for ``silent`` seconds
+    (``wire.UNHEARD_AFTER`` at least): not its output, nor its heartbeat."""
+
+    task_id: str
+    silent: float
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """A task said :class:`Unheard` is heard again, after ``silent`` seconds."""
+
+    task_id: str
+    silent: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +197,7 @@ class Message:
     message: dict[str, Any]
 
 
-RendezvousEvent = Registered | Output | Exited | Ready | Disconnected | Message
+RendezvousEvent = Registered | Output | Exited | Ready | Disconnected | Message | Unheard | Heard
 
 
 class RendezvousServer:
@@ -204,6 +249,9 @@ class RendezvousServer:
         self._summaries: dict[str, asyncio.TimerHandle] = {}
         self._stopping = False
         """The job is stopping (:meth:`stopping`)."""
+        self._registered: dict[Connection, str] = {}
+        """Every registered connection, with its task's id."""
+        self._watch: asyncio.TimerHandle | None = None
         self.port = 0
 
     @property
@@ -228,9 +276,25 @@ class RendezvousServer:
         listener.setblocking(False)
         self._tls = tls
         self._listener = listener
-        asyncio.get_running_loop().add_reader(listener.fileno(), self._accept, listener)
+        loop = asyncio.get_running_loop()
+        loop.add_reader(listener.fileno(), self._accept, listener)
+        self._watch = loop.call_later(wire.BEAT_INTERVAL / 2, self._keep_in_touch)
         self.port = listener.getsockname()[1]
         return self.port
+
+    def _keep_in_touch(self) -> None:
+        """Beat to every registered task, and say each that has been silent
+        ``UNHEARD_AFTER`` (once, until it is heard again)."""
+        now = time.monotonic()
+        for connection, task_id in list(self._registered.items()):
+            connection.beat(now)
+            silent = now - connection.last_heard
+            if not connection.unheard and not connection.waiting and silent >= wire.UNHEARD_AFTER:
+                connection.unheard = True
+                self._sink(Unheard(task_id, silent))
+        self._watch = asyncio.get_running_loop().call_later(
+            wire.BEAT_INTERVAL / 2, self._keep_in_touch
+        )
 
     async def close(self, linger: float = 0.0) -> None:
         """Stop accepting; give the open connections up to ``linger`` seconds
@@ -242,6 +306,9 @@ class RendezvousServer:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
         for sock in list(self._silent):
             self._drop_silent(sock)
         for kind in list(self._summaries):
@@ -339,8 +406,8 @@ class RendezvousServer:
         task = asyncio.current_task()
         assert task is not None
         peer = silent.peer
-        task_id: str | None = None
         writer: asyncio.StreamWriter | None = None
+        served = _Served()
         try:
             loop = asyncio.get_running_loop()
             reader = asyncio.StreamReader(limit=READ_SIZE)
@@ -353,7 +420,8 @@ class RendezvousServer:
                 ssl_handshake_timeout=max(left, 0.001) if self._tls is not None else None,
             )
             writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-            task_id = await self._serve(reader, writer, silent)
+            await self._serve(reader, writer, silent, served)
+            served.returned = True
         except asyncio.CancelledError:
             pass
         except (
@@ -372,12 +440,18 @@ class RendezvousServer:
                 writer.close()
             else:
                 sock.close()
-            if task_id is not None:
-                self._sink(Disconnected(task_id))
+            if served.connection is not None:
+                self._registered.pop(served.connection, None)
+            if served.task_id is not None and served.returned:
+                self._sink(Disconnected(served.task_id, served.by_peer))
 
     async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, silent: _Silent
-    ) -> str | None:
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        silent: _Silent,
+        served: _Served,
+    ) -> None:
         nonce = silent.nonce
         if nonce is None:
             nonce = os.urandom(16).hex()
@@ -409,7 +483,7 @@ class RendezvousServer:
             reason = f"protocol version {wire.PROTOCOL_VERSION} expected: use tfrun's tfmesos"
             writer.write(wire.encode_json({"type": "reject", "reason": reason}))
             await writer.drain()
-            return None
+            return
         expected = wire.proof(self._secret, "register", nonce, task_id, client_nonce, addr)
         if register.get("type") != "register" or not wire.proof_matches(
             expected, register.get("proof")
@@ -421,7 +495,7 @@ class RendezvousServer:
             )
             writer.write(wire.encode_json({"type": "reject", "reason": "authentication failed"}))
             await writer.drain()
-            return None
+            return
         if not self._admit(task_id):
             refusal = (
                 f"rendezvous: refused task id {task_id!r} from {peer_name(writer)}: "
@@ -433,7 +507,7 @@ class RendezvousServer:
                 self._refused("for a task not expected now", refusal, peer_name(writer))
             writer.write(wire.encode_json({"type": "reject", "reason": "task not expected"}))
             await writer.drain()
-            return None
+            return
         decoder.max_frame = wire.MAX_FRAME
         sock = writer.get_extra_info("socket")
         if sock is not None:
@@ -443,17 +517,34 @@ class RendezvousServer:
         handler = asyncio.current_task()
         if handler is not None:  # proven: no longer counted
             self._speaking.pop(handler, None)
+        served.task_id, served.connection = task_id, connection
+        self._registered[connection] = task_id
         self._sink(Registered(task_id, addr, connection))
         for kind, payload in early + decoder.feed(b""):
             self._dispatch(task_id, kind, payload)
         while True:
             data = await reader.read(READ_SIZE)
             if not data:
-                return task_id
+                served.by_peer = True
+                return
+            self._heard(connection, task_id)
             for kind, payload in decoder.feed(data):
                 self._dispatch(task_id, kind, payload)
             if self._flow is not None:
-                await self._flow(task_id)
+                connection.waiting = True
+                try:
+                    await self._flow(task_id)
+                finally:
+                    connection.waiting = False
+                    # Not read while it waited: its silence is not news.
+                    connection.last_heard = max(connection.last_heard, time.monotonic())
+
+    def _heard(self, connection: Connection, task_id: str) -> None:
+        now = time.monotonic()
+        if connection.unheard:
+            connection.unheard = False
+            self._sink(Heard(task_id, now - connection.last_heard))
+        connection.last_heard = now
 
     def _evict_oldest(self) -> None:
         peer = ""
@@ -538,6 +629,8 @@ class RendezvousServer:
         if kind == wire.OUTPUT:
             self._sink(Output(task_id, payload))
             return
+        if kind == wire.BEAT:
+            return  # heard: that is all it says
         message = wire.parse_json(payload)
         if message["type"] == "exit" and isinstance(message.get("code"), int):
             killed_by, agent_signal = message.get("signal"), message.get("agent_signal")
@@ -552,12 +645,24 @@ class RendezvousServer:
                     if isinstance(local_rank := message.get("local_rank"), int)
                     else None,
                     error if isinstance(error := message.get("error"), str) else None,
+                    sent if isinstance(sent := message.get("output_bytes"), int) else None,
                 )
             )
         elif message["type"] == "ready":
             self._sink(Ready(task_id))
         else:
             self._sink(Message(task_id, message))
+
+
+@dataclass(slots=True)
+class _Served:
+    """What one connection's handler has learnt: the task it registered,
+    and whether the task closed it."""
+
+    task_id: str | None = None
+    connection: Connection | None = None
+    by_peer: bool = False
+    returned: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,25 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["AgentConfig", "AgentError", "Channel", "NoHello", "RendezvousClient"]
+__all__ = [
+    "KEEPALIVE_COUNT",
+    "KEEPALIVE_IDLE",
+    "KEEPALIVE_INTERVAL",
+    "AgentConfig",
+    "AgentError",
+    "Channel",
+    "NoHello",
+    "RendezvousClient",
+    "keepalive",
+]
 
 READ_SIZE = 1 << 16
 SEND_BUFFER = 1 << 18
+SEND_CHUNK = 1 << 16
+"""The most one send hands the socket of what a queued channel holds."""
+KEEPALIVE_IDLE = 10
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3
 DIAL_PAUSE = 0.5
 """Between two dials of a launcher that refused, or was not there yet."""
 
@@ -60,7 +75,16 @@ class AgentConfig:
     ``inspect``, a sixth of the agent's start-up time.
     """
 
-    __slots__ = ("host", "launcher", "parent_pid", "port", "secret", "task_id", "tls_cert")
+    __slots__ = (
+        "host",
+        "launcher",
+        "parent_pid",
+        "port",
+        "secret",
+        "silence_limit",
+        "task_id",
+        "tls_cert",
+    )
 
     def __init__(
         self,
@@ -71,6 +95,7 @@ class AgentConfig:
         port: int,
         parent_pid: int | None,
         tls_cert: str | None = None,
+        silence_limit: float = wire.SILENCE_LIMIT,
     ) -> None:
         self.launcher = launcher
         self.task_id = task_id
@@ -79,6 +104,8 @@ class AgentConfig:
         self.port = port
         self.parent_pid = parent_pid
         self.tls_cert = tls_cert
+        self.silence_limit = silence_limit
+        """How long the launcher may say nothing before it is taken for gone."""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str]) -> AgentConfig:
@@ -109,11 +136,41 @@ class AgentConfig:
             port=port,
             parent_pid=int(parent) if parent and parent.isdigit() else None,
             tls_cert=environ.get(wire.ENV_TLS_CERT) or None,
+            silence_limit=wire.silence_limit(environ),
         )
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+def keepalive(sock: socket.socket, user_timeout: float | None = None) -> None:
+    """TCP keepalive on ``sock``: a peer whose machine vanished without closing
+    the connection is noticed within ``KEEPALIVE_IDLE`` + ``KEEPALIVE_INTERVAL``
+    x ``KEEPALIVE_COUNT`` seconds of quiet; ``user_timeout``: also give up on
+    data the peer has not acknowledged for that many seconds
+    (``TCP_USER_TIMEOUT``), which keepalive alone never does while data waits."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    options = [
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+    ]
+    if user_timeout is not None:
+        options.append(("TCP_USER_TIMEOUT", int(user_timeout * 1000)))
+    for name, value in options:
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def _would_block(exc: OSError) -> bool:
+    """A non-blocking socket's "not now", plain or TLS (whose errors are
+    named, not numbered, and whose module the agent imports only for TLS)."""
+    return isinstance(exc, BlockingIOError) or type(exc).__name__ in (
+        "SSLWantReadError",
+        "SSLWantWriteError",
+    )
 
 
 def _own_host() -> str:
@@ -167,28 +224,64 @@ def _read_secret(environ: dict[str, str]) -> str:
 
 
 class Channel:
-    """The task's end of one rendezvous connection (blocking socket)."""
+    """The task's end of one rendezvous connection.
+
+    Blocking, but for a queued channel (:meth:`queue`): its socket is
+    non-blocking, and what it does not take at once waits in ``unsent``,
+    sent as the socket has room (:meth:`flush`), so that a launcher the task
+    cannot reach never blocks the agent."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
         self.closed = False
+        self.queued = False
+        self.unsent = bytearray()
+        now = time.monotonic()
+        self.last_heard = now
+        """When anything last came from the launcher (``time.monotonic()``)."""
+        self.last_sent = now
+
+    def queue(self) -> None:
+        """From now on, sends wait in ``unsent`` rather than block."""
+        self.queued = True
+        self.sock.setblocking(False)
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        self.last_sent = time.monotonic()
+        if not self.queued:
+            self.sock.sendall(data)
+            return
+        self.unsent += data
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what the socket takes now of ``unsent``."""
+        while self.unsent:
+            try:
+                sent = self.sock.send(self.unsent[:SEND_CHUNK])
+            except OSError as exc:
+                if _would_block(exc):
+                    return
+                raise
+            del self.unsent[:sent]
 
     def send_json(self, message: dict[str, Any]) -> None:
         self.send(wire.encode_json(message))
 
     def receive_available(self) -> list[dict[str, Any]]:
-        """Read what the socket has now; EOF marks the channel closed."""
+        """Read what the socket has now; EOF (or a failed connection) marks
+        the channel closed. Heartbeats are heard, not returned."""
         try:
             data = self.sock.recv(READ_SIZE)
-        except (ConnectionError, TimeoutError):
-            data = b""
+        except OSError as exc:
+            if _would_block(exc):
+                return []
+            data = b""  # reset, or TCP_USER_TIMEOUT's ETIMEDOUT
         if not data:
             self.closed = True
             return []
+        self.last_heard = time.monotonic()
         # A TLS socket may hold decrypted bytes that select() cannot see.
         pending = getattr(self.sock, "pending", None)
         while pending is not None and pending() > 0:
@@ -211,10 +304,17 @@ class RendezvousClient:
         config: AgentConfig,
         selector: selectors.BaseSelector | None = None,
         interrupted: Callable[[], int | None] = lambda: None,
+        queued: bool = False,
     ) -> None:
         self.config = config
         self.selector = selector
         self.interrupted = interrupted
+        self.queued = queued
+        """The agent's way: sends never block (:meth:`Channel.queue`), the
+        connection beats, and has keepalive and ``TCP_USER_TIMEOUT``."""
+        self.output_bytes = 0
+        """Bytes of output handed to :meth:`send_output`, in all: the exit
+        report says it, so that the launcher knows whether it has them all."""
         self.channel: Channel | None = None
         self.backlog: list[dict[str, Any]] = []
         """Messages that came in the same read as the cluster definition."""
@@ -301,6 +401,9 @@ class RendezvousClient:
         )
         self._nonces = (client_nonce, nonce)
         sock.settimeout(None)
+        if self.queued:
+            keepalive(sock, self.config.silence_limit)
+            channel.queue()
         self.channel = channel
         if self.selector is not None:
             self.selector.register(sock, selectors.EVENT_READ, "launcher")
@@ -352,11 +455,21 @@ class RendezvousClient:
         assert self.selector is not None
         heard = False
         while True:
-            for key, _ in self.selector.select():
+            self.beat()
+            silent = self.silent_for()
+            if silent >= self.config.silence_limit:
+                raise AgentError(
+                    f"heard nothing from the launcher for {silent:.0f}s before the cluster was up"
+                )
+            for key, mask in self.selector.select(self.beat_due()):
                 if key.data == "signal":
                     raise AgentError(
                         f"stopped by signal {self.interrupted()} before the cluster was up"
                     )
+                if mask & selectors.EVENT_WRITE:
+                    self.flush()
+                if not mask & selectors.EVENT_READ:
+                    continue
                 messages = self.channel.receive_available()
                 heard = heard or bool(messages)
                 for position, message in enumerate(messages):
@@ -398,6 +511,7 @@ class RendezvousClient:
         self._send(wire.encode_json(message))
 
     def send_output(self, data: bytes) -> None:
+        self.output_bytes += len(data)
         self._send(wire.encode_frame(wire.OUTPUT, data))
 
     def _send(self, frame: bytes) -> None:
@@ -406,6 +520,59 @@ class RendezvousClient:
                 self.channel.send(frame)
             except OSError:
                 self.channel.closed = True
+            self._watch_writes()
+
+    def flush(self) -> None:
+        """Send what the socket takes now of what waits (a queued channel)."""
+        if self.channel is not None and not self.channel.closed:
+            try:
+                self.channel.flush()
+            except OSError:
+                self.channel.closed = True
+            self._watch_writes()
+
+    @property
+    def unsent(self) -> int:
+        """Bytes waiting for room in the socket (a queued channel)."""
+        return len(self.channel.unsent) if self.channel is not None else 0
+
+    def _watch_writes(self) -> None:
+        """Have the selector say when the socket has room, while bytes wait."""
+        channel = self.channel
+        if self.selector is None or channel is None or not channel.queued:
+            return
+        try:
+            key = self.selector.get_key(channel.sock)
+        except (KeyError, ValueError):
+            return  # closed, and out of the selector
+        events = selectors.EVENT_READ
+        if channel.unsent and not channel.closed:
+            events |= selectors.EVENT_WRITE
+        if key.events != events:
+            self.selector.modify(channel.sock, events, key.data)
+
+    def beat(self) -> None:
+        """A heartbeat, if nothing else has gone out for ``BEAT_INTERVAL``."""
+        channel = self.channel
+        if (
+            channel is not None
+            and channel.queued
+            and not channel.closed
+            and time.monotonic() - channel.last_sent >= wire.BEAT_INTERVAL
+        ):
+            self._send(wire.BEAT_FRAME)
+
+    def beat_due(self) -> float:
+        """Seconds until :meth:`beat` has something to do."""
+        if self.channel is None:
+            return wire.BEAT_INTERVAL
+        return max(0.0, self.channel.last_sent + wire.BEAT_INTERVAL - time.monotonic())
+
+    def silent_for(self) -> float:
+        """Seconds since anything came from the launcher."""
+        if self.channel is None:
+            return 0.0
+        return time.monotonic() - self.channel.last_heard
 
     def shutdown(self) -> None:
         """Say that nothing more comes from this end (after the exit report)."""

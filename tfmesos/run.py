@@ -340,6 +340,17 @@ def _say_the_verdict(
 
 def _say_where_the_output_is(launcher: Launcher, failed: bool) -> None:
     lost = launcher.lost_logs()
+    incomplete = launcher.incomplete_output()
+    if incomplete:
+        # What tfrun could not hear before a task's end is not in its copy.
+        logger.log(
+            logging.ERROR if failed else logging.WARNING,
+            "the output of each task is in %s, but for what tfrun could not hear of %s: %s",
+            launcher.logs_location(),
+            ", ".join(incomplete),
+            "; ".join(f"{name}'s full output is in {where}" for name, where in incomplete.items()),
+        )
+        return
     logger.log(
         logging.ERROR if failed else logging.INFO,
         "the full output of each task is in %s%s",

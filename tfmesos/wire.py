@@ -9,6 +9,10 @@ and the payload. Two kinds exist:
 ``O``
     raw bytes a task printed, whole lines except at the end of its output.
     Output is not JSON so that forwarding costs no encoding: it is the hot path.
+``H``
+    a heartbeat, with no payload: each end sends one when it has sent
+    nothing else for ``BEAT_INTERVAL``, so that the other can tell a quiet
+    peer from one it cannot hear (``UNHEARD_AFTER``, ``SILENCE_LIMIT``).
 
 Authentication is an HMAC-SHA256 challenge and response on a per-job secret, in
 both directions, so the secret never crosses the wire and neither side can be
@@ -29,10 +33,14 @@ import struct
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 __all__ = [
     "AGENT_ONLY",
+    "BEAT",
+    "BEAT_FRAME",
+    "BEAT_INTERVAL",
     "CONNECT_TIMEOUT",
     "ENV_BASE",
     "ENV_HOST",
@@ -42,9 +50,12 @@ __all__ = [
     "ENV_PARENT_PID",
     "ENV_PORT",
     "ENV_READY_FD",
+    "ENV_RENDEZVOUS_PORT",
+    "ENV_RENDEZVOUS_VIA",
     "ENV_SECRET",
     "ENV_SECRET_FD",
     "ENV_SERVER_DEF",
+    "ENV_SILENCE_LIMIT",
     "ENV_TASK_ID",
     "ENV_TLS_CERT",
     "HANDSHAKE_TIMEOUT",
@@ -54,7 +65,10 @@ __all__ = [
     "MAX_HANDSHAKE_FRAME",
     "OUTPUT",
     "PROTOCOL_VERSION",
+    "SILENCE_LIMIT",
     "STOP_GRACE",
+    "UNHEARD_AFTER",
+    "UNSENT_MAX",
     "FrameDecoder",
     "FrameError",
     "encode_frame",
@@ -62,11 +76,13 @@ __all__ = [
     "parse_json",
     "proof",
     "proof_matches",
+    "silence_limit",
 ]
 
 JSON = b"J"
 OUTPUT = b"O"
-_KINDS = (JSON, OUTPUT)
+BEAT = b"H"
+_KINDS = (JSON, OUTPUT, BEAT)
 _HEADER = struct.Struct(">I")
 
 MAX_FRAME = 1 << 20
@@ -74,8 +90,10 @@ MAX_FRAME = 1 << 20
 MAX_HANDSHAKE_FRAME = 4096
 """Largest frame before the peer has proved it knows the secret."""
 
-PROTOCOL_VERSION = 2
-"""2: the cluster message's proof covers its content, the registration's its address."""
+PROTOCOL_VERSION = 3
+"""2: the cluster message's proof covers its content, the registration's its
+address. 3: heartbeats (``H``), which an agent of 2 takes for a protocol
+error; the exit report counts the output sent (``output_bytes``)."""
 
 
 # -- The agent's environment: what a backend sets, what the agent reads. --------
@@ -119,6 +137,17 @@ another host), ``image`` (Mesos with ``--image``: the image's); unset: the
 task's host's (a Mesos agent's). What tfrun's environment carries to the task
 comes in its cluster message (``exported``)."""
 
+ENV_SILENCE_LIMIT = "TFMESOS_SILENCE_LIMIT"
+"""Seconds, ``SILENCE_LIMIT`` where unset: set in tfrun's environment, it is
+the launcher's and, handed on by it, every agent's (tests shorten it)."""
+
+ENV_RENDEZVOUS_PORT = "TFMESOS_RENDEZVOUS_PORT"
+"""tfrun's: the port its rendezvous listens on (unset: any free one)."""
+ENV_RENDEZVOUS_VIA = "TFMESOS_RENDEZVOUS_VIA"
+"""tfrun's: ``host:port`` the tasks dial instead of the rendezvous itself, a
+forwarder to it (``ENV_RENDEZVOUS_PORT``). For tests, which put one between
+tfrun and its tasks to cut the network between them."""
+
 AGENT_ONLY = (
     ENV_LAUNCHER,
     ENV_SECRET,
@@ -130,6 +159,7 @@ AGENT_ONLY = (
     ENV_LOG_FILE,
     ENV_LOG_MAX,
     ENV_BASE,
+    ENV_SILENCE_LIMIT,
 )
 """The agent's own settings, which are no business of the task's command; the
 task id stays, so that a process can always be traced back to its task."""
@@ -148,6 +178,34 @@ STOP_GRACE = 5.0
 """Seconds the agent gives the command's process group between SIGTERM and
 SIGKILL: the launcher and the backends wait at least this long for a stopped
 task."""
+BEAT_INTERVAL = 2.0
+"""Each end of a rendezvous connection sends a heartbeat (``H``) when it has
+sent nothing else for this long: silence is then news."""
+UNHEARD_AFTER = 3 * BEAT_INTERVAL
+"""The launcher says it cannot hear a task once nothing (output, a message,
+a heartbeat) has come from it for this long, and says when it hears it again."""
+SILENCE_LIMIT = 30.0
+"""How long an agent goes without hearing the launcher before it takes it for
+gone: it stops its command as a stop from tfrun would (SIGTERM to its group,
+SIGKILL after ``STOP_GRACE``) and exits. It is also how long an agent whose
+command has ended keeps trying to deliver what the launcher has not taken of
+its output and its exit status, the agent's socket's ``TCP_USER_TIMEOUT``,
+and how long the launcher waits, after a backend says a task ended, for what
+that task's agent has still to deliver. ``ENV_SILENCE_LIMIT`` changes it."""
+UNSENT_MAX = 4 << 20
+"""The most a task's agent holds of its output that the launcher has not
+taken (it cannot hear, or reads slowly); past it the agent stops reading the
+command's output, which then waits, as on a full pipe: nothing is dropped."""
+
+
+def silence_limit(environ: Mapping[str, str]) -> float:
+    """``ENV_SILENCE_LIMIT`` from ``environ``, else ``SILENCE_LIMIT``; a value
+    that is not a positive number is ``SILENCE_LIMIT`` too."""
+    try:
+        value = float(environ.get(ENV_SILENCE_LIMIT) or SILENCE_LIMIT)
+    except ValueError:
+        return SILENCE_LIMIT
+    return value if value > 0 else SILENCE_LIMIT
 
 
 class FrameError(ValueError):
@@ -158,6 +216,10 @@ def encode_frame(kind: bytes, payload: bytes) -> bytes:
     if kind not in _KINDS:
         raise ValueError(f"unknown frame kind {kind!r}")
     return _HEADER.pack(len(payload) + 1) + kind + payload
+
+
+BEAT_FRAME = _HEADER.pack(1) + BEAT
+"""A heartbeat, encoded once."""
 
 
 def encode_json(message: dict[str, Any]) -> bytes:

@@ -178,6 +178,10 @@ class Backend(abc.ABC):
     may take, where it can say more than the signal (Mesos: the memory limit
     that killed it, ``TaskEnded.limited``); the launcher waits for it that
     long at most before it says how the task ended. 0: it has nothing to add."""
+    output_through_launcher: ClassVar[bool] = False
+    """Its tasks' copies in :meth:`logs_location` are what reached the
+    launcher (Mesos), not written by the tasks themselves: what the
+    launcher could not hear is missing there."""
     keeps_addresses: ClassVar[bool] = False
     """Whether :meth:`launch_at` can start a task where an earlier attempt ran."""
 
@@ -223,8 +227,9 @@ class Backend(abc.ABC):
         """A line on what the backend is waiting for, for the user."""
         return ""
 
-    def unseen_output_location(self) -> str:
-        """Where the output of a task that never reached the launcher is kept."""
+    def unseen_output_location(self, host: str = "") -> str:
+        """Where the output of a task that never reached the launcher is kept
+        (``host``: the task's, where known)."""
         return self.logs_location()
 
     def lost_logs(self) -> list[str]:

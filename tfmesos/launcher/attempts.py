@@ -92,6 +92,18 @@ class Attempt:
     """Its exit, SIGKILLed, held a moment for its backend's word on why
     (``Backend.kill_reason_timeout``)."""
     held_at: float = 0.0
+    received: int = 0
+    """Bytes of its output that reached the launcher."""
+    reported: int | None = None
+    """Bytes of output its agent said, in its exit report, it had sent."""
+    closed_by_task: bool = False
+    """Its agent closed its connection: everything it sent came."""
+    unheard: bool = False
+    """Nothing comes from it (:class:`tfmesos.rendezvous.Unheard`) and has
+    not since: a stop sent now may never reach it."""
+    left_unreached: bool = False
+    """The job ended with it unheard and no word of its end: tfrun could not
+    stop it (its agent stops it once it has not heard tfrun for the limit)."""
     tail: bytearray = field(default_factory=bytearray)
     cut: bool = False
     """Its output is no longer shown: the job is stopping and the terminal
@@ -123,6 +135,12 @@ class Attempt:
             self._tally._moved(self, old, state)
         if self.observer is not None:
             self.observer(self, old, state)
+
+    @property
+    def output_complete(self) -> bool:
+        """Whether all it printed reached the launcher, as far as it can tell:
+        its agent said how much it sent, or closed the connection itself."""
+        return self.closed_by_task or (self.reported is not None and self.received >= self.reported)
 
     def keep_output(self, data: bytes) -> None:
         self.tail += data

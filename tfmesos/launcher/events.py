@@ -53,6 +53,8 @@ EVENTS = frozenset(
         "task_registered",
         "cluster_up",
         "task_ready",
+        "task_unheard",
+        "task_heard",
         "task_exited",
         "task_relaunched",
         "job_restart",

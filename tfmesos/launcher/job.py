@@ -51,7 +51,10 @@ class Launcher(Loop):
         tasks = self.spec.tasks()
         for backend in self._backends():
             backend.check([t for t in tasks if self._backend_for(t) is backend])
-        await self._rendezvous.start(self.backend.rendezvous_bind, tls=self._tls_context())
+        port = os.environ.get(wire.ENV_RENDEZVOUS_PORT, "")
+        await self._rendezvous.start(
+            self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, self._tls_context()
+        )
         self._started_backend = True
         await self.backend.start(self._on_backend)
         self._emit_started(tasks)
@@ -186,6 +189,7 @@ class Launcher(Loop):
                 )
         for task in self._attempts.current.values():
             if not task.state.over:
+                task.left_unreached = task.unheard
                 task.move(AttemptState.STOPPED)
         if launched:
             self._emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
@@ -193,13 +197,28 @@ class Launcher(Loop):
     def outcomes(self) -> dict[str, str]:
         """How each task ended, in words, by task name, in the job's order:
         ``exited 0``, ``stopped by tfrun``, or how it failed."""
-        return verdict.outcomes(self._attempts.current.values())
+        return verdict.outcomes(self._attempts.current.values(), self.silence_limit)
 
     def lost_logs(self) -> list[str]:
         """The tasks whose output could not all be kept where
         :meth:`logs_location` says (each was said in a warning), by name."""
         names = [*self._lost_logs, *(n for b in self._backends() for n in b.lost_logs())]
         return list(dict.fromkeys(names))
+
+    def incomplete_output(self) -> dict[str, str]:
+        """The tasks whose copy in :meth:`logs_location` lacks some of what
+        they printed (tfrun could not hear it all before their end), by name,
+        each with where its full output is."""
+        missing = {}
+        for task in self._attempts.current.values():
+            backend = self._backend_for(task.spec)
+            if (
+                backend.output_through_launcher
+                and task.connection is not None
+                and not task.output_complete
+            ):
+                missing[task.spec.name] = backend.unseen_output_location(task.host)
+        return missing
 
     def logs_location(self) -> str:
         """Where the full output of every task is kept, for the user."""
@@ -283,7 +302,8 @@ class Launcher(Loop):
         env = dict(self.spec.env)
         env.update(
             {
-                wire.ENV_LAUNCHER: f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
+                wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
+                or f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
                 wire.ENV_TASK_ID: task.task_id,
                 wire.ENV_SECRET: self._secret.hex(),
                 taskenv.ENV_RESTART: str(self.restart),
@@ -291,6 +311,8 @@ class Launcher(Loop):
         )
         if self._tls_pem is not None:
             env[wire.ENV_TLS_CERT] = self._tls_pem
+        if wire.ENV_SILENCE_LIMIT in os.environ:
+            env[wire.ENV_SILENCE_LIMIT] = f"{self.silence_limit:g}"
         return Launch(task.task_id, task.spec, env)
 
     def _deliver_cluster(self) -> None:

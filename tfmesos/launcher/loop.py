@@ -63,12 +63,14 @@ from tfmesos.policy import (
 from tfmesos.rendezvous import (
     Disconnected,
     Exited,
+    Heard,
     Message,
     Output,
     Ready,
     Registered,
     RendezvousEvent,
     RendezvousServer,
+    Unheard,
 )
 from tfmesos.rendezvous_client import UNRESOLVED_STATUS
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
@@ -88,6 +90,8 @@ OUTPUT_LINGER = 2.0
 DISCONNECT_GRACE = 2.0
 """After a backend says a task ended, how long to wait for its last output."""
 KILL_WAIT = wire.STOP_GRACE + 3.0
+BEAT_OVERDUE = 1.5 * wire.BEAT_INTERVAL
+"""Silence after which a task's heartbeat is overdue: the launcher cannot hear it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +167,9 @@ class Loop:
             processes=spec.nproc > 1,
         )
         self._secret = secret or os.urandom(32)
+        self.silence_limit = wire.silence_limit(os.environ)
+        """How long a task's agent goes on without hearing the launcher, and
+        so how long its last output may take to come (``wire.SILENCE_LIMIT``)."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._held: collections.deque[Event] = collections.deque()
         """Events taken off the queue when the pump was cancelled (_next_event)."""
@@ -271,6 +278,8 @@ class Loop:
             return
         if isinstance(event, Message):
             self._on_message(task, event)
+        elif isinstance(event, Unheard | Heard):
+            self._hearing(task, event)
         elif isinstance(event, Registered):
             self._on_registered(task, event)
         elif isinstance(event, Ready):
@@ -278,7 +287,7 @@ class Loop:
         elif isinstance(event, Exited):
             self._on_exited(task, event)
         elif isinstance(event, Disconnected):
-            self._on_disconnected(task)
+            self._on_disconnected(task, event)
         elif isinstance(event, TaskPlaced):
             task.host = event.host
             backend = self._backend_for(task.spec).name
@@ -335,6 +344,7 @@ class Loop:
             logger.info("task %s is back at %s", task.spec.name, task.addr)
 
     def _on_exited(self, task: Attempt, event: Exited) -> None:
+        task.reported = event.output_bytes
         wait = self._backend_for(task.spec).kill_reason_timeout
         if event.signal == signal.SIGKILL and task.ended is None and wait:
             # SIGKILL is also how a memory limit ends a command: its
@@ -345,7 +355,8 @@ class Loop:
             return
         self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
 
-    def _on_disconnected(self, task: Attempt) -> None:
+    def _on_disconnected(self, task: Attempt, event: Disconnected) -> None:
+        task.closed_by_task = task.closed_by_task or event.by_peer
         task.disconnected = True
         task.disconnected_at = time.monotonic()
         if task.state.over:
@@ -393,6 +404,23 @@ class Loop:
             return
         if task.ended is not None:
             left = DISCONNECT_GRACE - (now - task.ended_at)
+            connection = task.connection
+            if (
+                left <= 0.001
+                and connection is not None
+                and not task.disconnected
+                and connection.last_heard < task.ended_at
+            ):
+                # Not heard since its end: its agent may be delivering its
+                # last output and exit report through a network that fails,
+                # for as long as it heard the launcher within the limit, and
+                # the launcher waits as long. One heard since (an agent alive
+                # and beating, its task lost by its backend) has nothing
+                # stuck on the way: the backend's word stands.
+                if now - connection.last_heard >= BEAT_OVERDUE:
+                    left = connection.last_heard + self.silence_limit - now
+                else:  # a beat may yet come: look again once it is overdue
+                    left = connection.last_heard + BEAT_OVERDUE - now
         elif task.disconnected:
             left = LOST_CONNECTION_GRACE - (now - task.disconnected_at)
         else:
@@ -400,9 +428,38 @@ class Loop:
         if left > 0.001:  # woken early (not by the loop's own rounding): look again then
             self._tick_in(left, task)
         elif task.ended is not None:
-            self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
+            reason = verdict.describe_end(task.ended)
+            connection = task.connection
+            if connection is not None and not task.disconnected and task.unheard:
+                # Its agent may have stopped it for want of tfrun: say so.
+                reason += (
+                    f" (tfrun had not heard it for {now - connection.last_heard:.0f}s; an agent "
+                    f"that does not hear tfrun for {self.silence_limit:g}s stops its task)"
+                )
+            self._over(task, task.ended.exit_code, reason)
         else:
             self._over(task, None, "lost its connection to the launcher")
+
+    def _hearing(self, task: Attempt, event: Unheard | Heard) -> None:
+        """Say that ``task`` cannot be heard, or is heard again."""
+        if task.state.over or task.state is AttemptState.LAUNCHED:
+            return
+        where = task.host or "its host"
+        task.unheard = isinstance(event, Unheard)
+        if isinstance(event, Unheard):
+            logger.warning(
+                "cannot hear task %s (%s) for %.0fs: nothing from it, not even its heartbeat; "
+                "what it prints meanwhile waits on its host, and it stops itself if it does "
+                "not hear tfrun for %gs",
+                task.spec.name,
+                where,
+                event.silent,
+                self.silence_limit,
+            )
+            self._emit("task_unheard", task, host=task.host, silent=round(event.silent, 1))
+        else:
+            logger.info("hear task %s again after %.0fs", task.spec.name, event.silent)
+            self._emit("task_heard", task, host=task.host, silent=round(event.silent, 1))
 
     def _on_rendezvous(self, event: RendezvousEvent) -> None:
         if isinstance(event, Output):
@@ -412,11 +469,13 @@ class Loop:
             # the task: no unbounded queue anywhere, and the loop never blocks.
             task = self._attempts.get(event.task_id)
             if task is not None:
+                task.received += len(event.data)
                 self._backend_for(task.spec).task_output(task.task_id, event.data)
                 self._output.write(task, event.data)
             return
         if self._attempts.get(event.task_id) is None:
-            self.backend.on_peer(event)  # the backend's own helper
+            if not isinstance(event, Unheard | Heard):  # a helper's silence is its backend's
+                self.backend.on_peer(event)  # the backend's own helper
             return
         self._events.put_nowait(event)
 

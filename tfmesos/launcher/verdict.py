@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from tfmesos.backends.base import NOT_PLACED, TaskEnded
 from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.rendezvous import Exited
+from tfmesos.wire import SILENCE_LIMIT
 
 __all__ = [
     "describe_end",
@@ -56,13 +57,20 @@ def describe_end(ended: TaskEnded) -> str:
     return f"ended in state {ended.state}" + (f": {ended.message}" if ended.message else "")
 
 
-def outcomes(current: Iterable[Attempt]) -> dict[str, str]:
+def outcomes(current: Iterable[Attempt], silence_limit: float = SILENCE_LIMIT) -> dict[str, str]:
     """How each task ended, in words, by task name, in the job's order:
-    ``exited 0``, ``stopped by tfrun``, or how it failed."""
+    ``exited 0``, ``stopped by tfrun``, ``cut off from tfrun`` (it could not
+    be stopped: tfrun could not hear it, nor learn of its end), or how it
+    failed."""
     said = {}
     for task in current:
         if task.state is AttemptState.FINISHED:
             said[task.spec.name] = "exited 0"
+        elif task.state is AttemptState.STOPPED and task.left_unreached:
+            said[task.spec.name] = (
+                f"cut off from tfrun, not stopped by it (it stops itself once it has not "
+                f"heard tfrun for {silence_limit:g}s)"
+            )
         elif task.state is AttemptState.STOPPED:
             said[task.spec.name] = "stopped by tfrun"
         elif task.state is AttemptState.FAILED:

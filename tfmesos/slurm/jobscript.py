@@ -33,7 +33,15 @@ import time
 from tfmesos import procfs, wire
 from tfmesos.pathtext import shown_path
 from tfmesos.proctree import kill_until_gone
-from tfmesos.rendezvous_client import AgentConfig, AgentError, RendezvousClient
+from tfmesos.rendezvous_client import (
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE,
+    KEEPALIVE_INTERVAL,
+    AgentConfig,
+    AgentError,
+    RendezvousClient,
+    keepalive,
+)
 
 __all__ = [
     "KEEPALIVE_COUNT",
@@ -45,23 +53,8 @@ __all__ = [
     "main",
 ]
 
-KEEPALIVE_IDLE = 10
-KEEPALIVE_INTERVAL = 5
-KEEPALIVE_COUNT = 3
 END_ROUNDS = 50
 """At most this many rounds of SIGKILL for what a task left behind."""
-
-
-def _keepalive(sock: socket.socket) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (
-        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
-        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
-        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
-    ):
-        option = getattr(socket, name, None)
-        if option is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 def say(text: str) -> None:
@@ -96,7 +89,7 @@ def main() -> int:
     except (AgentError, OSError) as exc:
         say(f"cannot reach tfrun ({exc}): it is gone; ending the job, having started nothing")
         return 1
-    _keepalive(channel.sock)
+    keepalive(channel.sock)
     log_dir = str(plan["log_dir"])
     try:
         os.makedirs(log_dir, mode=0o700, exist_ok=True)

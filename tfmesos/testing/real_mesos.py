@@ -146,7 +146,8 @@ class RealMesos:
 
     ``executor_env`` is what tasks get as their environment (a real agent
     gives them ``--executor_environment_variables`` only, not its own):
-    ``PATH`` by default leads to this interpreter's folder.
+    ``PATH`` by default leads to this interpreter's folder, and
+    ``PYTHONPATH`` is this process's, where it has one.
     ``master_flags``/``agent_flags`` are added to (and override) the defaults.
 
     With ``hosts``, each master and each agent runs on a host of its own
@@ -249,6 +250,10 @@ class RealMesos:
         assert self._masters, "not started"
         assert self.base is not None
         env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"}
+        if os.environ.get("PYTHONPATH"):
+            # The tfmesos under test, where PYTHONPATH picks it (a git
+            # worktree beside an install of another): the tasks' agents too.
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         env.update(self.executor_env)
         env[CLUSTER_MARK] = self.mark
         index = len(self._agents)

@@ -85,6 +85,7 @@ first progress line (every 15 s)."""
 class MesosBackend(Backend):
     name = "mesos"
     keeps_addresses = True
+    output_through_launcher = True
     kill_reason_timeout = 20.0
     """Over its memory, the command is SIGKILLed; the TASK_FAILED naming the
     limit follows once the container is destroyed (over 2 s under load in CI;
@@ -180,10 +181,10 @@ class MesosBackend(Backend):
     def logs_location(self) -> str:
         return shown_path(self.log_dir)
 
-    def unseen_output_location(self) -> str:
+    def unseen_output_location(self, host: str = "") -> str:
         web_ui = self._subscriptions.web_ui
         where = f", in the Mesos web UI at {web_ui}" if web_ui else ""
-        return f"its sandbox on its host (stdout and stderr{where})"
+        return f"its sandbox on {host or 'its host'} (stdout and stderr{where})"
 
     def _task_name(self, task_id: str) -> str | None:
         placed = self.tasks.placed.get(task_id)
