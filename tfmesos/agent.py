@@ -153,9 +153,9 @@ class Agent:
             self.selector,
             emit=self.emit,
             note=self.note,
-            on_ready=(lambda: self.client.send_json({"type": "ready"})) if server else None,
+            on_ready=(lambda: self.client.send_json({"type": wire.READY})) if server else None,
         )
-        if any(m["type"] == "stop" for m in self.client.backlog):
+        if any(m["type"] == wire.STOP for m in self.client.backlog):
             self.stop_requested = True
         self.client.backlog.clear()
         # A stop that came while an earlier command (the initializer) ran
@@ -191,7 +191,7 @@ class Agent:
             self.client.flush()
         if mask & selectors.EVENT_READ and self.client.channel is not None:
             messages = self.client.receive()
-            if self.client.closed or any(m["type"] == "stop" for m in messages):
+            if self.client.closed or any(m["type"] == wire.STOP for m in messages):
                 self.stop_requested = True
 
     def _keep_in_touch(self) -> None:
@@ -308,7 +308,7 @@ class Agent:
         problem = self.log.write(data)
         self.client.send_output(data)
         if problem is not None:
-            self.client.send_json({"type": "log_failed", "problem": problem})
+            self.client.send_json({"type": wire.LOG_FAILED, "problem": problem})
         if self.client.unsent > wire.UNSENT_MAX:
             self._wait_for_room()
 
@@ -331,7 +331,7 @@ class Agent:
         names the limit. ``local_rank``: which of the task's processes
         failed first, where it ran several."""
         message: dict[str, Any] = {
-            "type": "exit",
+            "type": wire.EXIT,
             "code": code,
             "output_bytes": self.client.output_bytes,
         }

@@ -101,7 +101,7 @@ class Connection:
     def seal(self, message: dict[str, Any]) -> dict[str, Any]:
         """The message with a proof of the secret that also covers its
         content, so that nobody on the path can change what a task runs."""
-        proof = wire.proof(self._secret, "cluster", *self._nonces, wire.digest(message))
+        proof = wire.proof(self._secret, wire.CLUSTER, *self._nonces, wire.digest(message))
         return {**message, "proof": proof}
 
     def send(self, message: dict[str, Any]) -> None:
@@ -353,7 +353,7 @@ class RendezvousServer:
                 # The hello at once, as the task waits for it; under TLS it
                 # follows the TLS handshake, which the task begins.
                 nonce = os.urandom(16).hex()
-                hello = {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce}
+                hello = {"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "nonce": nonce}
                 try:
                     sock.send(wire.encode_json(hello))  # a few bytes: the buffer takes them
                 except OSError:
@@ -457,7 +457,7 @@ class RendezvousServer:
             nonce = os.urandom(16).hex()
             writer.write(
                 wire.encode_json(
-                    {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": nonce}
+                    {"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "nonce": nonce}
                 )
             )
         decoder = wire.FrameDecoder(wire.MAX_HANDSHAKE_FRAME)
@@ -481,11 +481,11 @@ class RendezvousServer:
                 peer_name(writer),
             )
             reason = f"protocol version {wire.PROTOCOL_VERSION} expected: use tfrun's tfmesos"
-            writer.write(wire.encode_json({"type": "reject", "reason": reason}))
+            writer.write(wire.encode_json({"type": wire.REJECT, "reason": reason}))
             await writer.drain()
             return
-        expected = wire.proof(self._secret, "register", nonce, task_id, client_nonce, addr)
-        if register.get("type") != "register" or not wire.proof_matches(
+        expected = wire.proof(self._secret, wire.REGISTER, nonce, task_id, client_nonce, addr)
+        if register.get("type") != wire.REGISTER or not wire.proof_matches(
             expected, register.get("proof")
         ):
             self._refused(
@@ -493,7 +493,7 @@ class RendezvousServer:
                 f"rendezvous: refused a client at {peer_name(writer)}: bad proof of the job secret",
                 peer_name(writer),
             )
-            writer.write(wire.encode_json({"type": "reject", "reason": "authentication failed"}))
+            writer.write(wire.encode_json({"type": wire.REJECT, "reason": "authentication failed"}))
             await writer.drain()
             return
         if not self._admit(task_id):
@@ -505,7 +505,7 @@ class RendezvousServer:
                 logger.debug("%s (the job is stopping)", refusal)
             else:
                 self._refused("for a task not expected now", refusal, peer_name(writer))
-            writer.write(wire.encode_json({"type": "reject", "reason": "task not expected"}))
+            writer.write(wire.encode_json({"type": wire.REJECT, "reason": "task not expected"}))
             await writer.drain()
             return
         decoder.max_frame = wire.MAX_FRAME
@@ -632,7 +632,7 @@ class RendezvousServer:
         if kind == wire.BEAT:
             return  # heard: that is all it says
         message = wire.parse_json(payload)
-        if message["type"] == "exit" and isinstance(message.get("code"), int):
+        if message["type"] == wire.EXIT and isinstance(message.get("code"), int):
             killed_by, agent_signal = message.get("signal"), message.get("agent_signal")
             self._sink(
                 Exited(
@@ -648,7 +648,7 @@ class RendezvousServer:
                     sent if isinstance(sent := message.get("output_bytes"), int) else None,
                 )
             )
-        elif message["type"] == "ready":
+        elif message["type"] == wire.READY:
             self._sink(Ready(task_id))
         else:
             self._sink(Message(task_id, message))

@@ -363,7 +363,7 @@ class RendezvousClient:
                 sock = self._wrap_tls(sock)
             channel = Channel(sock)
             try:
-                hello = self._next_message(channel, "hello")
+                hello = self._next_message(channel, wire.HELLO)
             except NoHello:
                 sock.close()
                 if time.monotonic() > deadline:
@@ -383,7 +383,7 @@ class RendezvousClient:
         client_nonce = os.urandom(16).hex()
         channel.send_json(
             {
-                "type": "register",
+                "type": wire.REGISTER,
                 "version": wire.PROTOCOL_VERSION,
                 "task_id": self.config.task_id,
                 "addr": self.config.address,
@@ -391,7 +391,7 @@ class RendezvousClient:
                 "nonce": client_nonce,
                 "proof": wire.proof(
                     self.config.secret,
-                    "register",
+                    wire.REGISTER,
                     nonce,
                     self.config.task_id,
                     client_nonce,
@@ -436,12 +436,12 @@ class RendezvousClient:
         while True:
             messages = channel.receive_available()
             if channel.closed:
-                if expected == "hello":
+                if expected == wire.HELLO:
                     raise NoHello("the launcher closed the connection before its hello")
                 raise AgentError("the launcher closed the connection during the handshake")
             if messages:
                 message = messages[0]
-                if message["type"] == "reject":
+                if message["type"] == wire.REJECT:
                     raise AgentError(f"the launcher refused this task: {message.get('reason')}")
                 if message["type"] != expected:
                     raise AgentError(
@@ -473,9 +473,9 @@ class RendezvousClient:
                 messages = self.channel.receive_available()
                 heard = heard or bool(messages)
                 for position, message in enumerate(messages):
-                    if message["type"] == "cluster":
+                    if message["type"] == wire.CLUSTER:
                         expected = wire.proof(
-                            self.config.secret, "cluster", *self._nonces, wire.digest(message)
+                            self.config.secret, wire.CLUSTER, *self._nonces, wire.digest(message)
                         )
                         if not wire.proof_matches(expected, message.get("proof")):
                             raise AgentError(
@@ -485,7 +485,7 @@ class RendezvousClient:
                         # A stop right behind it must not be lost.
                         self.backlog = messages[position + 1 :]
                         return message
-                    if message["type"] in ("stop", "reject"):
+                    if message["type"] in (wire.STOP, wire.REJECT):
                         raise AgentError(
                             f"the launcher stopped this task: {message.get('reason', '')}"
                         )

@@ -41,6 +41,7 @@ __all__ = [
     "BEAT",
     "BEAT_FRAME",
     "BEAT_INTERVAL",
+    "CLUSTER",
     "CONNECT_TIMEOUT",
     "ENV_BASE",
     "ENV_HOST",
@@ -58,14 +59,22 @@ __all__ = [
     "ENV_SILENCE_LIMIT",
     "ENV_TASK_ID",
     "ENV_TLS_CERT",
+    "EXIT",
     "HANDSHAKE_TIMEOUT",
+    "HELLO",
     "HELLO_TIMEOUT",
     "JSON",
+    "LOG_FAILED",
     "MAX_FRAME",
     "MAX_HANDSHAKE_FRAME",
     "OUTPUT",
     "PROTOCOL_VERSION",
+    "READY",
+    "REGISTER",
+    "REJECT",
     "SILENCE_LIMIT",
+    "STEP_ENDED",
+    "STOP",
     "STOP_GRACE",
     "UNHEARD_AFTER",
     "UNSENT_MAX",
@@ -94,6 +103,30 @@ PROTOCOL_VERSION = 3
 """2: the cluster message's proof covers its content, the registration's its
 address. 3: heartbeats (``H``), which an agent of 2 takes for a protocol
 error; the exit report counts the output sent (``output_bytes``)."""
+
+
+# -- The JSON messages: each object's "type", and who sends it. ----------------
+
+HELLO = "hello"
+"""Launcher, first: ``version``, ``nonce`` (the challenge the agent answers)."""
+REGISTER = "register"
+"""Agent: ``task_id``, ``addr`` (its server's, or the port it holds),
+``proof`` (of the secret, over the nonce and what it announces), ``nonce``."""
+REJECT = "reject"
+"""Launcher, instead of admitting the agent: ``reason``."""
+CLUSTER = "cluster"
+"""Launcher: the cluster definition, the command and its environment, and
+``proof`` (over the whole message, so that a task can trust it)."""
+READY = "ready"
+"""Agent (fine-grained mode): its TensorFlow server accepts connections."""
+LOG_FAILED = "log_failed"
+"""Agent: its task's log cannot be written (``problem``); the task goes on."""
+EXIT = "exit"
+"""Agent, last: ``code``, ``signal``, ``output_bytes`` and how it ended."""
+STOP = "stop"
+"""Launcher: end the task (``reason``)."""
+STEP_ENDED = "step_ended"
+"""The Slurm job script: a job step (``task_id``) ended with ``code``."""
 
 
 # -- The agent's environment: what a backend sets, what the agent reads. --------

@@ -250,7 +250,7 @@ class DirectTask:
         self._rendezvous.deliver(Output(self.task_id, data))
         if problem is not None:
             self._rendezvous.deliver(
-                Message(self.task_id, {"type": "log_failed", "problem": problem})
+                Message(self.task_id, {"type": wire.LOG_FAILED, "problem": problem})
             )
         if not self._paused and self._rendezvous.held(self.task_id):
             # The launcher's flow: a task whose output is shown waits for the
@@ -297,12 +297,12 @@ class DirectConnection(Connection):
         if self.closed:
             return
         kind = message.get("type")
-        if kind == "cluster":
+        if kind == wire.CLUSTER:
             # On the loop's next turn, as a message on a socket would come:
             # the launcher is still handing out the cluster.
             self._task.cluster_pending = True
             asyncio.get_running_loop().call_soon(self._task.start_command, message)
-        elif kind == "stop":
+        elif kind == wire.STOP:
             self._task.stop(f"the launcher stopped this task: {message.get('reason', '')}")
 
     def close(self) -> None:

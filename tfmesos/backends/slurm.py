@@ -350,7 +350,7 @@ class SlurmBackend(Backend):
             job.script_connected = job.script_seen = True
             logger.debug("Slurm: job %s's script dialled in", job.job_id)
             self._placed(job, job.status)
-        elif isinstance(event, Message) and event.message.get("type") == "step_ended":
+        elif isinstance(event, Message) and event.message.get("type") == wire.STEP_ENDED:
             task_id = str(event.message.get("task_id"))
             code = event.message.get("code")
             launch = next((t for t in job.launches if t.task_id == task_id), None)

@@ -158,7 +158,7 @@ class Launcher(Loop):
         live = self._attempts.live()
         for task in live:
             if task.connection is not None:
-                task.connection.send({"type": "stop", "reason": "the job is ending"})
+                task.connection.send({"type": wire.STOP, "reason": "the job is ending"})
         try:
             unregistered = [t for t in live if t.connection is None]
             await asyncio.gather(

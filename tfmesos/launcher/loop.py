@@ -312,7 +312,7 @@ class Loop:
         raise error
 
     def _on_message(self, task: Attempt, event: Message) -> None:
-        if event.message.get("type") == "log_failed":  # its agent's log; it goes on
+        if event.message.get("type") == wire.LOG_FAILED:  # its agent's log; it goes on
             where = f" on {task.host}" if task.host else ""
             logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
             self._lost_logs.append(task.spec.name)
@@ -335,7 +335,7 @@ class Loop:
         if action is Action.REJOIN:
             self._rejoin(task)
         elif action is Action.STOP:
-            event.connection.send({"type": "stop", "reason": "superseded"})
+            event.connection.send({"type": wire.STOP, "reason": "superseded"})
 
     def _on_ready(self, task: Attempt) -> None:
         task.ready = True

@@ -38,7 +38,7 @@ def cluster_message(
 ) -> dict[str, object]:
     """What ``task`` runs, with the cluster's definition."""
     return {
-        "type": "cluster",
+        "type": wire.CLUSTER,
         "job_name": task.spec.job_name,
         "task_index": task.spec.index,
         "run_id": run_id,

@@ -115,7 +115,7 @@ def main() -> int:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=step_env)
         except OSError as exc:
             say(f"cannot start task {name}'s step: {exc}")
-            channel.send_json({"type": "step_ended", "task_id": task_id, "code": 127})
+            channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": 127})
             continue
         assert proc.stdin is not None
         # The secret on the step's stdin: srun hands it to the agent, which
@@ -142,7 +142,7 @@ def main() -> int:
             del steps[pid]
             end_task_processes(task_id)
             try:
-                channel.send_json({"type": "step_ended", "task_id": task_id, "code": code})
+                channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": code})
             except OSError:
                 say("tfrun's connection is gone: ending the job")
                 return 0
