@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import JobProcesses, popen_tfrun, py, start_tfrun
 from tests.mesos_clusters import open_hosts, wait_for
-from tests.test_real_mesos_ha import ended_once, framework_in
+from tests.test_real_mesos_ha import back_on, ended_once, framework_in
 from tests.test_real_mesos_hosts import ONE_TASK
 from tests.test_zookeeper import ZK_HOSTS
 from tfmesos.errors import EXIT_NEVER_UP, EXIT_TASK_FAILED, EXIT_TFRUN_FAILED
@@ -119,20 +119,11 @@ def _outlive_the_leader(real: RealMesos, job_procs: JobProcesses, tmp_path: Path
     real.kill_master(old)
     new = real.wait_leader(timeout=120, other_than=old)
 
-    def back() -> JSON | None:
-        state: JSON | None = real.master_state(new)
-        found = framework_in(state, framework_id)
-        if (
-            state is None
-            or found is None
-            or not found.get("active")
-            or sum(a.get("active", False) for a in state["slaves"]) < 2
-            or sorted(t["state"] for t in found["tasks"]) != ["TASK_RUNNING"] * 2
-        ):
-            return None
-        return state
-
-    state = wait_for("the framework and its tasks back on the new leader", back, real)
+    state = wait_for(
+        "the framework and its tasks back on the new leader",
+        lambda: back_on(real, new, framework_id, 2),
+        real,
+    )
     found = framework_in(state, framework_id)
     assert found is not None
     came_back = found["reregistered_time" if "reregistered_time" in found else "registered_time"]

@@ -46,6 +46,27 @@ def start(real: RealMesos, job_procs: JobProcesses) -> RealMesos:
     return real
 
 
+def back_on(real: RealMesos, leader: int, framework_id: str, agents: int) -> JSON | None:
+    """The new leader's state once the framework re-subscribed to it and
+    every agent re-registered with it, bringing the framework's two tasks.
+
+    Not by "reregistered_time": the master shows it only for a framework it
+    knew before the SUBSCRIBE, from an agent that re-registered first with
+    its tasks; a framework that comes back first is added anew, with
+    "registered_time" alone (master/readonly_handler.cpp)."""
+    state: JSON | None = real.master_state(leader)
+    found = framework_in(state, framework_id)
+    if (
+        state is None
+        or found is None
+        or not found.get("active")
+        or sum(a.get("active", False) for a in state["slaves"]) < agents
+        or sorted(t["state"] for t in found["tasks"]) != ["TASK_RUNNING"] * 2
+    ):
+        return None
+    return state
+
+
 def ended_once(task: JSON) -> bool:
     """Whether a task went from starting or running to one end, and no further.
 
@@ -122,26 +143,11 @@ def test_a_job_outlives_the_leading_masters_death(
         real.kill_master(old)
         new = real.wait_leader(timeout=120, other_than=old)
 
-        def back() -> JSON | None:
-            # The framework re-subscribed to the new leader, and both agents
-            # re-registered with it, bringing the tasks. (Not "reregistered_time":
-            # the master shows it only for a framework it knew before the
-            # SUBSCRIBE, from an agent that re-registered first with its tasks;
-            # a framework that comes back first is added anew, with
-            # "registered_time" alone: master/readonly_handler.cpp.)
-            state: JSON | None = real.master_state(new)
-            found = framework_in(state, framework_id)
-            if (
-                state is None
-                or found is None
-                or not found.get("active")
-                or sum(a.get("active", False) for a in state["slaves"]) < len(AGENTS)
-                or sorted(t["state"] for t in found["tasks"]) != ["TASK_RUNNING"] * 2
-            ):
-                return None
-            return state
-
-        state = wait_for("the framework and its tasks back on the new leader", back, real)
+        state = wait_for(
+            "the framework and its tasks back on the new leader",
+            lambda: back_on(real, new, framework_id, len(AGENTS)),
+            real,
+        )
         found = framework_in(state, framework_id)
         assert found is not None
         elected = state["elected_time"] - killed_at
