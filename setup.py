@@ -1,7 +1,7 @@
 """The one build step pyproject.toml cannot declare: ``tfmesos-jax.pth``.
 
 A ``.pth`` file does its work only at the top of site-packages (Python runs
-its ``import`` lines at start-up: :mod:`tfmesos.jaxhook` says why tfmesos
+its ``import`` lines at start-up: :mod:`tfmesos.agent.jaxhook` says why tfmesos
 needs one), and setuptools installs declared files only inside packages or
 under the environment's prefix. So ``build_py`` copies it there (as pytest-cov
 installed its ``pytest-cov.pth`` up to its 6.x):

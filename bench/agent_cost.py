@@ -143,7 +143,7 @@ def peak_rss_of(code: str) -> dict[str, float]:
 def import_breakdown() -> list[dict[str, Any]]:
     """The agent's slowest imports (cumulative microseconds), from ``-X importtime``."""
     err = subprocess.run(
-        [PYTHON, "-X", "importtime", "-c", "import tfmesos.agent"],
+        [PYTHON, "-X", "importtime", "-c", "import tfmesos.agent.main"],
         capture_output=True,
         text=True,
         check=True,
@@ -184,7 +184,7 @@ def main() -> None:
             ),
             "true": lambda: timed(["sh", "-c", "true"]),
             "python pass": lambda: peak_rss_of("pass"),
-            "python import tfmesos.agent": lambda: peak_rss_of("import tfmesos.agent"),
+            "python import tfmesos.agent.main": lambda: peak_rss_of("import tfmesos.agent.main"),
             "python import tensorflow": lambda: peak_rss_of("import tensorflow"),
         }
         out = alternate(args.reps, contenders, warmup=args.warmup)
@@ -196,7 +196,7 @@ def main() -> None:
     result.add("agent VmHWM (kernel's peak RSS)", "MiB", [m["hwm"] for m in out["memory"]])
     result.add("tfrun -w 1 -s 0 -- true", "s", out["tfrun true"])
     result.add("sh -c true", "s", out["true"])
-    for name in ("python pass", "python import tfmesos.agent", "python import tensorflow"):
+    for name in ("python pass", "python import tfmesos.agent.main", "python import tensorflow"):
         code = name.removeprefix("python ")
         result.add(f'python -c "{code}": wall', "s", [r["wall"] for r in out[name]])
         result.add(f'python -c "{code}": peak RSS', "MiB", [r["rss"] for r in out[name]])

@@ -64,27 +64,27 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tfmesos-lean-") as tmp:
         lean = lean_package(Path(tmp))
         modules = sorted(p.stem for p in (lean / "tfmesos").iterdir())
-        check = f"assert tfmesos.agent.__file__.startswith({str(lean)!r})"
+        check = f"assert tfmesos.agent.main.__file__.startswith({str(lean)!r})"
         variants = {
             "python -c pass": [PYTHON, "-c", "pass"],
             "python -S -c pass": [PYTHON, "-S", "-c", "pass"],
-            "agent as today": [PYTHON, "-c", "import tfmesos.agent"],
+            "agent as today": [PYTHON, "-c", "import tfmesos.agent.main"],
             "agent, -S": [
                 PYTHON,
                 "-S",
                 "-c",
-                f"import sys; sys.path.insert(0, {str(ROOT)!r}); import tfmesos.agent",
+                f"import sys; sys.path.insert(0, {str(ROOT)!r}); import tfmesos.agent.main",
             ],
             "agent, lean package": [
                 PYTHON,
                 "-c",
-                f"import sys; sys.path.insert(0, {str(lean)!r}); import tfmesos.agent; {check}",
+                f"import sys; sys.path.insert(0, {str(lean)!r}); import tfmesos.agent.main; {check}",
             ],
             "agent, lean package, -S": [
                 PYTHON,
                 "-S",
                 "-c",
-                f"import sys; sys.path.insert(0, {str(lean)!r}); import tfmesos.agent; {check}",
+                f"import sys; sys.path.insert(0, {str(lean)!r}); import tfmesos.agent.main; {check}",
             ],
             "stdlib the agent needs, -S": [PYTHON, "-S", "-c", f"import {AGENT_STDLIB}"],
             "... and dataclasses, -S": [

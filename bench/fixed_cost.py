@@ -41,7 +41,7 @@ from benchlib import (
 TRIVIAL = ("-w", "3", "-s", "1")
 MANY = 100
 SMOKE_MANY = 10
-BASELINE = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tfmesos.cli import main; sys.exit(main())"
+BASELINE = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tfmesos.cli.main import main; sys.exit(main())"
 
 
 def loadavg() -> float:
@@ -77,7 +77,7 @@ def cpu_and_wall(argv: Sequence[str], env: dict[str, str]) -> tuple[float, float
 def fork_server_alone() -> list[str]:
     """The fork server, started as the local backend starts it, its stdin
     closed: it imports the agent, says it is ready and exits."""
-    from tfmesos.backends.forkstart import command
+    from tfmesos.backends.local.forkstart import command
 
     return command()
 
@@ -131,9 +131,13 @@ def main() -> None:
         if args.profile:
             contenders |= {
                 "python3 -S -c pass": measured([PYTHON, "-S", "-c", "pass"]),
-                "import tfmesos.cli": measured([PYTHON, "-c", "import tfmesos.cli"]),
+                "import tfmesos.cli.main": measured([PYTHON, "-c", "import tfmesos.cli.main"]),
                 "the launcher's imports": measured(
-                    [PYTHON, "-c", "import tfmesos.cli, tfmesos.run, tfmesos.backends.local"]
+                    [
+                        PYTHON,
+                        "-c",
+                        "import tfmesos.cli.main, tfmesos.launcher.run, tfmesos.backends.local.backend",
+                    ]
                 ),
                 "the fork server alone": measured(fork_server_alone()),
                 "tfrun, 1 task": measured([*tfrun(), "-w", "1", "-s", "0", "--", "/bin/true"]),

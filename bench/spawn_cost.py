@@ -8,7 +8,7 @@ agent's is, in each of these ways:
 - ``sh -c 'exec /bin/true'`` with the agent's ``preexec_fn`` (process group,
   parent-death signal): how the agent started every command before;
 - ``/bin/true`` exec'd directly, the same ``preexec_fn``: how it starts a
-  command line of plain words now (``tfmesos.shell.plain_argv``);
+  command line of plain words now (``tfmesos.common.shell.plain_argv``);
 - ``/bin/true`` with ``process_group=0`` and no ``preexec_fn``, which lets
   ``subprocess`` use ``vfork``: but without the parent-death signal;
 - ``setpriv --pdeathsig KILL /bin/true`` the same way: the signal asked for
@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from benchlib import Result, alternate, command_line, parse_args
 
-from tfmesos import agent, proctree  # noqa: F401  (loaded for the agent's size)
+from tfmesos.common import proctree
 
 BATCH = 50
 SETPRIV = "/usr/bin/setpriv"

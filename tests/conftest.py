@@ -83,7 +83,7 @@ def is_agent(proc: psutil.Process) -> bool:
         if proc.name() == "tfmesos-agent":
             parent = proc.parent()
             return parent is not None and parent.name() == "tfmesos-forks"
-        return "tfmesos.agent" in " ".join(proc.cmdline())
+        return "tfmesos.agent.main" in " ".join(proc.cmdline())
     except psutil.Error:
         return False
 
@@ -406,7 +406,7 @@ def tfrun_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """cli.main run here on a fake backend that fails as it starts (its
     master lost, say), with the signal handlers and tfmesos's log level as
     they were afterwards."""
-    import tfmesos.run
+    import tfmesos.launcher.run
     from tfmesos.errors import TFMesosError
     from tfmesos.testing.fake import FakeBackend
 
@@ -417,7 +417,7 @@ def tfrun_in_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
         return make
 
-    monkeypatch.setattr(tfmesos.run, "launcher_factory", launcher_factory)
+    monkeypatch.setattr(tfmesos.launcher.run, "launcher_factory", launcher_factory)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     level = logging.getLogger("tfmesos").level
     yield

@@ -14,8 +14,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tfmesos import agent
-from tfmesos.supervisor import task_command
+from tfmesos.agent import main as agent
+from tfmesos.agent.supervisor import task_command
 
 STAND_IN = """
 import json, os, socket
@@ -27,7 +27,7 @@ server.bind(("", int(address.rpartition(":")[2])))
 server.listen()
 print("stand-in server at", address, flush=True)
 ready = os.environ.get("TFMESOS_READY_FD")
-if ready is not None:  # as tfmesos.tfserver tells the agent it listens
+if ready is not None:  # as tfmesos.agent.tfserver tells the agent it listens
     os.write(int(ready), b"1")
     os.close(int(ready))
 while True:

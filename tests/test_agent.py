@@ -145,7 +145,7 @@ def test_an_agent_that_chooses_its_port_holds_it_until_it_lets_go() -> None:
     """Slurm hands out no ports (TFMESOS_PORT=0): the agent takes one below
     the ephemeral range and holds it, so that another agent on the host, which
     checks as TensorFlow binds (SO_REUSEADDR), finds it taken."""
-    from tfmesos.ports import port_is_free, reserve_port, task_port_range
+    from tfmesos.common.ports import port_is_free, reserve_port, task_port_range
 
     port, held = reserve_port()
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tfmesos import ClusterSpec, Job
-from tfmesos.backends.local import LocalBackend
+from tfmesos.backends.local.backend import LocalBackend
 from tfmesos.launcher import Launcher
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
@@ -30,7 +30,7 @@ def test_the_agent_runs_on_a_bare_python(tmp_path: Path) -> None:
         "import sys, runpy\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
         "assert not any('site-packages' in p for p in sys.path), sys.path\n"
-        "runpy.run_module('tfmesos.agent', run_name='__main__', alter_sys=True)\n"
+        "runpy.run_module('tfmesos.agent.main', run_name='__main__', alter_sys=True)\n"
     )
     command = f"{sys.executable} -I -S -c \"import sys; print('tasks python sees site:', 'site' in sys.modules)\""
     spec = ClusterSpec((Job("worker", 2, cmd=command),), replica=True)

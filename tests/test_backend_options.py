@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tfmesos
-from tfmesos import ClusterSpec, Job, advertise, rundirs
+from tfmesos import ClusterSpec, Job
 from tfmesos.backends import (
     BACKENDS,
     backend_class,
@@ -19,11 +19,12 @@ from tfmesos.backends import (
     foreign_options,
     options_class,
 )
-from tfmesos.backends.local import LocalBackend, LocalOptions
+from tfmesos.backends.local.backend import LocalBackend, LocalOptions
 from tfmesos.backends.mesos import MesosBackend, MesosOptions
 from tfmesos.backends.slurm_options import SlurmOptions
+from tfmesos.common import advertise, rundirs
 from tfmesos.errors import SpecError
-from tfmesos.run import launcher_factory
+from tfmesos.launcher.run import launcher_factory
 from tfmesos.spec import Volume
 
 # What the CLI hands every backend (cli.main); each takes its own.

@@ -21,10 +21,10 @@ import pytest
 from tests.conftest import JobProcesses, run_tfrun
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
-from tfmesos.cli import parse_args
+from tfmesos.cli.main import parse_args
+from tfmesos.common.taskenv import placeholder_values, task_environment
+from tfmesos.launcher.policy import Action, Phase, TaskView, on_task_end
 from tfmesos.launcher.verdict import ends
-from tfmesos.policy import Action, Phase, TaskView, on_task_end
-from tfmesos.taskenv import placeholder_values, task_environment
 
 PY = sys.executable
 PROGRAM = str(Path(__file__).with_name("ps_tfconfig.py"))

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT, JobProcesses, one_error_line, run_tfrun, runs_in
-from tfmesos import SpecError, cli, taskenv
-from tfmesos.cli import build_parser, parse_args
+from tfmesos import SpecError
+from tfmesos.cli import main as cli
+from tfmesos.cli.main import build_parser, parse_args
+from tfmesos.common import taskenv
 from tfmesos.spec import ClusterSpec, Job, parse_volume
 
 ORIGINAL_FLAGS = [

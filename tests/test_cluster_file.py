@@ -4,7 +4,7 @@ Linux takes at most 128 KiB in one environment string or argument
 (``MAX_ARG_STRLEN``), and ``TF_CONFIG`` and ``TFMESOS_WORKER_HOSTS`` list
 every task's address: 520 tasks on 253-character host names are past it. Such
 a job is refused before any task's command starts; ``--cluster-file`` puts
-the definition in a file each task reads instead (tfmesos.clusterfile)."""
+the definition in a file each task reads instead (tfmesos.common.clusterfile)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from tests.conftest import JobProcesses, marked_master, run_tfrun
 from tests.jobevents import JobEvents
 from tests.test_launcher import run_job
 from tfmesos import ClusterSpec, Job
-from tfmesos.clusterfile import ENV_CLUSTER_FILE, tf_config
+from tfmesos.agent.supervisor import task_command
+from tfmesos.common.clusterfile import ENV_CLUSTER_FILE, tf_config
 from tfmesos.errors import SpecError
 from tfmesos.spec import MAX_COMMAND_LINE
-from tfmesos.supervisor import task_command
 from tfmesos.testing.fake import FakeBackend
 
 LONGEST_NAME = "h" * 253
@@ -124,7 +124,7 @@ def test_the_agent_writes_tf_config_to_a_file_beside_the_tasks_log(tmp_path: Pat
     for name in ("TF_CONFIG", "TFMESOS_WORKER_HOSTS", "TFMESOS_PS_HOSTS"):
         assert name not in env
     assert env["RANK"] == plain["RANK"]
-    # What tfmesos's own readers (tfmesos.tfserver) take.
+    # What tfmesos's own readers (tfmesos.agent.tfserver) take.
     assert tf_config(env) == plain["TF_CONFIG"] == tf_config(plain)
 
 
@@ -234,7 +234,7 @@ from tfmesos import cluster
 with cluster([{"name": "ps", "num": 1}, {"name": "worker", "num": 1}], quiet=True,
              cluster_file=True) as c:
     for proc in psutil.Process().children(recursive=True):
-        if "tfmesos.tfserver" in " ".join(proc.cmdline()):
+        if "tfmesos.agent.tfserver" in " ".join(proc.cmdline()):
             env = proc.environ()
             print(json.dumps([env.get("TF_CONFIG"), env.get("TFMESOS_WORKER_HOSTS"),
                               open(env["TFMESOS_CLUSTER_FILE"]).read()]), flush=True)

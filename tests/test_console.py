@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tfmesos.console import ConsoleWriter, binary_stream, use_colour
+from tfmesos.launcher.console import ConsoleWriter, binary_stream, use_colour
 
 
 class GatedStream(io.BytesIO):

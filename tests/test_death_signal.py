@@ -1,5 +1,5 @@
 """Which setpriv the agent trusts with the parent-death signal
-(tfmesos.proctree.death_signal_program): the version test, no process started."""
+(tfmesos.common.proctree.death_signal_program): the version test, no process started."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tfmesos import proctree
+from tfmesos.common import proctree
 
 pytestmark = pytest.mark.unit
 

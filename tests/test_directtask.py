@@ -1,4 +1,4 @@
-"""A local task the launcher runs itself (tfmesos.backends.directtask): it
+"""A local task the launcher runs itself (tfmesos.backends.local.directtask): it
 says to the launcher what its agent would, in the same order. The launcher's
 side is a recorder here; the commands are real processes (e2e), the rest
 starts none (unit)."""
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tfmesos.backends.base import InProcessRendezvous
-from tfmesos.backends.directtask import DirectTask
+from tfmesos.backends.local.directtask import DirectTask
 from tfmesos.rendezvous import Exited, Output, Registered, RendezvousEvent
 
 

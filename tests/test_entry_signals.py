@@ -1,4 +1,4 @@
-"""tfrun's entry point (tfmesos/tfrun.py): Ctrl-C before the job's event loop
+"""tfrun's entry point (tfmesos/cli/tfrun.py): Ctrl-C before the job's event loop
 handles it is 130 with no traceback and nothing left, and a signal once the
 verdict is decided changes no verdict, on every backend (issue 27: found by
 the adversarial run)."""
@@ -39,7 +39,7 @@ HOLD = textwrap.dedent(
     TARGET, SIGNAL = sys.argv[1], signal.Signals[sys.argv[2]]
     sys.meta_path.insert(0, SignalAt())
     sys.argv = ["tfrun", *sys.argv[3:]]
-    from tfmesos.tfrun import main
+    from tfmesos.cli.tfrun import main
     main()
     """
 )
@@ -49,9 +49,9 @@ HOLD = textwrap.dedent(
     ("module", "args"),
     [
         # tfrun's own imports, before main() runs.
-        ("tfmesos.cli", ("-w", "1", "--", "true")),
+        ("tfmesos.cli.main", ("-w", "1", "--", "true")),
         # Inside main(): the local backend's fork server is already started.
-        ("tfmesos.run", ("-w", "1", "--", "true")),
+        ("tfmesos.launcher.run", ("-w", "1", "--", "true")),
         # Inside main(): with -m, the Mesos backend imported for the job.
         ("tfmesos.backends.mesos.backend", ("-m", "127.0.0.1:1", "-w", "2", "--", "true")),
     ],
@@ -223,7 +223,7 @@ def test_a_signal_while_tfrun_says_its_error_cuts_neither_it_nor_its_status(
     """Before: the job's event loop had put Python's handlers back, and
     SIGINT raised KeyboardInterrupt in the middle of the line (a traceback,
     no verdict), SIGTERM killed tfrun there."""
-    from tfmesos import cli
+    from tfmesos.cli import main as cli
 
     stderr = InterruptingStderr("tfrun: error:", signum)
     monkeypatch.setattr("sys.stderr", stderr)
@@ -242,7 +242,7 @@ def test_late_signals_leave_no_wakeup_descriptor_behind() -> None:
     (tfrun never exited). Taking the signals over lets go of it."""
     import socket
 
-    from tfmesos.run import LateSignals
+    from tfmesos.launcher.run import LateSignals
 
     read_end, write_end = socket.socketpair()
     late = LateSignals()

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from tfmesos import ClusterSpec, Job, advertise
-from tfmesos.aio import reap
+from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import BackendEvent, BackendFailed
 from tfmesos.backends.mesos import MesosBackend, MesosOptions
+from tfmesos.common import advertise
+from tfmesos.common.aio import reap
 from tfmesos.mesos.scheduler import MasterLostError
 from tfmesos.rendezvous import RendezvousServer
 

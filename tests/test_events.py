@@ -34,7 +34,7 @@ from tfmesos.launcher.events import (
     EventWriter,
     open_events,
 )
-from tfmesos.run import run_with_restarts
+from tfmesos.launcher.run import run_with_restarts
 from tfmesos.testing.fake import DiesEarly, FakeBackend, Hangs, Plan, Runs
 
 OK = "true"

@@ -1,6 +1,6 @@
 """The task's environment: tfrun's reaches every task, the same on every
 backend, narrowed by ``--export`` (README, "The task's environment";
-:mod:`tfmesos.exported`), and never through a Mesos TaskInfo."""
+:mod:`tfmesos.common.exported`), and never through a Mesos TaskInfo."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ import pytest
 from tests.conftest import JobProcesses, guide_section, popen_tfrun, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_slurm_jobs import slurm  # noqa: F401 - the Slurm tests' fixture
-from tfmesos import exported, supervisor, taskenv, wire
+from tfmesos import wire
+from tfmesos.agent import supervisor
 from tfmesos.backends.base import Launch
 from tfmesos.backends.mesos.taskinfo import task_info
 from tfmesos.backends.mesos_options import MesosOptions
-from tfmesos.errors import SpecError
-from tfmesos.exported import (
+from tfmesos.common import exported, taskenv
+from tfmesos.common.exported import (
     Export,
     carried,
     host_environment,
@@ -31,6 +32,7 @@ from tfmesos.exported import (
     parse_export,
     task_base,
 )
+from tfmesos.errors import SpecError
 from tfmesos.launcher.message import cluster_message
 from tfmesos.spec import ClusterSpec, Job
 
@@ -497,7 +499,7 @@ jobs = [{"name": "worker", "num": 1}]
 with tfmesos.cluster(jobs, quiet=True, **({"export": sys.argv[1]} if sys.argv[1:] else {})):
     servers = [
         p for p in psutil.Process().children(recursive=True)
-        if "tfmesos.tfserver" in " ".join(p.cmdline())
+        if "tfmesos.agent.tfserver" in " ".join(p.cmdline())
     ]
     print(sorted(p.environ().get("MY_EXPORTED_VAR", "-") for p in servers))
 """

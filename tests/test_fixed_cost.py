@@ -37,7 +37,7 @@ clients, fine-grained mode's relaunches, what only a mistyped flag needs."""
 
 _RUN_AND_LIST = (
     "import json, sys\n"
-    "from tfmesos.cli import main\n"
+    "from tfmesos.cli.main import main\n"
     "code = main(sys.argv[1:])\n"
     "print(json.dumps(sorted(sys.modules)))\n"
     "sys.exit(code)\n"
@@ -59,7 +59,7 @@ def test_a_trivial_local_job_imports_nothing_it_does_not_use(
     )
     assert result.returncode == 0, result.stderr
     modules = set(json.loads(result.stdout.splitlines()[-1]))
-    assert {"tfmesos.launcher", "tfmesos.backends.local", "asyncio"} <= modules
+    assert {"tfmesos.launcher", "tfmesos.backends.local.backend", "asyncio"} <= modules
     assert sorted(modules.intersection(UNUSED)) == []
     assert job_events.verdict()["result"] == "succeeded"
 
@@ -70,8 +70,8 @@ def test_the_fork_server_holds_what_its_agents_would_import() -> None:
     # ASCII host as bytes, which need no encoding.
     code = (
         "import socket, sys\n"
-        "import tfmesos.forkserver\n"
-        "from tfmesos.rendezvous_client import _dialled\n"
+        "import tfmesos.agent.forkserver\n"
+        "from tfmesos.agent.rendezvous import _dialled\n"
         "listener = socket.create_server(('127.0.0.1', 0))\n"
         "socket.create_connection((_dialled('127.0.0.1'), listener.getsockname()[1])).close()\n"
         "unused = {'ssl', 'traceback', 'encodings.idna'}\n"

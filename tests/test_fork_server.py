@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from tfmesos.backends.forking import ForkServer
+from tfmesos.backends.local.forking import ForkServer
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 

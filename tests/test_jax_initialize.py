@@ -1,7 +1,7 @@
 """``jax.distributed.initialize()`` with no arguments, as the JAX docs write
-it, in a tfrun task: tfmesos's JAX cluster environment (tfmesos/jaxcluster.py),
+it, in a tfrun task: tfmesos's JAX cluster environment (tfmesos/agent/jaxcluster.py),
 brought into every Python of a task by ``tfmesos-jax.pth`` and
-tfmesos/jaxhook.py, and into no other Python.
+tfmesos/agent/jaxhook.py, and into no other Python.
 
 The end-to-end tests run their Pythons in an environment of their own whose
 site-packages holds the checkout's ``tfmesos-jax.pth`` and names the test
@@ -63,7 +63,7 @@ def _needs_jax() -> None:
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Any:
     _needs_jax()
-    from tfmesos.jaxcluster import TFMesosCluster
+    from tfmesos.agent.jaxcluster import TFMesosCluster
 
     for name in [*TFRUN_VARIABLES, "LOCAL_RANK", "LOCAL_WORLD_SIZE"]:
         monkeypatch.delenv(name, raising=False)
@@ -177,7 +177,8 @@ def test_a_python_in_a_task_imports_the_hook_and_jax_only_when_it_does(python: P
         env=_env(**TFRUN_VARIABLES),
         check=True,
     )
-    assert result.stdout.strip() == "['tfmesos', 'tfmesos.jaxhook']"
+    # The package and the agent's, whose __init__ holds only a docstring.
+    assert result.stdout.strip() == "['tfmesos', 'tfmesos.agent', 'tfmesos.agent.jaxhook']"
     assert result.stderr == ""
 
 
@@ -280,7 +281,10 @@ def test_pip_install_puts_the_pth_file_in_site_packages(tmp_path: Path, editable
     installed = _site_packages(tmp_path / "venv") / PTH.name
     assert installed.read_text() == PTH.read_text()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", *TFRUN_VARIABLES)}
-    for variables, loaded in (({}, "[]"), (TFRUN_VARIABLES, "['tfmesos', 'tfmesos.jaxhook']")):
+    for variables, loaded in (
+        ({}, "[]"),
+        (TFRUN_VARIABLES, "['tfmesos', 'tfmesos.agent', 'tfmesos.agent.jaxhook']"),
+    ):
         result = subprocess.run(
             [python, "-c", LOADED],
             capture_output=True,

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import PY, ROOT, JobProcesses, py, run_tfrun, tfrun_argv
 from tests.jobevents import JobEvents
 from tfmesos import ClusterSpec, Job
-from tfmesos.backends.local import LocalBackend
+from tfmesos.backends.local.backend import LocalBackend
 
 ESC = "\x1b["
 
@@ -257,7 +257,8 @@ def test_what_tfrun_itself_reports_has_statuses_of_its_own(
     result: str,
     said: str,
 ) -> None:
-    from tfmesos import cli, run
+    from tfmesos.cli import main as cli
+    from tfmesos.launcher import run
 
     monkeypatch.setattr(
         run, "create_backend", lambda _, spec, options: backend.from_options(spec, options)

@@ -15,11 +15,11 @@ import pytest
 
 from tfmesos import ClusterSpec, ClusterStartError, Job
 from tfmesos.backends.base import Launch
-from tfmesos.backends.local import LocalBackend
+from tfmesos.backends.local.backend import LocalBackend
 from tfmesos.errors import JobFailedError, ResourceError, TFMesosError
 from tfmesos.launcher import MAX_ATTEMPTS, AttemptState, Launcher
 from tfmesos.launcher.events import EventRecorder
-from tfmesos.run import run_with_restarts
+from tfmesos.launcher.run import run_with_restarts
 from tfmesos.testing.fake import (
     BreaksBackend,
     DiesEarly,
@@ -395,7 +395,7 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
     from tfmesos.backends.base import TaskEnded
     from tfmesos.launcher import Attempt
     from tfmesos.launcher.loop import Tick
-    from tfmesos.policy import Phase
+    from tfmesos.launcher.policy import Phase
 
     count = 10
     woken: list[str] = []

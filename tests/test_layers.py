@@ -1,14 +1,16 @@
 """The package's layering, and its modules' size, held by reading the source.
 
-Every module under ``tfmesos/`` is parsed with :mod:`ast` (nothing is
-imported) and each import it makes of another tfmesos module is checked
-against :data:`LAYERS`: a module may import its own layer and those below,
-never one above. The map is the one docs/architecture.md ("Layers") explains.
+The layers are folders (docs/architecture.md, "Layers"): that page's layer
+table names, for each layer, the folders and the few top-level modules in
+it, and is the map this file checks against. Every module under
+``tfmesos/`` is parsed with :mod:`ast` (nothing is imported) and each import
+it makes of another tfmesos module must go to its own layer or one below.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -18,69 +20,33 @@ import tfmesos
 pytestmark = pytest.mark.unit
 
 PACKAGE = Path(tfmesos.__file__).resolve().parent
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
-FOUNDATION, AGENT, PROTOCOL, BACKENDS, LAUNCHER, ENTRY, TESTING = range(7)
 LAYER_NAMES = ["foundation", "agent", "protocol", "backends", "launcher", "entry", "testing"]
+FOUNDATION, AGENT, PROTOCOL, BACKENDS, LAUNCHER, ENTRY, TESTING = range(len(LAYER_NAMES))
+
+
+def documented_layers() -> dict[str, list[str]]:
+    """docs/architecture.md's layer table: each layer's entries, the names
+    in backquotes of its first column after the layer (``agent/`` for a
+    folder, ``spec.py`` for a module at the top)."""
+    rows = re.findall(r"^\| (\w+) \| (.*?) \| .*\|$", ARCHITECTURE.read_text(), re.MULTILINE)
+    return {
+        layer: re.findall(r"`([\w/.]+)`", entries) for layer, entries in rows if layer in LAYER_NAMES
+    }
+
+
+def _dotted(entry: str) -> str:
+    name = entry.removesuffix("/").removesuffix(".py").replace("/", ".")
+    return "tfmesos" if name == "__init__" else f"tfmesos.{name}"
+
 
 LAYERS: dict[str, int] = {
-    # What both ends share, each part on its own: stdlib only or nearly.
-    "tfmesos.errors": FOUNDATION,
-    "tfmesos.wire": FOUNDATION,
-    "tfmesos.taskenv": FOUNDATION,
-    "tfmesos.clusterfile": FOUNDATION,
-    "tfmesos.exported": FOUNDATION,
-    "tfmesos.spec": FOUNDATION,
-    "tfmesos.flagtypes": FOUNDATION,
-    "tfmesos.procfs": FOUNDATION,
-    "tfmesos.procenv": FOUNDATION,
-    "tfmesos.oomkills": FOUNDATION,
-    "tfmesos.proctree": FOUNDATION,
-    "tfmesos.aio": FOUNDATION,
-    "tfmesos.ports": FOUNDATION,
-    "tfmesos.resources": FOUNDATION,
-    "tfmesos.policy": FOUNDATION,
-    "tfmesos.shell": FOUNDATION,
-    "tfmesos.console": FOUNDATION,
-    "tfmesos.rundirs": FOUNDATION,
-    "tfmesos.advertise": FOUNDATION,
-    "tfmesos.tasklog": FOUNDATION,
-    "tfmesos.pathtext": FOUNDATION,
-    # The runner of a task's several processes (--nproc-per-task): the agent
-    # and the launcher start it, the spec reads its limit.
-    "tfmesos.nproc": FOUNDATION,
-    # A job's state as its event stream tells it (tfrun list, status, wait).
-    "tfmesos.jobstate": FOUNDATION,
-    # What runs in a task.
-    "tfmesos.agent": AGENT,
-    "tfmesos.supervisor": AGENT,
-    "tfmesos.rendezvous_client": AGENT,
-    "tfmesos.forkserver": AGENT,
-    "tfmesos.tfserver": AGENT,
-    "tfmesos.sweeper": AGENT,
-    # ... and in every Python of a task: JAX's cluster environment, its hook.
-    "tfmesos.jaxhook": AGENT,
-    "tfmesos.jaxcluster": AGENT,
-    # The protocols: Mesos's scheduler API, Slurm's commands and job script,
-    # the launcher's end of the rendezvous.
-    "tfmesos.mesos": PROTOCOL,
-    "tfmesos.slurm": PROTOCOL,
-    "tfmesos.rendezvous": PROTOCOL,
-    # The backends, their options among them.
-    "tfmesos.backends": BACKENDS,
-    # The supervision of a job, and of its restarts.
-    "tfmesos.launcher": LAUNCHER,
-    "tfmesos.run": LAUNCHER,
-    # What users call: tfrun, tfmesos.cluster(), the package's own names.
-    "tfmesos.cli": ENTRY,
-    "tfmesos.finegrained": ENTRY,
-    "tfmesos.tfcontext": ENTRY,
-    # tfrun --detach, and a detached job's commands (tfrun list, logs, wait, stop).
-    "tfmesos.detach": ENTRY,
-    "tfmesos.jobs": ENTRY,
-    "tfmesos": ENTRY,
-    # Test doubles, for tfmesos's tests and users' own.
-    "tfmesos.testing": TESTING,
+    _dotted(entry): LAYER_NAMES.index(layer)
+    for layer, entries in documented_layers().items()
+    for entry in entries
 }
+"""Each folder and top-level module of the package, and its layer."""
 
 
 def module_name(path: Path) -> str:
@@ -196,55 +162,42 @@ def test_no_function_is_more_tangled_than_radons_d() -> None:
     assert not tangled, "functions past radon's D: " + ", ".join(tangled)
 
 
-ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
-
-
-def documented_layers() -> dict[str, set[str]]:
-    """docs/architecture.md's layer table: each layer's row, the names in
-    backquotes of its modules column (``mesos/`` for a package)."""
-    import re
-
-    rows = re.findall(r"^\| (\w+) \| (.*?) \| .*\|$", ARCHITECTURE.read_text(), re.MULTILINE)
-    return {
-        layer: {name.rstrip("/") for name in re.findall(r"`([\w/.]+)`", modules)}
-        for layer, modules in rows
-        if layer in LAYER_NAMES
-    }
-
-
-def test_the_architecture_docs_layer_table_is_the_layer_map() -> None:
-    # Before: it named `runs` (renamed rundirs) and `lazyssl` (gone), and
-    # left out procenv, oomkills, sweeper and tfcontext.
+def test_the_layer_table_is_the_tree() -> None:
+    # Every folder and every module at the top of the package is in one row,
+    # and every entry of the table is there, in one row only.
     documented = documented_layers()
-    assert set(documented) == set(LAYER_NAMES)
-    for module, layer in LAYERS.items():
-        if module == "tfmesos":
-            continue
-        name = module.removeprefix("tfmesos.")
-        assert name in documented[LAYER_NAMES[layer]], (
-            f"{module} ({LAYER_NAMES[layer]}) is not in docs/architecture.md's row"
-        )
-    names = {module.removeprefix("tfmesos.") for module in LAYERS}
-    named = {n for row in documented.values() for n in row if not n.endswith(".py")}
-    unknown = named - names - {"__init__"}
-    assert not unknown, f"docs/architecture.md names modules that are not: {sorted(unknown)}"
+    assert list(documented) == LAYER_NAMES
+    entries = [entry for row in documented.values() for entry in row]
+    assert len(entries) == len(set(entries)), f"named in two rows: {entries}"
+    tree = {
+        path.name + ("/" if path.is_dir() else "")
+        for path in PACKAGE.iterdir()
+        if path.name != "__pycache__" and (path.is_dir() or path.suffix == ".py")
+    }
+    assert set(entries) == tree, (
+        f"not in docs/architecture.md's layer table: {sorted(tree - set(entries))}; "
+        f"named there but not in the tree: {sorted(set(entries) - tree)}"
+    )
 
 
-def test_the_architecture_docs_module_table_names_every_module() -> None:
-    import re
-
+def test_the_architecture_docs_module_table_is_the_tree() -> None:
+    # Each module by its path under tfmesos/ (a folder's modules may share a
+    # row), and no path that is not there: the table named `runs` and
+    # `lazyssl` long after they were gone.
     section = ARCHITECTURE.read_text().split("## Modules, one job each", 1)[1]
     section = section.split("\n## ", 1)[0]
     named = {
         name
         for row in re.findall(r"^\| (.*?) \|", section, re.MULTILINE)
-        for name in re.findall(r"`([\w/.-]+\.py)`", row)
+        for name in re.findall(r"`([\w/.-]+(?:\.py|/))`", row)
     }
     files = {
         path.relative_to(PACKAGE).as_posix()
         for path in PACKAGE.rglob("*.py")
-        if path.name != "__init__.py" and path.relative_to(PACKAGE).parts[0] != "testing"
+        if path.name not in ("__init__.py", "__main__.py")
+        and path.relative_to(PACKAGE).parts[:2] != ("testing", "master")
     }
-    # A module is named by its path under tfmesos/, or by its file's name.
-    missing = sorted(f for f in files if f not in named and f.rpartition("/")[2] not in named)
+    missing = sorted(files - named)
     assert not missing, f"modules docs/architecture.md's module table does not name: {missing}"
+    stale = sorted(n for n in named if not (PACKAGE / n).exists())
+    assert not stale, f"docs/architecture.md's module table names what is not there: {stale}"

@@ -11,7 +11,7 @@ import pytest
 
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import BackendEvent, Launch, TaskEnded
-from tfmesos.backends.local import LocalBackend
+from tfmesos.backends.local.backend import LocalBackend
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 
@@ -54,14 +54,14 @@ ON_A_CLUSTER = "(-m MASTER for Mesos, --backend slurm)"
 @pytest.fixture
 def a_small_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine as the local backend sees it: 2 CPUs, 1 GiB, one GPU."""
-    from tfmesos.resources import MachineResources
+    from tfmesos.common.resources import MachineResources
 
     small = MachineResources(cpus=2, mem_mib=1024.0, gpus=("0",))
-    monkeypatch.setattr("tfmesos.backends.local.machine_resources", lambda gpus=True: small)
+    monkeypatch.setattr("tfmesos.backends.local.backend.machine_resources", lambda gpus=True: small)
 
 
 def refusal(job: Any, *, chief_only: bool = False) -> str:
-    from tfmesos.backends.local import LocalBackend
+    from tfmesos.backends.local.backend import LocalBackend
     from tfmesos.errors import ResourceError
 
     backend = LocalBackend(job, log_dir="/nowhere", chief_only=chief_only)
@@ -108,7 +108,7 @@ def test_the_chief_of_a_job_on_a_cluster_is_told_of_tfruns_machine_not_of_mesos(
     a_small_machine: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The chief runs beside tfrun for a Mesos job and a Slurm job alike."""
-    from tfmesos.backends.local import LocalBackend
+    from tfmesos.backends.local.backend import LocalBackend
     from tfmesos.spec import ClusterSpec, Job
 
     gpus = ClusterSpec((Job("worker", 2, cmd="true", gpus=2),), replica=True)

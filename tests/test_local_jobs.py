@@ -945,7 +945,7 @@ def test_each_run_keeps_its_logs_in_the_state_directory_capped_per_task(
 def test_a_shell_wrapped_task_stops_without_waiting_out_the_leftovers_grace(
     job_procs: JobProcesses,
 ) -> None:
-    from tfmesos.backends.directtask import LEFTOVER_GRACE
+    from tfmesos.backends.local.directtask import LEFTOVER_GRACE
 
     # Stopped, the shell dies first; its sleep, handed to tfrun (the
     # tasks' subreaper), dies as a zombie still in the task's group. Before,

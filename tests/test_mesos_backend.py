@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from tfmesos import advertise
 from tfmesos.backends.base import BackendEvent, BackendFailed, Launch, TaskEnded, TaskPlaced
 from tfmesos.backends.mesos import (
     DECLINE_IDLE_SECONDS,
@@ -27,6 +26,7 @@ from tfmesos.backends.mesos import (
     MesosOptions,
     task_info,
 )
+from tfmesos.common import advertise
 from tfmesos.errors import SpecError
 from tfmesos.mesos.placement import GangFit, OfferCapacity
 from tfmesos.mesos.roles import validate_role

@@ -85,7 +85,7 @@ AGENT_DEAF = 3.0
 """How long the test keeps the Mesos agent stopped once the command is dead:
 longer than the 2 s the launcher waited for its word before (three CI runs saw
 a container's destroy take longer), less than the task's agent waits
-(``tfmesos.agent.OOM_LINGER``)."""
+(``tfmesos.agent.main.OOM_LINGER``)."""
 
 
 @pytest.fixture

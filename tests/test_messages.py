@@ -122,7 +122,7 @@ def test_agents_are_named_as_the_readme_says(job_procs: JobProcesses, tmp_path: 
     assert result.returncode == 0, result.stderr
     agent, parent = result.stdout.splitlines()
     assert agent.startswith("[worker:0] agent tfmesos-agent | "), agent
-    assert " -S -c " in agent and "from tfmesos.forkserver import main" in agent
+    assert " -S -c " in agent and "from tfmesos.agent.forkserver import main" in agent
     assert parent == "[worker:0] parent tfmesos-forks"
     result = run_tfrun(
         "-w", "1", "--", sys.executable, str(who),
@@ -130,11 +130,11 @@ def test_agents_are_named_as_the_readme_says(job_procs: JobProcesses, tmp_path: 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     agent = result.stdout.splitlines()[0]
-    assert "tfmesos-agent" not in agent and "from tfmesos.agent import main" in agent, agent
+    assert "tfmesos-agent" not in agent and "from tfmesos.agent.main import main" in agent, agent
 
 
 def test_sizes_are_said_in_one_way() -> None:
-    from tfmesos.resources import format_mib
+    from tfmesos.common.resources import format_mib
 
     assert [format_mib(m) for m in (512, 1024, 1536, 8191, 8192, 1e8, 1e9)] == [
         "512 MiB",

@@ -22,14 +22,14 @@ import pytest
 from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos import SpecError
-from tfmesos import nproc as runner
-from tfmesos.cli import parse_args
+from tfmesos.agent import nproc as runner
+from tfmesos.cli.main import parse_args
+from tfmesos.common.taskenv import rank_environment, task_environment
 from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.output import OutputRouter
 from tfmesos.launcher.verdict import describe_exit
 from tfmesos.rendezvous import Exited
 from tfmesos.spec import ClusterSpec, Job
-from tfmesos.taskenv import rank_environment, task_environment
 
 PY = sys.executable
 TORCHRUN = (PY, "-m", "torch.distributed.run")
@@ -211,7 +211,7 @@ def test_the_runners_own_variables_stay_with_it() -> None:
     task = task_environment({"worker": ["a:1"]}, "worker", 0, nproc=2)
     env = dict(task)
     argv = runner.runner_environment(env, 2, "python train.py", "worker:0", "", "0")
-    assert "tfmesos.nproc" in argv[-1]
+    assert "tfmesos.agent.nproc" in argv[-1]
     assert env[runner.ENV_COMMAND] == "python train.py"
     assert not any(name.startswith("TFMESOS_NPROC") for name in runner.process_environment(env, 1))
 

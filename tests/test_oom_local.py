@@ -1,7 +1,7 @@
 """A command the kernel's OOM killer ends is said to be, not just "killed by
 SIGKILL": tfrun, under a memory cgroup with a limit (as in a ``podman
 --memory`` container, a Slurm step or a Mesos container), runs a task that
-allocates twice that limit. The count the kernel keeps (tfmesos/oomkills.py)
+allocates twice that limit. The count the kernel keeps (tfmesos/agent/oomkills.py)
 rises; tfrun reads it, or the task's agent does, and says so.
 
 Needs root and a cgroup v1 memory hierarchy this test may make a cgroup in
@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import JobProcesses, tfrun_argv
 from tests.jobevents import JobEvents
 from tests.test_local_jobs import RUN_BY
-from tfmesos import oomkills
+from tfmesos.agent import oomkills
 
 HIERARCHY = Path("/sys/fs/cgroup/memory")
 LIMIT_MIB = 200

@@ -1,4 +1,4 @@
-"""Finding the memory cgroup's OOM-kill count (tfmesos/oomkills.py), from
+"""Finding the memory cgroup's OOM-kill count (tfmesos/agent/oomkills.py), from
 /proc files written here, and the kernel's own count where this machine lets
 a test make a memory cgroup (tests/test_oom_local.py)."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tfmesos.oomkills import counter_path, oom_kills
+from tfmesos.agent.oomkills import counter_path, oom_kills
 
 V1_MOUNTS = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

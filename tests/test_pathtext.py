@@ -1,5 +1,5 @@
 """A user's path as tfrun shows it: as it is, or quoted where a character
-in it would not print as itself (tfmesos/pathtext.py)."""
+in it would not print as itself (tfmesos/common/pathtext.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.conftest import ROOT, JobProcesses, tfrun_argv
 
 @pytest.mark.unit
 def test_a_path_is_shown_as_it_is_unless_a_character_in_it_would_not_print_as_itself() -> None:
-    from tfmesos.pathtext import shown_path
+    from tfmesos.common.pathtext import shown_path
 
     assert shown_path("/tmp/my logs/run 1") == "/tmp/my logs/run 1"
     assert shown_path("/tmp/Ärger") == "/tmp/Ärger"
@@ -26,7 +26,7 @@ def test_a_path_is_shown_as_it_is_unless_a_character_in_it_would_not_print_as_it
 def test_tfruns_refusals_show_a_path_with_a_newline_quoted_on_one_line(
     tmp_path: Any, capsys: pytest.CaptureFixture[str], tfrun_in_process: None
 ) -> None:
-    from tfmesos import cli
+    from tfmesos.cli import main as cli
 
     a_file = tmp_path / "f\nile"
     a_file.write_text("")
@@ -53,7 +53,7 @@ def test_tfruns_refusals_show_a_path_with_a_newline_quoted_on_one_line(
 def test_where_the_local_and_slurm_backends_keep_the_logs_is_shown_quoted(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tfmesos.backends.local import LocalBackend
+    from tfmesos.backends.local.backend import LocalBackend
     from tfmesos.backends.slurm import SlurmBackend
     from tfmesos.spec import ClusterSpec, Job
 

@@ -1,10 +1,10 @@
-"""The launcher's rules alone (tfmesos.policy): pure functions, no loop."""
+"""The launcher's rules alone (tfmesos.launcher.policy): pure functions, no loop."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfmesos.policy import (
+from tfmesos.launcher.policy import (
     MAX_ATTEMPTS,
     Action,
     Phase,
@@ -80,7 +80,7 @@ def test_a_server_relaunched_at_its_address_rejoins_the_running_cluster() -> Non
 
 
 def test_only_a_launched_latest_attempt_is_admitted_while_the_cluster_is_built() -> None:
-    from tfmesos.policy import admits
+    from tfmesos.launcher.policy import admits
 
     assert admits(view(Phase.STARTING), launched=True)
     assert not admits(view(Phase.STARTING), launched=False)  # registered already
@@ -90,7 +90,7 @@ def test_only_a_launched_latest_attempt_is_admitted_while_the_cluster_is_built()
 
 
 def test_a_server_relaunched_at_its_address_is_admitted_while_the_cluster_runs() -> None:
-    from tfmesos.policy import admits
+    from tfmesos.launcher.policy import admits
 
     relaunched = TaskView(
         Phase.RUNNING, current=True, attempt=2, replica=False, relaunched_at_address=True
@@ -102,7 +102,7 @@ def test_a_server_relaunched_at_its_address_is_admitted_while_the_cluster_runs()
 
 
 def test_a_backends_helper_may_be_admitted_until_the_job_stops() -> None:
-    from tfmesos.policy import admits_helper
+    from tfmesos.launcher.policy import admits_helper
 
     assert admits_helper(Phase.STARTING) and admits_helper(Phase.RUNNING)
     assert not admits_helper(Phase.STOPPING)

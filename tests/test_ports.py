@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfmesos.ports import MESOS_AGENT_PORTS, PortAllocator, ephemeral_range, task_port_range
+from tfmesos.common.ports import MESOS_AGENT_PORTS, PortAllocator, ephemeral_range, task_port_range
 
 
 def test_local_ports_keep_out_of_the_ephemeral_range_and_a_mesos_agents_ports() -> None:

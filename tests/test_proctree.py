@@ -8,14 +8,14 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tfmesos import proctree
+from tfmesos.common import proctree
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 
 
 def test_a_bootstrap_command_runs_this_package_without_site() -> None:
     argv = proctree.bootstrap_command(
-        "tfmesos.agent", "print(sys.modules['tfmesos'].__file__, 'site' in sys.modules)"
+        "tfmesos.agent.main", "print(sys.modules['tfmesos'].__file__, 'site' in sys.modules)"
     )
     assert argv[:3] == [sys.executable, "-S", "-c"]
     # From elsewhere, with nothing on the path: the package still comes from here.

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GUIDE, ROOT, JobProcesses
-from tfmesos import procfs
+from tfmesos.common import procfs
 
 _SNIPPET = re.compile(
     r"(?:<!-- (?P<note>[^\n]*?) -->\n)?```(?P<lang>sh|python)\n(?P<body>.*?)```", re.S

@@ -94,7 +94,7 @@ def test_a_replica_job_names_the_hosts_in_tf_config(
         # The name tfrun gives the tasks to dial back: the client host's own.
         advertised = subprocess.run(
             real.client_argv(
-                [PY, "-c", "from tfmesos.advertise import *; print(advertised_host())"]
+                [PY, "-c", "from tfmesos.common.advertise import *; print(advertised_host())"]
             ),
             capture_output=True,
             text=True,

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfmesos import resources
-from tfmesos.resources import GpuAllocator, machine_resources
+from tfmesos.common import resources
+from tfmesos.common.resources import GpuAllocator, machine_resources
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,9 @@ import pytest
 
 from tests.conftest import runs_in
 from tests.test_slurm_jobs import slurm  # noqa: F401 - the fixture: Slurm up, or skipped saying why
-from tfmesos import ClusterSpec, Job, rundirs
-from tfmesos.backends.local import LocalBackend
+from tfmesos import ClusterSpec, Job
+from tfmesos.backends.local.backend import LocalBackend
+from tfmesos.common import rundirs
 from tfmesos.errors import SpecError
 
 
@@ -196,7 +197,7 @@ def test_bad_settings_are_spec_errors(
 def test_a_restarting_job_lets_go_of_its_run_directory_when_it_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tfmesos.run import run_replica_job
+    from tfmesos.launcher.run import run_replica_job
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     spec = ClusterSpec((Job("worker", 1, cmd="true"),), replica=True, max_restarts=1)

@@ -26,7 +26,7 @@ from tests.mesos_clusters import MesosUnderTest
 from tests.test_mesos_backend import Harness, in_loop, offer
 from tfmesos import ClusterSpec, Job, JobFailedError
 from tfmesos.backends.base import NOT_PLACED, Launch, TaskEnded, TaskPlaced
-from tfmesos.backends.local import LocalBackend
+from tfmesos.backends.local.backend import LocalBackend
 from tfmesos.backends.mesos import pins as mesos_pins
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import EventRecorder
@@ -319,7 +319,7 @@ def tf_server(procs: list[psutil.Process], index: int) -> psutil.Process:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             environ = proc.environ()
-            if "tfmesos.tfserver" in proc.cmdline() and (
+            if "tfmesos.agent.tfserver" in proc.cmdline() and (
                 environ.get("TFMESOS_JOB_NAME"),
                 environ.get("TFMESOS_TASK_INDEX"),
             ) == ("worker", str(index)):

@@ -1,4 +1,4 @@
-"""Which command lines the agent starts without a shell (tfmesos.shell)."""
+"""Which command lines the agent starts without a shell (tfmesos.common.shell)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tfmesos.shell import plain_argv, shell_environment
+from tfmesos.common.shell import plain_argv, shell_environment
 
 pytestmark = pytest.mark.unit
 

@@ -13,12 +13,13 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import ROOT
-from tfmesos import proctree, wire
-from tfmesos.supervisor import CommandRun
+from tfmesos import wire
+from tfmesos.agent.supervisor import CommandRun
+from tfmesos.common import proctree
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 
-# A stand-in for tfmesos.tfserver: it says it listens the way the server
+# A stand-in for tfmesos.agent.tfserver: it says it listens the way the server
 # does, down the descriptor the agent hands it, after its last line (as the
 # server prints its address first: a stop may come as soon as it says so),
 # then serves until stopped.
@@ -141,7 +142,7 @@ def test_a_plain_command_line_starts_without_a_shell(monkeypatch: pytest.MonkeyP
         started.append(args)
         return real_popen(args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr("tfmesos.supervisor.subprocess.Popen", recording_popen)
+    monkeypatch.setattr("tfmesos.agent.supervisor.subprocess.Popen", recording_popen)
     code, output = _run_line("exec echo plain words", dict(os.environ), str(ROOT))
     assert (code, output) == (0, b"plain words\n")
     assert len(started) == 1
@@ -193,7 +194,7 @@ def test_a_command_line_does_what_sh_c_does_with_it(
 # A stand-in agent: runs one command line under CommandRun, says its pid, waits.
 AGENT_STAND_IN = """
 import os, selectors, signal, sys
-from tfmesos.supervisor import CommandRun
+from tfmesos.agent.supervisor import CommandRun
 run = CommandRun(sys.argv[1], dict(os.environ), None, selectors.DefaultSelector(), lambda b: None, print)
 print(run.pid, flush=True)
 signal.pause()
@@ -245,7 +246,7 @@ def test_a_command_the_launcher_runs_inherits_no_descriptor_but_its_output(
 ) -> None:
     # As Popen's close_fds: a descriptor tfrun was handed (one a shell left
     # open, say) is not handed on to the task.
-    from tfmesos import supervisor
+    from tfmesos.agent import supervisor
 
     read_end, write_end = os.pipe()
     os.set_inheritable(write_end, True)

@@ -1,7 +1,7 @@
-"""The sweeper (tfmesos/sweeper.py): what a launcher that dies outright
+"""The sweeper (tfmesos/agent/sweeper.py): what a launcher that dies outright
 leaves of the tasks it ran itself is SIGKILLed; a launcher that says goodbye
 leaves everything alone. Real processes, the sweeper as the local backend
-starts it (tfmesos.backends.directtask.Sweeper's command line)."""
+starts it (tfmesos.backends.local.directtask.Sweeper's command line)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from tfmesos.backends.forkstart import OWN_PROCESS_GROUP
-from tfmesos.proctree import bootstrap_command
+from tfmesos.backends.local.forkstart import OWN_PROCESS_GROUP
+from tfmesos.common.proctree import bootstrap_command
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +43,7 @@ def _sleeper(code: str, mark: str, own_group: bool = True) -> Iterator[subproces
 
 
 def _sweeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(bootstrap_command("tfmesos.sweeper"), stdin=subprocess.PIPE)
+    return subprocess.Popen(bootstrap_command("tfmesos.agent.sweeper"), stdin=subprocess.PIPE)
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:

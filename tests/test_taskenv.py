@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from tfmesos.shell import exec_if_simple
-from tfmesos.supervisor import task_command
-from tfmesos.taskenv import (
+from tfmesos.agent.supervisor import task_command
+from tfmesos.common.shell import exec_if_simple
+from tfmesos.common.taskenv import (
     default_environment,
     fill_placeholders,
     placeholder_values,
@@ -172,7 +172,7 @@ def test_a_simple_command_is_execed_and_anything_else_left_alone(
 
 
 def test_every_variable_a_task_is_given_from_its_cluster_is_the_launchers_own() -> None:
-    from tfmesos import taskenv
+    from tfmesos.common import taskenv
 
     given = set(taskenv.task_environment({"ps": ["h:1"], "worker": ["h:2"]}, "worker", 0))
     given.discard("PYTHONUNBUFFERED")  # always 1, harmless to give

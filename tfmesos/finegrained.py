@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from tfmesos.backends import BackendOptions, backend_options, choose_backend, create_backend
-from tfmesos.console import binary_stream
+from tfmesos.common.ports import reserve_port
 from tfmesos.errors import (
     EXIT_NEVER_UP,
     ClusterStartError,
@@ -32,8 +32,8 @@ from tfmesos.errors import (
     interrupted_status,
 )
 from tfmesos.launcher import Launcher
+from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events, open_events
-from tfmesos.ports import reserve_port
 from tfmesos.spec import CHIEF_JOB, EVALUATOR_JOB, ClusterSpec, Job, coerce_jobs
 from tfmesos.tfcontext import forget_servers
 

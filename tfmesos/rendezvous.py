@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tfmesos import wire
-from tfmesos.aio import reap
+from tfmesos.common.aio import reap
 
 if TYPE_CHECKING:
     # Only for --tls-cert.

@@ -16,16 +16,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tfmesos import taskenv, wire
+from tfmesos import wire
+from tfmesos.common import taskenv
+from tfmesos.common.exported import carried, parse_export
 from tfmesos.errors import SpecError
-from tfmesos.exported import carried, parse_export
-from tfmesos.nproc import MAX_NPROC
 
 __all__ = [
     "CHIEF",
     "CHIEF_JOB",
     "EVALUATOR_JOB",
     "MAX_COMMAND_LINE",
+    "MAX_NPROC",
     "MAX_RESTARTS",
     "MAX_TASKS",
     "ClusterSpec",
@@ -49,7 +50,7 @@ SINGLE_JOBS = (CHIEF_JOB, EVALUATOR_JOB)
 
 MAX_TASKS = 10_000
 """The most tasks one job may have, on any backend (the local backend has
-lower limits of its own: :func:`tfmesos.resources.local_task_limit`)."""
+lower limits of its own: :func:`tfmesos.common.resources.local_task_limit`)."""
 MAX_RESTARTS = 1000
 """More restarts than this is a job that fails for good, restarted for ever."""
 MAX_COMMAND_LINE = 131071
@@ -225,7 +226,7 @@ only when a job has an environment of its own)."""
 def _check_variable(name: object, value: object) -> None:
     """One variable of the job's environment (``-e``'s ``env``,
     ``cluster(env=...)``): what an environment can hold, and none the
-    launcher sets itself (:func:`tfmesos.taskenv.launchers_own`)."""
+    launcher sets itself (:func:`tfmesos.common.taskenv.launchers_own`)."""
     if not isinstance(name, str) or not isinstance(value, str):
         raise SpecError(f"environment variable {name!r} must be a name with a string value")
     if not name or "=" in name:
@@ -295,6 +296,10 @@ def _check_text(what: str, text: str) -> None:
         ) from None
 
 
+MAX_NPROC = 1024
+"""The most processes one task may run (``--nproc-per-task``)."""
+
+
 def _check_nproc(spec: ClusterSpec) -> None:
     """Several processes per task: a whole number, in replica mode, and not
     TensorFlow's ps tasks or the placeholders that name TensorFlow's tasks:
@@ -359,14 +364,14 @@ class ClusterSpec:
     (:mod:`tfmesos.launcher.relaunch`)."""
     nproc: int = 1
     """Replica mode: the processes each task runs (``tfrun --nproc-per-task``),
-    as torchrun's ``--nproc_per_node`` (:mod:`tfmesos.nproc`)."""
+    as torchrun's ``--nproc_per_node`` (:mod:`tfmesos.agent.nproc`)."""
     export: str = "ALL"
     """Which of the submitting environment every task sees (``--export``,
-    :func:`tfmesos.exported.parse_export`): ``ALL``, ``NONE``, ``NAME,...``."""
+    :func:`tfmesos.common.exported.parse_export`): ``ALL``, ``NONE``, ``NAME,...``."""
     cluster_file: bool = False
     """Each task finds the cluster's definition in a file, not in
     ``TF_CONFIG`` and the ``TFMESOS_*_HOSTS`` (``tfrun --cluster-file``,
-    :mod:`tfmesos.clusterfile`): for a job whose addresses are too many for
+    :mod:`tfmesos.common.clusterfile`): for a job whose addresses are too many for
     one environment variable."""
     exported: Mapping[str, str] = field(init=False, repr=False, default_factory=dict)
     """The variables ``export`` carries from this process's environment as it

@@ -146,9 +146,9 @@ ENV_PORT = "TFMESOS_PORT"
 (Slurm, which hands out no ports) and holds it until the task's command runs."""
 ENV_PARENT_PID = "TFMESOS_PARENT_PID"
 ENV_SERVER_DEF = "TFMESOS_SERVER_DEF"
-"""Fine-grained mode: the TensorFlow server's settings, for ``tfmesos.tfserver``."""
+"""Fine-grained mode: the TensorFlow server's settings, for ``tfmesos.agent.tfserver``."""
 ENV_READY_FD = "TFMESOS_READY_FD"
-"""Fine-grained mode: a descriptor ``tfmesos.tfserver`` inherits from the agent
+"""Fine-grained mode: a descriptor ``tfmesos.agent.tfserver`` inherits from the agent
 and writes one byte to once its server listens (the agent then tells the
 launcher ``ready``)."""
 ENV_LOG_FILE = "TFMESOS_AGENT_LOG_FILE"
@@ -164,7 +164,7 @@ ENV_TLS_CERT = "TFMESOS_TLS_CERT"
 this exact certificate is the only one trusted."""
 ENV_BASE = "TFMESOS_ENV_BASE"
 """Where the agent's environment came from, which says what of it the task's
-command keeps (:func:`tfmesos.exported.task_base`): ``here`` (the local
+command keeps (:func:`tfmesos.common.exported.task_base`): ``here`` (the local
 backend: tfrun's, on its host), ``elsewhere`` (Slurm: tfrun's, carried to
 another host), ``image`` (Mesos with ``--image``: the image's); unset: the
 task's host's (a Mesos agent's). What tfrun's environment carries to the task

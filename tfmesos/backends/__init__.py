@@ -3,7 +3,7 @@
 The registry below is the one place that names them: a backend declares its
 own options (:attr:`Backend.options_type`, a frozen dataclass) and whether the
 chief runs beside the launcher (:attr:`Backend.chief_beside_launcher`); the
-CLI, :mod:`tfmesos.run` and :func:`tfmesos.cluster` ask it by name.
+CLI, :mod:`tfmesos.launcher.run` and :func:`tfmesos.cluster` ask it by name.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 BACKENDS = {
-    "local": "tfmesos.backends.local:LocalBackend",
+    "local": "tfmesos.backends.local.backend:LocalBackend",
     "mesos": "tfmesos.backends.mesos:MesosBackend",
     "slurm": "tfmesos.backends.slurm:SlurmBackend",
 }

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from tfmesos.advertise import advertised_host
 from tfmesos.backends.options import BackendOptions
+from tfmesos.common.advertise import advertised_host
+from tfmesos.common.proctree import bootstrap_command
 from tfmesos.errors import EXIT_TFRUN_FAILED
 from tfmesos.rendezvous import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
@@ -32,7 +33,15 @@ __all__ = [
     "TaskEnded",
     "TaskPlaced",
     "advertised_host",
+    "agent_command",
 ]
+
+
+def agent_command() -> list[str]:
+    """This Python, without ``site``, running the agent from this package
+    (the agent needs only the standard library and its own package): how
+    the local and Slurm backends start one."""
+    return bootstrap_command("tfmesos.agent.main")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +112,7 @@ EventSink = Callable[[BackendEvent], None]
 class InProcessRendezvous:
     """The launcher's rendezvous as a task that runs inside the launcher's
     own process sees it (the local backend's tasks without an agent,
-    :mod:`tfmesos.backends.directtask`): the same ``admit``, the same events
+    :mod:`tfmesos.backends.local.directtask`): the same ``admit``, the same events
     (``Registered``, ``Output``, ``Exited``...) delivered to the same sink,
     and the same output ``flow``, with no socket between."""
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
+from tfmesos.common.flagtypes import positive_number
+from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import SpecError
-from tfmesos.flagtypes import positive_number
-from tfmesos.pathtext import shown_path
 from tfmesos.spec import ClusterSpec, Volume, parse_volume
 
 __all__ = ["MesosOptions", "framework_credentials", "read_secret"]

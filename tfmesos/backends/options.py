@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from tfmesos import rundirs
+from tfmesos.common import rundirs
 
 if TYPE_CHECKING:
     from tfmesos.spec import ClusterSpec
@@ -109,11 +109,11 @@ class BackendOptions:
 @dataclass(frozen=True)
 class LocalOptions(BackendOptions):
     """The local backend's options: only where the tasks' logs go (``--log-dir``).
-    Declared here, not in :mod:`tfmesos.backends.local`, so that tfrun checks
+    Declared here, not in :mod:`tfmesos.backends.local.backend`, so that tfrun checks
     a job against it without importing the backend."""
 
     @classmethod
     def task_limit(cls, tasks: int, nproc: int = 1) -> str | None:
-        from tfmesos.resources import local_task_limit
+        from tfmesos.common.resources import local_task_limit
 
         return local_task_limit(tasks, nproc)

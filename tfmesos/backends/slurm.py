@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfmesos import exported, rundirs, wire
-from tfmesos.aio import reap
+from tfmesos import wire
 from tfmesos.backends import slurm_options
 from tfmesos.backends.base import (
     Backend,
@@ -39,11 +38,13 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
     advertised_host,
+    agent_command,
 )
-from tfmesos.backends.local import default_agent_command
+from tfmesos.common import exported, rundirs
+from tfmesos.common.aio import reap
+from tfmesos.common.pathtext import shown_path
+from tfmesos.common.proctree import STARTED_HERE, bootstrap_command
 from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
-from tfmesos.pathtext import shown_path
-from tfmesos.proctree import STARTED_HERE, bootstrap_command
 from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
 from tfmesos.slurm.commands import (
     ENDS,
@@ -224,7 +225,7 @@ class SlurmBackend(Backend):
                 srun_prefix(shape, group if het else None)
                 for group, (shape, _) in enumerate(groups)
             ],
-            "agent": default_agent_command(),
+            "agent": agent_command(),
             "steps": steps,
         }
         argv = sbatch_argv(

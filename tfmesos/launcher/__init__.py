@@ -5,7 +5,7 @@ One module a job: :mod:`.loop` (the :class:`Launcher` and its event loop),
 tasks' output and its flow control), :mod:`.message` (the cluster message),
 :mod:`.relaunch` (fine-grained relaunches at the same address) and
 :mod:`.verdict` (the words of a job's end). The rules they carry out are in
-:mod:`tfmesos.policy`.
+:mod:`tfmesos.launcher.policy`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,6 @@ from __future__ import annotations
 from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.launcher.job import Launcher
 from tfmesos.launcher.loop import RendezvousFactory
-from tfmesos.policy import MAX_ATTEMPTS
+from tfmesos.launcher.policy import MAX_ATTEMPTS
 
 __all__ = ["MAX_ATTEMPTS", "Attempt", "AttemptState", "Launcher", "RendezvousFactory"]

@@ -15,13 +15,14 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import taskenv, wire
+from tfmesos import wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
+from tfmesos.common import taskenv
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
 from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.launcher.loop import KILL_WAIT, OUTPUT_LINGER, Event, Loop
-from tfmesos.policy import Phase
+from tfmesos.launcher.policy import Phase
 from tfmesos.spec import EVALUATOR_JOB, TaskSpec
 
 if TYPE_CHECKING:

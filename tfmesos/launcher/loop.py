@@ -7,7 +7,7 @@ that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per task,
 as the original allowed); once the cluster is up, a task that fails ends the
 job, but in fine-grained mode, where a dead worker's server may come back at
 its address (:mod:`tfmesos.launcher.relaunch`). Those rules are decided in
-:mod:`tfmesos.policy`, as pure functions; this module carries them out. Every
+:mod:`tfmesos.launcher.policy`, as pure functions; this module carries them out. Every
 way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
 :meth:`Launcher.watch` and :meth:`Launcher.stop` goes through teardown.
 """
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfmesos import wire
+from tfmesos.agent.rendezvous import UNRESOLVED_STATUS
 from tfmesos.backends.base import (
     Backend,
     BackendAttached,
@@ -35,7 +36,6 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
 )
-from tfmesos.console import binary_stream
 from tfmesos.errors import (
     EXIT_USAGE,
     ClusterStartError,
@@ -47,9 +47,10 @@ from tfmesos.errors import (
 )
 from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
+from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.output import OutputRouter
-from tfmesos.policy import (
+from tfmesos.launcher.policy import (
     MAX_ATTEMPTS,
     Action,
     Phase,
@@ -72,7 +73,6 @@ from tfmesos.rendezvous import (
     RendezvousServer,
     Unheard,
 )
-from tfmesos.rendezvous_client import UNRESOLVED_STATUS
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def _real_rendezvous(
 class Loop:
     """The launcher's state and its event loop: what comes in (the
     rendezvous's and the backends' events), what each means for the task
-    it is about (:func:`tfmesos.policy` decides), and the moves of each
+    it is about (:func:`tfmesos.launcher.policy` decides), and the moves of each
     attempt. :class:`tfmesos.launcher.job.Launcher` adds the job around it."""
 
     def __init__(
@@ -507,7 +507,7 @@ class Loop:
         return admits(self._view(task), launched=task.state is AttemptState.LAUNCHED)
 
     def _view(self, task: Attempt) -> TaskView:
-        """What the rules (tfmesos.policy) know of ``task``."""
+        """What the rules (tfmesos.launcher.policy) know of ``task``."""
         return TaskView(
             phase=self._phase,
             current=self._attempts.is_current(task),

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tfmesos import clusterfile, taskenv, wire
+from tfmesos import wire
+from tfmesos.agent.nproc import ENV_COMMAND
+from tfmesos.common import clusterfile, taskenv
+from tfmesos.common.shell import exec_if_simple
 from tfmesos.errors import ClusterStartError, SpecError
 from tfmesos.launcher.attempts import Attempt
-from tfmesos.nproc import ENV_COMMAND
-from tfmesos.shell import exec_if_simple
 from tfmesos.spec import EVALUATOR_JOB, MAX_COMMAND_LINE, ClusterSpec
 
 __all__ = ["check_environment", "check_size", "cluster_def_of", "cluster_message", "summary"]
@@ -87,7 +88,7 @@ def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -
     task, listed in ``TF_CONFIG`` and the ``TFMESOS_*_HOSTS``, can pass: every
     command would fail with "Argument list too long". A
     :class:`~tfmesos.errors.SpecError`: bad usage, which the file of
-    ``--cluster-file`` (:mod:`tfmesos.clusterfile`) mends."""
+    ``--cluster-file`` (:mod:`tfmesos.common.clusterfile`) mends."""
     tasks = sum(len(addrs) for addrs in cluster_def.values())
     flag = f"{clusterfile.FLAG} (cluster_file=True in Python)"
     jobs = [job for job in spec.jobs if job.num > 0]
@@ -116,7 +117,7 @@ def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -
     for job in jobs:
         env = taskenv.task_environment(cluster_def, job.name, job.num - 1, nproc=spec.nproc)
         if spec.nproc > 1:
-            env.pop("TF_CONFIG", None)  # as the agent does (tfmesos.supervisor)
+            env.pop("TF_CONFIG", None)  # as the agent does (tfmesos.agent.supervisor)
         for name, value in env.items():
             if spec.cluster_file and name in clusterfile.FILE_VARIABLES:
                 continue

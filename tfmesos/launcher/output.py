@@ -8,8 +8,8 @@ import logging
 import sys
 from typing import BinaryIO
 
-from tfmesos.console import ConsoleWriter, colour_prefix, same_destination, use_colour
 from tfmesos.launcher.attempts import Attempt
+from tfmesos.launcher.console import ConsoleWriter, colour_prefix, same_destination, use_colour
 
 __all__ = ["OUTPUT_STALL", "OutputRouter", "human_size"]
 

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfmesos.common.resources import format_mib
 from tfmesos.mesos.placement import describe_need
-from tfmesos.resources import format_mib
 from tfmesos.spec import TaskSpec
 
 __all__ = [

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import SpecError
-from tfmesos.pathtext import shown_path
 
 __all__ = [
     "MasterAddress",

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfmesos.resources import format_mib
+from tfmesos.common.resources import format_mib
 from tfmesos.spec import TaskSpec
 
 __all__ = [

@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from tfmesos.pathtext import shown_path
+from tfmesos.common.pathtext import shown_path
 
 __all__ = ["TaskLogs"]
 

@@ -30,10 +30,8 @@ import subprocess
 import sys
 import time
 
-from tfmesos import procfs, wire
-from tfmesos.pathtext import shown_path
-from tfmesos.proctree import kill_until_gone
-from tfmesos.rendezvous_client import (
+from tfmesos import wire
+from tfmesos.agent.rendezvous import (
     KEEPALIVE_COUNT,
     KEEPALIVE_IDLE,
     KEEPALIVE_INTERVAL,
@@ -42,6 +40,9 @@ from tfmesos.rendezvous_client import (
     RendezvousClient,
     keepalive,
 )
+from tfmesos.common import procfs
+from tfmesos.common.pathtext import shown_path
+from tfmesos.common.proctree import kill_until_gone
 
 __all__ = [
     "KEEPALIVE_COUNT",
@@ -174,7 +175,7 @@ file itself, as the local backend gives it, not srun's --output.
 Through srun, a log disk that filled up lost the rest of the task's output
 without a word (srun writes the file, the agent only a pipe to it), and the
 last line said the output was all there; written by the agent, the disk's
-failure is its own (:class:`tfmesos.tasklog.TaskLog`): said once, naming the
+failure is its own (:class:`tfmesos.common.tasklog.TaskLog`): said once, naming the
 task, the log and the disk. No file name goes through srun's patterns either
 (srun 22.05 misread a per-task one after another, as in ``v%j%t``: every
 step failed, "Slurmd could not connect IO"). A log the node cannot open

@@ -457,7 +457,7 @@ class FakeBackend(Backend):
 @dataclass
 class FakeRuns:
     """Fake backends for each run of a job that restarts (``--max-restarts``):
-    :meth:`make` is a :data:`tfmesos.run.LauncherFactory`; ``plans_by_run``
+    :meth:`make` is a :data:`tfmesos.launcher.run.LauncherFactory`; ``plans_by_run``
     gives each run's plans (runs past the list: the default plans)."""
 
     spec: ClusterSpec

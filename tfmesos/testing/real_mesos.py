@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfmesos import proctree
+from tfmesos.common import proctree
 
 # Finding and installing Mesos is mesos_home's; these names stay importable
 # from here, where scripts/start-mesos, the tests and the benchmarks find them.

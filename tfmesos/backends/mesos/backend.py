@@ -21,9 +21,6 @@ from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from tfmesos import rundirs
-from tfmesos.advertise import is_loopback_name
-from tfmesos.aio import reap
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
@@ -55,6 +52,10 @@ from tfmesos.backends.mesos.subscriptions import Subscriptions
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
 from tfmesos.backends.mesos.tasks import PlacedTasks
 from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
+from tfmesos.common import rundirs
+from tfmesos.common.advertise import is_loopback_name
+from tfmesos.common.aio import reap
+from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import EXIT_TFRUN_FAILED, ResourceError, SpecError, TFMesosError
 from tfmesos.mesos import calls
 from tfmesos.mesos.agents import AGENTS_CALL, agent_totals, never_held
@@ -62,7 +63,6 @@ from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.tasklogs import TaskLogs
 from tfmesos.mesos.transport import TransportError
-from tfmesos.pathtext import shown_path
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["MesosBackend"]

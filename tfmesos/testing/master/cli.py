@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos.portholder import port_taken
+from tfmesos.common.portholder import port_taken
 from tfmesos.testing.master.master import TestMaster
 from tfmesos.testing.master.state import MasterConfig
 

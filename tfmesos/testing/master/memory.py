@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from tfmesos import procfs
+from tfmesos.common import procfs
 from tfmesos.testing.master.schema import JSON
 
 MEMORY_POLL = 0.5

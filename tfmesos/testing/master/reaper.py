@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from tfmesos import procfs
-from tfmesos.proctree import signal_group, signal_pid
+from tfmesos.common import procfs
+from tfmesos.common.proctree import signal_group, signal_pid
 
 _REAPER_SOURCE = """
 import json, os, shutil, signal, subprocess, sys

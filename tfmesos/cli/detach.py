@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tfmesos import rundirs
+from tfmesos.common import rundirs
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
 from tfmesos.launcher.events import Events, open_events
 from tfmesos.slurm.commands import literal_filename

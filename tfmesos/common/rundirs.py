@@ -51,7 +51,7 @@ LOCK = ".lock"
 LATEST = "latest"
 """The link to the newest run's directory, beside the runs."""
 RECORDS = ("events.jsonl", "job.json")
-"""What tfrun keeps of every run for ``tfrun list`` (tfmesos.detach): a run
+"""What tfrun keeps of every run for ``tfrun list`` (tfmesos.cli.detach): a run
 that kept nothing else kept nothing (:func:`release`)."""
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 

@@ -71,7 +71,7 @@ GPU_VARIABLE = "CUDA_VISIBLE_DEVICES"
 none; a Mesos agent's isolator gives the container its own). Set in the job's
 environment it would hand every task the same GPUs, whatever it was given;
 which of this machine's GPUs tfrun hands out is the user's to say in tfrun's
-own environment (read by :mod:`tfmesos.resources`)."""
+own environment (read by :mod:`tfmesos.common.resources`)."""
 
 
 def launchers_own(name: str) -> bool:
@@ -243,7 +243,7 @@ def rank_environment(
     ``LOCAL_WORLD_SIZE`` is ``nproc``, ``WORLD_SIZE`` and the role's size
     are ``nproc`` times the tasks', and ``RANK``, ``ROLE_RANK`` and
     ``JAX_PROCESS_ID`` are the task's local rank 0's, which each process
-    adds its ``LOCAL_RANK`` to (:func:`tfmesos.nproc.process_environment`).
+    adds its ``LOCAL_RANK`` to (:func:`tfmesos.agent.nproc.process_environment`).
     Its processes share the task's GPUs, as torchrun's do.
 
     Rank 0 hosts torch's TCP store at ``MASTER_ADDR:MASTER_PORT`` and JAX's
@@ -288,7 +288,7 @@ def rank_environment(
         # torch.distributed.is_torchelastic_launched() looks for this one.
         "TORCHELASTIC_RUN_ID": run_id or "none",
         # JAX reads the coordinator's address itself; the count and the id
-        # from a cluster environment: tfmesos's (tfmesos/jaxcluster.py) reads
+        # from a cluster environment: tfmesos's (tfmesos/agent/jaxcluster.py) reads
         # these two.
         "JAX_COORDINATOR_ADDRESS": master,
         "JAX_NUM_PROCESSES": size,

@@ -7,7 +7,7 @@ login or its cluster manager (:data:`NOT_CARRIED`, :data:`NOT_CARRIED_PREFIXES`)
 those would be wrong on another host. ``--export NONE`` carries nothing,
 ``--export NAME[,NAME=VALUE...]`` only those names (srun's spelling), and
 ``--export ALL,NAME=VALUE`` everything and those values. What the launcher
-sets itself (:func:`tfmesos.taskenv.launchers_own`) is never carried: the
+sets itself (:func:`tfmesos.common.taskenv.launchers_own`) is never carried: the
 task always gets the launcher's value.
 
 The variables carried go to each task in its cluster message, over the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tfmesos.taskenv import launchers_own
+from tfmesos.common.taskenv import launchers_own
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfmesos import rundirs
 from tfmesos.backends import BackendOptions, backend_class, create_backend
-from tfmesos.console import use_colour
+from tfmesos.common import rundirs
 from tfmesos.errors import (
     EXIT_NEVER_UP,
     INTERRUPTING_SIGNALS,
@@ -23,6 +22,7 @@ from tfmesos.errors import (
     interrupted_status,
 )
 from tfmesos.launcher import Launcher
+from tfmesos.launcher.console import use_colour
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.verdict import duration, ends, paint
 from tfmesos.spec import ClusterSpec
@@ -87,7 +87,7 @@ def launcher_factory(
         backend = create_backend(backend_name, spec, chosen)
         chief = None
         if backend.chief_beside_launcher:
-            from tfmesos.backends.local import LocalBackend
+            from tfmesos.backends.local.backend import LocalBackend
 
             # Remote tasks must reach the chief: it listens on this host's
             # name. Its log beside the other tasks' where the backend keeps

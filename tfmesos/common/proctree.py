@@ -26,7 +26,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import procfs
+from tfmesos.common import procfs
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,7 +55,7 @@ __all__ = [
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 """The folder that holds this ``tfmesos`` package."""
 
 

@@ -1,4 +1,4 @@
-"""The launcher's end of the fork server (:mod:`tfmesos.forkserver`).
+"""The launcher's end of the fork server (:mod:`tfmesos.agent.forkserver`).
 
 Requests go down the server's stdin and replies come up its stdout, both
 through asyncio pipe transports: no thread, and a request never blocks the
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tfmesos.backends import forkstart
-from tfmesos.backends.forkstart import OWN_PROCESS_GROUP
-from tfmesos.proctree import signal_group, wait_for_exit
+from tfmesos.backends.local import forkstart
+from tfmesos.backends.local.forkstart import OWN_PROCESS_GROUP
+from tfmesos.common.proctree import signal_group, wait_for_exit
 
 __all__ = ["OWN_PROCESS_GROUP", "AgentProcess", "ForkServer", "ForkServerGone", "exit_status"]
 
@@ -32,7 +32,7 @@ ORPHAN_GRACE = 8.0
 
 async def exit_status(proc: subprocess.Popen[bytes]) -> int:
     """Wait for ``proc`` without a thread where a pidfd allows (see
-    :func:`tfmesos.proctree.wait_for_exit`), else in one."""
+    :func:`tfmesos.common.proctree.wait_for_exit`), else in one."""
     if await wait_for_exit(proc.pid) is None:
         return await asyncio.to_thread(proc.wait)
     return proc.wait()
@@ -91,7 +91,7 @@ class ForkServer:
 
     async def start(self) -> None:
         # The one tfrun started before its imports, if there is one
-        # (tfmesos.backends.forkstart), else a new one.
+        # (tfmesos.backends.local.forkstart), else a new one.
         self._proc = forkstart.take() or forkstart.popen()
         assert self._proc.stdin is not None
         assert self._proc.stdout is not None

@@ -176,10 +176,10 @@ def _would_block(exc: OSError) -> bool:
 def _own_host() -> str:
     """The name other tasks dial to reach this one, where the backend did not
     say (Slurm): this host's first name that is not a loopback one (as the
-    launcher chooses its own: :mod:`tfmesos.advertise`), else its address on
+    launcher chooses its own: :mod:`tfmesos.common.advertise`), else its address on
     the default route. Not ``TFMESOS_ADVERTISE_HOST``: that is the launcher's,
     and a Slurm task inherits the launcher's environment."""
-    from tfmesos.advertise import own_name
+    from tfmesos.common.advertise import own_name
 
     return own_name() or socket.getfqdn()
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from tfmesos.procenv import with_any_environment
+from tfmesos.common.procenv import with_any_environment
 
 __all__ = [
     "ProcessStat",

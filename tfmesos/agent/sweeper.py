@@ -1,7 +1,7 @@
 """The sweeper: ends a local job's tasks should the launcher die outright.
 
 The local backend runs a plain task's command itself, as the launcher's own
-child (:mod:`tfmesos.backends.directtask`), with nothing between the fork and
+child (:mod:`tfmesos.backends.local.directtask`), with nothing between the fork and
 the exec: no parent-death signal is asked for in the child. This process
 stands in for it, once per job rather than once per command. It reads what the
 launcher tells it on its stdin, one line at a time:
@@ -29,8 +29,8 @@ from __future__ import annotations
 import os
 import time
 
-from tfmesos import procfs
-from tfmesos.procenv import with_any_environment
+from tfmesos.common import procfs
+from tfmesos.common.procenv import with_any_environment
 
 __all__ = ["main"]
 

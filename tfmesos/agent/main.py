@@ -20,10 +20,10 @@ is gone too once it has said nothing, not even a heartbeat, for
 trying, as long again, to deliver it and the exit status.
 
 This module is the agent's entry point and its event loop; the parts live
-beside it: the connection and handshake in :mod:`tfmesos.rendezvous_client`,
-one run of a command in :mod:`tfmesos.supervisor`, the shell tables in
-:mod:`tfmesos.shell`, the task's log in :mod:`tfmesos.tasklog`, ending what
-the commands leave behind in :mod:`tfmesos.proctree`, and the contract with
+beside it: the connection and handshake in :mod:`tfmesos.agent.rendezvous`,
+one run of a command in :mod:`tfmesos.agent.supervisor`, the shell tables in
+:mod:`tfmesos.common.shell`, the task's log in :mod:`tfmesos.common.tasklog`, ending what
+the commands leave behind in :mod:`tfmesos.common.proctree`, and the contract with
 the launcher (the environment, the timings) in :mod:`tfmesos.wire`.
 """
 
@@ -39,9 +39,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import proctree, wire
-from tfmesos.ports import NoFreePort, port_is_free, reserve_port
-from tfmesos.rendezvous_client import (
+from tfmesos import wire
+from tfmesos.agent.rendezvous import (
     UNRESOLVED_STATUS,
     AgentConfig,
     AgentError,
@@ -49,8 +48,10 @@ from tfmesos.rendezvous_client import (
     RendezvousClient,
     Unresolvable,
 )
-from tfmesos.supervisor import CommandRun, Spawned, task_command
-from tfmesos.tasklog import TaskLog
+from tfmesos.agent.supervisor import CommandRun, Spawned, task_command
+from tfmesos.common import proctree
+from tfmesos.common.ports import NoFreePort, port_is_free, reserve_port
+from tfmesos.common.tasklog import TaskLog
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -9,7 +9,7 @@ job step of one task (``SLURM_NTASKS=1``, ``SLURM_PROCID=0``), which JAX's
 Slurm detector would take for a job of one process. tfrun's own variables
 describe the whole job.
 
-In a task it is imported by :mod:`tfmesos.jaxhook` as soon as the program
+In a task it is imported by :mod:`tfmesos.agent.jaxhook` as soon as the program
 imports JAX; a program may also import it itself. It imports JAX.
 """
 
@@ -26,7 +26,7 @@ _NEEDED = ("TFMESOS_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES"
 
 class TFMesosCluster(ClusterEnv):  # type: ignore[no-untyped-call]
     """A tfrun task: the values come from the variables tfrun sets in every
-    task (:func:`tfmesos.taskenv.rank_environment`). Also chosen by name with
+    task (:func:`tfmesos.common.taskenv.rank_environment`). Also chosen by name with
     ``jax.distributed.initialize(cluster_detection_method="tfmesos")``."""
 
     name: str = "tfmesos"

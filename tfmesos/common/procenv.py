@@ -1,6 +1,6 @@
 """Finding processes by an entry of their environment, in ``/proc``.
 
-Apart from :mod:`tfmesos.procfs` so that :mod:`tfmesos.sweeper`, which needs
+Apart from :mod:`tfmesos.common.procfs` so that :mod:`tfmesos.agent.sweeper`, which needs
 only this, imports nothing but ``os`` for it.
 """
 

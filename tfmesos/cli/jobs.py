@@ -1,11 +1,11 @@
 """``tfrun list``, ``status``, ``logs``, ``wait``, ``stop``, ``attach``: a
-detached job's commands (``tfrun --detach``, tfmesos.detach).
+detached job's commands (``tfrun --detach``, tfmesos.cli.detach).
 
 Each backend that detaches a job has a :class:`JobStore`: where its jobs are
 found by id, their state read, their logs, and how one is stopped. The local
 backend's, :class:`LocalJobs`, reads the run directories under
 ``$XDG_STATE_HOME/tfmesos/runs``: a job's id is its directory's name, its
-state its event stream (``events.jsonl``, tfmesos.jobstate) and whether its
+state its event stream (``events.jsonl``, tfmesos.cli.jobstate) and whether its
 launcher still holds the directory's lock. Another backend (Mesos: the
 master's state and the agents' sandboxes) brings a store of its own; the
 commands below know only the interface.
@@ -26,9 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from tfmesos import detach, rundirs
+from tfmesos.cli import detach
+from tfmesos.cli.jobstate import JobState, job_state, read_events
+from tfmesos.common import rundirs
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
-from tfmesos.jobstate import JobState, job_state, read_events
 from tfmesos.launcher.events import SCHEMA_VERSION
 from tfmesos.slurm.commands import SQUEUE_FORMAT, JobStatus, parse_squeue
 
@@ -277,7 +278,7 @@ def store_for(backend: str | None) -> JobStore:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``tfrun WORD ...`` for a WORD of :data:`tfmesos.cli.SUBCOMMANDS`."""
+    """``tfrun WORD ...`` for a WORD of :data:`tfmesos.cli.main.SUBCOMMANDS`."""
     word, rest = argv[0], list(argv[1:])
     parser = _parser(word)
     args = parser.parse_args(rest)
@@ -298,7 +299,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _parser(word: str) -> argparse.ArgumentParser:
-    from tfmesos.cli import _Parser
+    from tfmesos.cli.main import _Parser
 
     class _JobParser(_Parser):
         def _unknown_flag(self, word: str) -> str | None:

@@ -1,14 +1,14 @@
 """The local backend: every task a child process of the launcher, on this machine.
 
 A plain replica-mode task is run by the launcher itself, with no agent
-(:mod:`tfmesos.backends.directtask`; the sweeper, :mod:`tfmesos.sweeper`,
+(:mod:`tfmesos.backends.local.directtask`; the sweeper, :mod:`tfmesos.agent.sweeper`,
 ends its commands should the launcher die outright). Any other task (fine-
 grained mode's servers, an initializer or finalizer, ``TFMESOS_LOCAL_AGENTS``)
 has an agent, as on a cluster.
 
 Each agent runs in a process group of its own, so a signal to that group reaches
 only that task; the agent puts the user's command in a group of its own, and
-both are bound to their parent's life (see :mod:`tfmesos.proctree`).
+both are bound to their parent's life (see :mod:`tfmesos.common.proctree`).
 
 An agent killed outright cannot end what its commands started: its death
 hands those processes to the fork server (a subreaper), which kills them, and
@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos import exported, procfs, rundirs, wire
+from tfmesos import wire
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
@@ -38,28 +38,33 @@ from tfmesos.backends.base import (
     TaskEnded,
     TaskPlaced,
 )
-from tfmesos.backends.directtask import DirectTask, Sweeper, end_strays
-from tfmesos.backends.forking import (
+from tfmesos.backends.base import agent_command as default_agent_command
+from tfmesos.backends.local.directtask import DirectTask, Sweeper, end_strays
+from tfmesos.backends.local.forking import (
     OWN_PROCESS_GROUP,
     AgentProcess,
     ForkServer,
     ForkServerGone,
     exit_status,
 )
-from tfmesos.backends.forkstart import NO_FORK_SERVER, raise_open_file_limit, runs_tasks_itself
+from tfmesos.backends.local.forkstart import (
+    NO_FORK_SERVER,
+    raise_open_file_limit,
+    runs_tasks_itself,
+)
 from tfmesos.backends.options import LocalOptions
-from tfmesos.errors import ResourceError, SpecError
-from tfmesos.pathtext import shown_path
-from tfmesos.ports import PortAllocator
-from tfmesos.proctree import (
+from tfmesos.common import exported, procfs, rundirs
+from tfmesos.common.pathtext import shown_path
+from tfmesos.common.ports import PortAllocator
+from tfmesos.common.proctree import (
     become_subreaper,
-    bootstrap_command,
     kill_until_gone,
     signal_group,
 )
-from tfmesos.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
+from tfmesos.common.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
+from tfmesos.common.tasklog import describe_failure
+from tfmesos.errors import ResourceError, SpecError
 from tfmesos.spec import ClusterSpec, TaskSpec
-from tfmesos.tasklog import describe_failure
 
 __all__ = ["LocalBackend", "LocalOptions"]
 
@@ -420,7 +425,7 @@ class LocalBackend(Backend):
                 wire.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
                 wire.ENV_LOG_MAX: str(self.log_max),
                 # tfrun's environment: the task keeps what describes this
-                # host; the rest comes as --export says (tfmesos.exported).
+                # host; the rest comes as --export says (tfmesos.common.exported).
                 wire.ENV_BASE: exported.HERE,
             }
         )
@@ -554,12 +559,6 @@ class LocalBackend(Backend):
             await self._fork_server.close()
         if self._own_run:
             rundirs.release(self.log_dir)
-
-
-def default_agent_command() -> list[str]:
-    """This Python, without ``site``, running the agent from this package
-    (the agent needs only the standard library and its own package)."""
-    return bootstrap_command("tfmesos.agent")
 
 
 async def _terminate(running: AgentProcess) -> None:

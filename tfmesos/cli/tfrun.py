@@ -54,7 +54,7 @@ def run(cli_main: Callable[[], int] | None = None) -> int:
     try:
         try:
             if cli_main is None:
-                from tfmesos.cli import main as imported
+                from tfmesos.cli.main import main as imported
 
                 cli_main = imported
             status = cli_main()
@@ -77,8 +77,8 @@ def _clean_up() -> None:
     directories that no backend has let go of (one that kept nothing goes)."""
     import contextlib
 
-    forkstart = sys.modules.get("tfmesos.backends.forkstart")
-    rundirs = sys.modules.get("tfmesos.rundirs")
+    forkstart = sys.modules.get("tfmesos.backends.local.forkstart")
+    rundirs = sys.modules.get("tfmesos.common.rundirs")
     try:
         if forkstart is not None:
             forkstart.discard()

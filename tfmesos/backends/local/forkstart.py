@@ -4,7 +4,7 @@ The server's own start (an interpreter, then the agent's standard library:
 tens of ms) used to come after the launcher's imports and set-up; started
 here, as soon as ``tfrun`` knows the job is local, it runs on the other core
 while the launcher imports asyncio and the rest, and
-:meth:`tfmesos.backends.forking.ForkServer.start` adopts it
+:meth:`tfmesos.backends.local.forking.ForkServer.start` adopts it
 (docs/benchmarks.md, "The fixed cost"). One not adopted is closed by
 :func:`discard` (``tfrun`` calls it at the end, whatever happened).
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tfmesos.proctree import bootstrap_command
+from tfmesos.common.proctree import bootstrap_command
 
 __all__ = [
     "LOCAL_AGENTS",
@@ -43,7 +43,7 @@ on a cluster, rather than have the launcher run a plain task itself."""
 
 def runs_tasks_itself(spec: Any) -> bool:
     """Whether the local backend runs this job's tasks in the launcher's own
-    process (:mod:`tfmesos.backends.directtask`) rather than through agents:
+    process (:mod:`tfmesos.backends.local.directtask`) rather than through agents:
     replica mode, with no initializer or finalizer (the agent's sequence of
     commands), unless agents are asked for (``TFMESOS_LOCAL_AGENTS``, or
     ``TFMESOS_NO_FORK_SERVER``: agents as interpreters of their own)."""
@@ -67,7 +67,10 @@ _started: tuple[int, subprocess.Popen[bytes]] | None = None
 
 def command() -> list[str]:
     """The fork server's command line, for the launcher that runs it (this process)."""
-    return [*bootstrap_command("tfmesos.forkserver", "main(int(sys.argv[1]))"), str(os.getpid())]
+    return [
+        *bootstrap_command("tfmesos.agent.forkserver", "main(int(sys.argv[1]))"),
+        str(os.getpid()),
+    ]
 
 
 def popen() -> subprocess.Popen[bytes]:

@@ -22,9 +22,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import clusterfile, exported, oomkills, proctree, taskenv, wire
-from tfmesos import nproc as nproc_runner
-from tfmesos.shell import exec_if_simple, plain_argv, shell_environment
+from tfmesos import wire
+from tfmesos.agent import nproc as nproc_runner
+from tfmesos.agent import oomkills
+from tfmesos.common import clusterfile, exported, proctree, taskenv
+from tfmesos.common.shell import exec_if_simple, plain_argv, shell_environment
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -88,18 +90,18 @@ def task_command(
     command = message.get("cmd")
     if message.get("cluster_file"):
         # tfrun --cluster-file: every address in a file, none in the
-        # environment (tfmesos.clusterfile).
+        # environment (tfmesos.common.clusterfile).
         if nproc > 1:
             del env["TF_CONFIG"]  # as below: the file has the cluster, no TF_CONFIG's task
         clusterfile.move_to_file(env, environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
     if command is None:
         env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
-        return [sys.executable, "-m", "tfmesos.tfserver"], env
+        return [sys.executable, "-m", "tfmesos.agent.tfserver"], env
     env.setdefault(ERROR_FILE, new_error_file())
     values = taskenv.placeholder_values(cluster, job_name, task_index)
     line = exec_if_simple(taskenv.fill_placeholders(str(command), values))
     if nproc > 1:
-        # Several processes: the runner starts them (tfmesos.nproc). No
+        # Several processes: the runner starts them (tfmesos.agent.nproc). No
         # TF_CONFIG: it would name one TensorFlow worker per task.
         env.pop("TF_CONFIG", None)
         logs = nproc_runner.log_path(environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
@@ -126,7 +128,7 @@ def _start(
 
     ``death_signal``: the command is SIGKILLed should its parent die
     outright. Without it (the launcher runs the command, and a sweeper of
-    its own ends what it leaves: :mod:`tfmesos.sweeper`) nothing runs
+    its own ends what it leaves: :mod:`tfmesos.agent.sweeper`) nothing runs
     between the fork and the exec, so ``subprocess`` can ``vfork``.
     """
     options: dict[str, Any] = {
@@ -281,7 +283,7 @@ class CommandRun:
                 ...  # the agent's own keys; run.stop() to stop the command
         returncode = run.close()
 
-    ``on_ready``: fine-grained mode, where the command is ``tfmesos.tfserver``;
+    ``on_ready``: fine-grained mode, where the command is ``tfmesos.agent.tfserver``;
     called once the server listens (it writes a byte down a pipe it inherits,
     :data:`tfmesos.wire.ENV_READY_FD`), unless the command has exited by then.
     ``death_signal``: as :func:`_start` says. ``selector``: anything that
@@ -318,7 +320,7 @@ class CommandRun:
             child_env[wire.ENV_READY_FD] = str(ready_write)
         self.failed_process: int | None = None
         """After :meth:`close`: the local rank of the task's process that
-        failed first, where the command is several (:mod:`tfmesos.nproc`)."""
+        failed first, where the command is several (:mod:`tfmesos.agent.nproc`)."""
         self.error: str | None = None
         """After :meth:`close`, for a command that failed: the exception a
         ``@record`` program wrote to ``TORCHELASTIC_ERROR_FILE``."""
@@ -516,7 +518,7 @@ def ours_error_file(env: Mapping[str, str]) -> str | None:
 
 
 def child_count(env: Mapping[str, str]) -> int:
-    """How many processes the command is (``tfmesos.nproc``'s, or 1)."""
+    """How many processes the command is (``tfmesos.agent.nproc``'s, or 1)."""
     count = env.get(nproc_runner.ENV_NPROC, "1")
     return int(count) if count.isdigit() else 1
 

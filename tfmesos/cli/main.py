@@ -1,7 +1,7 @@
 """``tfrun``: run a command once per task of a distributed TensorFlow, PyTorch or JAX job.
 
 Argument parsing only: it turns the command line into a :class:`ClusterSpec`
-and hands it to :func:`tfmesos.run.run_replica_job`.
+and hands it to :func:`tfmesos.launcher.run.run_replica_job`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,13 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfmesos import rundirs, wire
-from tfmesos.backends import BACKENDS, choose_backend, forkstart, options_class
+from tfmesos import wire
+from tfmesos.backends import BACKENDS, choose_backend, options_class
+from tfmesos.backends.local import forkstart
+from tfmesos.common import rundirs
+from tfmesos.common.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
+from tfmesos.common.pathtext import shown_path
+from tfmesos.common.taskenv import placeholders_in
 from tfmesos.errors import (
     EXIT_TFRUN_FAILED,
     EXIT_USAGE,
@@ -30,22 +35,19 @@ from tfmesos.errors import (
     TFMesosError,
     interrupted_status,
 )
-from tfmesos.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
-from tfmesos.nproc import MAX_NPROC
-from tfmesos.pathtext import shown_path
 from tfmesos.spec import (
+    MAX_NPROC,
     MAX_RESTARTS,
     MAX_TASKS,
     ClusterSpec,
     Job,
     bare_script,
 )
-from tfmesos.taskenv import placeholders_in
 
 __all__ = ["build_parser", "main", "parse_args"]
 
 SUBCOMMANDS = frozenset({"list", "status", "logs", "wait", "stop", "attach"})
-"""``tfrun WORD ...``: a detached job's commands (tfmesos.jobs), told apart
+"""``tfrun WORD ...``: a detached job's commands (tfmesos.cli.jobs), told apart
 from a job's flags by the first argument alone (a job's command comes after --)."""
 DETACHABLE = frozenset({"local", "slurm"})
 """The backends ``--detach`` runs on."""
@@ -572,7 +574,7 @@ without end (``-e /dev/zero``) must not be read until memory runs out."""
 
 def read_extra_config(path: str) -> tuple[str | None, str | None, dict[str, str]]:
     """``-e FILE``: its initializer, finalizer and environment."""
-    from tfmesos.pathtext import shown_path
+    from tfmesos.common.pathtext import shown_path
 
     shown = shown_path(path)
     try:
@@ -739,11 +741,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     given = sys.argv[1:] if argv is None else list(argv)
     if given and given[0] in SUBCOMMANDS:  # tfrun list, status ID, ...: never a job's flags
-        from tfmesos.jobs import main as jobs_main
+        from tfmesos.cli.jobs import main as jobs_main
 
         return jobs_main(given)
     args, spec = parse_args(given)
-    from tfmesos import detach
+    from tfmesos.cli import detach
 
     run_dir = None
     if args.detach:
@@ -763,7 +765,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Its start overlaps the launcher's imports (docs/benchmarks.md).
         forkstart.start()
     from tfmesos.launcher.events import NO_EVENTS, Events, open_events
-    from tfmesos.run import LateSignals, run_replica_job
+    from tfmesos.launcher.run import LateSignals, run_replica_job
 
     events: Events = NO_EVENTS
     if args.events is not None:
@@ -809,7 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print("tfrun: error: tfrun itself failed (above)", file=sys.stderr, flush=True)
         return verdict(EXIT_TFRUN_FAILED, "error", f"tfrun itself failed: {exc!r}")
-    except KeyboardInterrupt as exc:  # before the job's loop took signals in (tfmesos.tfrun)
+    except KeyboardInterrupt as exc:  # before the job's loop took signals in (tfmesos.cli.tfrun)
         signum = getattr(exc, "signum", signal.SIGINT)  # SignalInterrupt's, or Ctrl-C's
         name = signal.Signals(signum).name
         verdict(
@@ -847,9 +849,3 @@ def _exit_now(status: int) -> NoReturn:
         with contextlib.suppress(OSError, ValueError):  # closed or broken: nothing more to say
             stream.flush()
     os._exit(status)
-
-
-if __name__ == "__main__":
-    from tfmesos.tfrun import run
-
-    sys.exit(run(main))

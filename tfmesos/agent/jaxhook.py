@@ -3,7 +3,7 @@
 JAX learns the number of processes and this process's id from a cluster
 environment: a subclass of JAX's ``ClusterEnv``, registered when its module
 is imported (JAX's own: Slurm, Open MPI, Kubernetes, Cloud TPU). tfmesos's
-(:mod:`tfmesos.jaxcluster`) must therefore be imported into the user's
+(:mod:`tfmesos.agent.jaxcluster`) must therefore be imported into the user's
 program before it calls ``initialize()``, without the program importing
 tfmesos, and without importing JAX into a process that never does.
 
@@ -14,7 +14,7 @@ else does (elsewhere the line costs one dictionary lookup). This module puts a
 finder at the head of ``sys.meta_path`` that looks for nothing but JAX's
 ``jax._src.clusters``: when a program imports JAX, the finder lets the usual
 finders find that package and, once the package has run (JAX's detectors
-defined), imports :mod:`tfmesos.jaxcluster`, which registers tfmesos's
+defined), imports :mod:`tfmesos.agent.jaxcluster`, which registers tfmesos's
 environment before them (a wrapped loader: ``importlib``'s documented
 finder and loader protocol). Then the finder takes itself out. A process that
 never imports JAX pays one string comparison per module it imports.
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["GATE", "WATCHED", "install"]
 
 GATE = "TFMESOS_DISTRIBUTED"
-"""The variable the ``.pth`` line looks for (:func:`tfmesos.taskenv.task_environment`
+"""The variable the ``.pth`` line looks for (:func:`tfmesos.common.taskenv.task_environment`
 sets it in every task)."""
 
 WATCHED = "jax._src.clusters"
@@ -45,7 +45,7 @@ WATCHED = "jax._src.clusters"
 
 def _register() -> None:
     try:
-        import tfmesos.jaxcluster  # noqa: F401  (defining the class registers it)
+        import tfmesos.agent.jaxcluster  # noqa: F401  (defining the class registers it)
     except Exception as error:
         # A JAX whose internals moved: the program still imports JAX, and
         # initialize() without arguments says what it lacks, as without tfrun.

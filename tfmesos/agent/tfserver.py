@@ -1,4 +1,4 @@
-"""``python -m tfmesos.tfserver``: one plain TensorFlow gRPC server.
+"""``python -m tfmesos.agent.tfserver``: one plain TensorFlow gRPC server.
 
 The agent runs this as its child in fine-grained mode. It is the only part of a
 task that imports TensorFlow, and only because it has to.
@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from tfmesos import clusterfile, wire
+from tfmesos import wire
+from tfmesos.common import clusterfile
 
 
 def main() -> int:

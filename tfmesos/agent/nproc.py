@@ -1,9 +1,9 @@
 """Several processes per task (``tfrun --nproc-per-task N``): their ranks, and
-the small runner that starts them: ``python -m tfmesos.nproc``.
+the small runner that starts them: ``python -m tfmesos.agent.nproc``.
 
 A task of a job run with ``--nproc-per-task N`` is what torchrun calls a node
-of ``--nproc_per_node N``: :func:`tfmesos.supervisor.task_command` gives it
-the task's variables (:func:`tfmesos.taskenv.rank_environment` with ``nproc``:
+of ``--nproc_per_node N``: :func:`tfmesos.agent.supervisor.task_command` gives it
+the task's variables (:func:`tfmesos.common.taskenv.rank_environment` with ``nproc``:
 ``GROUP_RANK`` the task's rank, ``WORLD_SIZE`` W*N, ``RANK`` its local rank
 0's) and runs this module in place of the command, in the command's process
 group, on every backend alike (the agent runs it on Mesos, Slurm and the
@@ -41,8 +41,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import proctree, wire
-from tfmesos.tasklog import TaskLog
+from tfmesos import wire
+from tfmesos.common import proctree
+from tfmesos.common.tasklog import TaskLog
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -54,16 +55,12 @@ __all__ = [
     "ENV_NAME",
     "ENV_NPROC",
     "ENV_REPORT_FD",
-    "MAX_NPROC",
     "RANKED",
     "log_path",
     "main",
     "process_environment",
     "runner_environment",
 ]
-
-MAX_NPROC = 1024
-"""The most processes one task may run."""
 
 ENV_NPROC = "TFMESOS_NPROC"
 """How many processes the task runs: set for the runner alone."""
@@ -75,7 +72,7 @@ ENV_LOGS = "TFMESOS_NPROC_LOGS"
 """Where each process's own log goes, ``{}`` standing for its local rank;
 empty: nowhere but the task's."""
 ENV_LOG_MAX = "TFMESOS_NPROC_LOG_MAX"
-"""The cap on each process's log, as the task's (:class:`tfmesos.tasklog.TaskLog`)."""
+"""The cap on each process's log, as the task's (:class:`tfmesos.common.tasklog.TaskLog`)."""
 ENV_REPORT_FD = "TFMESOS_NPROC_REPORT_FD"
 """A pipe the runner writes the local rank of the process that failed to."""
 _RUNNER_ONLY = (ENV_NPROC, ENV_COMMAND, ENV_NAME, ENV_LOGS, ENV_LOG_MAX, ENV_REPORT_FD)
@@ -136,7 +133,7 @@ def runner_environment(
     env[ENV_NAME] = task_name
     env[ENV_LOGS] = logs
     env[ENV_LOG_MAX] = log_max
-    return proctree.bootstrap_command("tfmesos.nproc")
+    return proctree.bootstrap_command("tfmesos.agent.nproc")
 
 
 class _Process:

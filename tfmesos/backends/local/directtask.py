@@ -5,14 +5,14 @@ launcher already knows: its start, its connection and its handshake, and
 ``setpriv`` in front of every command, cost more than the command itself for a
 short task (docs/benchmarks.md, "The fixed cost"). So a plain replica-mode task
 (no initializer or finalizer) is run by the launcher itself: the same command
-line and environment (:func:`tfmesos.supervisor.task_command`), the same
-supervision of the command (:class:`tfmesos.supervisor.CommandRun`, driven by
+line and environment (:func:`tfmesos.agent.supervisor.task_command`), the same
+supervision of the command (:class:`tfmesos.agent.supervisor.CommandRun`, driven by
 the launcher's event loop rather than the agent's selector), the same log
-(:class:`tfmesos.tasklog.TaskLog`), the same end of what the command leaves
+(:class:`tfmesos.common.tasklog.TaskLog`), the same end of what the command leaves
 behind, and the same events on the launcher's side (``Registered``,
 ``Output``, ``Exited``, ``Disconnected``, then the backend's ``TaskEnded``),
 without a socket between. What the agent's parent-death signal did, should the
-launcher die outright, is done once per job by :mod:`tfmesos.sweeper`.
+launcher die outright, is done once per job by :mod:`tfmesos.agent.sweeper`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfmesos import procfs, proctree, wire
+from tfmesos import wire
+from tfmesos.agent.supervisor import CommandRun, task_command
 from tfmesos.backends.base import InProcessRendezvous
-from tfmesos.backends.forkstart import OWN_PROCESS_GROUP
+from tfmesos.backends.local.forkstart import OWN_PROCESS_GROUP
+from tfmesos.common import procfs, proctree
+from tfmesos.common.tasklog import TaskLog
 from tfmesos.rendezvous import Connection, Disconnected, Exited, Message, Output, Registered
-from tfmesos.supervisor import CommandRun, task_command
-from tfmesos.tasklog import TaskLog
 
 __all__ = ["DirectTask", "Sweeper"]
 
@@ -124,8 +125,8 @@ class DirectTask:
         if self._log is not None and (
             (message.get("nproc") or 1) != 1 or message.get("cluster_file")
         ):
-            # Where the processes' own logs go (tfmesos.nproc), and the
-            # cluster file (tfmesos.clusterfile), as the agent is told.
+            # Where the processes' own logs go (tfmesos.agent.nproc), and the
+            # cluster file (tfmesos.common.clusterfile), as the agent is told.
             environ = {**environ, wire.ENV_LOG_FILE: str(self._log.path)}
             environ[wire.ENV_LOG_MAX] = str(self._log_max)
         try:
@@ -468,12 +469,12 @@ async def end_strays() -> None:
 
 
 class Sweeper:
-    """The launcher's end of :mod:`tfmesos.sweeper`: started with the first
+    """The launcher's end of :mod:`tfmesos.agent.sweeper`: started with the first
     task the launcher runs itself, told of each, said goodbye to at the end."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            proctree.bootstrap_command("tfmesos.sweeper"),
+            proctree.bootstrap_command("tfmesos.agent.sweeper"),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

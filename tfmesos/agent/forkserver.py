@@ -39,8 +39,9 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from tfmesos import procfs, proctree, wire
-from tfmesos.agent import main as agent_main
+from tfmesos import wire
+from tfmesos.agent.main import main as agent_main
+from tfmesos.common import procfs, proctree
 
 if TYPE_CHECKING:
     from typing import Any
