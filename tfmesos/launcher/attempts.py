@@ -80,10 +80,13 @@ class Attempt:
     host: str = ""
     connection: Connection | None = None
     disconnected: bool = False
-    disconnected_at: float = 0.0
     ready: bool = False
     ended: TaskEnded | None = None
     ended_at: float = 0.0
+    deadline: float | None = None
+    """When the loop stops waiting for what this attempt still owes: its
+    backend's word after a SIGKILL or a lost connection, or its last output
+    after its end (``Loop._check_grace``)."""
     keep_address: str = ""
     """Where this attempt must serve: the address of the attempt it replaces,
     for a fine-grained relaunch (:mod:`tfmesos.launcher.relaunch`); else empty."""
@@ -91,7 +94,6 @@ class Attempt:
     held_exit: Exited | None = None
     """Its exit, SIGKILLed, held a moment for its backend's word on why
     (``Backend.kill_reason_timeout``)."""
-    held_at: float = 0.0
     received: int = 0
     """Bytes of its output that reached the launcher."""
     reported: int | None = None

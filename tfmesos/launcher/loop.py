@@ -350,23 +350,21 @@ class Loop:
             # SIGKILL is also how a memory limit ends a command: its
             # backend's word, which names the limit, may be behind.
             task.held_exit = event
-            task.held_at = time.monotonic()
-            self._tick_in(wait, task)
+            self._wait_until(time.monotonic() + wait, task)
             return
         self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
 
     def _on_disconnected(self, task: Attempt, event: Disconnected) -> None:
         task.closed_by_task = task.closed_by_task or event.by_peer
         task.disconnected = True
-        task.disconnected_at = time.monotonic()
         if task.state.over:
             return  # its exit came first: nothing to wait for
         if task.ended is not None:
             self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
-        else:
+        elif task.held_exit is None:
             # An agent exits when its connection drops, so the task is as
             # good as gone; wait a little for the backend's word on why.
-            self._tick_in(LOST_CONNECTION_GRACE, task)
+            self._wait_until(time.monotonic() + LOST_CONNECTION_GRACE, task)
 
     def _on_task_ended(self, task: Attempt, event: TaskEnded) -> None:
         task.ended = event
@@ -381,33 +379,35 @@ class Loop:
         else:
             # The agent's last output and exit report may still be in
             # flight on its connection: give them a moment.
-            self._tick_in(DISCONNECT_GRACE, task)
+            self._wait_until(task.ended_at + DISCONNECT_GRACE, task)
+
+    def _wait_until(self, deadline: float, task: Attempt) -> None:
+        """Make ``deadline`` (``time.monotonic()``) ``task``'s, and look at
+        it again then."""
+        task.deadline = deadline
+        self._tick_in(deadline - time.monotonic(), task)
 
     def _tick_in(self, delay: float, task: Attempt) -> None:
-        """Look at ``task``'s grace again in ``delay`` seconds."""
+        """Look at ``task``'s deadline again in ``delay`` seconds."""
         asyncio.get_running_loop().call_later(delay, self._events.put_nowait, Tick(task.task_id))
 
     def _check_grace(self, task_id: str) -> None:
-        """One task's grace may be over: for its last output after its end, or
-        for the backend's word after its connection dropped."""
+        """One task's deadline may be past: for its backend's word after a
+        SIGKILL or a lost connection, or for its last output after its end."""
         task = self._attempts.get(task_id)
-        if task is None or task.state.over:
+        if task is None or task.state.over or task.deadline is None:
             return
         now = time.monotonic()
-        held = task.held_exit
-        if held is not None and task.ended is None:
-            left = self._backend_for(task.spec).kill_reason_timeout - (now - task.held_at)
-            if left > 0.001:  # woken early: look again then
-                self._tick_in(left, task)
-            else:  # no word came: the task's own report it is
-                self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
+        if task.deadline - now > 0.001:  # woken early (a deadline moved): look again then
+            self._tick_in(task.deadline - now, task)
             return
-        if task.ended is not None:
-            left = DISCONNECT_GRACE - (now - task.ended_at)
+        held = task.held_exit
+        if held is not None and task.ended is None:  # no word came: the task's own report it is
+            self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
+        elif task.ended is not None:
             connection = task.connection
             if (
-                left <= 0.001
-                and connection is not None
+                connection is not None
                 and not task.disconnected
                 and connection.last_heard < task.ended_at
             ):
@@ -418,18 +418,13 @@ class Loop:
                 # and beating, its task lost by its backend) has nothing
                 # stuck on the way: the backend's word stands.
                 if now - connection.last_heard >= BEAT_OVERDUE:
-                    left = connection.last_heard + self.silence_limit - now
+                    later = connection.last_heard + self.silence_limit
                 else:  # a beat may yet come: look again once it is overdue
-                    left = connection.last_heard + BEAT_OVERDUE - now
-        elif task.disconnected:
-            left = LOST_CONNECTION_GRACE - (now - task.disconnected_at)
-        else:
-            return
-        if left > 0.001:  # woken early (not by the loop's own rounding): look again then
-            self._tick_in(left, task)
-        elif task.ended is not None:
+                    later = connection.last_heard + BEAT_OVERDUE
+                if later - now > 0.001:
+                    self._wait_until(later, task)
+                    return
             reason = verdict.describe_end(task.ended)
-            connection = task.connection
             if connection is not None and not task.disconnected and task.unheard:
                 # Its agent may have stopped it for want of tfrun: say so.
                 reason += (
