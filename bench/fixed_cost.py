@@ -41,7 +41,8 @@ from benchlib import (
 TRIVIAL = ("-w", "3", "-s", "1")
 MANY = 100
 SMOKE_MANY = 10
-BASELINE = "import sys; sys.path.insert(0, sys.argv.pop(1)); from tfmesos.cli.main import main; sys.exit(main())"
+# runpy, as ``python -m tfmesos.cli`` does: cli.py before the move into folders, cli/__main__.py after.
+BASELINE = "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); runpy.run_module('tfmesos.cli', run_name='__main__', alter_sys=True)"
 
 
 def loadavg() -> float:
