@@ -419,25 +419,25 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
     async def scenario() -> None:
         job = ClusterSpec((Job("worker", count, cmd="true"),), replica=True)
         launcher = FakeBackend(job).launcher()
-        launcher._events = CountingQueue()
-        launcher._phase = Phase.RUNNING
+        launcher.loop._events = CountingQueue()
+        launcher.loop.phase = Phase.RUNNING
         for index, task_spec in enumerate(job.tasks()):
             task = Attempt(task_spec, f"t{index}", 1, b"", False, AttemptState.RUNNING)
             task.connection = OpenConnection()  # type: ignore[assignment]
-            launcher._attempts.add(task)
+            launcher.loop.attempts.add(task)
         loop = asyncio.get_running_loop()
         for index in range(count):
             ended = TaskEnded(f"t{index}", "exited", 0, "exited with status 0", "h", ())
-            loop.call_later(index * 0.1, launcher._events.put_nowait, ended)
-        await launcher._pump(launcher._attempts.workers_done, 30, None)
-        assert all(t.state is AttemptState.FINISHED for t in launcher._attempts.by_id.values())
+            loop.call_later(index * 0.1, launcher.loop._events.put_nowait, ended)
+        await launcher.loop.pump(launcher.loop.attempts.workers_done, 30, None)
+        assert all(t.state is AttemptState.FINISHED for t in launcher.loop.attempts.by_id.values())
 
     asyncio.run(scenario())
     assert sorted(woken) == sorted(f"t{index}" for index in range(count))
 
 
 def _states(launcher: Launcher) -> dict[str, AttemptState]:
-    return {name: task.state for name, task in launcher._attempts.current.items()}
+    return {name: task.state for name, task in launcher.loop.attempts.current.items()}
 
 
 # -- end to end: the real local backend and agent ----------------------------------

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from tfmesos import wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
@@ -21,9 +21,17 @@ from tfmesos.common import taskenv
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
 from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, AttemptState
-from tfmesos.launcher.loop import KILL_WAIT, OUTPUT_LINGER, Event, Loop
+from tfmesos.launcher.events import NO_EVENTS, Events
+from tfmesos.launcher.loop import (
+    KILL_WAIT,
+    OUTPUT_LINGER,
+    Event,
+    Loop,
+    RendezvousFactory,
+    real_rendezvous,
+)
 from tfmesos.launcher.policy import Phase
-from tfmesos.spec import EVALUATOR_JOB, TaskSpec
+from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
     import ssl
@@ -35,42 +43,97 @@ __all__ = ["Launcher"]
 logger = logging.getLogger("tfmesos")
 
 
-class Launcher(Loop):
+class Launcher:
     """Runs one job: ``await start()``, then ``wait_for_workers()`` (replica
-    mode) or ``watch()`` (fine-grained mode), and ``stop()`` at the end."""
+    mode) or ``watch()`` (fine-grained mode), and ``stop()`` at the end.
+
+    The job's sequence is here; what happens meanwhile, event by event, is
+    its :class:`Loop`'s, which holds the tasks' attempts and the job's phase."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        backend: Backend,
+        *,
+        output: BinaryIO | None = None,
+        secret: bytes | None = None,
+        chief_backend: Backend | None = None,
+        restart: int = 0,
+        colour: bool | None = None,
+        notes_after_output: bool | None = None,
+        rendezvous: RendezvousFactory = real_rendezvous,
+        events: Events = NO_EVENTS,
+    ) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.chief_backend = chief_backend
+        self.restart = restart
+        """Which run of the job this is (``--max-restarts``): 0 for the first."""
+        self.loop = Loop(
+            spec,
+            backend,
+            output=output,
+            secret=secret,
+            chief_backend=chief_backend,
+            restart=restart,
+            colour=colour,
+            notes_after_output=notes_after_output,
+            rendezvous=rendezvous,
+            events=events,
+            after_event=self._after_event,
+        )
+
+    @property
+    def cluster_def(self) -> dict[str, list[str]]:
+        """Each job's task addresses, once the cluster is up."""
+        return self.loop.cluster_def
+
+    @property
+    def outside(self) -> dict[str, list[str]]:
+        """Jobs in the cluster definition whose tasks the launcher does not
+        run, first in it: fine-grained mode's chief, the program itself."""
+        return self.loop.outside
+
+    @outside.setter
+    def outside(self, jobs: dict[str, list[str]]) -> None:
+        self.loop.outside = jobs
+
+    @property
+    def run_id(self) -> str:
+        return self.loop.run_id
 
     @property
     def targets(self) -> dict[str, str]:
         return {
             f"/job:{job}/task:{index}": f"{self.spec.protocol}://{addr}"
-            for job, addrs in self.cluster_def.items()
+            for job, addrs in self.loop.cluster_def.items()
             for index, addr in enumerate(addrs)
         }
 
     async def start(self) -> dict[str, list[str]]:
         """Launch every task and bring the cluster up; return its definition."""
         tasks = self.spec.tasks()
-        for backend in self._backends():
-            backend.check([t for t in tasks if self._backend_for(t) is backend])
+        for backend in self.loop.backends():
+            backend.check([t for t in tasks if self.loop.backend_for(t) is backend])
         port = os.environ.get(wire.ENV_RENDEZVOUS_PORT, "")
-        await self._rendezvous.start(
+        await self.loop.rendezvous.start(
             self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, self._tls_context()
         )
-        self._started_backend = True
-        await self.backend.start(self._on_backend)
+        self.loop.started_backend = True
+        await self.backend.start(self.loop.on_backend)
         self._emit_started(tasks)
-        local = [(task, 1) for task in tasks if self._backend_for(task) is not self.backend]
+        local = [(task, 1) for task in tasks if self.loop.backend_for(task) is not self.backend]
         if local and len(local) < len(tasks):
             # The chief, beside the launcher, waits for the cluster's first
             # placement (a Mesos offer taken, a Slurm allocation running): a
             # wrong master or a job that never fits starts nothing here.
             remote = []
             for task in tasks:  # in the job's order, which messages keep
-                if self._backend_for(task) is self.backend:
+                if self.loop.backend_for(task) is self.backend:
                     remote.append(self._prepare(task, 1))
                 else:
                     self._prepare(task, 1, state=AttemptState.PENDING)
-            self._chief_waits = local
+            self.loop.chief_waits = local
             await self.backend.launch_many(remote)
         else:
             if local:
@@ -88,15 +151,15 @@ class Launcher(Loop):
         deadline = (
             None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
         )
-        await self._pump(
-            self._attempts.all_registered, self.spec.start_timeout, self._start_timed_out
+        await self.loop.pump(
+            self.loop.attempts.all_registered, self.spec.start_timeout, self._start_timed_out
         )
         self._deliver_cluster()
         if not self.spec.replica:
             # Fine-grained mode hands out targets: they must answer when it does.
             left = None if deadline is None else max(0.1, deadline - time.monotonic())
             try:
-                await self._pump(self._attempts.all_ready, left, self._start_timed_out)
+                await self.loop.pump(self.loop.attempts.all_ready, left, self._start_timed_out)
             except JobFailedError as exc:
                 # Not retried: every other server already holds the dead
                 # one's address in its cluster definition.
@@ -106,15 +169,15 @@ class Launcher(Loop):
                     exc.failure,
                 ) from None
             logger.info("every TensorFlow server accepts connections")
-        return self.cluster_def
+        return self.loop.cluster_def
 
     def _emit_started(self, tasks: list[TaskSpec]) -> None:
         backends: dict[str, list[str]] = {}
         for task in tasks:
-            backends.setdefault(self._backend_for(task).name, []).append(task.name)
+            backends.setdefault(self.loop.backend_for(task).name, []).append(task.name)
         # Every backend of a job keeps its logs in one directory (run.py).
-        log_dir = next((b.log_dir for b in self._backends() if b.log_dir is not None), None)
-        self._emit(
+        log_dir = next((b.log_dir for b in self.loop.backends() if b.log_dir is not None), None)
+        self.loop.emit(
             "job_started",
             restart=self.restart,
             log_dir=None if log_dir is None else str(log_dir),
@@ -124,16 +187,16 @@ class Launcher(Loop):
     async def wait_for_workers(self) -> None:
         """Replica mode: return when every worker has exited 0, or the chief
         where there is one (``tfrun --chief``); raise if any task failed."""
-        await self._pump(self._attempts.workers_done, None, None)
-        rest = bool(self._attempts.live())
+        await self.loop.pump(self.loop.attempts.workers_done, None, None)
+        rest = bool(self.loop.attempts.live())
         done = "all workers finished" if self.spec.ending_job == "worker" else "the chief finished"
-        self._output.say_after_output(
+        self.loop.output.say_after_output(
             logging.INFO, done + ("; stopping the rest of the job" if rest else "")
         )
 
     async def watch(self) -> None:
         """Fine-grained mode: run until cancelled; raise when a task fails."""
-        await self._pump(lambda: False, None, None)
+        await self.loop.pump(lambda: False, None, None)
 
     async def stop(self, *, drop_stalled_output: bool = False) -> None:
         """Stop every task and release the backend. Safe to call more than once.
@@ -144,19 +207,19 @@ class Launcher(Loop):
         failure, a signal), output the terminal has not taken is dropped
         once it takes nothing for ``OUTPUT_STALL`` seconds; otherwise (the
         job's normal end, every task gone) it is all written first."""
-        if self._stopped:
+        if self.loop.stopped:
             return
-        self._stopped = True
+        self.loop.stopped = True
         # A job refused before its first launch says only its verdict.
-        launched = bool(self._attempts.by_id)
+        launched = bool(self.loop.attempts.by_id)
         if launched:
-            self._emit("job_stopping", restart=self.restart)
-        self._phase = Phase.STOPPING
+            self.loop.emit("job_stopping", restart=self.restart)
+        self.loop.phase = Phase.STOPPING
         # A task that dials in from now on is refused, as expected: not news.
-        self._rendezvous.stopping()
-        self._output.stopping = True
-        self._output.console.release()
-        live = self._attempts.live()
+        self.loop.rendezvous.stopping()
+        self.loop.output.stopping = True
+        self.loop.output.console.release()
+        live = self.loop.attempts.live()
         for task in live:
             if task.connection is not None:
                 task.connection.send({"type": wire.STOP, "reason": "the job is ending"})
@@ -164,7 +227,7 @@ class Launcher(Loop):
             unregistered = [t for t in live if t.connection is None]
             await asyncio.gather(
                 *(
-                    self._backend_for(t.spec).kill(t.task_id)
+                    self.loop.backend_for(t.spec).kill(t.task_id)
                     for t in unregistered
                     if t.state is not AttemptState.PENDING
                 )
@@ -172,38 +235,38 @@ class Launcher(Loop):
             for task in unregistered:  # nothing of theirs is left to wait for
                 task.move(AttemptState.STOPPED)
             if live:
-                await self._pump(self._attempts.all_over, KILL_WAIT, lambda: None)
+                await self.loop.pump(self.loop.attempts.all_over, KILL_WAIT, lambda: None)
         finally:
             try:
-                if self._started_backend:
-                    for backend in self._backends():
-                        if backend is not self.chief_backend or self._chief_started:
+                if self.loop.started_backend:
+                    for backend in self.loop.backends():
+                        if backend is not self.chief_backend or self.loop.chief_started:
                             await backend.close()
             finally:
                 # The tasks are gone; what they sent last may still be on
                 # its way in.
-                await self._rendezvous.close(linger=OUTPUT_LINGER)
+                await self.loop.rendezvous.close(linger=OUTPUT_LINGER)
                 # Every task is gone: what they printed goes out before the
                 # launcher says how the job ended.
-                await self._output.close(
+                await self.loop.output.close(
                     drop_stalled=drop_stalled_output, where=self.logs_location()
                 )
-        for task in self._attempts.current.values():
+        for task in self.loop.attempts.current.values():
             if not task.state.over:
                 task.left_unreached = task.unheard
                 task.move(AttemptState.STOPPED)
         if launched:
-            self._emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
+            self.loop.emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
 
     def outcomes(self) -> dict[str, str]:
         """How each task ended, in words, by task name, in the job's order:
         ``exited 0``, ``stopped by tfrun``, or how it failed."""
-        return verdict.outcomes(self._attempts.current.values(), self.silence_limit)
+        return verdict.outcomes(self.loop.attempts.current.values(), self.loop.silence_limit)
 
     def lost_logs(self) -> list[str]:
         """The tasks whose output could not all be kept where
         :meth:`logs_location` says (each was said in a warning), by name."""
-        names = [*self._lost_logs, *(n for b in self._backends() for n in b.lost_logs())]
+        names = [*self.loop.lost_logs, *(n for b in self.loop.backends() for n in b.lost_logs())]
         return list(dict.fromkeys(names))
 
     def incomplete_output(self) -> dict[str, str]:
@@ -211,8 +274,8 @@ class Launcher(Loop):
         they printed (tfrun could not hear it all before their end), by name,
         each with where its full output is."""
         missing = {}
-        for task in self._attempts.current.values():
-            backend = self._backend_for(task.spec)
+        for task in self.loop.attempts.current.values():
+            backend = self.loop.backend_for(task.spec)
             if (
                 backend.output_through_launcher
                 and task.connection is not None
@@ -223,13 +286,13 @@ class Launcher(Loop):
 
     def logs_location(self) -> str:
         """Where the full output of every task is kept, for the user."""
-        return "; ".join(dict.fromkeys(b.logs_location() for b in self._backends()))
+        return "; ".join(dict.fromkeys(b.logs_location() for b in self.loop.backends()))
 
     def abandon_output(self, reason: str) -> None:
         """Drop task output not yet written, so that :meth:`stop` need not
         wait for a terminal that does not read, and say so once, with where
         the full output is."""
-        self._output.abandon(reason, self.logs_location())
+        self.loop.output.abandon(reason, self.logs_location())
 
     def _tls_context(self) -> ssl.SSLContext | None:
         if self.spec.tls_cert is None:
@@ -241,7 +304,7 @@ class Launcher(Loop):
         try:
             context.load_cert_chain(self.spec.tls_cert, self.spec.tls_key)
             with open(self.spec.tls_cert) as cert:
-                self._tls_pem = cert.read()
+                self.loop.tls_pem = cert.read()
         except (OSError, ssl.SSLError) as exc:
             raise SpecError(f"cannot use TLS certificate {self.spec.tls_cert}: {exc}") from None
         return context
@@ -251,7 +314,7 @@ class Launcher(Loop):
         each backend is handed its share at once (``Backend.launch_many``)."""
         shares: dict[int, tuple[Backend, list[Launch]]] = {}
         for spec, attempt in specs:
-            backend = self._backend_for(spec)
+            backend = self.loop.backend_for(spec)
             shares.setdefault(id(backend), (backend, []))[1].append(self._prepare(spec, attempt))
         for backend, launches in shares.values():
             await backend.launch_many(launches)
@@ -259,14 +322,14 @@ class Launcher(Loop):
     async def _start_chief(self) -> None:
         """Start the backend of the tasks beside the launcher (the chief), and
         launch those that waited for the cluster's first placement."""
-        if self.chief_backend is None or self._chief_started:
+        if self.chief_backend is None or self.loop.chief_started:
             return
-        self._chief_started = True
-        await self.chief_backend.start(self._on_backend)
-        waiting, self._chief_waits = self._chief_waits, []
+        self.loop.chief_started = True
+        await self.chief_backend.start(self.loop.on_backend)
+        waiting, self.loop.chief_waits = self.loop.chief_waits, []
         launches = []
         for spec, _ in waiting:
-            task = self._attempts.current[spec.name]
+            task = self.loop.attempts.current[spec.name]
             if task.state is AttemptState.PENDING:
                 task.move(AttemptState.LAUNCHED)
                 launches.append(self._launch_of(task))
@@ -284,18 +347,18 @@ class Launcher(Loop):
             spec=spec,
             task_id=task_id,
             attempt=attempt,
-            prefix=self._output.prefix(spec.name),
+            prefix=self.loop.output.prefix(spec.name),
             forward=self.spec.forwards(spec),
             initial=state,
         )
-        self._attempts.add(task)
+        self.loop.attempts.add(task)
         if state is AttemptState.LAUNCHED:
             self._emit_launched(task)
         return self._launch_of(task)
 
     def _emit_launched(self, task: Attempt) -> None:
-        backend = self._backend_for(task.spec).name
-        self._emit(
+        backend = self.loop.backend_for(task.spec).name
+        self.loop.emit(
             "task_launched", task, task_id=task.task_id, backend=backend, restart=self.restart
         )
 
@@ -304,66 +367,66 @@ class Launcher(Loop):
         env.update(
             {
                 wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
-                or f"{self.backend.rendezvous_host}:{self._rendezvous.port}",
+                or f"{self.backend.rendezvous_host}:{self.loop.rendezvous.port}",
                 wire.ENV_TASK_ID: task.task_id,
-                wire.ENV_SECRET: self._secret.hex(),
+                wire.ENV_SECRET: self.loop.secret.hex(),
                 taskenv.ENV_RESTART: str(self.restart),
             }
         )
-        if self._tls_pem is not None:
-            env[wire.ENV_TLS_CERT] = self._tls_pem
+        if self.loop.tls_pem is not None:
+            env[wire.ENV_TLS_CERT] = self.loop.tls_pem
         if wire.ENV_SILENCE_LIMIT in os.environ:
-            env[wire.ENV_SILENCE_LIMIT] = f"{self.silence_limit:g}"
+            env[wire.ENV_SILENCE_LIMIT] = f"{self.loop.silence_limit:g}"
         return Launch(task.task_id, task.spec, env)
 
     def _deliver_cluster(self) -> None:
-        self.cluster_def = {
-            **self.outside,
-            **message.cluster_def_of(self._attempts.current.values()),
+        self.loop.cluster_def = {
+            **self.loop.outside,
+            **message.cluster_def_of(self.loop.attempts.current.values()),
         }
         # Every address is known, and no command has started: one too many
         # for a task's environment is refused now.
-        message.check_environment(self.spec, self.cluster_def)
+        message.check_environment(self.spec, self.loop.cluster_def)
         checked = False
-        for task in self._attempts.current.values():
+        for task in self.loop.attempts.current.values():
             assert task.connection is not None
-            sealed = task.connection.seal(self._cluster_message(task))
+            sealed = task.connection.seal(self.loop.cluster_message(task))
             if not checked:
                 message.check_size(sealed)
                 checked = True
             task.connection.send(sealed)
             task.move(AttemptState.RUNNING)
-        self._phase = Phase.RUNNING
+        self.loop.phase = Phase.RUNNING
         for target, url in sorted(self.targets.items()):
             logger.debug("%s at %s", target, url)
         # An evaluator is in no cluster list, but is up too.
         aside = ", 1 evaluator" if self.spec.has_job(EVALUATOR_JOB) else ""
-        logger.info("cluster up: %s%s", message.summary(self.cluster_def), aside)
+        logger.info("cluster up: %s%s", message.summary(self.loop.cluster_def), aside)
         if self.spec.replica and self.restart == 0:  # where the output starts to come
             logger.info("%s", shown_output(self.spec.tasks(), self.spec.forward_logs))
-        self._emit("cluster_up", cluster=self.cluster_def, restart=self.restart)
+        self.loop.emit("cluster_up", cluster=self.loop.cluster_def, restart=self.restart)
 
     async def _after_event(self, event: Event) -> None:
-        if not self._chief_started and not self._stopped and isinstance(event, TaskPlaced):
+        if not self.loop.chief_started and not self.loop.stopped and isinstance(event, TaskPlaced):
             await self._start_chief()
-        if self._relaunch:
-            again, self._relaunch = self._relaunch, []
+        if self.loop.relaunches:
+            again, self.loop.relaunches = self.loop.relaunches, []
             await self._launch_all(again)
-        if self._relaunch_at:
-            at_address, self._relaunch_at = self._relaunch_at, []
+        if self.loop.relaunches_at:
+            at_address, self.loop.relaunches_at = self.loop.relaunches_at, []
             for earlier, decision in at_address:
                 await self._launch_at(earlier, decision)
 
     async def _launch_at(self, earlier: Attempt, decision: relaunch.RelaunchAt) -> None:
         launch = self._prepare(earlier.spec, earlier.attempt + 1)
-        later = self._attempts.get(launch.task_id)
+        later = self.loop.attempts.get(launch.task_id)
         assert later is not None
         later.keep_address = decision.address
         port = int(decision.address.rpartition(":")[2])
-        await self._backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
+        await self.loop.backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
 
     def _start_timed_out(self) -> None:
-        waiting = self._waiting()
+        waiting = self.loop.waiting()
         detail = self.backend.progress()
         raise ClusterStartError(
             f"the cluster did not come up within {self.spec.start_timeout:g}s: "

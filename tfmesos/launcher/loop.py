@@ -78,7 +78,7 @@ from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 if TYPE_CHECKING:
     from tfmesos.launcher import relaunch
 
-__all__ = ["Event", "Loop", "RendezvousFactory", "Tick"]
+__all__ = ["Event", "Loop", "RendezvousFactory", "Tick", "real_rendezvous"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -119,7 +119,7 @@ sink and its output ``flow`` (:class:`RendezvousServer`'s own arguments): the
 seam through which :mod:`tfmesos.testing.fake` stands in for the network."""
 
 
-def _real_rendezvous(
+def real_rendezvous(
     secret: bytes,
     admit: Callable[[str], bool],
     sink: Callable[[RendezvousEvent], None],
@@ -129,10 +129,11 @@ def _real_rendezvous(
 
 
 class Loop:
-    """The launcher's state and its event loop: what comes in (the
-    rendezvous's and the backends' events), what each means for the task
-    it is about (:func:`tfmesos.launcher.policy` decides), and the moves of each
-    attempt. :class:`tfmesos.launcher.job.Launcher` adds the job around it."""
+    """The job's state and its event loop: what comes in (the rendezvous's
+    and the backends' events), what each means for the task it is about
+    (:mod:`tfmesos.launcher.policy` decides), and the moves of each attempt.
+    A :class:`tfmesos.launcher.job.Launcher` owns one and drives the job's
+    sequence through it."""
 
     def __init__(
         self,
@@ -145,10 +146,14 @@ class Loop:
         restart: int = 0,
         colour: bool | None = None,
         notes_after_output: bool | None = None,
-        rendezvous: RendezvousFactory = _real_rendezvous,
+        rendezvous: RendezvousFactory = real_rendezvous,
         events: Events = NO_EVENTS,
+        after_event: Callable[[Event], Awaitable[None]],
     ) -> None:
         self.spec = spec
+        self._after_event = after_event
+        """What the job does once an event is handled: start the chief, launch
+        what is to be relaunched (:class:`tfmesos.launcher.job.Launcher`)."""
         self.backend = backend
         self.events = events
         """Where what the launcher decides and sees goes (``tfrun --events``)."""
@@ -159,44 +164,44 @@ class Loop:
         # decides the job's.
         self.chief_backend = chief_backend
         stream = output if output is not None else binary_stream(sys.stdout)
-        self._output = OutputRouter(
+        self.output = OutputRouter(
             stream,
             [t.name for t in spec.tasks() if spec.forwards(t)],
             colour=colour,
             notes_after_output=notes_after_output,
             processes=spec.nproc > 1,
         )
-        self._secret = secret or os.urandom(32)
+        self.secret = secret or os.urandom(32)
         self.silence_limit = wire.silence_limit(os.environ)
         """How long a task's agent goes on without hearing the launcher, and
         so how long its last output may take to come (``wire.SILENCE_LIMIT``)."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._held: collections.deque[Event] = collections.deque()
         """Events taken off the queue when the pump was cancelled (_next_event)."""
-        self._attempts = Attempts(spec.ending_job)
-        self._rendezvous = rendezvous(
-            self._secret, self._admit, self._on_rendezvous, self._output_flow
+        self.attempts = Attempts(spec.ending_job)
+        self.rendezvous = rendezvous(
+            self.secret, self._admit, self._on_rendezvous, self._output_flow
         )
         in_process = InProcessRendezvous(
             self._admit, self._on_rendezvous, self._output_flow, self._output_held
         )
-        for each in self._backends():
+        for each in self.backends():
             each.attach_rendezvous(in_process)
-        self._phase = Phase.STARTING
-        self._started_backend = False
-        self._chief_started = chief_backend is None
+        self.phase = Phase.STARTING
+        self.started_backend = False
+        self.chief_started = chief_backend is None
         """Whether the chief's backend has started: only once the cluster
         has placed a first task (see :meth:`start`)."""
-        self._chief_waits: list[tuple[TaskSpec, int]] = []
+        self.chief_waits: list[tuple[TaskSpec, int]] = []
         """The tasks beside the launcher that wait for that first placement."""
-        self._stopped = False
-        self._relaunch: list[tuple[TaskSpec, int]] = []
-        self._relaunch_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
+        self.stopped = False
+        self.relaunches: list[tuple[TaskSpec, int]] = []
+        self.relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
         """Fine-grained mode: dead servers to start again at their address."""
         self._server_relaunches = 0
-        self._lost_logs: list[str] = []
+        self.lost_logs: list[str] = []
         """Tasks whose agent said its log could not be written (``log_failed``)."""
-        self._tls_pem: str | None = None
+        self.tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
         self.cluster_def: dict[str, list[str]] = {}
         self.outside: dict[str, list[str]] = {}
@@ -205,15 +210,15 @@ class Loop:
         self.run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
         """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
 
-    def _backend_for(self, task: TaskSpec) -> Backend:
+    def backend_for(self, task: TaskSpec) -> Backend:
         if self.chief_backend is not None and self.spec.is_chief(task):
             return self.chief_backend
         return self.backend
 
-    def _backends(self) -> list[Backend]:
+    def backends(self) -> list[Backend]:
         return [self.backend] + ([self.chief_backend] if self.chief_backend else [])
 
-    async def _pump(
+    async def pump(
         self,
         done: Callable[[], bool],
         timeout: float | None,
@@ -236,11 +241,6 @@ class Loop:
                 continue
             self._handle(event)
             await self._after_event(event)
-
-    async def _after_event(self, event: Event) -> None:
-        """What the job does once ``event`` is handled: start the chief, launch
-        what is to be relaunched (:class:`tfmesos.launcher.job.Launcher`)."""
-        raise NotImplementedError
 
     async def _next_event(self, timeout: float) -> Event | None:
         """The next event, or None after ``timeout`` seconds. Not
@@ -273,7 +273,7 @@ class Loop:
         if isinstance(event, BackendFailed):
             self._backend_failed(event)
             return
-        task = self._attempts.get(event.task_id)
+        task = self.attempts.get(event.task_id)
         if task is None:
             return
         if isinstance(event, Message):
@@ -290,13 +290,13 @@ class Loop:
             self._on_disconnected(task, event)
         elif isinstance(event, TaskPlaced):
             task.host = event.host
-            backend = self._backend_for(task.spec).name
-            self._emit("task_placed", task, backend=backend, host=event.host)
+            backend = self.backend_for(task.spec).name
+            self.emit("task_placed", task, backend=backend, host=event.host)
         elif isinstance(event, TaskEnded):
             self._on_task_ended(task, event)
 
     def _backend_failed(self, event: BackendFailed) -> None:
-        if on_backend_failure(self._phase) is Action.CARRY_ON:
+        if on_backend_failure(self.phase) is Action.CARRY_ON:
             # The job's verdict is already made; teardown goes on.
             logger.warning(
                 "the %s backend failed while stopping: %s", self.backend.name, event.message
@@ -315,7 +315,7 @@ class Loop:
         if event.message.get("type") == wire.LOG_FAILED:  # its agent's log; it goes on
             where = f" on {task.host}" if task.host else ""
             logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
-            self._lost_logs.append(task.spec.name)
+            self.lost_logs.append(task.spec.name)
 
     def _on_registered(self, task: Attempt, event: Registered) -> None:
         task.connection = event.connection
@@ -323,13 +323,13 @@ class Loop:
         # Where a task turned out to run, when its backend could not say.
         task.host = task.host or event.addr.rpartition(":")[0]
         task.move(AttemptState.REGISTERED)
-        self._emit("task_registered", task, addr=task.addr, host=task.host)
-        registered = self._attempts.count(AttemptState.REGISTERED)
+        self.emit("task_registered", task, addr=task.addr, host=task.host)
+        registered = self.attempts.count(AttemptState.REGISTERED)
         logger.info(
             "task %s registered at %s (%s)",
             task.spec.name,
             task.addr,
-            "relaunched" if task.keep_address else f"{registered}/{len(self._attempts.current)}",
+            "relaunched" if task.keep_address else f"{registered}/{len(self.attempts.current)}",
         )
         action = on_registered(self._view(task))
         if action is Action.REJOIN:
@@ -339,13 +339,13 @@ class Loop:
 
     def _on_ready(self, task: Attempt) -> None:
         task.ready = True
-        self._emit("task_ready", task, addr=task.addr, relaunched=bool(task.keep_address))
+        self.emit("task_ready", task, addr=task.addr, relaunched=bool(task.keep_address))
         if task.keep_address:
             logger.info("task %s is back at %s", task.spec.name, task.addr)
 
     def _on_exited(self, task: Attempt, event: Exited) -> None:
         task.reported = event.output_bytes
-        wait = self._backend_for(task.spec).kill_reason_timeout
+        wait = self.backend_for(task.spec).kill_reason_timeout
         if event.signal == signal.SIGKILL and task.ended is None and wait:
             # SIGKILL is also how a memory limit ends a command: its
             # backend's word, which names the limit, may be behind.
@@ -394,7 +394,7 @@ class Loop:
     def _check_grace(self, task_id: str) -> None:
         """One task's deadline may be past: for its backend's word after a
         SIGKILL or a lost connection, or for its last output after its end."""
-        task = self._attempts.get(task_id)
+        task = self.attempts.get(task_id)
         if task is None or task.state.over or task.deadline is None:
             return
         now = time.monotonic()
@@ -451,10 +451,10 @@ class Loop:
                 event.silent,
                 self.silence_limit,
             )
-            self._emit("task_unheard", task, host=task.host, silent=round(event.silent, 1))
+            self.emit("task_unheard", task, host=task.host, silent=round(event.silent, 1))
         else:
             logger.info("hear task %s again after %.0fs", task.spec.name, event.silent)
-            self._emit("task_heard", task, host=task.host, silent=round(event.silent, 1))
+            self.emit("task_heard", task, host=task.host, silent=round(event.silent, 1))
 
     def _on_rendezvous(self, event: RendezvousEvent) -> None:
         if isinstance(event, Output):
@@ -462,57 +462,57 @@ class Loop:
             # terminal fills the console's buffer, which makes the readers wait
             # (the rendezvous's flow), TCP slows the agent, and the pipe slows
             # the task: no unbounded queue anywhere, and the loop never blocks.
-            task = self._attempts.get(event.task_id)
+            task = self.attempts.get(event.task_id)
             if task is not None:
                 task.received += len(event.data)
-                self._backend_for(task.spec).task_output(task.task_id, event.data)
-                self._output.write(task, event.data)
+                self.backend_for(task.spec).task_output(task.task_id, event.data)
+                self.output.write(task, event.data)
             return
-        if self._attempts.get(event.task_id) is None:
+        if self.attempts.get(event.task_id) is None:
             if not isinstance(event, Unheard | Heard):  # a helper's silence is its backend's
                 self.backend.on_peer(event)  # the backend's own helper
             return
         self._events.put_nowait(event)
 
-    def _on_backend(self, event: BackendEvent) -> None:
+    def on_backend(self, event: BackendEvent) -> None:
         if isinstance(event, BackendAttached):
             # Nothing to decide: said at once, not queued, so that the ID of
             # a Slurm job is out even when the launch that submitted it
             # fails before the loop runs again.
             fields = {"backend": event.backend, "restart": self.restart, **event.details}
-            self._emit("backend_attached", None, **fields)
+            self.emit("backend_attached", None, **fields)
             return
         self._events.put_nowait(event)
 
     async def _output_flow(self, task_id: str) -> None:
-        task = self._attempts.get(task_id)
+        task = self.attempts.get(task_id)
         if task is not None:
-            await self._output.flow(task)
+            await self.output.flow(task)
 
     def _output_held(self, task_id: str) -> bool:
         """Whether :meth:`_output_flow` would make ``task_id`` wait."""
-        task = self._attempts.get(task_id)
-        return task is not None and self._output.must_wait(task)
+        task = self.attempts.get(task_id)
+        return task is not None and self.output.must_wait(task)
 
     def _admit(self, task_id: str) -> bool:
-        task = self._attempts.get(task_id)
+        task = self.attempts.get(task_id)
         if task is None:
             # Not a task: maybe the backend's own helper (Slurm's job script).
-            return admits_helper(self._phase) and self.backend.admit(task_id)
+            return admits_helper(self.phase) and self.backend.admit(task_id)
         return admits(self._view(task), launched=task.state is AttemptState.LAUNCHED)
 
     def _view(self, task: Attempt) -> TaskView:
         """What the rules (tfmesos.launcher.policy) know of ``task``."""
         return TaskView(
-            phase=self._phase,
-            current=self._attempts.is_current(task),
+            phase=self.phase,
+            current=self.attempts.is_current(task),
             attempt=task.attempt,
             replica=self.spec.replica,
             relaunched_at_address=bool(task.keep_address),
             side=task.spec.job_name == EVALUATOR_JOB,
         )
 
-    def _emit(self, event: str, task: Attempt | None = None, **fields: Any) -> None:
+    def emit(self, event: str, task: Attempt | None = None, **fields: Any) -> None:
         """The one seam through which the launcher's events go out."""
         if task is not None:
             fields = {"task": task.spec.name, "attempt": task.attempt, **fields}
@@ -527,7 +527,7 @@ class Loop:
             # Its in-task agent could not resolve the name it dials, and its
             # backend heard only the status: name the name.
             reason = (
-                f"cannot resolve tfrun's host name {self._backend_for(task.spec).rendezvous_host}: "
+                f"cannot resolve tfrun's host name {self.backend_for(task.spec).rendezvous_host}: "
                 f"its in-task agent exited with status {code} before registering"
             )
         task.exit_code = code
@@ -536,7 +536,7 @@ class Loop:
         action = on_task_end(self._view(task), code)
 
         def exited(action: Action) -> None:
-            self._emit(
+            self.emit(
                 "task_exited",
                 task,
                 host=task.host,
@@ -555,7 +555,7 @@ class Loop:
             # The evaluator, outside the cluster: said, and the job goes on.
             task.move(AttemptState.FAILED)
             where = f" on {task.host}" if task.host else ""
-            self._output.say_after_output(
+            self.output.say_after_output(
                 logging.WARNING,
                 "task %s%s %s: the job goes on without it (an evaluator is outside the cluster)",
                 task.spec.name,
@@ -574,7 +574,7 @@ class Loop:
                 if not failure.output_tail:
                     hint = (
                         "; it printed nothing the launcher could see: its own output is kept "
-                        f"in {self._backend_for(task.spec).unseen_output_location()}"
+                        f"in {self.backend_for(task.spec).unseen_output_location()}"
                     )
                 raise ClusterStartError(
                     f"{failure.describe()}\nthe task failed {task.attempt} times before the "
@@ -588,7 +588,7 @@ class Loop:
                     f"(attempt {task.attempt + 1} of {MAX_ATTEMPTS})"
                 ),
             )
-            self._relaunch.append((task.spec, task.attempt + 1))
+            self.relaunches.append((task.spec, task.attempt + 1))
             self.events.emit(
                 "task_relaunched",
                 task=task.spec.name,
@@ -602,7 +602,7 @@ class Loop:
             # Its output came in before its exit report, on the same
             # connection, and is on its way to the terminal from the
             # console's thread: said after it.
-            self._output.say_after_output(logging.INFO, "task %s finished (exit 0)", task.spec.name)
+            self.output.say_after_output(logging.INFO, "task %s finished (exit 0)", task.spec.name)
             return
         task.move(AttemptState.FAILED)
         if code == 0:
@@ -633,7 +633,7 @@ class Loop:
         # cost every tfrun ~1 ms to make; docs/benchmarks.md, section 15).
         from tfmesos.launcher import relaunch
 
-        backend = self._backend_for(task.spec)
+        backend = self.backend_for(task.spec)
         decision = relaunch.relaunch_or_fail(
             task,
             failure,
@@ -654,7 +654,7 @@ class Loop:
                 f"(relaunch {decision.number} of {decision.allowed})"
             ),
         )
-        self._relaunch_at.append((task, decision))
+        self.relaunches_at.append((task, decision))
         self.events.emit(
             "task_relaunched",
             task=task.spec.name,
@@ -676,27 +676,27 @@ class Loop:
                     task.host,
                 )
             )
-        task.connection.send(task.connection.seal(self._cluster_message(task)))
+        task.connection.send(task.connection.seal(self.cluster_message(task)))
         task.move(AttemptState.RUNNING)
 
-    def _cluster_message(self, task: Attempt) -> dict[str, object]:
+    def cluster_message(self, task: Attempt) -> dict[str, object]:
         """What ``task`` runs, with the cluster's definition."""
         return message.cluster_message(
             self.spec, task, run_id=self.run_id, restart=self.restart, cluster_def=self.cluster_def
         )
 
-    def _waiting(self) -> list[str]:
-        return self._attempts.waiting({spec.name for spec, _ in self._chief_waits})
+    def waiting(self) -> list[str]:
+        return self.attempts.waiting({spec.name for spec, _ in self.chief_waits})
 
     def _report_progress(self) -> None:
-        if self._phase is not Phase.STARTING:
+        if self.phase is not Phase.STARTING:
             return
-        waiting = self._waiting()
+        waiting = self.waiting()
         detail = self.backend.progress()
         logger.info(
             "waiting for %d of %d tasks to register: %s%s",
             len(waiting),
-            len(self._attempts.current),
+            len(self.attempts.current),
             ", ".join(waiting[:10]) + ("…" if len(waiting) > 10 else ""),
             f" ({detail})" if detail else "",
         )
