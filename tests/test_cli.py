@@ -583,16 +583,17 @@ def test_chdir_runs_each_task_in_dir(job_procs, tmp_path: Path) -> None:  # type
     assert result.stdout.splitlines() == [f"[worker:0] worker {where}"]
 
 
-def test_chdir_runs_each_mesos_task_in_dir(master, job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_chdir_runs_each_mesos_task_in_dir(mesos, job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     where = tmp_path / "here"
     where.mkdir()
     result = run_tfrun(
-        "-m", master.url, "-w", "2", "-s", "1", "--worker-logs", "*",
+        "-m", mesos.url, "-w", "2", "-s", "1", "--worker-logs", "*",
         "--chdir", str(where), "--", "python", "-c", _CWD,
         env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    # worker:1 ran on an agent of the test master, worker:0 beside tfrun.
+    # worker:1 ran on an agent (the test master's, or real Mesos's, whose
+    # command executor starts it in its sandbox), worker:0 beside tfrun.
     assert sorted(result.stdout.splitlines()) == [
         f"[worker:0] worker {where}",
         f"[worker:1] worker {where}",

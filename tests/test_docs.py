@@ -73,8 +73,11 @@ _FOREIGN = (
     "Cannot connect",  # aiohttp's
     "Memory specification can not be satisfied",  # Slurm's
     "is not allowed to run frameworks without --root_submissions set",  # Mesos's
+    "Failed to create executor directory",  # Mesos's agent's (the double's words once)
     "Failed to chown directory to",
     "No such user",
+    "Container root filesystems not supported",
+    "Memory limit exceeded: Requested:",
     "unable to get local issuer certificate",  # OpenSSL's
     "IP address mismatch, certificate is not valid for",
     "sslv3 alert handshake failure",

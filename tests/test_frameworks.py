@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, JobProcesses, run_tfrun
+from tests.mesos_clusters import MesosUnderTest
 from tfmesos.testing.master import ThreadedTestMaster
 
 PY = sys.executable
@@ -235,14 +236,14 @@ def test_jax_psum_through_the_test_master(
 
 
 def test_on_mesos_the_master_port_is_the_chiefs_and_the_ranks_use_offered_ports(
-    master: ThreadedTestMaster, job_procs: JobProcesses
+    mesos: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
     code = (
         "import os; print(os.environ['RANK'], os.environ['MASTER_ADDR'], "
         "os.environ['MASTER_PORT'], os.environ['TFMESOS_WORKER_HOSTS'])"
     )
     result = run_tfrun(
-        "-m", master.url, "-w", "3", "-s", "1", "--worker-logs", "*", "--", PY, "-c", code,
+        "-m", mesos.url, "-w", "3", "-s", "1", "--worker-logs", "*", "--", PY, "-c", code,
         env=job_procs.env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -32,7 +32,9 @@ def documented_layers() -> dict[str, list[str]]:
     folder, ``spec.py`` for a module at the top)."""
     rows = re.findall(r"^\| (\w+) \| (.*?) \| .*\|$", ARCHITECTURE.read_text(), re.MULTILINE)
     return {
-        layer: re.findall(r"`([\w/.]+)`", entries) for layer, entries in rows if layer in LAYER_NAMES
+        layer: re.findall(r"`([\w/.]+)`", entries)
+        for layer, entries in rows
+        if layer in LAYER_NAMES
     }
 
 

@@ -1,5 +1,7 @@
-"""Whole jobs through the test master's agents as Mesos's agent code runs them:
-the task's user, volumes without an image, agents that lose contact and return."""
+"""Whole jobs through Mesos's agents: the task's user and volumes without an
+image (real Mesos: the double runs every task as its own user and refuses
+volumes, as an agent with ``--switch_user=false`` and ``filesystem/posix``
+does), and agents that lose contact and return (the double's faults)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MARK, MESOS_KINDS, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
-from tests.mesos_clusters import MesosUnderTest, open_cluster, real_mesos_home
+from tests.conftest import MARK, TWO_WORKERS_TRUE, JobProcesses, run_tfrun, start_tfrun
+from tests.mesos_clusters import MesosUnderTest, real_mesos_home
 from tfmesos.testing.master import ThreadedTestMaster
 from tfmesos.testing.real_mesos import AgentSpec, RealMesos
 
@@ -24,6 +26,11 @@ def mesos_tasks(master: ThreadedTestMaster) -> list[dict]:  # type: ignore[type-
     return master.tasks()
 
 
+REAL_ONLY = pytest.mark.parametrize("mesos", ["real-mesos"], indirect=True)
+"""A scenario of the agent's user switch: real Mesos's (the double has none)."""
+
+
+@REAL_ONLY
 def test_a_task_user_the_agents_lack_fails_the_job_naming_the_task(
     mesos: MesosUnderTest, job_procs: JobProcesses
 ) -> None:
@@ -57,6 +64,7 @@ def nobody_can_run_tfmesos() -> bool:
     return probe.returncode == 0
 
 
+@REAL_ONLY
 @pytest.mark.skipif(
     not nobody_can_run_tfmesos(),
     reason="needs root, and an interpreter and tfmesos that user nobody can run",
@@ -87,9 +95,6 @@ def test_tasks_run_as_the_user_the_job_names(
     assert f"[worker:1] worker:1 uid={nobody}" in result.stdout.splitlines()
     [task] = [t for t in mesos.tasks() if t["name"].endswith("/job:worker/task:1")]
     assert task["user"] == "nobody"
-    if mesos.double is not None:
-        [task] = [t for t in mesos.double.tasks() if t["name"].endswith("/job:worker/task:1")]
-        assert Path(task["sandbox"]).stat().st_uid == nobody
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
@@ -115,21 +120,11 @@ def on_worker_1(command: str) -> tuple[str, ...]:
     return ("sh", "-c", f"test {{task_index}} = 0 || {{ {command}; }}")
 
 
-@pytest.fixture(params=MESOS_KINDS)
-def volume_mesos(
-    request: pytest.FixtureRequest,
-    job_procs: JobProcesses,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> Iterator[MesosUnderTest]:
-    """Agents that mount host paths for tasks without an image: the double
-    (as root), or one real agent with the Linux launcher and the
-    filesystem/linux isolator, in a mount namespace of its own
-    (tests/test_real_mesos_images.py says why)."""
-    if request.param == "test-master":
-        with open_cluster("test-master", job_procs, monkeypatch, tmp_path / "mesos") as cluster:
-            yield cluster
-        return
+@pytest.fixture
+def volume_mesos(job_procs: JobProcesses, tmp_path: Path) -> Iterator[MesosUnderTest]:
+    """An agent that mounts host paths for tasks without an image: one real
+    agent with the Linux launcher and the filesystem/linux isolator, in a
+    mount namespace of its own (tests/test_real_mesos_images.py says why)."""
     from tests.test_real_mesos_images import (
         mesos_route_prerequisites,
         remove_cgroups,
@@ -198,12 +193,9 @@ def test_a_volume_whose_host_path_is_missing_fails_the_task_with_the_agent_s_mes
         env=job_procs.env(),
     )
     assert result.returncode != 0
-    if os.geteuid() == 0 and mesos.double is not None:
-        message = f"Path '{missing}' in HOST_PATH volume does not exist"
-    else:
-        # The agent has no filesystem/linux isolator: the double's when not
-        # root, real Mesos's agents here (posix isolation).
-        message = "Volumes in ContainerInfo is not supported"
+    # The agents have no filesystem/linux isolator: real Mesos's here (posix
+    # isolation), and the double's, which refuses volumes as they do.
+    message = "Volumes in ContainerInfo is not supported"
     assert (
         f"task worker:1 on 127.0.0.1 ended in state TASK_FAILED: Failed to launch container: {message}"
         in result.stderr

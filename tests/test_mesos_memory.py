@@ -7,9 +7,9 @@ the cgroups memory isolator hears of it, and the containerizer destroys the
 container; the agent sends TASK_FAILED, SOURCE_AGENT,
 REASON_CONTAINER_LIMITATION_MEMORY, "Memory limit exceeded: Requested: 288MB
 Maximum Used: 288MB" and the cgroup's memory.stat (tfmesos/mesos/states.py).
-The test master models it when its agents are given ``isolation="cgroups/mem"``
-(tfmesos/testing/master/executor.py). With the agent's default isolation
-(``posix/cpu,posix/mem``) memory is only measured: the task lives on.
+Enforcement is real Mesos's to show (the test master does not emulate it).
+With the agent's default isolation (``posix/cpu,posix/mem``), real Mesos's and
+the test master's, memory is only measured: the task lives on.
 
 tfrun must say which task, that it was killed for exceeding its memory, the
 limit it was given and the flag that raises it, in one line as it stops the
@@ -43,7 +43,6 @@ from tests.conftest import (
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, real_mesos_home, real_mesos_unavailable
 from tfmesos.mesos.states import EXECUTOR_MEM, MEM_FLAGS, describe_update
-from tfmesos.testing.master.executor import memory_limitation, stout_bytes
 from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos
 
 JSON = dict[str, Any]
@@ -143,20 +142,10 @@ def worker_1_statuses(mesos: MesosUnderTest) -> list[JSON]:
     return statuses
 
 
-@pytest.fixture(params=MESOS_KINDS)
-def enforcing_mesos(
-    request: pytest.FixtureRequest,
-    job_procs: JobProcesses,
-    monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> Iterator[MesosUnderTest]:
-    """One agent that enforces memory: the double with ``cgroups/mem``, or a
-    real agent with the Linux launcher and ``cgroups/cpu,cgroups/mem``."""
-    if request.param == "test-master":
-        with marked_master(job_procs, monkeypatch, agents=0, isolation="cgroups/mem") as double:
-            double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="29000-29099"))
-            yield MesosUnderTest(double=double)
-        return
+@pytest.fixture
+def enforcing_mesos(job_procs: JobProcesses, tmp_path: Path) -> Iterator[MesosUnderTest]:
+    """One agent that enforces memory: a real agent with the Linux launcher
+    and ``cgroups/cpu,cgroups/mem``."""
     from tests.test_real_mesos_images import (
         mesos_route_prerequisites,
         remove_cgroups,
@@ -208,11 +197,10 @@ def watching_mesos(
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> Iterator[MesosUnderTest]:
-    """One agent with the default isolation, ``posix/cpu,posix/mem``."""
+    """One agent with the default isolation, ``posix/cpu,posix/mem`` (the
+    double's only one)."""
     if request.param == "test-master":
-        with marked_master(
-            job_procs, monkeypatch, agents=0, isolation="posix/cpu,posix/mem"
-        ) as double:
+        with marked_master(job_procs, monkeypatch, agents=0) as double:
             double.call(lambda m: m.add_agent(cpus=4, mem=8192, ports="29100-29199"))
             yield MesosUnderTest(double=double)
         return
@@ -244,10 +232,8 @@ def test_a_task_over_its_memory_is_killed_and_tfrun_names_it_the_limit_and_the_f
     assert events.verdict()["result"] == "failed", context
     # Killed before it could hold what it asked for.
     assert "[worker:1] allocating" in result.stdout.splitlines(), context
-    if mesos.real is not None:
-        # The kernel stops the allocation at the limit; the double, which
-        # looks every MEMORY_POLL seconds, finds the excess after the fact.
-        assert "allocated" not in result.stdout, context
+    # The kernel stops the allocation at the limit.
+    assert "allocated" not in result.stdout, context
 
     assert_the_limit_is_named(mesos, events, result.stderr, context)
     assert [p.cmdline() for p in job_procs.wait_gone(15)] == []
@@ -302,10 +288,7 @@ def test_a_limit_mesos_names_late_is_named_still(
     """The container's destroy, and so the agent's TASK_FAILED, comes seconds
     after the task's own report of a SIGKILL: tfrun waits for it."""
     real = enforcing_mesos.real
-    if real is None:
-        why = "only a real agent can be stopped: the double's run in the test's process"
-        print(f"\nskipping: {why}", file=sys.stderr)
-        pytest.skip(why)
+    assert real is not None
     hog, go = tmp_path / "late_hog.py", tmp_path / "go"
     hog.write_text(LATE_HOG)
     proc, _ = start_tfrun(
@@ -348,7 +331,7 @@ def test_a_task_within_a_small_memory_finishes_where_memory_is_enforced(
     enforcing_mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     """64 MiB (96 MB for the container) hold the executor, the task's agent
-    and a command: the double's watch finds no excess where the kernel finds none."""
+    and a command: the kernel finds no excess."""
     events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
         "-m", enforcing_mesos.url, *events.flag, "-Mw", "64", *TWO_WORKERS_TRUE,
@@ -393,17 +376,17 @@ def test_the_memory_flags_named_are_tfrun_s() -> None:
 
 
 def test_an_update_for_a_memory_limit_says_the_limit_and_the_flag_without_the_statistics() -> None:
-    message, limitation = memory_limitation(288 << 20, 300 << 20)
-    assert message.endswith("total_rss 314572800\n\n")
+    # A real agent's words (Mesos 1.12, cgroups/mem), its memory.stat cut short.
+    message = (
+        "Memory limit exceeded: Requested: 288MB Maximum Used: 288MB\n\n"
+        "MEMORY STATISTICS: \nhierarchical_memory_limit 301989888\ntotal_rss 301727744\n\n"
+    )
     status = {"message": message, "reason": "REASON_CONTAINER_LIMITATION_MEMORY"}
     assert describe_update(status, "ps", 256.0) == (
         "killed for exceeding its memory limit of 256 MiB (raise it with -Ms/--server-mem); "
         "the agent said: Memory limit exceeded: Requested: 288MB Maximum Used: 288MB "
         "(the task's 256 MiB and 32 MiB for its executor)"
     )
-    assert limitation == {
-        "resources": [{"name": "mem", "type": "SCALAR", "scalar": {"value": 288.0}}]
-    }
     # A job of the Python API: no tfrun flag to name.
     assert describe_update({"reason": "REASON_CONTAINER_LIMITATION_MEMORY"}, "eval") == (
         "killed for exceeding its memory limit (raise the eval job's mem)"
@@ -412,13 +395,3 @@ def test_an_update_for_a_memory_limit_says_the_limit_and_the_flag_without_the_st
     assert describe_update(
         {"message": "Command exited with status 3", "reason": "REASON_COMMAND_EXECUTOR_FAILED"}
     ) == ("Command exited with status 3; REASON_COMMAND_EXECUTOR_FAILED")
-
-
-def test_sizes_read_as_stout_prints_them() -> None:
-    assert [stout_bytes(n) for n in (0, 288 << 20, 2 << 30, 3 << 10, 301989889)] == [
-        "0B",
-        "288MB",
-        "2GB",
-        "3KB",
-        "301989889B",
-    ]

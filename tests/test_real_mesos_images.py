@@ -2,7 +2,7 @@
 tasks run ``--image`` (scripts/build-image's CPU image), with and without a
 read-only ``-V`` volume, through both of Mesos's containerizers.
 
-tests/test_images.py runs the image on the test master; these run it on
+The test master runs no images (docs/test-master.md); these run them on
 ``mesos-agent`` itself (tfmesos.testing.real_mesos), one agent per test:
 
 - **The Mesos containerizer** (``--containerizers=mesos``, the default):
@@ -38,16 +38,15 @@ tests/test_images.py runs the image on the test master; these run it on
   podman's Docker-compatible API (``podman system service``, on a socket of
   the test session's), with the agent's ``--docker_socket`` and a ``docker``
   CLI. ``--docker_kill_orphans=false``: an agent that starts removes every
-  ``mesos-*`` container it does not know, and podman's store is shared (the
-  test master names its containers ``mesos-*`` too); each test removes its
-  own containers instead.
+  ``mesos-*`` container it does not know, and podman's store is shared;
+  each test removes its own containers instead.
 
 A route this machine cannot give (not root, no ``unshare``, no cgroup v1
 freezer, no ``docker`` CLI) is skipped with the reason; one whose containers
 the agent fails to launch is skipped with the agent's own messages (the task's
 status and its executor's stderr) printed, and fails under CI, where a
 machine like this one is expected to run both. Without podman, or without the
-image, everything is skipped as in tests/test_images.py.
+image, everything is skipped, with the reason (failed under CI).
 """
 
 from __future__ import annotations
@@ -138,10 +137,8 @@ def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def task_image() -> str:
-    """The CPU task image of this checkout, as tests/test_images.py gets it:
-    $TFMESOS_TEST_IMAGE, or built (once; then found built)."""
-    from tests.test_images import checkout_image
-
+    """The CPU task image of this checkout: $TFMESOS_TEST_IMAGE, or built
+    (once; then found built)."""
     named = checkout_image()
     if podman("image", "exists", named, check=False).returncode != 0:
         reason = f"the task image {named} is not in podman's store"
@@ -150,6 +147,23 @@ def task_image() -> str:
         say(f"skipping: {reason}")
         pytest.skip(reason)
     return named
+
+
+def checkout_image() -> str:
+    """$TFMESOS_TEST_IMAGE, or the CPU task image scripts/build-image makes
+    of this checkout (built once, then found built)."""
+    named = os.environ.get("TFMESOS_TEST_IMAGE")
+    if named:
+        return named
+    base = os.environ.get("TFMESOS_IMAGE_BASE") or "local"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build-image"), "cpu", "--base", base],
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=1800,
+    )
+    assert result.returncode == 0, "scripts/build-image cpu failed"
+    return result.stdout.strip().splitlines()[-1]
 
 
 def _cache() -> Path:

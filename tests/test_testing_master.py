@@ -771,8 +771,8 @@ async def test_injected_launch_failure_and_task_environment(
         "arguments": ["python", "-c", script, "x"],
         "environment": env,
     }
-    # A MESOS container without an image or volumes: the host's filesystem (a
-    # task with an image runs in a real container: tests/test_images.py).
+    # A MESOS container without an image or volumes: the host's filesystem (one
+    # with: test_what_the_double_does_not_emulate_fails_the_launch_saying_so).
     plain["container"] = {"type": "MESOS", "mesos": {}}
     await sched.launch(offer, task_info("worker-0", offer, "true"), plain)
     failed = await stream.update("worker-0")
@@ -883,40 +883,51 @@ def test_subscribe_accept_header_variants(accept: str | None) -> None:
 
 @pytest.mark.e2e
 @with_master(agents=1)
-async def test_command_uris_are_fetched_into_the_sandbox(
+async def test_what_the_double_does_not_emulate_fails_the_launch_saying_so(
     master: TestMaster, session: aiohttp.ClientSession, sched: Scheduler
 ) -> None:
-    import tarfile
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as source:
-        script = os.path.join(source, "hello.sh")
-        with open(script, "w") as out:
-            out.write("#!/bin/sh\necho fetched\n")
-        data = os.path.join(source, "data.txt")
-        with open(data, "w") as out:
-            out.write("payload\n")
-        archive = os.path.join(source, "bundle.tar.gz")
-        with tarfile.open(archive, "w:gz") as tar:
-            tar.add(data, arcname="inside/data.txt")
-        stream = await sched.subscribe()
-        [offer] = await sched.offers()
-        ok = task_info("fetch", offer, "./hello.sh && cat inside/data.txt renamed.txt")
-        ok["command"]["uris"] = [
-            {"value": script, "executable": True},
-            {"value": "file://" + archive},
-            {"value": data, "output_file": "renamed.txt"},
-        ]
-        missing = task_info("missing", offer, "true")
-        missing["command"]["uris"] = [{"value": os.path.join(source, "absent")}]
-        await sched.launch(offer, ok, missing)
-        await sched.until("fetch", "TASK_FINISHED")
-        failed = await stream.update("missing", "TASK_FAILED")
-        assert failed["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
-        assert failed["source"] == "SOURCE_AGENT"
-        with open(os.path.join(master.task("fetch")["sandbox"], "stdout")) as out:
-            assert out.read() == "fetched\npayload\npayload\n"
-        stream.close()
+    """Images, the fetcher and host-path volumes are real Mesos's to test
+    (tests/test_real_mesos_images.py, tests/test_mesos_agents.py): the double
+    never runs such a task some other way, it refuses it."""
+    stream = await sched.subscribe()
+    [offer] = await sched.offers()
+    mesos_image = task_info("mesos-image", offer, "true")
+    mesos_image["container"] = {
+        "type": "MESOS",
+        "mesos": {"image": {"type": "DOCKER", "docker": {"name": "tfmesos/tfmesos:cpu"}}},
+    }
+    docker = task_info("docker", offer, "true")
+    docker["container"] = {"type": "DOCKER", "docker": {"image": "debian:12"}}
+    uris = task_info("uris", offer, "true")
+    uris["command"]["uris"] = [{"value": "file:///etc/hostname"}]
+    volume = task_info("volume", offer, "true")
+    volume["container"] = {
+        "type": "MESOS",
+        "volumes": [{"host_path": "/tmp", "container_path": "/mnt/x", "mode": "RO"}],
+    }
+    await sched.launch(offer, mesos_image, docker, uris, volume)
+    said = {}
+    for name in ("mesos-image", "docker", "uris", "volume"):
+        failed = await stream.update(name, "TASK_FAILED")
+        assert (failed["source"], failed["reason"]) == (
+            "SOURCE_AGENT",
+            "REASON_CONTAINER_LAUNCH_FAILED",
+        ), failed
+        said[name] = failed["message"]
+        assert master.task(name)["pid"] is None
+    assert said == {
+        "mesos-image": "Failed to launch container: the tfmesos test master runs no container "
+        "images: its agents run tasks on this host only; try image 'tfmesos/tfmesos:cpu' "
+        "on real Mesos (scripts/start-mesos)",
+        "docker": "Failed to launch container: the tfmesos test master runs no container "
+        "images: its agents run tasks on this host only; try image 'debian:12' on real "
+        "Mesos (scripts/start-mesos)",
+        "uris": "Failed to launch container: the tfmesos test master fetches no URIs: its "
+        "agents have no fetcher; try the task on real Mesos (scripts/start-mesos)",
+        # filesystem/posix's words, as a real agent without filesystem/linux says them.
+        "volume": "Failed to launch container: Volumes in ContainerInfo is not supported",
+    }
+    stream.close()
 
 
 @pytest.mark.e2e

@@ -8,8 +8,11 @@ this repository lists every behaviour, where it came from and what is left out,
 and which module of this package owns it.
 
 Accepted tasks run for real, as local processes, each in its own process group
-and sandbox directory; every "agent" is this machine. Nothing a task starts
-outlives the master: stopping it kills every task's process group.
+and sandbox directory; every "agent" is this machine, configured as a real
+agent with ``--switch_user=false --isolation=posix/cpu,posix/mem``. What real
+Mesos's own tests cover (images, the user switch, volumes, memory limits, the
+fetcher) is not emulated: such a task fails to launch, saying so. Nothing a
+task starts outlives the master: stopping it kills every task's process group.
 
 Three ways to run it:
 

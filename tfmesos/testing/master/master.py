@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from aiohttp import web
 
 from tfmesos.testing.master.allocator import Allocator
-from tfmesos.testing.master.containerizer import check_isolation
 from tfmesos.testing.master.executor import TaskRunner
 from tfmesos.testing.master.fault_table import with_faults
 from tfmesos.testing.master.faults import Faults
@@ -118,7 +117,6 @@ class TestMaster(_FaultMethods):
         state = self.master_state
         config = state.config
         state.loop = asyncio.get_running_loop()
-        check_isolation(config)
         made: Path | None = None
         """The first folder this start made, removed if it fails."""
         if config.work_dir is None:
@@ -202,7 +200,6 @@ class TestMaster(_FaultMethods):
                 await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 10)
         for pgid in list(runner.live_groups):
             runner.sweep(pgid)
-        await runner.drain_containers()
         for task in tasks:
             if task.kill_timer is not None:
                 task.kill_timer.cancel()

@@ -4,15 +4,14 @@ The posix launcher's agents kill a task's whole process tree when it ends
 (``os::killtree``, which follows process groups and sessions); the test master
 does the same (:func:`killpg`) and, so that no task outlives a test run whose
 process died without stopping the master (a crash, SIGKILL), tells a small
-helper process of every task's process group and container: at EOF on its
-stdin it kills the groups still listed and removes the containers.
+helper process of every task's process group: at EOF on its stdin it kills
+the groups still listed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import subprocess
 import sys
 import time
@@ -22,10 +21,9 @@ from tfmesos.common import procfs
 from tfmesos.common.proctree import signal_group, signal_pid
 
 _REAPER_SOURCE = """
-import json, os, shutil, signal, subprocess, sys
+import os, shutil, signal, sys
 groups = set()
 directories = []
-containers = {}
 for line in sys.stdin:
     line = line.rstrip("\\n")
     if line[:1] == "+":
@@ -34,20 +32,10 @@ for line in sys.stdin:
         groups.discard(int(line[1:]))
     elif line[:1] == "d":
         directories.append(line[1:])
-    elif line[:1] == "c":
-        name, argv = json.loads(line[1:])
-        containers[name] = argv
-    elif line[:1] == "x":
-        containers.pop(line[1:], None)
 for group in groups:
     try:
         os.killpg(group, signal.SIGKILL)
     except OSError:
-        pass
-for argv in containers.values():
-    try:
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
-    except (OSError, subprocess.SubprocessError):
         pass
 for directory in directories:
     shutil.rmtree(directory, ignore_errors=True)
@@ -55,10 +43,9 @@ for directory in directories:
 
 
 class Reaper:
-    """A helper process told every live task process group and container. When its
-    stdin reaches EOF (the master stopped, or its process died however it died) it
-    SIGKILLs the groups still listed and removes the containers, so no task
-    outlives a crashed test run."""
+    """A helper process told every live task process group. When its stdin
+    reaches EOF (the master stopped, or its process died however it died) it
+    SIGKILLs the groups still listed, so no task outlives a crashed test run."""
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = subprocess.Popen(
@@ -94,13 +81,6 @@ class Reaper:
     def remove_on_exit(self, directory: Path) -> None:
         if "\n" not in str(directory):
             self._send(f"d{directory}")
-
-    def remove_container(self, name: str, argv: list[str]) -> None:
-        """Run ``argv`` (``podman rm -f NAME``) on exit unless :meth:`forget_container`."""
-        self._send("c" + json.dumps([name, argv]))
-
-    def forget_container(self, name: str) -> None:
-        self._send(f"x{name}")
 
     async def close(self) -> None:
         process, self._process = self._process, None

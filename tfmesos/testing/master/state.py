@@ -133,20 +133,6 @@ class MasterConfig:
     kill_on_orphan: bool = True
     """Run a small reaper process that SIGKILLs every live task process group if this
     process dies without stopping the master (a crash, SIGKILL)."""
-    switch_user: bool = True
-    """As the agent's ``--switch_user``: run each task as its user (``CommandInfo.user``,
-    else ``FrameworkInfo.user``), in a sandbox owned by that user; a task whose user
-    does not exist here (or, when not root, is not this process's) is refused as the
-    agent refuses it (``Framework::addExecutor``). False: tasks run as this process."""
-    isolation: str | None = None
-    """As the agent's ``--isolation`` (comma-separated), for its filesystem isolator:
-    ``filesystem/linux`` mounts a MESOS container's host-path volumes in a mount
-    namespace of its own and needs root; otherwise ``filesystem/posix`` refuses
-    ContainerInfo volumes. None: ``filesystem/linux`` when running as root, else
-    ``posix/cpu,posix/mem`` (the agent's default). ``cgroups/mem`` enforces each
-    command task's ``mem`` (plus the executor's 32 MB) on the RSS of its process
-    tree, as the kernel's OOM killer and the isolator do; ``posix/mem`` only watches,
-    as the agent's does."""
     call_delay: tuple[float, float] | None = None
     """Hold every request to the scheduler endpoint for a random ``uniform(low, high)``
     seconds before the master takes it, as a loaded network would: concurrent calls
@@ -253,8 +239,6 @@ class Task:
     kill_requested: bool = False
     kill_grace: float = DEFAULT_KILL_GRACE_SECONDS
     kill_timer: asyncio.TimerHandle | None = None
-    memory_limited: tuple[str, JSON] | None = None
-    """The agent's ``cgroups/mem`` ended it: the update's message and ``limitation``."""
     released: bool = False
     """Its resources went back to the agent (it reached a terminal state)."""
     finalized: bool = False
