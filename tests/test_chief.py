@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import JobProcesses, run_tfrun
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
-from tfmesos.cli.main import parse_args
+from tfmesos.cli.parser import parse_args
 from tfmesos.common.taskenv import placeholder_values, task_environment
 from tfmesos.launcher.policy import Action, Phase, TaskView, on_task_end
 from tfmesos.launcher.verdict import ends

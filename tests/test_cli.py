@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT, JobProcesses, one_error_line, run_tfrun, runs_in
 from tfmesos import SpecError
-from tfmesos.cli import main as cli
-from tfmesos.cli.main import build_parser, parse_args
+from tfmesos.cli import parser
+from tfmesos.cli.parser import build_parser, parse_args
 from tfmesos.common import taskenv
 from tfmesos.spec import ClusterSpec, Job, parse_volume
 
@@ -838,10 +838,10 @@ def test_an_extra_config_without_end_is_refused_at_the_bound(
 
 
 def test_an_extra_config_at_the_bound_is_read(tmp_path: Path) -> None:
-    padding = " " * (cli.MAX_EXTRA_CONFIG - len('{"env": {}}'))
-    assert cli.read_extra_config(write(tmp_path, '{"env": {}}' + padding)) == (None, None, {})
+    padding = " " * (parser.MAX_EXTRA_CONFIG - len('{"env": {}}'))
+    assert parser.read_extra_config(write(tmp_path, '{"env": {}}' + padding)) == (None, None, {})
     with pytest.raises(SpecError, match="larger than"):
-        cli.read_extra_config(write(tmp_path, '{"env": {}}' + padding + " "))
+        parser.read_extra_config(write(tmp_path, '{"env": {}}' + padding + " "))
 
 
 def test_an_environment_from_os_environ_with_a_byte_not_utf8_is_sized_not_a_traceback() -> None:

@@ -26,7 +26,7 @@ def test_readme_starts_with_the_local_job() -> None:
 
 
 def test_every_tfrun_flag_is_in_the_guide() -> None:
-    from tfmesos.cli.main import build_parser
+    from tfmesos.cli.parser import build_parser
 
     readme = "".join((ROOT / page).read_text() for page in GUIDE)
     for action in build_parser()._actions:

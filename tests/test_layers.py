@@ -112,6 +112,52 @@ def test_no_import_runs_from_a_lower_layer_to_a_higher_one() -> None:
     assert not upward, "imports that run up the layers:\n" + "\n".join(upward)
 
 
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            circle = []
+            while True:
+                member = stack.pop()
+                circle.append(member)
+                if member == module:
+                    break
+            if len(circle) > 1:
+                circles.append(sorted(circle))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_two_modules_import_each_other() -> None:
+    # Before: cli imported tfrun (to run as __main__) and tfrun cli; jobs
+    # imported cli's parser and cli jobs. Lazy imports count: a circle is
+    # one to a reader. The test double's fault table is the exception: its
+    # faults module fills the table by importing it (a registry).
+    graph = {
+        module: {t for t in imported(module, path) if t in MODULES}
+        for module, path in MODULES.items()
+        if not module.startswith("tfmesos.testing.")
+    }
+    assert import_circles(graph) == []
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
 def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     # The check above must be able to fail: a protocol module importing a backend.
     path = tmp_path / "scheduler.py"

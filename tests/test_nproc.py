@@ -23,7 +23,7 @@ from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos import SpecError
 from tfmesos.agent import nproc as runner
-from tfmesos.cli.main import parse_args
+from tfmesos.cli.parser import parse_args
 from tfmesos.common.taskenv import rank_environment, task_environment
 from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.output import OutputRouter

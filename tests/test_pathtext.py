@@ -27,6 +27,7 @@ def test_tfruns_refusals_show_a_path_with_a_newline_quoted_on_one_line(
     tmp_path: Any, capsys: pytest.CaptureFixture[str], tfrun_in_process: None
 ) -> None:
     from tfmesos.cli import main as cli
+    from tfmesos.cli import parser
 
     a_file = tmp_path / "f\nile"
     a_file.write_text("")
@@ -38,7 +39,7 @@ def test_tfruns_refusals_show_a_path_with_a_newline_quoted_on_one_line(
     for flag, said in refusals.items():
         a_file.write_text("" if flag != "-e" else "{")
         with pytest.raises(SystemExit) as refused:
-            cli.parse_args([flag, str(a_file), "-w", "1", "--", "true"])
+            parser.parse_args([flag, str(a_file), "-w", "1", "--", "true"])
         assert refused.value.code == 2
         (line,) = capsys.readouterr().err.splitlines()
         assert said in line, line

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tfmesos.backends.slurm_options import SlurmOptions, validate
-from tfmesos.cli.main import parse_args
+from tfmesos.cli.parser import parse_args
 from tfmesos.errors import SpecError
 from tfmesos.slurm.commands import (
     JobStatus,

@@ -6,7 +6,6 @@ is built, so that bad input costs the user nothing but a clear message.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -33,7 +32,6 @@ __all__ = [
     "Job",
     "TaskSpec",
     "Volume",
-    "bare_script",
     "coerce_jobs",
     "parse_volume",
 ]
@@ -190,32 +188,6 @@ def parse_volume(text: str) -> Volume:
     if len(parts) != 2 or not all(p.startswith("/") for p in parts):
         raise SpecError(f"volume {text!r} must be /host/path:/container/path[:ro|rw]")
     return Volume(parts[0], parts[1], read_only=mode == "ro")
-
-
-def bare_script(command: list[str], chdir: str | None) -> str | None:
-    """``tfrun -w 4 train.py``: what to say where the command's first word is a
-    Python file that the shell would not find (exit 127) or not run (126) in
-    every task, as tfrun never adds python; None where it runs."""
-    import os
-    import shlex
-
-    try:
-        word = shlex.split(command[0])[0] if len(command) == 1 else command[0]
-    except (ValueError, IndexError):
-        return None
-    path = os.path.join(chdir or ".", word)
-    if not word.endswith(".py") or not os.path.isfile(path):
-        return None
-    with contextlib.suppress(OSError), open(path, "rb") as script:
-        runnable = os.access(path, os.X_OK) and script.read(2) == b"#!"
-        import shutil  # here: only a command naming a .py file needs it
-
-        if runnable and ("/" in word or shutil.which(word)):
-            return None
-    return (
-        f"{word} is a Python file, which the command runs as given: "
-        f"write python {word} (tfrun never adds python)"
-    )
 
 
 _SHELL_NAME = r"[A-Za-z_][A-Za-z0-9_]*"

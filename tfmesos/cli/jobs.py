@@ -299,9 +299,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _parser(word: str) -> argparse.ArgumentParser:
-    from tfmesos.cli.main import _Parser
+    from tfmesos.cli.parser import Parser
 
-    class _JobParser(_Parser):
+    class _JobParser(Parser):
         def _unknown_flag(self, word: str) -> str | None:
             return f"unknown flag {word.split('=', 1)[0]}" if word.startswith("-") else None
 
