@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.conftest import (
+    FOUR_WORKERS,
+    MWMS,
+    ROOT,
+    JobProcesses,
+    check_four_tensorflow_workers,
+    run_tfrun,
+    tfrun_argv,
+)
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos import SpecError
 from tfmesos import nproc as runner
@@ -486,43 +495,24 @@ def test_a_two_by_two_jax_job_sums_over_four_processes(job_procs: JobProcesses) 
     assert job_procs.wait_gone(5) == []
 
 
-MWMS = str(Path(__file__).with_name("mwms_ranks.py"))
-FOUR_WORKERS = ("worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1")
-
-
-def check_four_tensorflow_workers(result: subprocess.CompletedProcess[str]) -> None:
-    """Each of the four processes was a TensorFlow worker of its own, of
-    index RANK, at an address of its own, in one collective of four that
-    all-reduced 0 + 1 + 2 + 3."""
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
-    said = {
-        name: (int(index), address, rank, replicas, total)
-        for name, index, address, rank, replicas, total in re.findall(
-            r"^\[(worker:\d\.\d)\] worker:(\d) of 4 at (\S+) rank=(\d) replicas=(\d) sum=(\S+)$",
-            result.stdout,
-            re.M,
-        )
-    }
-    assert sorted(said) == list(FOUR_WORKERS), result.stdout[-5000:]
-    for name, (index, _, rank, replicas, total) in said.items():
-        group, local = map(int, name.partition(":")[2].split("."))
-        assert index == group * 2 + local == int(rank), name
-        assert (replicas, total) == ("4", "6"), name
-    assert len({address for _, address, *_ in said.values()}) == 4
-
-
-def test_two_by_two_are_four_tensorflow_workers_locally(job_procs: JobProcesses) -> None:
+def test_two_by_two_are_four_tensorflow_workers_locally(
+    job_procs: JobProcesses, job_events: JobEvents
+) -> None:
     """``tfrun -w 2 --nproc-per-task 2``: MultiWorkerMirroredStrategy sees
-    four workers, which all-reduce together. Before: every process had no
-    TF_CONFIG, and TFConfigClusterResolver made each a worker alone (sum 0,
-    1, 0, 1)."""
+    four workers, which all-reduce together; ``--events`` says the cluster
+    as TF_CONFIG has it. Before: no process had a TF_CONFIG, and the program
+    failed."""
     _needs("tensorflow")
     result = run_tfrun(
+        *job_events.flag,
         *("-w", "2", "--nproc-per-task", "2", "--worker-logs", "*", "--", PY, MWMS),
         env=job_procs.env(),
         timeout=300,
     )
     check_four_tensorflow_workers(result)
+    (up,) = job_events.of("cluster_up")
+    workers = up["cluster"]["worker"]
+    assert len(set(workers)) == 4 and all(address in result.stdout for address in workers)
     assert job_procs.wait_gone(5) == []
 
 
