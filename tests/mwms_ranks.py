@@ -5,7 +5,8 @@ all-reduces its own task index across the collective.
 
 Each of the W*N processes is a TensorFlow worker of its own: the sum is
 0 + 1 + ... + (W*N - 1) only where every process took part once, under its
-own index. A process also says how many workers it sees, its index and
+own index (read from the file ``TFMESOS_CLUSTER_FILE`` names, with
+``tfrun --cluster-file``). A process also says how many workers it sees, its index and
 ``RANK``, and the address it serves at.
 """
 
@@ -18,6 +19,9 @@ import tensorflow as tf
 
 
 def main() -> int:
+    if "TF_CONFIG" not in os.environ:  # tfrun --cluster-file: the process's own file
+        with open(os.environ["TFMESOS_CLUSTER_FILE"]) as file:
+            os.environ["TF_CONFIG"] = file.read()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     index = resolver.task_id

@@ -30,7 +30,7 @@ from tests.conftest import (
 )
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
-from tfmesos import SpecError
+from tfmesos import SpecError, clusterfile
 from tfmesos import nproc as runner
 from tfmesos.cli import parse_args
 from tfmesos.launcher.attempts import Attempt
@@ -288,11 +288,13 @@ def test_a_bad_count_is_refused(text: str, capsys: pytest.CaptureFixture[str]) -
     assert "--nproc-per-task" in said and "1 to 1024" in said
 
 
-def test_only_the_cluster_file_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    # Before: every TensorFlow shape (-s, {worker_hosts}, {chief_hosts}) was
-    # refused; now each worker process is a TensorFlow worker of its own.
+def test_tensorflows_shapes_are_taken() -> None:
+    # Before: every TensorFlow shape (-s, {worker_hosts}, {chief_hosts},
+    # --cluster-file) was refused; now each worker process is a TensorFlow
+    # worker of its own.
     for args in (
         ["-w", "2", "-s", "1", "--nproc-per-task", "2", "--", "true"],
+        ["-w", "1", "--nproc-per-task", "2", "--cluster-file", "--", "true"],
         ["-w", "2", "--nproc-per-task", "2", "--", "echo", "{worker_hosts}", "{task_index}"],
         [
             "--chief",
@@ -309,8 +311,6 @@ def test_only_the_cluster_file_is_refused_in_one_line(capsys: pytest.CaptureFixt
         assert parse_args(args)[1].nproc == 2
     with pytest.raises(SpecError, match="needs replica mode"):
         ClusterSpec(jobs=(Job("worker", 2),), nproc=2)
-    said = refused(["-w", "1", "--nproc-per-task", "2", "--cluster-file", "--", "true"], capsys)
-    assert "--nproc-per-task with --cluster-file is not supported yet" in said
 
 
 # -- TensorFlow: each worker process a TensorFlow worker (unit) ----------------------
@@ -373,6 +373,31 @@ def test_each_worker_process_is_a_tensorflow_worker_of_its_own() -> None:
     assert process_cluster({"worker": ["[::1]:7000"]}, 2) == {
         "worker": ["[::1]:7000", "[::1]:7001"]
     }
+
+
+@pytest.mark.parametrize("where", ["log", "sandbox"])
+def test_with_the_cluster_file_each_process_has_its_own(tmp_path: Path, where: str) -> None:
+    """``--cluster-file``: each worker process's file holds its own task
+    index, beside the task's (the task's log, or its Mesos sandbox)."""
+    cluster = {"worker": ["h0:100", "h1:200"], "ps": ["p:300"]}
+    message = {"cluster_def": cluster, "job_name": "worker", "task_index": 1, "nproc": 2}
+    message |= {"cmd": "true", "cluster_file": True}
+    environ = (
+        {"TFMESOS_AGENT_LOG_FILE": str(tmp_path / "worker.1.1.ab.log")}
+        if where == "log"
+        else {"MESOS_SANDBOX": str(tmp_path)}
+    )
+    _, env = task_command(message, environ)
+    assert "TF_CONFIG" not in env and "TFMESOS_WORKER_HOSTS" not in env
+    paths = []
+    for local in (0, 1):
+        path = runner.process_environment(env, local)[clusterfile.ENV_CLUSTER_FILE]
+        config = json.loads(Path(path).read_text())
+        assert config["task"] == {"type": "worker", "index": 2 + local}
+        assert config["cluster"]["worker"] == ["h0:100", "h0:101", "h1:200", "h1:201"]
+        paths.append(Path(path).name)
+    prefix = "worker.1.1.ab." if where == "log" else ""
+    assert paths == [f"{prefix}cluster.json", f"{prefix}local-rank-1.cluster.json"]
 
 
 def test_a_worker_task_takes_a_block_of_ports_on_every_backend() -> None:
@@ -495,16 +520,19 @@ def test_a_two_by_two_jax_job_sums_over_four_processes(job_procs: JobProcesses) 
     assert job_procs.wait_gone(5) == []
 
 
+@pytest.mark.parametrize("file", [[], ["--cluster-file"]], ids=["TF_CONFIG", "cluster file"])
 def test_two_by_two_are_four_tensorflow_workers_locally(
-    job_procs: JobProcesses, job_events: JobEvents
+    job_procs: JobProcesses, job_events: JobEvents, file: list[str]
 ) -> None:
     """``tfrun -w 2 --nproc-per-task 2``: MultiWorkerMirroredStrategy sees
     four workers, which all-reduce together; ``--events`` says the cluster
-    as TF_CONFIG has it. Before: no process had a TF_CONFIG, and the program
-    failed."""
+    as TF_CONFIG has it. With ``--cluster-file``, each process reads its own
+    file. Before: no process had a TF_CONFIG, and the program failed;
+    ``--cluster-file`` was refused."""
     _needs("tensorflow")
     result = run_tfrun(
         *job_events.flag,
+        *file,
         *("-w", "2", "--nproc-per-task", "2", "--worker-logs", "*", "--", PY, MWMS),
         env=job_procs.env(),
         timeout=300,
@@ -513,6 +541,31 @@ def test_two_by_two_are_four_tensorflow_workers_locally(
     (up,) = job_events.of("cluster_up")
     workers = up["cluster"]["worker"]
     assert len(set(workers)) == 4 and all(address in result.stdout for address in workers)
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_parameter_server_job_with_a_chief_coordinates_four_workers(
+    job_procs: JobProcesses,
+) -> None:
+    """TF's ParameterServerStrategy deployment with ``--chief -w 2 -s 1
+    --nproc-per-task 2``: the chief (one process) coordinates four worker
+    processes, each serving at its own address, and one ps. Before: refused
+    (``-s``)."""
+    _needs("tensorflow")
+    program = str(Path(__file__).with_name("ps_tfconfig.py"))
+    result = run_tfrun(
+        *("--chief", "-w", "2", "-s", "1", "--nproc-per-task", "2", "--worker-logs", "all"),
+        *("--", PY, program, "--steps", "5"),
+        env=job_procs.env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    serving = dict(re.findall(r"^\[(\w+:[\d.]+)\] (\w+:\d) serving at ", result.stdout, re.M))
+    assert serving == {
+        "ps:0": "ps:0",
+        **{name: f"worker:{i}" for i, name in enumerate(FOUR_WORKERS)},
+    }, result.stdout[-5000:]
+    assert re.search(r"^\[chief:0\] trained 5 steps on 4 workers: ", result.stdout, re.M)
     assert job_procs.wait_gone(5) == []
 
 

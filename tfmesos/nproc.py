@@ -38,7 +38,6 @@ Standard library only: the agent runs it.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import signal
@@ -47,7 +46,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import proctree, wire
+from tfmesos import clusterfile, proctree, taskenv, wire
 from tfmesos.tasklog import TaskLog
 
 if TYPE_CHECKING:
@@ -126,23 +125,14 @@ def process_environment(task_env: Mapping[str, str], local_rank: int) -> dict[st
     env["LOCAL_RANK"] = str(local_rank)
     tf_config = task_env.get("TF_CONFIG")
     if tf_config:
-        env["TF_CONFIG"] = _process_tf_config(tf_config, local_rank)
+        env["TF_CONFIG"] = taskenv.process_tf_config(tf_config, local_rank)
+    cluster_file = task_env.get(clusterfile.ENV_CLUSTER_FILE)
+    if cluster_file:  # --cluster-file: each process's own (clusterfile.move_to_file)
+        env[clusterfile.ENV_CLUSTER_FILE] = clusterfile.process_path(cluster_file, local_rank)
     error_file = env.get("TORCHELASTIC_ERROR_FILE", "")
     if os.path.basename(error_file).startswith("tfmesos-error-"):  # the agent's: one a process
         env["TORCHELASTIC_ERROR_FILE"] = f"{error_file[: -len('.json')]}.{local_rank}.json"
     return env
-
-
-def _process_tf_config(text: str, local_rank: int) -> str:
-    """The task's ``TF_CONFIG`` (its local rank 0's) for its process of
-    ``local_rank``: the same cluster, the task index grown by the local rank.
-    Left as it is where it is not JSON of that shape (the user's own)."""
-    try:
-        config = json.loads(text)
-        config["task"]["index"] = int(config["task"]["index"]) + local_rank
-    except (ValueError, TypeError, KeyError):
-        return text
-    return json.dumps(config, separators=(",", ":"))
 
 
 def process_command(task_env: Mapping[str, str], local_rank: int) -> str:

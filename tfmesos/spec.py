@@ -300,10 +300,9 @@ def _check_text(what: str, text: str) -> None:
 
 
 def _check_nproc(spec: ClusterSpec) -> None:
-    """Several processes per task: a whole number, in replica mode, and not
-    with ``--cluster-file``, whose one file a task holds would give its N
-    TensorFlow workers one task index. (Each worker task's processes are
-    TensorFlow workers of their own: :func:`tfmesos.taskenv.process_cluster`.)"""
+    """Several processes per task: a whole number, in replica mode. (Each
+    worker task's processes are TensorFlow workers of their own:
+    :func:`tfmesos.taskenv.process_cluster`.)"""
     nproc = spec.nproc
     if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= MAX_NPROC:
         raise SpecError(
@@ -311,11 +310,6 @@ def _check_nproc(spec: ClusterSpec) -> None:
         )
     if not spec.replica:
         raise SpecError("--nproc-per-task runs a command: it needs replica mode")
-    if spec.cluster_file:
-        raise SpecError(
-            "--nproc-per-task with --cluster-file is not supported yet: the task's one file "
-            "would give its processes, TensorFlow workers each, one task index"
-        )
 
 
 CHIEF = "worker:0"

@@ -91,7 +91,10 @@ def task_command(
     if message.get("cluster_file"):
         # tfrun --cluster-file: every address in a file, none in the
         # environment (tfmesos.clusterfile).
-        clusterfile.move_to_file(env, environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
+        # With several processes, a file each (each its own task index).
+        clusterfile.move_to_file(
+            env, environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"), nproc
+        )
     if command is None:
         env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
         return [sys.executable, "-m", "tfmesos.tfserver"], env

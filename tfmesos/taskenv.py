@@ -24,6 +24,7 @@ __all__ = [
     "placeholder_values",
     "placeholders_in",
     "process_cluster",
+    "process_tf_config",
     "processes_of",
     "rank_environment",
     "ranks",
@@ -363,6 +364,21 @@ def rank_environment(
         "JAX_NUM_PROCESSES": size,
         "JAX_PROCESS_ID": str(rank * nproc),
     }
+
+
+def process_tf_config(text: str, local_rank: int) -> str:
+    """A worker task's ``TF_CONFIG`` (its local rank 0's, as
+    :func:`task_environment` makes it) for its process of ``local_rank``:
+    the same cluster, the task index grown by the local rank. Left as it is
+    where it is not JSON of that shape (the user's own)."""
+    if not local_rank:
+        return text
+    try:
+        config = json.loads(text)
+        config["task"]["index"] = int(config["task"]["index"]) + local_rank
+    except (ValueError, TypeError, KeyError):
+        return text
+    return json.dumps(config, separators=(",", ":"))
 
 
 def default_environment(cpus: float) -> dict[str, str]:
