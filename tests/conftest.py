@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -474,3 +475,31 @@ def wait_until(
                 f"never: {what} (not within {timeout:g}s)" + (f"\n{explain()}" if explain else "")
             )
         time.sleep(poll)
+
+
+# -- several TensorFlow workers a task (--nproc-per-task) ------------------------
+
+MWMS = str(Path(__file__).with_name("mwms_ranks.py"))
+"""A MultiWorkerMirrored program of ``tfrun --nproc-per-task`` tests."""
+FOUR_WORKERS = ("worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1")
+
+
+def check_four_tensorflow_workers(result: subprocess.CompletedProcess[str]) -> None:
+    """Each of the four processes was a TensorFlow worker of its own, of
+    index RANK, at an address of its own, in one collective of four that
+    all-reduced 0 + 1 + 2 + 3."""
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    said = {
+        name: (int(index), address, rank, replicas, total)
+        for name, index, address, rank, replicas, total in re.findall(
+            r"^\[(worker:\d\.\d)\] worker:(\d) of 4 at (\S+) rank=(\d) replicas=(\d) sum=(\S+)$",
+            result.stdout,
+            re.M,
+        )
+    }
+    assert sorted(said) == list(FOUR_WORKERS), result.stdout[-5000:]
+    for name, (index, _, rank, replicas, total) in said.items():
+        group, local = map(int, name.partition(":")[2].split("."))
+        assert index == group * 2 + local == int(rank), name
+        assert (replicas, total) == ("4", "6"), name
+    assert len({address for _, address, *_ in said.values()}) == 4

@@ -19,15 +19,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun, tfrun_argv
+from tests.conftest import (
+    FOUR_WORKERS,
+    MWMS,
+    ROOT,
+    JobProcesses,
+    check_four_tensorflow_workers,
+    run_tfrun,
+    tfrun_argv,
+)
+from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos import SpecError
 from tfmesos.agent import nproc as runner
+from tfmesos.agent.supervisor import task_command
 from tfmesos.cli.parser import parse_args
-from tfmesos.common.taskenv import rank_environment, task_environment
+from tfmesos.common import clusterfile
+from tfmesos.common.ports import PortAllocator, port_is_free, reserve_ports
+from tfmesos.common.taskenv import process_cluster, rank_environment, task_environment
 from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.output import OutputRouter
 from tfmesos.launcher.verdict import describe_exit
+from tfmesos.mesos.placement import OfferCapacity
 from tfmesos.rendezvous import Exited
 from tfmesos.spec import ClusterSpec, Job
 
@@ -170,8 +183,10 @@ def assert_same_as_torchruns(
         assert f"{ours['MASTER_ADDR']}:{ours['MASTER_PORT']}" == master
         assert ours["JAX_COORDINATOR_ADDRESS"] == master
         assert (ours["JAX_NUM_PROCESSES"], ours["JAX_PROCESS_ID"]) == ("4", rank)
-        # TF_CONFIG would name one TensorFlow worker per task: not given.
-        assert "TF_CONFIG" not in ours
+        # Each process is a TensorFlow worker of its own, of index RANK.
+        tf_config = json.loads(ours["TF_CONFIG"])
+        assert tf_config["task"] == {"type": "worker", "index": int(rank)}
+        assert len(set(tf_config["cluster"]["worker"])) == 4
 
 
 # -- the arithmetic (unit) -------------------------------------------------------
@@ -274,19 +289,162 @@ def test_a_bad_count_is_refused(text: str, capsys: pytest.CaptureFixture[str]) -
     assert "--nproc-per-task" in said and "1 to 1024" in said
 
 
-def test_tensorflow_shapes_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    said = refused(["-w", "2", "-s", "1", "--nproc-per-task", "2", "--", "true"], capsys)
-    assert "ps tasks (-s) are not supported with it yet" in said
-    said = refused(["-w", "2", "--nproc-per-task", "2", "--", "echo", "{worker_hosts}"], capsys)
-    assert "{worker_hosts} would name tasks" in said
+def test_tensorflows_shapes_are_taken() -> None:
+    # Before: every TensorFlow shape (-s, {worker_hosts}, {chief_hosts},
+    # --cluster-file) was refused; now each worker process is a TensorFlow
+    # worker of its own.
+    for args in (
+        ["-w", "2", "-s", "1", "--nproc-per-task", "2", "--", "true"],
+        ["-w", "1", "--nproc-per-task", "2", "--cluster-file", "--", "true"],
+        ["-w", "2", "--nproc-per-task", "2", "--", "echo", "{worker_hosts}", "{task_index}"],
+        [
+            "--chief",
+            "--evaluator",
+            "-w",
+            "1",
+            "--nproc-per-task",
+            "2",
+            "--",
+            "echo",
+            "{chief_hosts}",
+        ],
+    ):
+        assert parse_args(args)[1].nproc == 2
     with pytest.raises(SpecError, match="needs replica mode"):
         ClusterSpec(jobs=(Job("worker", 2),), nproc=2)
-    # Before: accepted, and every process got the task's TF_CONFIG (one
-    # index for two TensorFlow workers) or the chief's address.
-    said = refused(["-w", "1", "--nproc-per-task", "2", "--cluster-file", "--", "true"], capsys)
-    assert "(--cluster-file) would name tasks, not processes" in said
-    args = ["--chief", "-w", "1", "--nproc-per-task", "2", "--", "echo", "{chief_hosts}"]
-    assert "{chief_hosts} would name tasks" in refused(args, capsys)
+
+
+# -- TensorFlow: each worker process a TensorFlow worker (unit) ----------------------
+
+
+def _process_envs(
+    cluster: dict[str, list[str]], job: str, index: int, nproc: int
+) -> list[dict[str, str]]:
+    """What each process of task ``job:index`` gets, as the agent and the runner make it."""
+    message = {"cluster_def": cluster, "job_name": job, "task_index": index, "nproc": nproc}
+    message["cmd"] = "echo {job_name} {task_index} {worker_hosts} {ps_hosts} {chief_hosts}"
+    argv, env = task_command(message, {})
+    if runner.ENV_NPROC not in env:
+        return [{**env, "COMMAND": str(argv)}]
+    return [
+        {
+            **runner.process_environment(env, local),
+            "COMMAND": runner.process_command(env, local),
+        }
+        for local in range(int(env[runner.ENV_NPROC]))
+    ]
+
+
+def test_each_worker_process_is_a_tensorflow_worker_of_its_own() -> None:
+    """``-w 2 --nproc-per-task 3`` with a chief, a ps and an evaluator: the
+    cluster's ``worker`` list has 2*3 addresses, each process's its own (its
+    task's port plus its local rank), and its index is its RANK; the chief,
+    the ps and the evaluator are one process each, at their one address."""
+    cluster = {
+        "chief": ["c:500"],
+        "worker": ["h0:100", "h1:200"],
+        "ps": ["p:300"],
+        "evaluator": ["e:400"],
+    }
+    workers = ["h0:100", "h0:101", "h0:102", "h1:200", "h1:201", "h1:202"]
+    tf_cluster = {"chief": ["c:500"], "worker": workers, "ps": ["p:300"], "evaluator": ["e:400"]}
+    seen = []
+    for index in (0, 1):
+        for local, env in enumerate(_process_envs(cluster, "worker", index, 3)):
+            config = json.loads(env["TF_CONFIG"])
+            assert config["cluster"] == tf_cluster
+            position = config["task"]["index"]
+            assert config["task"] == {"type": "worker", "index": index * 3 + local}
+            assert str(position) == env["RANK"] == env["TFMESOS_TASK_INDEX"]
+            assert config["cluster"]["worker"][position] == f"h{index}:{100 * (index + 1) + local}"
+            assert env["TFMESOS_WORKER_HOSTS"] == ",".join(workers)
+            assert env["COMMAND"].endswith(
+                f"echo worker {position} {','.join(workers)} p:300 c:500"
+            )
+            seen.append(position)
+    assert seen == list(range(6))
+    for job in ("chief", "ps", "evaluator"):
+        (env,) = _process_envs(cluster, job, 0, 3)
+        config = json.loads(env["TF_CONFIG"])
+        assert config == {"cluster": tf_cluster, "task": {"type": job, "index": 0}}
+        assert env["COMMAND"].endswith(f"echo {job} 0 {','.join(workers)} p:300 c:500")
+        # torchrun's ranks need N processes in every task: the workers' alone.
+        assert "RANK" not in env and "LOCAL_RANK" not in env, job
+    assert process_cluster(cluster, 1) == cluster
+    assert process_cluster({"worker": ["[::1]:7000"]}, 2) == {
+        "worker": ["[::1]:7000", "[::1]:7001"]
+    }
+
+
+@pytest.mark.parametrize("where", ["log", "sandbox"])
+def test_with_the_cluster_file_each_process_has_its_own(tmp_path: Path, where: str) -> None:
+    """``--cluster-file``: each worker process's file holds its own task
+    index, beside the task's (the task's log, or its Mesos sandbox)."""
+    cluster = {"worker": ["h0:100", "h1:200"], "ps": ["p:300"]}
+    message = {"cluster_def": cluster, "job_name": "worker", "task_index": 1, "nproc": 2}
+    message |= {"cmd": "true", "cluster_file": True}
+    environ = (
+        {"TFMESOS_AGENT_LOG_FILE": str(tmp_path / "worker.1.1.ab.log")}
+        if where == "log"
+        else {"MESOS_SANDBOX": str(tmp_path)}
+    )
+    _, env = task_command(message, environ)
+    assert "TF_CONFIG" not in env and "TFMESOS_WORKER_HOSTS" not in env
+    paths = []
+    for local in (0, 1):
+        path = runner.process_environment(env, local)[clusterfile.ENV_CLUSTER_FILE]
+        config = json.loads(Path(path).read_text())
+        assert config["task"] == {"type": "worker", "index": 2 + local}
+        assert config["cluster"]["worker"] == ["h0:100", "h0:101", "h1:200", "h1:201"]
+        paths.append(Path(path).name)
+    prefix = "worker.1.1.ab." if where == "log" else ""
+    assert paths == [f"{prefix}cluster.json", f"{prefix}local-rank-1.cluster.json"]
+
+
+def test_a_worker_task_takes_a_block_of_ports_on_every_backend() -> None:
+    """A worker task of ``--nproc-per-task N`` takes N consecutive ports: from a
+    Mesos offer, from the local backend's allocator, and on a Slurm node."""
+    spec = ClusterSpec(
+        (Job("worker", 2, cmd="true"), Job("ps", 1, cmd="true")), replica=True, nproc=3
+    )
+    assert [t.ports for t in spec.tasks()] == [3, 3, 1]
+    worker = spec.tasks()[0]
+    resources = [
+        {"name": "cpus", "type": "SCALAR", "scalar": {"value": 4}, "role": "*"},
+        {"name": "mem", "type": "SCALAR", "scalar": {"value": 4096}, "role": "*"},
+        {
+            "name": "ports",
+            "type": "RANGES",
+            "ranges": {"range": [{"begin": 31000, "end": 31001}, {"begin": 31005, "end": 31008}]},
+            "role": "*",
+        },
+    ]
+    offer = {
+        "id": {"value": "o"},
+        "agent_id": {"value": "a"},
+        "hostname": "h",
+        "resources": resources,
+    }
+    capacity = OfferCapacity.of(offer)
+    assert capacity.fits(worker)
+    taken, port = capacity.take(worker)
+    assert port in (31005, 31006)  # only 31005-31008 holds three in a row
+    assert taken[-1]["ranges"] == {"range": [{"begin": port, "end": port + 2}]}
+    # Six ports left, none three in a row: the other worker does not fit.
+    assert capacity.port_count() == 3 and not capacity.fits(spec.tasks()[1])
+    assert capacity.fits(spec.tasks()[2])
+    allocator = PortAllocator()
+    first = allocator.allocate(3)
+    assert all(port_is_free(p) for p in range(first, first + 3))
+    assert not allocator.claim(first + 2)
+    allocator.release(first)
+    assert allocator.claim(first + 2)
+    start, held = reserve_ports(3)
+    try:
+        assert not any(port_is_free(p) for p in range(start, start + 3))
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def test_the_evaluator_is_one_process_whatever_the_workers_run(job_procs: JobProcesses) -> None:
@@ -360,6 +518,85 @@ def test_a_two_by_two_jax_job_sums_over_four_processes(job_procs: JobProcesses) 
         name: "[10, 20, 30, 40]"
         for name in ("worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1")
     }, result.stdout[-3000:]
+    assert job_procs.wait_gone(5) == []
+
+
+@pytest.mark.parametrize("file", [[], ["--cluster-file"]], ids=["TF_CONFIG", "cluster file"])
+def test_two_by_two_are_four_tensorflow_workers_locally(
+    job_procs: JobProcesses, job_events: JobEvents, file: list[str]
+) -> None:
+    """``tfrun -w 2 --nproc-per-task 2``: MultiWorkerMirroredStrategy sees
+    four workers, which all-reduce together; ``--events`` says the cluster
+    as TF_CONFIG has it. With ``--cluster-file``, each process reads its own
+    file. Before: no process had a TF_CONFIG, and the program failed;
+    ``--cluster-file`` was refused."""
+    _needs("tensorflow")
+    result = run_tfrun(
+        *job_events.flag,
+        *file,
+        *("-w", "2", "--nproc-per-task", "2", "--worker-logs", "*", "--", PY, MWMS),
+        env=job_procs.env(),
+        timeout=300,
+    )
+    check_four_tensorflow_workers(result)
+    (up,) = job_events.of("cluster_up")
+    workers = up["cluster"]["worker"]
+    assert len(set(workers)) == 4 and all(address in result.stdout for address in workers)
+    assert job_procs.wait_gone(5) == []
+
+
+def test_a_parameter_server_job_with_a_chief_coordinates_four_workers(
+    job_procs: JobProcesses,
+) -> None:
+    """TF's ParameterServerStrategy deployment with ``--chief -w 2 -s 1
+    --nproc-per-task 2``: the chief (one process) coordinates four worker
+    processes, each serving at its own address, and one ps. Before: refused
+    (``-s``)."""
+    _needs("tensorflow")
+    program = str(Path(__file__).with_name("ps_tfconfig.py"))
+    result = run_tfrun(
+        *("--chief", "-w", "2", "-s", "1", "--nproc-per-task", "2", "--worker-logs", "all"),
+        *("--", PY, program, "--steps", "5"),
+        env=job_procs.env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    serving = dict(re.findall(r"^\[(\w+:[\d.]+)\] (\w+:\d) serving at ", result.stdout, re.M))
+    assert serving == {
+        "ps:0": "ps:0",
+        **{name: f"worker:{i}" for i, name in enumerate(FOUR_WORKERS)},
+    }, result.stdout[-5000:]
+    assert re.search(r"^\[chief:0\] trained 5 steps on 4 workers: ", result.stdout, re.M)
+    assert job_procs.wait_gone(5) == []
+
+
+def test_tensorflows_placeholders_name_every_process(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """The original's shape, ``{ps_hosts} {worker_hosts} {job_name}
+    {task_index}``, with a chief and a ps: each worker process is named by
+    its own index, the ps and the chief are one process each. (The chief,
+    whose end is the job's, waits for the five others to have spoken.)"""
+    said = f"{tmp_path}/said"
+    command = (
+        "echo {job_name} {task_index} {worker_hosts} {ps_hosts} {chief_hosts}"
+        f" && mkdir -p {said} && touch {said}/$$"
+        f' && while [ {{job_name}} = chief ] && [ "$(ls {said} | wc -l)" -lt 6 ]; do sleep 0.05; done'
+    )
+    result = run_tfrun(
+        *("--chief", "-w", "2", "-s", "1", "--nproc-per-task", "2", "--worker-logs", "all"),
+        *("--", command),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(re.findall(r"^\[(\w+:[\d.]+)\] (\w+ \d .*)$", result.stdout, re.M))
+    assert sorted(lines) == ["chief:0", "ps:0", *FOUR_WORKERS], result.stdout
+    workers = lines["chief:0"].split()[2].split(",")
+    assert len(set(workers)) == 4
+    assert lines["ps:0"].split()[:2] == ["ps", "0"]
+    for name in FOUR_WORKERS:
+        group, local = map(int, name.partition(":")[2].split("."))
+        assert lines[name].split()[:3] == ["worker", str(group * 2 + local), ",".join(workers)]
     assert job_procs.wait_gone(5) == []
 
 
@@ -445,6 +682,22 @@ def test_two_by_two_on_mesos(
     # worker:1's processes' logs, from what its agent sent, in the run's
     # directory as a local task's are.
     _check_failure(failed, logs)
+    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_two_by_two_are_four_tensorflow_workers_on_mesos(
+    mesos: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    """worker:1's two processes, in a Mesos task, serve at two consecutive
+    ports of its offer, claimed in its TaskInfo. Before: no TF_CONFIG."""
+    _needs("tensorflow")
+    result = run_tfrun(
+        *("-m", mesos.url, "-w", "2", "--nproc-per-task", "2", "--worker-logs", "*"),
+        *("--", PY, MWMS),
+        env=job_procs.env(),
+        timeout=300,
+    )
+    check_four_tensorflow_workers(result)
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 

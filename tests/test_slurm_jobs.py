@@ -22,7 +22,17 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import PY, ROOT, JobProcesses, popen_tfrun, py, run_tfrun, start_tfrun
+from tests.conftest import (
+    MWMS,
+    PY,
+    ROOT,
+    JobProcesses,
+    check_four_tensorflow_workers,
+    popen_tfrun,
+    py,
+    run_tfrun,
+    start_tfrun,
+)
 from tests.jobevents import JobEvents
 
 RELEASE_BOUND = 15.0
@@ -687,6 +697,19 @@ def test_what_a_slurm_task_left_in_a_session_of_its_own_ends_with_its_killed_age
     finally:
         job_procs.kill_all()
         proc.wait(30)
+
+
+def test_two_by_two_are_four_tensorflow_workers_on_slurm(job_procs: JobProcesses) -> None:
+    """``--nproc-per-task 2``: worker:1's agent, a Slurm job step, reserves
+    two consecutive ports on its node (Slurm hands out none), and each of
+    its processes is a TensorFlow worker at one of them: MultiWorkerMirrored
+    sees four, which all-reduce together. Before: no TF_CONFIG."""
+    pytest.importorskip("tensorflow", reason="tensorflow is a test extra")
+    result = run_tfrun(
+        "--backend", "slurm", "-w", "2", "--nproc-per-task", "2", "--worker-logs", "*",
+        "--", PY, MWMS, env=job_procs.env(), timeout=600,
+    )  # fmt: skip
+    check_four_tensorflow_workers(result)
 
 
 def test_several_processes_per_task_on_slurm(job_procs: JobProcesses, tmp_path: Path) -> None:

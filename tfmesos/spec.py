@@ -162,6 +162,10 @@ class TaskSpec:
     mem: float
     gpus: int
     cmd: str | None
+    ports: int = 1
+    """Consecutive ports the task takes, from the one it is given: a worker's
+    N processes with ``--nproc-per-task N`` are N TensorFlow workers, each at
+    its own (:func:`tfmesos.common.taskenv.process_cluster`)."""
 
     @property
     def name(self) -> str:
@@ -273,10 +277,9 @@ MAX_NPROC = 1024
 
 
 def _check_nproc(spec: ClusterSpec) -> None:
-    """Several processes per task: a whole number, in replica mode, and not
-    TensorFlow's ps tasks or the placeholders that name TensorFlow's tasks:
-    TensorFlow would need each process in ``TF_CONFIG``, with an address of
-    its own, which is not done yet."""
+    """Several processes per task: a whole number, in replica mode. (Each
+    worker task's processes are TensorFlow workers of their own:
+    :func:`tfmesos.common.taskenv.process_cluster`.)"""
     nproc = spec.nproc
     if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= MAX_NPROC:
         raise SpecError(
@@ -284,23 +287,6 @@ def _check_nproc(spec: ClusterSpec) -> None:
         )
     if not spec.replica:
         raise SpecError("--nproc-per-task runs a command: it needs replica mode")
-    tensorflow = "runs PyTorch or JAX processes; TensorFlow's"
-    if spec.cluster_file:
-        raise SpecError(
-            f"--nproc-per-task {tensorflow} cluster definition (--cluster-file) would name "
-            "tasks, not processes: not supported with it yet"
-        )
-    if any(job.name == "ps" and job.num > job.start for job in spec.jobs):
-        raise SpecError(
-            f"--nproc-per-task {tensorflow} ps tasks (-s) are not supported with it yet"
-        )
-    for job in spec.jobs:
-        for name in taskenv.placeholders_in(job.cmd or ""):
-            if name in ("ps_hosts", "worker_hosts", "chief_hosts"):
-                raise SpecError(
-                    f"--nproc-per-task {tensorflow} {{{name}}} would name tasks, not "
-                    "processes: not supported with it yet"
-                )
 
 
 CHIEF = "worker:0"
@@ -461,7 +447,15 @@ class ClusterSpec:
 
     def tasks(self) -> list[TaskSpec]:
         return [
-            TaskSpec(job.name, index, job.cpus, job.mem, job.gpus, job.cmd)
+            TaskSpec(
+                job.name,
+                index,
+                job.cpus,
+                job.mem,
+                job.gpus,
+                job.cmd,
+                taskenv.processes_of(job.name, self.nproc),
+            )
             for job in self.jobs
             for index in range(job.start, job.num)
         ]

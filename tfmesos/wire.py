@@ -50,6 +50,7 @@ __all__ = [
     "ENV_LOG_MAX",
     "ENV_PARENT_PID",
     "ENV_PORT",
+    "ENV_PORT_COUNT",
     "ENV_READY_FD",
     "ENV_RENDEZVOUS_PORT",
     "ENV_RENDEZVOUS_VIA",
@@ -144,6 +145,10 @@ ENV_HOST = "TFMESOS_HOST"
 ENV_PORT = "TFMESOS_PORT"
 """The port the task's server listens on; ``0``: the agent chooses one
 (Slurm, which hands out no ports) and holds it until the task's command runs."""
+ENV_PORT_COUNT = "TFMESOS_PORT_COUNT"
+"""How many consecutive ports, from ``ENV_PORT`` on, the task takes (unset:
+1): a worker's N processes with ``--nproc-per-task N`` are N TensorFlow
+workers, each at its own (:func:`tfmesos.common.taskenv.process_cluster`)."""
 ENV_PARENT_PID = "TFMESOS_PARENT_PID"
 ENV_SERVER_DEF = "TFMESOS_SERVER_DEF"
 """Fine-grained mode: the TensorFlow server's settings, for ``tfmesos.agent.tfserver``."""
@@ -187,6 +192,7 @@ AGENT_ONLY = (
     ENV_SECRET_FD,
     ENV_HOST,
     ENV_PORT,
+    ENV_PORT_COUNT,
     ENV_PARENT_PID,
     ENV_TLS_CERT,
     ENV_LOG_FILE,

@@ -50,10 +50,11 @@ from tfmesos.agent.rendezvous import (
 )
 from tfmesos.agent.supervisor import CommandRun, Spawned, task_command
 from tfmesos.common import proctree
-from tfmesos.common.ports import NoFreePort, port_is_free, reserve_port
+from tfmesos.common.ports import NoFreePort, port_is_free, reserve_ports
 from tfmesos.common.tasklog import TaskLog
 
 if TYPE_CHECKING:
+    import socket
     from collections.abc import Mapping
     from typing import Any
 
@@ -363,13 +364,15 @@ class Agent:
 def run(config: AgentConfig, environ: dict[str, str]) -> int:
     agent = Agent(config)
     agent.install_signal_handlers()
-    reserved = None
+    reserved: list[socket.socket] = []
     if config.port == 0:
-        # No port was handed out (Slurm): take one here and say which.
-        config.port, reserved = reserve_port()
-    elif not port_is_free(config.port):
-        # Fail before registering, so that the launcher retries us elsewhere.
-        raise AgentError(f"port {config.port} on {config.host} is already in use")
+        # No port was handed out (Slurm): take them here and say which.
+        config.port, reserved = reserve_ports(config.port_count)
+    else:
+        for port in range(config.port, config.port + config.port_count):
+            if not port_is_free(port):
+                # Fail before registering, so that the launcher retries us elsewhere.
+                raise AgentError(f"port {port} on {config.host} is already in use")
     deadline = time.monotonic() + wire.CONNECT_TIMEOUT
     redial = False
     while True:
@@ -388,9 +391,9 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
         argv, env = task_command(message, environ)
     except OSError as exc:  # the cluster file (tfrun --cluster-file)
         raise AgentError(f"cannot write the task's cluster file: {exc}") from None
-    if reserved is not None:
-        # Let go of the port right before the commands that bind it run.
-        reserved.close()
+    for sock in reserved:
+        # Let go of the ports right before the commands that bind them run.
+        sock.close()
     cwd = message.get("cwd")
     if cwd is not None and not os.path.isdir(cwd):
         agent.note(f"working directory {cwd} does not exist here; running in {os.getcwd()}")

@@ -11,7 +11,11 @@ test master; the launcher itself, for a local task it runs without one).
 This runner then
 
 - starts the command N times, each with its own ``LOCAL_RANK`` and ``RANK``
-  (:func:`process_environment`), all in its process group, so that stopping
+  (:func:`process_environment`), and each its own TensorFlow worker: its
+  ``TF_CONFIG`` task index, ``TFMESOS_TASK_INDEX`` and ``{task_index}`` are
+  the task's local rank 0's plus its local rank, its address the port that
+  far from the task's (:func:`tfmesos.common.taskenv.process_cluster`); all in its
+  process group, so that stopping
   the task (SIGTERM to the group, SIGKILL after the grace) reaches them all;
 - writes each process's output, a whole line at a time, to its own stdout
   (the task's output and log) with the process's name in front,
@@ -25,7 +29,8 @@ This runner then
   names the process. It exits 0 once every process has exited 0.
 
 Each process sees all of the task's GPUs, as under torchrun: a program picks
-its own with ``torch.cuda.set_device(LOCAL_RANK)``.
+its own with ``torch.cuda.set_device(LOCAL_RANK)``. Only worker tasks run
+several processes (:func:`tfmesos.common.taskenv.processes_of`).
 
 Standard library only: the agent runs it.
 """
@@ -42,7 +47,7 @@ import time
 from typing import TYPE_CHECKING
 
 from tfmesos import wire
-from tfmesos.common import proctree
+from tfmesos.common import clusterfile, proctree, taskenv
 from tfmesos.common.tasklog import TaskLog
 
 if TYPE_CHECKING:
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV_COMMAND",
+    "ENV_INDEX_MARK",
     "ENV_LOGS",
     "ENV_LOG_MAX",
     "ENV_NAME",
@@ -58,6 +64,7 @@ __all__ = [
     "RANKED",
     "log_path",
     "main",
+    "process_command",
     "process_environment",
     "runner_environment",
 ]
@@ -66,6 +73,10 @@ ENV_NPROC = "TFMESOS_NPROC"
 """How many processes the task runs: set for the runner alone."""
 ENV_COMMAND = "TFMESOS_NPROC_COMMAND"
 """The command line each process runs (placeholders filled)."""
+ENV_INDEX_MARK = "TFMESOS_NPROC_INDEX_MARK"
+"""What stands for ``{task_index}`` in :data:`ENV_COMMAND`: each process's
+own TensorFlow task index replaces it (a random word, which no command
+holds by chance)."""
 ENV_NAME = "TFMESOS_NPROC_TASK"
 """The task's name, ``worker:1``: each process's prefix is ``[worker:1.K]``."""
 ENV_LOGS = "TFMESOS_NPROC_LOGS"
@@ -75,11 +86,19 @@ ENV_LOG_MAX = "TFMESOS_NPROC_LOG_MAX"
 """The cap on each process's log, as the task's (:class:`tfmesos.common.tasklog.TaskLog`)."""
 ENV_REPORT_FD = "TFMESOS_NPROC_REPORT_FD"
 """A pipe the runner writes the local rank of the process that failed to."""
-_RUNNER_ONLY = (ENV_NPROC, ENV_COMMAND, ENV_NAME, ENV_LOGS, ENV_LOG_MAX, ENV_REPORT_FD)
+_RUNNER_ONLY = (
+    ENV_NPROC,
+    ENV_COMMAND,
+    ENV_INDEX_MARK,
+    ENV_NAME,
+    ENV_LOGS,
+    ENV_LOG_MAX,
+    ENV_REPORT_FD,
+)
 
-RANKED = ("RANK", "ROLE_RANK", "JAX_PROCESS_ID")
+RANKED = ("RANK", "ROLE_RANK", "JAX_PROCESS_ID", "TFMESOS_TASK_INDEX")
 """The task's variables that are its local rank 0's: each process adds its
-own local rank to them."""
+own local rank to them (and to ``TF_CONFIG``'s task index)."""
 
 READ_SIZE = 1 << 16
 MAX_PENDING_LINE = 1 << 16
@@ -101,10 +120,27 @@ def process_environment(task_env: Mapping[str, str], local_rank: int) -> dict[st
         if name in task_env:
             env[name] = str(int(task_env[name]) + local_rank)
     env["LOCAL_RANK"] = str(local_rank)
+    tf_config = task_env.get("TF_CONFIG")
+    if tf_config:
+        env["TF_CONFIG"] = taskenv.process_tf_config(tf_config, local_rank)
+    cluster_file = task_env.get(clusterfile.ENV_CLUSTER_FILE)
+    if cluster_file:  # --cluster-file: each process's own (clusterfile.move_to_file)
+        env[clusterfile.ENV_CLUSTER_FILE] = clusterfile.process_path(cluster_file, local_rank)
     error_file = env.get("TORCHELASTIC_ERROR_FILE", "")
     if os.path.basename(error_file).startswith("tfmesos-error-"):  # the agent's: one a process
         env["TORCHELASTIC_ERROR_FILE"] = f"{error_file[: -len('.json')]}.{local_rank}.json"
     return env
+
+
+def process_command(task_env: Mapping[str, str], local_rank: int) -> str:
+    """The command line of the task's process of ``local_rank``: the task's,
+    its ``{task_index}`` (:data:`ENV_INDEX_MARK`) the process's own."""
+    command = task_env[ENV_COMMAND]
+    mark = task_env.get(ENV_INDEX_MARK)
+    if mark:
+        index = int(task_env.get("TFMESOS_TASK_INDEX") or 0) + local_rank
+        command = command.replace(mark, str(index))
+    return command
 
 
 def log_path(task_log: str | None, sandbox: str | None) -> str:
@@ -126,10 +162,13 @@ def runner_environment(
     task_name: str,
     logs: str,
     log_max: str,
+    index_mark: str = "",
 ) -> list[str]:
     """Set what the runner reads in ``env``; return its argv."""
     env[ENV_NPROC] = str(nproc)
     env[ENV_COMMAND] = command
+    if index_mark:
+        env[ENV_INDEX_MARK] = index_mark
     env[ENV_NAME] = task_name
     env[ENV_LOGS] = logs
     env[ENV_LOG_MAX] = log_max
@@ -252,7 +291,9 @@ class _Runner:
                 _note(f"cannot keep {self.name}.{local_rank}'s log in {path}: {exc.strerror}")
             else:
                 log = TaskLog(path, int(cap_text) if cap_text.isdigit() else 0, (fd,))
-        proc = _start(environ[ENV_COMMAND], process_environment(environ, local_rank))
+        proc = _start(
+            process_command(environ, local_rank), process_environment(environ, local_rank)
+        )
         process = _Process(local_rank, proc, f"[{self.name}.{local_rank}] ".encode(), log)
         assert process.pipe is not None
         self.selector.register(process.pipe, selectors.EVENT_READ, process)

@@ -80,6 +80,7 @@ class AgentConfig:
         "launcher",
         "parent_pid",
         "port",
+        "port_count",
         "secret",
         "silence_limit",
         "task_id",
@@ -96,6 +97,7 @@ class AgentConfig:
         parent_pid: int | None,
         tls_cert: str | None = None,
         silence_limit: float = wire.SILENCE_LIMIT,
+        port_count: int = 1,
     ) -> None:
         self.launcher = launcher
         self.task_id = task_id
@@ -106,6 +108,8 @@ class AgentConfig:
         self.tls_cert = tls_cert
         self.silence_limit = silence_limit
         """How long the launcher may say nothing before it is taken for gone."""
+        self.port_count = port_count
+        """Consecutive ports the task takes from ``port`` on (``--nproc-per-task``)."""
 
     @classmethod
     def from_environ(cls, environ: dict[str, str]) -> AgentConfig:
@@ -116,10 +120,13 @@ class AgentConfig:
             task_id = environ[wire.ENV_TASK_ID]
             secret = _read_secret(environ)
             port = int(environ[wire.ENV_PORT])
+            port_count = int(environ.get(wire.ENV_PORT_COUNT) or 1)
         except KeyError as exc:
             raise AgentError(f"{exc.args[0]} is not set: start the agent through tfmesos") from None
         except ValueError:
-            raise AgentError(f"{wire.ENV_PORT} must be a port number") from None
+            raise AgentError(
+                f"{wire.ENV_PORT} and {wire.ENV_PORT_COUNT} must be whole numbers"
+            ) from None
         host, _, launcher_port = launcher.rpartition(":")
         if not host or not launcher_port.isdigit():
             raise AgentError(f"{wire.ENV_LAUNCHER} must be host:port, not {launcher!r}")
@@ -137,6 +144,7 @@ class AgentConfig:
             parent_pid=int(parent) if parent and parent.isdigit() else None,
             tls_cert=environ.get(wire.ENV_TLS_CERT) or None,
             silence_limit=wire.silence_limit(environ),
+            port_count=max(port_count, 1),
         )
 
     @property

@@ -60,8 +60,10 @@ def task_command(
     cluster = message["cluster_def"]
     job_name = str(message["job_name"])
     task_index = int(message["task_index"])
-    # TensorFlow's side-car evaluator is one process, whatever the workers run.
-    nproc = 1 if job_name == "evaluator" else int(message.get("nproc") or 1)
+    # The job's processes per task; a task other than a worker's (TensorFlow's
+    # chief, ps or evaluator) runs one, whatever the workers run.
+    job_nproc = int(message.get("nproc") or 1)
+    nproc = taskenv.processes_of(job_name, job_nproc)
     env = dict(environ)
     base = env.get(wire.ENV_BASE)
     for name in wire.AGENT_ONLY:
@@ -79,7 +81,7 @@ def task_command(
             run_id=str(message.get("run_id") or ""),
             restart=int(message.get("restart") or 0),
             max_restarts=int(message.get("max_restarts") or 0),
-            nproc=nproc,
+            nproc=job_nproc,
         )
     )
     server = message.get("server") or {}
@@ -91,23 +93,28 @@ def task_command(
     if message.get("cluster_file"):
         # tfrun --cluster-file: every address in a file, none in the
         # environment (tfmesos.common.clusterfile).
-        if nproc > 1:
-            del env["TF_CONFIG"]  # as below: the file has the cluster, no TF_CONFIG's task
-        clusterfile.move_to_file(env, environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
+        # With several processes, a file each (each its own task index).
+        clusterfile.move_to_file(
+            env, environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"), nproc
+        )
     if command is None:
         env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
         return [sys.executable, "-m", "tfmesos.agent.tfserver"], env
     env.setdefault(ERROR_FILE, new_error_file())
-    values = taskenv.placeholder_values(cluster, job_name, task_index)
+    values = taskenv.placeholder_values(cluster, job_name, task_index, job_nproc)
+    mark = ""
+    if nproc > 1 and "task_index" in taskenv.placeholders_in(str(command)):
+        # Each process's own {task_index}: the runner puts it in place of this.
+        mark = values["task_index"] = f"@tfmesos-task-index-{os.urandom(8).hex()}@"
     line = exec_if_simple(taskenv.fill_placeholders(str(command), values))
     if nproc > 1:
-        # Several processes: the runner starts them (tfmesos.agent.nproc). No
-        # TF_CONFIG: it would name one TensorFlow worker per task.
-        env.pop("TF_CONFIG", None)
+        # Several processes, each a TensorFlow worker of its own: the runner
+        # starts them (tfmesos.agent.nproc), each with its own TF_CONFIG index.
         logs = nproc_runner.log_path(environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
         name = f"{job_name}:{task_index}"
         cap = environ.get(wire.ENV_LOG_MAX, "")
-        return nproc_runner.runner_environment(env, nproc, line, name, logs, cap), env
+        argv = nproc_runner.runner_environment(env, nproc, line, name, logs, cap, mark)
+        return argv, env
     return line, env
 
 

@@ -207,6 +207,9 @@ class SlurmBackend(Backend):
         env.update(
             {
                 wire.ENV_PORT: "0",  # each agent takes a port of its own on its node
+                # ... or a block, its processes' (--nproc-per-task): every
+                # agent of the job takes as many as its largest task needs.
+                wire.ENV_PORT_COUNT: str(max(task.ports for task in tasks)),
                 wire.ENV_SECRET_FD: "0",  # the secret comes on its stdin
                 wire.ENV_LOG_MAX: str(self.log_max),
                 # sbatch carried tfrun's environment to the node: the task

@@ -61,7 +61,8 @@ placeholders in the command, filled in for each task:
   {worker_hosts}  host:port of every worker task, comma-joined
   {chief_hosts}   host:port of the chief (--chief), else empty
   {job_name}      ps or worker (chief, evaluator with --chief, --evaluator)
-  {task_index}    the task's index within its job
+  {task_index}    the task's index within its job (with --nproc-per-task N,
+                  a worker process's own: GROUP_RANK*N + LOCAL_RANK)
   ({{name}} is a literal {name}.)
 
 what each task gets in its environment:
@@ -264,7 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run N processes in each task, sharing its CPUs and GPUs, as torchrun's "
         "--nproc_per_node runs N on each node: LOCAL_RANK 0..N-1, RANK = GROUP_RANK*N + "
         "LOCAL_RANK, WORLD_SIZE tasks*N; each process's output is shown as [worker:I.LOCAL_RANK] "
-        "and kept in a log of its own; PyTorch and JAX only (no -s, no TF_CONFIG) (default 1)",
+        "and kept in a log of its own; for TensorFlow each worker process is a worker of its "
+        "own, at a port of its own (TF_CONFIG, {worker_hosts}: tasks*N workers); chief, ps and "
+        "evaluator tasks run one process (default 1)",
     )
     job.add_argument(
         "-Cw",

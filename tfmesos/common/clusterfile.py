@@ -24,6 +24,8 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from tfmesos.common import taskenv
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping
 
@@ -32,6 +34,7 @@ __all__ = [
     "FILE_VARIABLES",
     "FLAG",
     "move_to_file",
+    "process_path",
     "tf_config",
 ]
 
@@ -60,12 +63,32 @@ def _path(task_log: str | None, sandbox: str | None) -> str:
     return path
 
 
-def move_to_file(env: MutableMapping[str, str], task_log: str | None, sandbox: str | None) -> str:
-    """Write ``env``'s ``TF_CONFIG`` (made for the task, or, where the task
-    has none, as with ``--nproc-per-task``, made from the ``*_HOSTS``) to the
-    task's cluster file, readable by its user alone; take
-    :data:`FILE_VARIABLES` out of ``env`` and name the file in it. Return
-    the path. An ``OSError`` where the file cannot be written."""
+def process_path(path: str, local_rank: int) -> str:
+    """The cluster file of a task's process of ``local_rank``
+    (``--nproc-per-task``): local rank 0's is the task's, ``X.cluster.json``;
+    another's is ``X.local-rank-L.cluster.json`` beside it, as its log is."""
+    if not local_rank:
+        return path
+    stem = path[: -len(_NAME)] if path.endswith(_NAME) else f"{path}."
+    return f"{stem}local-rank-{local_rank}.{_NAME}"
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
+
+
+def move_to_file(
+    env: MutableMapping[str, str], task_log: str | None, sandbox: str | None, nproc: int = 1
+) -> str:
+    """Write ``env``'s ``TF_CONFIG`` (made for the task, or, where it has
+    none, made from the ``*_HOSTS``) to the task's cluster file, readable by
+    its user alone; take :data:`FILE_VARIABLES` out of ``env`` and name the
+    file in it. Return the path. ``nproc``: the task runs that many
+    processes, TensorFlow workers each, and each local rank L but 0 gets a
+    file of its own (:func:`process_path`), its task index grown by L. An
+    ``OSError`` where a file cannot be written."""
     text = env.get("TF_CONFIG")
     if text is None:
         cluster = {
@@ -83,9 +106,9 @@ def move_to_file(env: MutableMapping[str, str], task_log: str | None, sandbox: s
         }
         text = json.dumps({"cluster": cluster, "task": task}, separators=(",", ":"))
     path = _path(task_log, sandbox)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        file.write(text)
+    _write(path, text)
+    for local_rank in range(1, nproc):
+        _write(process_path(path, local_rank), taskenv.process_tf_config(text, local_rank))
     for name in FILE_VARIABLES:
         env.pop(name, None)
     env[ENV_CLUSTER_FILE] = path

@@ -9,7 +9,7 @@ agent's machine must not take a port the agent offers to another task.
 
 The local backend's launcher hands ports out (:class:`PortAllocator`); a Slurm
 task's agent, which is handed none, takes and holds one itself
-(:func:`reserve_port`). Standard library only: the agent imports this module.
+(:func:`reserve_ports`). Standard library only: the agent imports this module.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ __all__ = [
     "ephemeral_range",
     "port_is_free",
     "reserve_port",
+    "reserve_ports",
     "task_port_range",
 ]
 
@@ -79,32 +80,55 @@ def _random_start(low: int, high: int) -> int:
     return low + int.from_bytes(os.urandom(4), "big") % (high - low + 1)
 
 
+def _hold(port: int) -> socket.socket | None:
+    """A socket bound to ``port`` without ``SO_REUSEADDR``; None where it is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("", port))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 def reserve_port() -> tuple[int, socket.socket]:
-    """Choose a free port for this task and hold it: a socket bound to it
-    without ``SO_REUSEADDR``, so that no other task's agent on this host can
-    take it (their check binds with it, and fails) until this one lets it go,
-    right before its command starts and binds it. Tried from a random place
-    in :func:`task_port_range`."""
+    """Choose a free port for this task and hold it (:func:`reserve_ports`)."""
+    port, (sock,) = reserve_ports(1)
+    return port, sock
+
+
+def reserve_ports(count: int) -> tuple[int, list[socket.socket]]:
+    """Choose ``count`` consecutive free ports for this task and hold them:
+    sockets bound to them without ``SO_REUSEADDR``, so that no other task's
+    agent on this host can take one (their check binds with it, and fails)
+    until this one lets them go, right before its commands start and bind
+    them. Tried from a random place in :func:`task_port_range`; the first
+    port is returned."""
     low, high = task_port_range()
-    span = high - low + 1
-    start = _random_start(low, high)
+    span = high - low + 1 - (count - 1)
+    if span < 1:
+        raise NoFreePort(f"no {count} consecutive ports in {low}-{high} on this host")
+    start = _random_start(low, low + span - 1)
     for step in range(span):
         port = low + (start - low + step) % span
-        if not port_is_free(port):
-            continue
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("", port))
-        except OSError:
+        held: list[socket.socket] = []
+        for each in range(port, port + count):
+            sock = _hold(each) if port_is_free(each) else None
+            if sock is None:
+                break
+            held.append(sock)
+        if len(held) == count:
+            return port, held
+        for sock in held:
             sock.close()
-            continue
-        return port, sock
-    raise NoFreePort(f"no free port in {low}-{high} on this host")
+    what = "free port" if count == 1 else f"{count} consecutive free ports"
+    raise NoFreePort(f"no {what} in {low}-{high} on this host")
 
 
 class PortAllocator:
-    """The local backend's ports: handed out by the launcher, one per task,
-    never twice while a task holds one."""
+    """The local backend's ports: handed out by the launcher, one per task
+    (or a block of consecutive ones, ``--nproc-per-task``), never twice
+    while a task holds one."""
 
     def __init__(self, low: int | None = None, high: int | None = None) -> None:
         if low is None or high is None:
@@ -113,27 +137,36 @@ class PortAllocator:
             raise ValueError(f"bad port range {low}-{high}")
         self.low, self.high = low, high
         self._taken: set[int] = set()
+        self._blocks: dict[int, int] = {}
+        """The first port of each block of more than one, to its size."""
         # Each launcher starts at a different place, so that two jobs on one
         # machine rarely probe the same ports at the same moment.
         self._next = _random_start(low, high)
 
-    def allocate(self) -> int:
+    def allocate(self, count: int = 1) -> int:
+        """A free port, or the first of ``count`` consecutive ones."""
         span = self.high - self.low + 1
         for _ in range(span):
             port = self._next
             self._next = self.low + (port + 1 - self.low) % span
-            if port not in self._taken and port_is_free(port):
-                self._taken.add(port)
+            if port + count - 1 <= self.high and self.claim(port, count):
                 return port
-        raise NoFreePort(f"no free port in {self.low}-{self.high}")
+        what = "free port" if count == 1 else f"{count} consecutive free ports"
+        raise NoFreePort(f"no {what} in {self.low}-{self.high}")
 
-    def claim(self, port: int) -> bool:
-        """Take ``port`` itself (a task relaunched at its address), if no
-        task of this allocator holds it and nothing else has bound it."""
-        if port in self._taken or not port_is_free(port):
+    def claim(self, port: int, count: int = 1) -> bool:
+        """Take ``port`` itself, and the ``count - 1`` after it (a task
+        relaunched at its address), if no task of this allocator holds any
+        and nothing else has bound one."""
+        block = range(port, port + count)
+        if any(p in self._taken or not port_is_free(p) for p in block):
             return False
-        self._taken.add(port)
+        self._taken.update(block)
+        if count > 1:
+            self._blocks[port] = count
         return True
 
     def release(self, port: int) -> None:
-        self._taken.discard(port)
+        """Give back ``port``, and the block it begins."""
+        for each in range(port, port + self._blocks.pop(port, 1)):
+            self._taken.discard(each)

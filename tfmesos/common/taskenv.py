@@ -19,9 +19,13 @@ __all__ = [
     "ClusterDef",
     "default_environment",
     "fill_placeholders",
+    "first_index",
     "launchers_own",
     "placeholder_values",
     "placeholders_in",
+    "process_cluster",
+    "process_tf_config",
+    "processes_of",
     "rank_environment",
     "ranks",
     "task_environment",
@@ -114,46 +118,104 @@ def fill_placeholders(command: str, values: Mapping[str, str]) -> str:
     return re.sub(_TOKEN, substitute, command)
 
 
+MULTIPLIED_JOB = "worker"
+"""The job whose tasks run ``--nproc-per-task`` processes each; every other
+job's tasks (``chief``, ``ps``, ``evaluator``) run one."""
+
+
+def processes_of(job_name: str, nproc: int) -> int:
+    """How many processes a task of ``job_name`` runs in a job of ``nproc``
+    processes per task: ``nproc`` for a worker, 1 for any other."""
+    return nproc if job_name == MULTIPLIED_JOB else 1
+
+
+def _plus(address: str, offset: int) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{host}:{int(port) + offset}"
+
+
+def process_cluster(cluster: ClusterDef, nproc: int) -> dict[str, list[str]]:
+    """The cluster as TensorFlow sees it, one address a process: with
+    ``--nproc-per-task N`` each worker task holds N consecutive ports from
+    its own (its backend gave it the block), and its local rank ``L`` is
+    the worker at ``port + L``, of index ``task_index * N + L``: the order
+    of ``RANK``. Other jobs' tasks are one process, at their one address."""
+    return {
+        name: [
+            _plus(address, local) for address in addrs for local in range(processes_of(name, nproc))
+        ]
+        for name, addrs in cluster.items()
+    }
+
+
 class _Cluster:
     """What every task's environment takes from the cluster definition,
     worked out once per definition: a launcher that runs its local tasks
     itself fills in every task's, and each of these is a walk over every
     task (docs/benchmarks.md, "The fixed cost")."""
 
-    __slots__ = ("chief_hosts", "cluster_json", "key", "order", "ps_hosts", "rank", "worker_hosts")
+    __slots__ = (
+        "chief_hosts",
+        "cluster_json",
+        "key",
+        "order",
+        "ps_hosts",
+        "rank",
+        "worker_hosts",
+    )
 
-    def __init__(self, cluster: ClusterDef, key: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+    def __init__(self, cluster: ClusterDef, key: tuple[object, ...], nproc: int) -> None:
         self.key = key
-        self.ps_hosts = ",".join(cluster.get("ps", ()))
-        self.worker_hosts = ",".join(cluster.get("worker", ()))
-        self.chief_hosts = ",".join(cluster.get("chief", ()))
+        # Ranks count tasks: each task's processes add their local rank.
+        # With several processes a task, torchrun's arithmetic (RANK =
+        # GROUP_RANK * N + LOCAL_RANK) holds only among tasks of N
+        # processes: the workers'.
+        self.order = ranks(cluster)
+        if nproc > 1:
+            self.order = [task for task in self.order if task[0] == MULTIPLIED_JOB]
+        self.rank = {task: rank for rank, task in enumerate(self.order)}
+        processes = process_cluster(cluster, nproc) if nproc > 1 else cluster
+        self.ps_hosts = ",".join(processes.get("ps", ()))
+        self.worker_hosts = ",".join(processes.get("worker", ()))
+        self.chief_hosts = ",".join(processes.get("chief", ()))
         # TF2 strategies reject a job with no tasks, so empty jobs are left out.
         self.cluster_json = json.dumps(
-            {name: list(addrs) for name, addrs in cluster.items() if addrs}, separators=(",", ":")
+            {name: list(addrs) for name, addrs in processes.items() if addrs},
+            separators=(",", ":"),
         )
-        self.order = ranks(cluster)
-        self.rank = {task: rank for rank, task in enumerate(self.order)}
 
 
 _last: _Cluster | None = None
 
 
-def _cluster(cluster: ClusterDef) -> _Cluster:
+def _cluster(cluster: ClusterDef, nproc: int = 1) -> _Cluster:
     """The cluster's parts, kept for the last definition seen."""
     global _last
-    key = tuple((name, tuple(addrs)) for name, addrs in cluster.items())
+    key = (nproc, *((name, tuple(addrs)) for name, addrs in cluster.items()))
     if _last is None or _last.key != key:
-        _last = _Cluster(cluster, key)
+        _last = _Cluster(cluster, key, nproc)
     return _last
 
 
-def placeholder_values(cluster: ClusterDef, job_name: str, task_index: int) -> dict[str, str]:
-    parts = _cluster(cluster)
+def first_index(job_name: str, task_index: int, nproc: int = 1) -> int:
+    """The TensorFlow task index of the task's local rank 0: its task index
+    times its processes, each of which adds its local rank
+    (:func:`tfmesos.agent.nproc.process_environment`)."""
+    return task_index * processes_of(job_name, nproc)
+
+
+def placeholder_values(
+    cluster: ClusterDef, job_name: str, task_index: int, nproc: int = 1
+) -> dict[str, str]:
+    """What ``{worker_hosts}`` and its kin stand for in a task's command:
+    with ``nproc``, every process's address, and ``{task_index}`` the
+    task's local rank 0's (:func:`first_index`)."""
+    parts = _cluster(cluster, nproc)
     return {
         "ps_hosts": parts.ps_hosts,
         "worker_hosts": parts.worker_hosts,
         "job_name": job_name,
-        "task_index": str(task_index),
+        "task_index": str(first_index(job_name, task_index, nproc)),
         "chief_hosts": parts.chief_hosts,
     }
 
@@ -170,16 +232,22 @@ def task_environment(
 ) -> dict[str, str]:
     """The variables every task gets: the original's ``TFMESOS_*``, TF2's
     ``TF_CONFIG``, and what torchrun gives and ``jax.distributed.initialize()``
-    needs (:func:`rank_environment`)."""
-    parts = _cluster(cluster)
+    needs (:func:`rank_environment`).
+
+    ``nproc``: the job's processes per task (``--nproc-per-task``): a
+    worker task's processes are each a TensorFlow worker of their own
+    (:func:`process_cluster`); the index here is the task's local rank 0's,
+    to which each process adds its local rank."""
+    parts = _cluster(cluster, nproc)
+    index = first_index(job_name, task_index, nproc)
     # json.dumps({"cluster": ..., "task": {"type": ..., "index": ...}}), its
     # cluster part made once.
-    task = json.dumps({"type": job_name, "index": task_index}, separators=(",", ":"))
+    task = json.dumps({"type": job_name, "index": index}, separators=(",", ":"))
     env = {
         "TFMESOS_PS_HOSTS": parts.ps_hosts,
         "TFMESOS_WORKER_HOSTS": parts.worker_hosts,
         "TFMESOS_JOB_NAME": job_name,
-        "TFMESOS_TASK_INDEX": str(task_index),
+        "TFMESOS_TASK_INDEX": str(index),
         "TFMESOS_DISTRIBUTED": "1",
         "TF_CONFIG": f'{{"cluster":{parts.cluster_json},"task":{task}}}',
         # Output goes through a pipe; without this Python would hold it back in
@@ -244,20 +312,22 @@ def rank_environment(
     are ``nproc`` times the tasks', and ``RANK``, ``ROLE_RANK`` and
     ``JAX_PROCESS_ID`` are the task's local rank 0's, which each process
     adds its ``LOCAL_RANK`` to (:func:`tfmesos.agent.nproc.process_environment`).
-    Its processes share the task's GPUs, as torchrun's do.
+    Its processes share the task's GPUs, as torchrun's do. Only worker
+    tasks run several (:func:`processes_of`), so only the workers' processes
+    are ranks then: a chief's or ps task's has none, as the evaluator's.
 
     Rank 0 hosts torch's TCP store at ``MASTER_ADDR:MASTER_PORT`` and JAX's
     coordinator at ``JAX_COORDINATOR_ADDRESS``: both are rank 0's own
     address, the port its backend gave it (from the offer, on Mesos), which
     nothing else in such a job binds.
     """
-    parts = _cluster(cluster)
+    parts = _cluster(cluster, nproc)
     order = parts.order
     if not order:
         return {}
     rank = parts.rank.get((job_name, task_index))
     if rank is None:
-        if job_name == "evaluator":
+        if job_name == "evaluator" or processes_of(job_name, nproc) != nproc:
             # TF's side-car evaluator is in no cluster list (TF_CONFIG), and
             # takes no part in the collective: no rank, no world, no master.
             return {}
@@ -294,6 +364,21 @@ def rank_environment(
         "JAX_NUM_PROCESSES": size,
         "JAX_PROCESS_ID": str(rank * nproc),
     }
+
+
+def process_tf_config(text: str, local_rank: int) -> str:
+    """A worker task's ``TF_CONFIG`` (its local rank 0's, as
+    :func:`task_environment` makes it) for its process of ``local_rank``:
+    the same cluster, the task index grown by the local rank. Left as it is
+    where it is not JSON of that shape (the user's own)."""
+    if not local_rank:
+        return text
+    try:
+        config = json.loads(text)
+        config["task"]["index"] = int(config["task"]["index"]) + local_rank
+    except (ValueError, TypeError, KeyError):
+        return text
+    return json.dumps(config, separators=(",", ":"))
 
 
 def default_environment(cpus: float) -> dict[str, str]:

@@ -404,7 +404,9 @@ class Launcher:
         logger.info("cluster up: %s%s", message.summary(self.loop.cluster_def), aside)
         if self.spec.replica and self.restart == 0:  # where the output starts to come
             logger.info("%s", shown_output(self.spec.tasks(), self.spec.forward_logs))
-        self.loop.emit("cluster_up", cluster=self.loop.cluster_def, restart=self.restart)
+        # As TF_CONFIG has it: with --nproc-per-task, every worker process's address.
+        cluster = taskenv.process_cluster(self.loop.cluster_def, self.spec.nproc)
+        self.loop.emit("cluster_up", cluster=cluster, restart=self.restart)
 
     async def _after_event(self, event: Event) -> None:
         if not self.loop.chief_started and not self.loop.stopped and isinstance(event, TaskPlaced):

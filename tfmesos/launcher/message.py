@@ -97,7 +97,7 @@ def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -
             n.endswith("_hosts") for n in taskenv.placeholders_in(job.cmd)
         ):
             continue
-        values = taskenv.placeholder_values(cluster_def, job.name, job.num - 1)
+        values = taskenv.placeholder_values(cluster_def, job.name, job.num - 1, spec.nproc)
         line = exec_if_simple(taskenv.fill_placeholders(job.cmd, values))
         size = _size(line) + (len(ENV_COMMAND) + 1 if spec.nproc > 1 else 0)
         if size > MAX_COMMAND_LINE:
@@ -116,8 +116,6 @@ def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -
     over: dict[str, int] = {}
     for job in jobs:
         env = taskenv.task_environment(cluster_def, job.name, job.num - 1, nproc=spec.nproc)
-        if spec.nproc > 1:
-            env.pop("TF_CONFIG", None)  # as the agent does (tfmesos.agent.supervisor)
         for name, value in env.items():
             if spec.cluster_file and name in clusterfile.FILE_VARIABLES:
                 continue

@@ -80,15 +80,25 @@ class OfferCapacity:
     def fits(self, task: TaskSpec) -> bool:
         totals = self._totals
         return (
-            self._ports_left >= 1
+            self._ports_left >= task.ports
             and totals.get("cpus", 0.0) + _EPSILON >= task.cpus
             and totals.get("mem", 0.0) + _EPSILON >= task.mem
             and totals.get("gpus", 0.0) + _EPSILON >= task.gpus
+            and (task.ports == 1 or self._blocks(task.ports) > 0)
         )
 
-    def holds_port(self, port: int) -> bool:
+    def _blocks(self, count: int) -> int:
+        """How many places a block of ``count`` consecutive free ports can start at."""
+        return sum(
+            max(0, bounds[i + 1] - bounds[i] + 2 - count)
+            for _, bounds in self.ports
+            for i in range(0, len(bounds), 2)
+        )
+
+    def holds_port(self, port: int, count: int = 1) -> bool:
+        """Whether ``port`` and the ``count - 1`` after it are free here."""
         return any(
-            bounds[i] <= port <= bounds[i + 1]
+            bounds[i] <= port and port + count - 1 <= bounds[i + 1]
             for _, bounds in self.ports
             for i in range(0, len(bounds), 2)
         )
@@ -116,35 +126,40 @@ class OfferCapacity:
                 scalar.value -= part
                 amount -= part
                 self._totals[name] -= part
+        count = task.ports
         if port is None:
             # Chosen by the offer and the task, so that a fit made again over
             # the same offers takes the same ports (GangFit), and a relaunch,
             # on a new offer, most likely another one.
             seed = f"{self.offer.get('id', {}).get('value', '')} {task.name}"
-            port = self._free_port(random.Random(seed).randrange(self._ports_left))
+            places = self._ports_left if count == 1 else self._blocks(count)
+            port = self._free_port(random.Random(seed).randrange(places), count)
+        last = port + count - 1
         template, bounds, at = next(
             (t, b, i)
             for t, b in self.ports
             for i in range(0, len(b), 2)
-            if b[i] <= port <= b[i + 1]
+            if b[i] <= port and last <= b[i + 1]
         )
-        # The range around the port, less the port: none, one or two ranges.
-        rest = [(b, e) for b, e in ((bounds[at], port - 1), (port + 1, bounds[at + 1])) if b <= e]
+        # The range around the ports, less them: none, one or two ranges.
+        rest = [(b, e) for b, e in ((bounds[at], port - 1), (last + 1, bounds[at + 1])) if b <= e]
         bounds[at : at + 2] = [bound for pair in rest for bound in pair]
-        self._ports_left -= 1
+        self._ports_left -= count
         resource = _without_amount(template)
-        resource["ranges"] = {"range": [{"begin": port, "end": port}]}
+        resource["ranges"] = {"range": [{"begin": port, "end": last}]}
         taken.append(resource)
         return taken, port
 
-    def _free_port(self, index: int) -> int:
-        """The ``index``-th free port, counting through the ranges in order."""
+    def _free_port(self, index: int, count: int = 1) -> int:
+        """The first port of the ``index``-th place a block of ``count``
+        consecutive free ports can start at, counting through the ranges in
+        order (with ``count`` 1: the ``index``-th free port)."""
         for _, bounds in self.ports:
             for i in range(0, len(bounds), 2):
-                size = bounds[i + 1] - bounds[i] + 1
+                size = bounds[i + 1] - bounds[i] + 2 - count
                 if index < size:
                     return bounds[i] + index
-                index -= size
+                index -= max(size, 0)
         raise ValueError("the offer has no free port left")
 
     def summary(self) -> str:
@@ -162,14 +177,15 @@ def _without_amount(template: Resource) -> Resource:
 
 def describe_need(task: TaskSpec) -> str:
     text = f"cpus {task.cpus:g}, mem {format_mib(task.mem)}"
-    return text + (f", gpus {task.gpus}" if task.gpus else "") + ", 1 port"
+    ports = "1 port" if task.ports == 1 else f"{task.ports} consecutive ports"
+    return text + (f", gpus {task.gpus}" if task.gpus else "") + f", {ports}"
 
 
 def describe_needs(tasks: Sequence[TaskSpec]) -> str:
     """What ``tasks`` need together."""
     gpus = sum(t.gpus for t in tasks)
     text = f"cpus {sum(t.cpus for t in tasks):g}, mem {format_mib(sum(t.mem for t in tasks))}"
-    return text + (f", gpus {gpus}" if gpus else "") + f", {len(tasks)} ports"
+    return text + (f", gpus {gpus}" if gpus else "") + f", {sum(t.ports for t in tasks)} ports"
 
 
 def _describe_amounts(cpus: float, mem: float, gpus: float, ports: int) -> str:
@@ -189,6 +205,7 @@ def smallest_need(tasks: Sequence[TaskSpec]) -> TaskSpec:
         min(t.mem for t in tasks),
         min(t.gpus for t in tasks),
         None,
+        min(t.ports for t in tasks),
     )
 
 

@@ -289,7 +289,7 @@ class LocalBackend(Backend):
     async def launch(self, launch: Launch) -> None:
         assert self._sink is not None, "start() first"
         gpus = await self._take_gpus(launch)
-        port = self._ports.allocate()
+        port = self._ports.allocate(launch.task.ports)
         if self._runs_tasks_itself:
             self._start_direct(launch, port, gpus)
             return
@@ -366,7 +366,7 @@ class LocalBackend(Backend):
                 break
         if earlier in self._procs:
             problem = f"its earlier attempt still runs {EARLIER_ATTEMPT_WAIT:g}s after it ended"
-        elif not self._ports.claim(port):
+        elif not self._ports.claim(port, launch.task.ports):
             problem = f"port {port} on {self.host} is taken by another process"
         else:
             try:
@@ -421,6 +421,7 @@ class LocalBackend(Backend):
             {
                 wire.ENV_HOST: self.host,
                 wire.ENV_PORT: str(port),
+                wire.ENV_PORT_COUNT: str(launch.task.ports),
                 wire.ENV_PARENT_PID: str(os.getpid()),
                 wire.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
                 wire.ENV_LOG_MAX: str(self.log_max),

@@ -69,7 +69,7 @@ class Pins:
         agent_id = offer["agent_id"]["value"]
         placed = []
         for pin in list(self.waiting.values()):
-            if pin.agent_id != agent_id or not capacity.holds_port(pin.port):
+            if pin.agent_id != agent_id or not capacity.holds_port(pin.port, pin.launch.task.ports):
                 continue
             if not capacity.fits(pin.launch.task):
                 continue

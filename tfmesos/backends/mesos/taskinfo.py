@@ -108,6 +108,7 @@ def task_info(
     env = dict(launch.env)
     env[wire.ENV_HOST] = offer["hostname"]
     env[wire.ENV_PORT] = str(port)
+    env[wire.ENV_PORT_COUNT] = str(launch.task.ports)
     if options.image:
         # The image's own variables (its PATH) win over tfrun's carried ones.
         env[wire.ENV_BASE] = IMAGE
