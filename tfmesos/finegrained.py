@@ -289,14 +289,14 @@ def cluster(
             failure = exc
             raise
         finally:
-            _say_verdict(sink, failure)
+            _report_verdict(sink, failure)
         if running.failure is not None:
             raise running.failure
     finally:
         sink.close()
 
 
-def _say_verdict(events: Events, failure: BaseException | None) -> None:
+def _report_verdict(events: Events, failure: BaseException | None) -> None:
     """The cluster's last event: how the block ended (its status as tfrun's
     would be: :mod:`tfmesos.errors`)."""
     status, result, message = 0, "succeeded", ""

@@ -58,16 +58,16 @@ def main() -> int:
             break
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
-            word, _, value = line.decode("utf-8", "replace").partition(" ")
-            if word == "bye":
+            key, _, value = line.decode("utf-8", "replace").partition(" ")
+            if key == "bye":
                 return 0
-            if word == "carries":
+            if key == "carries":
                 marks.add(value.encode())
-            elif word == "group" and value.isdigit():
+            elif key == "group" and value.isdigit():
                 groups.add(int(value))
-            elif word == "done" and value.isdigit():
+            elif key == "done" and value.isdigit():
                 groups.discard(int(value))
-            elif word == "stray":
+            elif key == "stray":
                 pid, _, started = value.partition(" ")
                 if pid.isdigit() and started.isdigit():
                     strays[int(pid)] = int(started)

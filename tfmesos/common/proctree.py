@@ -168,7 +168,7 @@ def death_signal_program() -> str | None:
         if not os.access(place, os.X_OK):
             continue
         try:
-            said = subprocess.run(
+            version = subprocess.run(
                 [place, "--version"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -179,7 +179,7 @@ def death_signal_program() -> str | None:
         except (OSError, subprocess.SubprocessError):
             continue
         # "setpriv from util-linux 2.38.1"
-        if "util-linux" in said and _version(said.split()[-1]) >= _SETPRIV_PDEATHSIG_SINCE:
+        if "util-linux" in version and _version(version.split()[-1]) >= _SETPRIV_PDEATHSIG_SINCE:
             _death_signal_program = place
             return place
     return None

@@ -256,7 +256,7 @@ async def _run_with_restarts(
             continue
         break
     assert signals.launcher is not None
-    return _say_the_verdict(signals.launcher, end, causes, interrupted, started, events)
+    return _report_verdict(signals.launcher, end, causes, interrupted, started, events)
 
 
 async def _run_once(launcher: Launcher, spec: ClusterSpec, restart: int, events: Events) -> _RunEnd:
@@ -283,16 +283,16 @@ async def _run_once(launcher: Launcher, spec: ClusterSpec, restart: int, events:
             )
         return _RunEnd(exc.exit_code, f"job failed: {exc}", "failed", again, summary)
     except ClusterStartError as exc:
-        said = str(exc)
+        message = str(exc)
         # "the cluster did not come up within 20s: still waiting for ..."
         # says it once; other reasons get the headline in front.
-        if not said.startswith("the cluster did not come up"):
-            said = f"the cluster did not come up: {said}"
-        return _RunEnd(EXIT_NEVER_UP, said, "never up")
+        if not message.startswith("the cluster did not come up"):
+            message = f"the cluster did not come up: {message}"
+        return _RunEnd(EXIT_NEVER_UP, message, "never up")
     return _RunEnd()
 
 
-def _say_the_verdict(
+def _report_verdict(
     launcher: Launcher,
     end: _RunEnd,
     causes: list[str],
@@ -316,12 +316,12 @@ def _say_the_verdict(
         logger.error("%s", paint(verdict, 31, colour))
     elif not interrupted:
         elapsed = duration(time.monotonic() - started)
-        said = ends(launcher.outcomes())
+        summary = ends(launcher.outcomes())
         if causes:
-            said += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
-        succeeded = f"job succeeded in {elapsed}: {said}"
+            summary += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
+        succeeded = f"job succeeded in {elapsed}: {summary}"
         logger.info("%s", paint(succeeded, 32, colour))
-    _say_where_the_output_is(launcher, failed=bool(verdict))
+    _report_where_output_is(launcher, failed=bool(verdict))
     verdict_line = verdict or succeeded
     stopped_by = None
     if interrupted:
@@ -338,7 +338,7 @@ def _say_the_verdict(
     return status
 
 
-def _say_where_the_output_is(launcher: Launcher, failed: bool) -> None:
+def _report_where_output_is(launcher: Launcher, failed: bool) -> None:
     lost = launcher.lost_logs()
     incomplete = launcher.incomplete_output()
     if incomplete:

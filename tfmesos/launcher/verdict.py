@@ -62,22 +62,22 @@ def outcomes(current: Iterable[Attempt], silence_limit: float = SILENCE_LIMIT) -
     ``exited 0``, ``stopped by tfrun``, ``cut off from tfrun`` (it could not
     be stopped: tfrun could not hear it, nor learn of its end), or how it
     failed."""
-    said = {}
+    by_task = {}
     for task in current:
         if task.state is AttemptState.FINISHED:
-            said[task.spec.name] = "exited 0"
+            by_task[task.spec.name] = "exited 0"
         elif task.state is AttemptState.STOPPED and task.left_unreached:
-            said[task.spec.name] = (
+            by_task[task.spec.name] = (
                 f"cut off from tfrun, not stopped by it (it stops itself once it has not "
                 f"heard tfrun for {silence_limit:g}s)"
             )
         elif task.state is AttemptState.STOPPED:
-            said[task.spec.name] = "stopped by tfrun"
+            by_task[task.spec.name] = "stopped by tfrun"
         elif task.state is AttemptState.FAILED:
-            said[task.spec.name] = "failed"
+            by_task[task.spec.name] = "failed"
         else:
-            said[task.spec.name] = task.state.value
-    return said
+            by_task[task.spec.name] = task.state.value
+    return by_task
 
 
 def paint(text: str, colour: int, enabled: bool) -> str:

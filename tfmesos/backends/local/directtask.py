@@ -489,19 +489,19 @@ class Sweeper:
 
     def started(self, pgid: int, entry: str) -> None:
         """A command started, in group ``pgid``, its processes carrying ``entry``."""
-        self._say(f"carries {entry}\ngroup {pgid}")
+        self._tell_sweeper(f"carries {entry}\ngroup {pgid}")
 
     def done(self, pgid: int) -> None:
-        self._say(f"done {pgid}")
+        self._tell_sweeper(f"done {pgid}")
 
     def stray(self, pid: int) -> None:
         """A stray (:func:`strays`), named with its start so that the pid,
         should it be reused, names no stranger."""
         started = procfs.start_time(pid)
         if started is not None:
-            self._say(f"stray {pid} {started}")
+            self._tell_sweeper(f"stray {pid} {started}")
 
-    def _say(self, line: str) -> None:
+    def _tell_sweeper(self, line: str) -> None:
         if self._proc is None or self._proc.stdin is None:
             return
         try:
