@@ -1,15 +1,8 @@
-"""Where the Mesos master is: the addresses ``-m`` takes.
-
-``-m`` takes ``host:port``, ``http(s)://host:port``, a comma-separated list of
-either (tried in turn; a non-leader redirects to the leader),
-``file:///path`` (a file holding any of these, read once at the start, as
-``MasterDetector::create`` in ``src/master/detector/detector.cpp`` reads it), or
-``zk://[user:password@]host1:2181,host2:2181/mesos``, where the credentials
-are ZooKeeper ``digest`` ones, sent once each session is up, and the leader is
-found as Mesos's own scheduler library finds it (:mod:`tfmesos.mesos.zookeeper`).
-
-The scheme is ``https`` when libprocess SSL is enabled in the scheduler's
-environment, ``http`` otherwise (:func:`default_scheme`).
+"""Where the Mesos master is: parsing the addresses ``-m`` takes (``host:port``,
+``http(s)://``, a comma-separated list, ``file://``,
+``zk://[user:password@]hosts/path``), as Mesos's ``MasterDetector::create``
+reads them. The scheme defaults to ``https`` when libprocess SSL is enabled
+(:func:`default_scheme`).
 """
 
 from __future__ import annotations
@@ -145,17 +138,11 @@ MAX_REDIRECTS = 5
 def follow_redirect(
     chain: list[MasterAddress], location: str, zookeeper: bool
 ) -> MasterAddress | str:
-    """Where the ``Location`` of a 307 from the last of ``chain`` (the master
-    given, then where each redirect led) leads, appended to ``chain``; or why
-    it is not followed (an address that cannot be dialled, a loop, too many).
-
-    Scheme, host and port only: a Location may carry the master's own path
-    (``//host:5050/master/api/v1/scheduler``). With ``zk://`` masters
-    (``zookeeper``) it is not followed: the leader is ZooKeeper's, dialled at
-    its pid's IP; Mesos's library never follows a 307 either
-    (``MesosProcess::__send``). A master that redirects has not yet seen the
-    change (a ZooKeeper watch delay), and may name the dead leader, by host
-    name."""
+    """Append to ``chain`` where the last master's 307 ``Location`` leads (scheme,
+    host and port only), or return why it is not followed (an address that
+    cannot be dialled, a loop, too many hops). Not used with ``zk://``: there
+    ZooKeeper names the leader, and a redirecting master may still name the
+    dead one."""
     master = chain[-1]
     if zookeeper:
         return (
