@@ -1,10 +1,6 @@
-"""The local backend's fork server: one interpreter that has imported the
-agent and forks a child per task.
-
-A new interpreter for each task's agent costs ~40 ms of CPU (the interpreter,
-then the standard library the agent needs); a fork of one that has already
-paid it costs a few. The server runs under ``python -S`` like the agents, and
-needs only the standard library.
+"""The local backend's fork server: one interpreter that has imported the agent
+and forks a child per task, which is cheaper than starting a new interpreter
+per task. Standard library only.
 
 Protocol, one JSON object per line. Requests on stdin::
 
@@ -17,15 +13,10 @@ Replies on stdout::
     {"failed": task_id, "error": "..."}    it could not be forked
     {"exited": N, "status": S}             agent N ended; S as Popen.returncode
 
-Each child is what a separately started agent would be: in a process group of
-its own, stdin from /dev/null, stdout and stderr to the task's log, the
-task's environment, and signalled when its parent dies (the server, which is
-itself signalled when the launcher dies). The server ends when its stdin
-closes.
-
-The server is the subreaper of its agents' trees: an agent killed outright
-(the OOM killer, ``kill -9``) leaves what its commands started to the server,
-which kills all of it at once, whatever process group or session it is in.
+Each child is set up as a separately started agent would be (own process group,
+the task's log and environment, dying with its parent). The server is the
+subreaper of its agents' trees, so it can kill what an agent killed outright
+leaves behind; it ends when its stdin closes.
 """
 
 from __future__ import annotations

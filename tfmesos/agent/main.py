@@ -1,30 +1,17 @@
 """The in-task agent: ``python -m tfmesos.agent``.
 
-It runs inside every task, wherever the backend put it, and needs nothing but
-the standard library, so any image with a Python 3 can host it. It
+It runs inside every task and needs only the standard library, so any image
+with a Python 3 can host it. It dials the launcher's rendezvous and proves the
+job's secret both ways, waits for the cluster definition, runs the user's
+command (or a TensorFlow server) in its own process group, streams its output
+back whole lines at a time, and reports the exit status.
 
-1. dials the launcher's rendezvous, proves it knows the job's secret and checks
-   that the launcher knows it too,
-2. waits for the cluster definition,
-3. runs the user's command (replica mode) or a TensorFlow server (fine-grained
-   mode) as a child in its own process group,
-4. streams the child's output back, whole lines at a time, and
-5. reports the exit status.
-
-It exits, and takes its child with it, when the launcher goes away: the
-rendezvous connection closing is the signal, and it works on every backend.
-A launcher it cannot hear (its host vanished, the network between them cut)
-is gone too once it has said nothing, not even a heartbeat, for
-``wire.SILENCE_LIMIT``. Output the launcher cannot take waits in the agent
-(up to ``wire.UNSENT_MAX``), and once the command has ended the agent keeps
-trying, as long again, to deliver it and the exit status.
-
-This module is the agent's entry point and its event loop; the parts live
-beside it: the connection and handshake in :mod:`tfmesos.agent.rendezvous`,
-one run of a command in :mod:`tfmesos.agent.supervisor`, the shell tables in
-:mod:`tfmesos.common.shell`, the task's log in :mod:`tfmesos.common.tasklog`, ending what
-the commands leave behind in :mod:`tfmesos.common.proctree`, and the contract with
-the launcher (the environment, the timings) in :mod:`tfmesos.wire`.
+It exits, taking its child with it, when the launcher goes away: the connection
+closing, or ``wire.SILENCE_LIMIT`` without a heartbeat. Output the launcher
+cannot take waits here (up to ``wire.UNSENT_MAX``). This module is the entry
+point and event loop; the parts live beside it
+(:mod:`tfmesos.agent.rendezvous`, :mod:`tfmesos.agent.supervisor`) and the
+contract with the launcher is :mod:`tfmesos.wire`.
 """
 
 from __future__ import annotations
@@ -324,13 +311,11 @@ class Agent:
         local_rank: int | None = None,
         error: str | None = None,
     ) -> None:
-        """Tell the launcher how the task ended: its status, the signal that
-        killed its command if one did, whether that was the kernel's OOM
-        killer, and the signal this agent was sent if it was (someone stopped
-        the task on its host). In a Mesos container, a command killed for
-        its memory is followed by ``OOM_LINGER``: the containerizer's word
-        names the limit. ``local_rank``: which of the task's processes
-        failed first, where it ran several."""
+        """Tell the launcher how the task ended: status, the killing signal,
+        whether the OOM killer sent it, the signal this agent got, and
+        ``local_rank`` (the first of several processes to fail). In a Mesos
+        container an OOM kill waits ``OOM_LINGER`` so the containerizer's
+        update, naming the limit, comes first."""
         message: dict[str, Any] = {
             "type": wire.EXIT,
             "code": code,

@@ -1,14 +1,10 @@
 """The kernel's count of out-of-memory kills in this process's memory cgroup.
 
-A command killed by SIGKILL may have been killed by anyone; one killed by the
-kernel for exceeding its cgroup's memory limit (a Mesos container's, a Slurm
-step's, a ``podman --memory`` container's) shows in the cgroup's counter:
-``oom_kill`` in ``memory.oom_control`` (cgroup v1, Linux 4.13 on) or in
-``memory.events`` (cgroup v2, which counts the cgroups below too). The count
-read before a command starts and after it ends says whether the kernel's OOM
-killer ended a process in between; the cgroup may hold other commands, so
-the kernel's log, where it can be read, says which process it was
-(:func:`killed_by_oom_killer`). Standard library only: the agent uses it.
+A SIGKILL may come from anyone; the cgroup's ``oom_kill`` counter
+(``memory.oom_control`` in cgroup v1, ``memory.events`` in v2) read before and
+after a command says whether the OOM killer acted in between, and the kernel's
+log, where readable, says which process it hit (:func:`killed_by_oom_killer`).
+Standard library only.
 """
 
 from __future__ import annotations

@@ -185,12 +185,8 @@ def _own_host() -> str:
 
 
 def _dialled(host: str) -> str | bytes:
-    """``host`` as the agent hands it to ``getaddrinfo``: bytes where it is
-    ASCII (an address, a plain host name), which the resolver takes as they
-    are. A str is first encoded with the idna codec, whose import (with
-    stringprep and unicodedata, ~1.5 ms of CPU) each agent, or the fork
-    server for them, would otherwise pay (docs/benchmarks.md, "The fixed
-    cost"); idna leaves ASCII names as they are."""
+    """``host`` as bytes where it is ASCII, which ``getaddrinfo`` takes as is: a
+    str would import the idna codec, a start-up cost every agent would pay."""
     return host.encode("ascii") if host.isascii() else host
 
 

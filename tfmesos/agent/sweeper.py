@@ -1,27 +1,18 @@
 """The sweeper: ends a local job's tasks should the launcher die outright.
 
-The local backend runs a plain task's command itself, as the launcher's own
-child (:mod:`tfmesos.backends.local.directtask`), with nothing between the fork and
-the exec: no parent-death signal is asked for in the child. This process
-stands in for it, once per job rather than once per command. It reads what the
-launcher tells it on its stdin, one line at a time:
+The local backend runs plain commands as the launcher's own children with no
+parent-death signal, so this one process per job stands in for it. It reads
+lines on stdin:
 
-* ``carries NAME=VALUE``: a task of the job, by the entry every one of its
-  processes carries in its environment (``TFMESOS_TASK_ID=...``),
-* ``group PGID``: a command's process group, from its start,
-* ``done PGID``: that group is over (its leader is about to be reaped),
-* ``stray PID START``: a process a task hid from its group and its mark
-  (``setsid env -i helper &``), handed to the launcher, and when it started,
-* ``bye``: the launcher ends normally; nothing to do.
+* ``carries NAME=VALUE``: the environment entry a task's processes carry,
+* ``group PGID``: a command's process group,
+* ``done PGID``: that group is over,
+* ``stray PID START``: a process that left its group, with its start time,
+* ``bye``: the launcher ends normally.
 
-Its stdin ending without ``bye`` means the launcher is gone (SIGKILL, the OOM
-killer): every group still held is SIGKILLed with everything below its
-members (a helper in a session of its own whose parent is still there), the
-strays, then every process that carries one of the job's task ids in its
-environment, until none is left.
-
-Standard library only (no ``tfmesos.wire``: the launcher spells the entries
-out): it costs each local job one bare interpreter start.
+Stdin ending without ``bye`` means the launcher is gone: every group held, the
+strays, then every process carrying one of the job's task ids is SIGKILLed
+until none is left. Standard library only, not even :mod:`tfmesos.wire`.
 """
 
 from __future__ import annotations
