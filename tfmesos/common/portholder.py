@@ -1,10 +1,6 @@
-"""Who holds a TCP port: for the one line a tool prints when its port is taken.
-
-Best effort, standard library only: the listening socket's inode from
-``/proc/net/tcp`` and ``/proc/net/tcp6``, then the process with that socket
-among its ``/proc/PID/fd``. Where that cannot be read (another user's
-process, no ``/proc``), the holder is unknown and the line says only that the
-port is taken.
+"""Who holds a TCP port, for the one line a tool prints when its port is taken:
+best effort from ``/proc/net/tcp*`` and ``/proc/PID/fd``; unknown where those
+cannot be read. Standard library only.
 """
 
 from __future__ import annotations

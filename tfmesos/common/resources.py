@@ -118,12 +118,9 @@ def _nvidia_smi_gpus() -> tuple[str, ...]:
 
 
 def local_task_limit(tasks: int, nproc: int = 1) -> str | None:
-    """Why this machine cannot run ``tasks`` tasks at once, each of ``nproc``
-    processes, or None: the fixed cap, then this user's process limit (each
-    task is an agent and its command, or its runner and its ``nproc``
-    processes, beside tfrun and the fork server) and the descriptor limits
-    the launcher and each task's runner can raise themselves to (two per task
-    in tfrun, three per process in a runner, and some to spare)."""
+    """Why this machine cannot run ``tasks`` tasks of ``nproc`` processes at once,
+    or None: checks the fixed cap, this user's process limit and the descriptor
+    limits the launcher and each runner can raise themselves to."""
     if tasks > MAX_LOCAL_TASKS:
         return (
             f"the local backend runs at most {MAX_LOCAL_TASKS} tasks in one job, not {tasks}: "
