@@ -104,16 +104,11 @@ def launcher_factory(
 
 
 class LateSignals:
-    """The interrupting signals that come once the job is over, while tfrun
-    says how it ended: taken in, not raised. Python's own SIGINT handler
-    raises KeyboardInterrupt wherever the main thread is, and so cut tfrun's
-    last line short with a traceback instead of its exit status. A signal
-    then changes nothing, as one during the teardown changes no verdict:
-    what is over cannot be stopped, and the verdict is already decided.
-
-    Until :meth:`take_over`, the job's event loop handles them (they stop
-    the job); :meth:`restore` puts back what was there before, for a caller
-    that goes on in the same process."""
+    """Interrupting signals that arrive once the job is over, while tfrun reports
+    how it ended: taken in, not raised, so the last line is not cut short by a
+    KeyboardInterrupt; the verdict is decided already. Until :meth:`take_over`
+    the job's event loop handles them; :meth:`restore` puts back what was
+    there."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
@@ -161,12 +156,10 @@ async def run_with_restarts(
     events: Events = NO_EVENTS,
     late_signals: LateSignals | None = None,
 ) -> int:
-    """Run the job, and again after a failure up to ``spec.max_restarts``
-    times, each run with a launcher from ``make_launcher``; stop it on
-    SIGINT, SIGTERM, SIGHUP. Returns ``tfrun``'s exit status, which the last
-    of ``events``, ``job_verdict``, says too. With ``late_signals``, those
-    signals are handed to it as the job's event loop ends, however it ends,
-    so that none raises while tfrun says its verdict."""
+    """Run the job, again after a failure up to ``spec.max_restarts`` times, with
+    a launcher from ``make_launcher``; stop it on SIGINT, SIGTERM or SIGHUP.
+    Returns tfrun's exit status. ``late_signals`` takes over those signals as
+    the loop ends, so none raises while the verdict is reported."""
     try:
         return await _run_with_restarts(spec, make_launcher, started, events)
     finally:

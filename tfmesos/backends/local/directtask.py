@@ -1,18 +1,10 @@
 """A local task the launcher runs itself: the agent's part, in-process.
 
-On this machine an agent per task is a second interpreter that relays what the
-launcher already knows: its start, its connection and its handshake, and
-``setpriv`` in front of every command, cost more than the command itself for a
-short task (docs/benchmarks.md, "The fixed cost"). So a plain replica-mode task
-(no initializer or finalizer) is run by the launcher itself: the same command
-line and environment (:func:`tfmesos.agent.supervisor.task_command`), the same
-supervision of the command (:class:`tfmesos.agent.supervisor.CommandRun`, driven by
-the launcher's event loop rather than the agent's selector), the same log
-(:class:`tfmesos.common.tasklog.TaskLog`), the same end of what the command leaves
-behind, and the same events on the launcher's side (``Registered``,
-``Output``, ``Exited``, ``Disconnected``, then the backend's ``TaskEnded``),
-without a socket between. What the agent's parent-death signal did, should the
-launcher die outright, is done once per job by :mod:`tfmesos.agent.sweeper`.
+For a short task a separate agent costs more than the command, so a plain
+replica-mode task (no initializer or finalizer) is run by the launcher with the
+same command line, supervision (:class:`tfmesos.agent.supervisor.CommandRun`),
+log and events as an agent would give it, without a socket between. Should the
+launcher die outright, :mod:`tfmesos.agent.sweeper` ends its tasks.
 """
 
 from __future__ import annotations
@@ -416,11 +408,9 @@ def _signal_tree(pid: int, sig: int) -> None:
 
 
 def strays() -> list[int]:
-    """Orphans handed to the launcher that no task's id marks, out of the
-    launcher's process group: what a task hid from both its group and the
-    mark (``setsid env -i helper &``), so that its own task's end does not
-    find it. Whose it is cannot be told; it ends with the job
-    (:func:`end_strays`), or by the sweeper should the launcher be killed."""
+    """Orphans handed to the launcher that no task id marks, outside its process
+    group (``setsid env -i helper &``): whose they are cannot be told, so they
+    end with the job (:func:`end_strays`)."""
     try:
         children = procfs.children(os.getpid())
     except OSError:
