@@ -1,15 +1,7 @@
-"""Real Apache Mesos on this machine: one master (or several, electing their
-leader in ZooKeeper) and several agents, started and stopped by pid, for tests
-and for trying a job before submitting it.
-
-The test master (:mod:`tfmesos.testing.master`) is a reading of Mesos; this is
-Mesos itself (``mesos-master`` and ``mesos-agent`` binaries, found as
-:func:`~tfmesos.testing.mesos_home.find_home` says), run the way ``docs/test-master.md`` ("Real Mesos")
-describes: the posix launcher and isolators, each agent with its own port,
-work and runtime directories, port range and resources.
-
-Only the standard library: ``scripts/start-mesos`` runs it before any virtual
-environment exists.
+"""Real Apache Mesos on this machine: masters (one, or several electing a leader
+in ZooKeeper) and agents, started and stopped by pid, for tests and for trying
+a job. Run as docs/test-master.md ("Real Mesos") describes. Standard library
+only: ``scripts/start-mesos`` runs it before any virtual environment exists.
 """
 
 from __future__ import annotations
@@ -132,36 +124,18 @@ with a 307 to the leader (``Master::Http::redirect``, src/master/http.cpp)."""
 
 @dataclass
 class RealMesos:
-    """One ``mesos-master`` and ``len(agents)`` ``mesos-agent``\\ s on free
-    ports of 127.0.0.1, under ``base`` (a new temporary folder by default),
-    each logging to ``base/NAME.log``.
+    """One ``mesos-master`` and ``len(agents)`` ``mesos-agent`` processes on free
+    ports of 127.0.0.1 under ``base``, each logging to ``base/NAME.log``.
 
-    With ``zk`` (``zk://[user:password@]host:port/path``) the masters, then
-    ``masters`` of them (``master0``, ``master1``, ...; one master is
-    ``master`` whatever ``zk``), elect their leader in ZooKeeper (``--zk``)
-    and keep their registry in a replicated log (``--registry=replicated_log``,
-    ``--quorum`` a majority of them), each in its own work directory; the
-    agents find the leader there (``--master=zk://...``). More than one
-    master needs ``zk``.
-
-    ``executor_env`` is what tasks get as their environment (a real agent
-    gives them ``--executor_environment_variables`` only, not its own):
-    ``PATH`` by default leads to this interpreter's folder, and
-    ``PYTHONPATH`` is this process's, where it has one.
-    ``master_flags``/``agent_flags`` are added to (and override) the defaults.
-
-    With ``hosts``, each master and each agent runs on a host of its own
-    (:mod:`tfmesos.testing.netns`: a network namespace with its own address
-    in 10.213.N.0/24, host name and ``/etc/hosts``), named as its log
-    (``master``, ``agent0``, ...), on Mesos's ports (5050, 5051); the agents
-    find their master by name. A further host, ``client``, is for tfrun and
-    the chief: :meth:`client_argv`. :meth:`cut`, :meth:`heal`,
-    :meth:`isolate` and :meth:`rejoin` fail the network between them.
-    Needs root. With ``zk`` too, each master on a host of its own: the
-    hosts reach a ZooKeeper of the root namespace that ``zk`` names by a
-    loopback address (it must listen on every address, as ZooKeeper does by
-    default) at the bridge's address instead: :attr:`hosts_zk`.
-    """
+    ``zk``: ``masters`` masters elect a leader there, with a replicated-log
+    registry (more than one master needs it). ``executor_env``: the tasks'
+    environment (a real agent passes only
+    ``--executor_environment_variables``). ``master_flags``/``agent_flags``
+    override the defaults. ``hosts``: each daemon on a host of its own
+    (:mod:`tfmesos.testing.netns`), plus a ``client`` host for tfrun
+    (:meth:`client_argv`), whose network :meth:`cut`, :meth:`heal`,
+    :meth:`isolate` and :meth:`rejoin` fail; needs root. docs/test-master.md
+    ("Real Mesos") has the details."""
 
     home: Path
     agents: Sequence[AgentSpec] = DEFAULT_AGENTS

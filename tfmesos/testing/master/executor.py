@@ -1,23 +1,12 @@
-"""Running tasks for real: the agent, the command executor and the default executor.
+"""Running tasks for real: the agent, the command executor and the default
+executor of a task group, as Mesos's ``src/launcher/executor.cpp`` and
+``src/slave/slave.cpp`` behave (states, messages, kill grace, sandbox and
+``MESOS_*`` environment, a task's group and session killed with it).
 
-Models the command executor (``src/launcher/executor.cpp``: TASK_STARTING,
-TASK_RUNNING, "Command exited with status N", SIGTERM then SIGKILL after the
-kill grace period), the default executor of a task group (one task failing or
-being killed takes the group down, ``docs/app-framework-development-guide.md``),
-the agent's sandbox and ``MESOS_*`` environment (mesos.proto ``CommandInfo``,
-``Environment``; ``src/slave/slave.cpp``), the posix launcher's ``os::killtree``
-(a task's process group and session die with it) and the KILL and SHUTDOWN
-calls (``docs/scheduler-http-api.md``; scheduler.proto ``Call.Kill``;
-``Master::kill``). A reaper process kills every task still alive if the
-master's process dies (``reaper.py``); process groups are ``groups.py``'s, the
-environment ``environment.py``'s.
-
-The agents are those of one plain configuration, ``--switch_user=false
---isolation=posix/cpu,posix/mem``: tasks run as this process's user, memory is
-not enforced, and volumes are refused as ``filesystem/posix`` refuses them.
-What real Mesos covers in tests of its own (images, the user switch, host-path
-volumes, ``cgroups/mem``, the fetcher) the double refuses in words that say so,
-rather than run a task other than as asked (``docs/test-master.md``).
+The agents have one plain configuration: tasks run as this user, memory is not
+enforced, and what real Mesos covers in its own tests (images, the user switch,
+volumes, the fetcher) is refused in words that say so, rather than run other
+than as asked. docs/test-master.md has the sources.
 """
 
 from __future__ import annotations
