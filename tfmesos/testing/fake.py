@@ -66,8 +66,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Runs:
-    """Dials in; once it has the cluster, prints ``output`` and exits with
-    ``exit_code`` (``None``: runs until it is told to stop)."""
+    """Dials in, prints ``output`` and exits with ``exit_code`` (``None``: until
+    stopped)."""
 
     exit_code: int | None = 0
     output: bytes = b""
@@ -89,16 +89,14 @@ class Hangs:
 
 @dataclass(frozen=True)
 class Lost:
-    """Dials in; once it has the cluster, its machine goes: its connection
-    drops and the backend reports it lost."""
+    """Dials in, then its machine goes: the connection drops and the task is lost."""
 
     message: str = "agent lost"
 
 
 @dataclass(frozen=True)
 class BreaksBackend:
-    """Dials in; once it has the cluster, the backend itself fails (it lost
-    its master, say)."""
+    """Dials in, then the backend itself fails (it lost its master, say)."""
 
     message: str = "master gone for good"
 
@@ -127,8 +125,8 @@ def default_plan(task: TaskSpec) -> Plan:
 
 
 class FakeConnection(Connection):
-    """One fake task's connection: what the launcher sends it is recorded,
-    and the task answers as its agent would."""
+    """A fake task's connection: records what the launcher sends; answers as an
+    agent would."""
 
     def __init__(self, task: _FakeTask) -> None:
         # No socket: the real class's state is not needed.
@@ -288,8 +286,8 @@ class _FakeTask:
         self.end(code, "exited", "killed by SIGTERM")
 
     def end(self, code: int | None, state: str, message: str) -> None:
-        """Its connection drops first, then the backend says why: the launcher
-        hears both at once, with no grace to wait out."""
+        """The connection drops, then the backend says why: the launcher hears
+        both at once."""
         if self.ended:
             return
         self.ended = True

@@ -119,9 +119,8 @@ def _remove_namespace(namespace: str) -> None:
 
 
 def sweep() -> list[str]:
-    """Remove what harnesses whose owner is dead left (namespaces, their
-    processes, links, ``/etc/netns`` folders); what was removed. Run it
-    under :func:`_locked`."""
+    """Remove what dead owners' networks left; return what was removed. Hold
+    :func:`_locked`."""
     removed = []
     for namespace in _namespaces():
         match = _NAMESPACE.match(namespace)
@@ -222,8 +221,7 @@ class HostNetwork:
 
     @classmethod
     def open(cls, names: Sequence[str] = ()) -> HostNetwork:
-        """Sweep what dead owners left, then a bridge on a free 10.213.N.0/24
-        and a host for each of ``names``."""
+        """Sweep, then make a bridge on a free 10.213.N.0/24 and a host per name."""
         why = hosts_unavailable()
         if why:
             raise HostsNotAvailable(why)
@@ -309,8 +307,8 @@ class HostNetwork:
     # -- faults -----------------------------------------------------------
 
     def forget(self, on: str, name: str) -> None:
-        """Host ``on``'s ``/etc/hosts`` no longer names host ``name``: a name
-        its resolver cannot resolve, as a host's missing DNS entry is."""
+        """Drop host ``name`` from host ``on``'s ``/etc/hosts``, as a missing DNS
+        entry."""
         self.unknown.setdefault(on, set()).add(name)
         self._write_hosts_files()
 

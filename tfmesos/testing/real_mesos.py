@@ -291,8 +291,8 @@ class RealMesos:
         daemon.starts += 1
 
     def stop(self) -> None:
-        """Stop every daemon by pid (SIGTERM, then SIGKILL), then every process
-        that carries the cluster's mark (executors and tasks an agent left)."""
+        """Stop every daemon by pid, then every process carrying the cluster's
+        mark."""
         for index in range(len(self._agents)):
             self.resume_agent(index)  # a stopped process would not hear SIGTERM
         for daemon in [*self._agents, *self._masters]:
@@ -381,8 +381,8 @@ class RealMesos:
             return None
 
     def leader_index(self) -> int | None:
-        """Which master leads now: the running one that answers ``/state``
-        itself, as only an elected master does (``Master::Http::state``)."""
+        """The running master that answers ``/state`` itself, as only the leader
+        does."""
         for index in range(len(self._masters)):
             state = self.master_state(index)
             if state is not None and state.get("leader") == state.get("pid"):
@@ -404,8 +404,8 @@ class RealMesos:
             time.sleep(0.1)
 
     def kill_master(self, index: int) -> None:
-        """SIGKILL master ``index``: it leaves its ZooKeeper group when its
-        session there expires (``--zk_session_timeout``, 10 s by default)."""
+        """SIGKILL master ``index``; it leaves ZooKeeper when its session expires
+        (10 s)."""
         daemon = self._masters[index]
         daemon.killed = True
         if daemon.proc is not None:
@@ -413,8 +413,8 @@ class RealMesos:
             daemon.proc.wait()
 
     def start_master(self, index: int) -> None:
-        """Start master ``index`` again on its port and work directory: it
-        recovers its replica of the registry's log and stands by."""
+        """Restart master ``index`` on its port and work directory; it recovers
+        and stands by."""
         daemon = self._masters[index]
         assert not _running(daemon), "still running"
         daemon.killed = False
@@ -486,9 +486,8 @@ class RealMesos:
             daemon.proc.wait()
 
     def pause_agent(self, index: int) -> None:
-        """SIGSTOP agent ``index``: alive, its executors running, but deaf to
-        its masters (a new leader keeps it "recovered", not re-registered,
-        until :meth:`resume_agent`)."""
+        """SIGSTOP agent ``index``: alive, its tasks running, deaf to masters
+        until :meth:`resume_agent`."""
         daemon = self._agents[index]
         assert daemon.proc is not None
         assert _running(daemon), "not running"
@@ -502,8 +501,8 @@ class RealMesos:
         daemon.paused = False
 
     def start_agent(self, index: int) -> None:
-        """Start agent ``index`` again, with its work directory as it was: it
-        recovers (``--recover=reconnect``, Mesos's default) what it checkpointed."""
+        """Restart agent ``index`` on its work directory; it recovers what it
+        checkpointed."""
         daemon = self._agents[index]
         assert not _running(daemon), "still running"
         daemon.killed = False
@@ -528,8 +527,8 @@ class RealMesos:
 
     @property
     def master_address(self) -> str:
-        """``NAME:PORT`` of the (first) master, as the hosts name it; with
-        several, ``zk``. On one address, :attr:`address`."""
+        """``NAME:PORT`` of the first master as hosts name it; ``zk`` with
+        several."""
         if self.zk:
             return self.hosts_zk or self.zk
         master = self._masters[0]
@@ -557,8 +556,8 @@ class RealMesos:
         return f"{scheme}://{credentials}{at}{','.join(moved)}{slash}{path}"
 
     def cut(self, a: str, b: str) -> None:
-        """Hosts ``a`` and ``b`` (``master``, ``agent0``, ``client``...) no
-        longer hear each other, both ways, until :meth:`heal`."""
+        """Hosts ``a`` and ``b`` stop hearing each other, both ways, until
+        :meth:`heal`."""
         self.network.cut(a, b)
 
     def heal(self, a: str, b: str) -> None:

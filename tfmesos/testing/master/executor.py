@@ -48,8 +48,7 @@ NO_URIS = (
 
 
 def task_image(info: JSON) -> str | None:
-    """The image a task's container names (a MESOS container's Docker image, or
-    a DOCKER container's), or None."""
+    """The Docker image a task's container names, or None."""
     container: JSON = info.get("container") or {}
     if container.get("type") == "DOCKER":
         return str(container.get("docker", {}).get("image", ""))
@@ -60,9 +59,8 @@ def task_image(info: JSON) -> str | None:
 
 
 def container_refusal(info: JSON) -> str | None:
-    """Why the agent does not launch this task's container, or None: an image
-    or URIs (the double's words), or volumes (``filesystem/posix``'s,
-    ``PosixFilesystemIsolatorProcess::prepare``)."""
+    """Why the agent would not launch this container (an image, URIs, volumes), or
+    None."""
     image = task_image(info)
     if image is not None:
         return NO_IMAGES.format(image=image)
@@ -180,8 +178,8 @@ class TaskRunner(ProcessGroups):
         return _CommandLine(value, list(command.get("arguments", [])) or [value], env)
 
     async def _spawn(self, task: Task, line: _CommandLine) -> asyncio.subprocess.Process | None:
-        """Start the task's process in a session of its own, its output in the
-        sandbox's ``stdout`` and ``stderr``."""
+        """Start the task in its own session, output to the sandbox's ``stdout``
+        and ``stderr``."""
         try:
             with (
                 open(task.sandbox / "stdout", "wb") as out,
@@ -205,8 +203,8 @@ class TaskRunner(ProcessGroups):
             return None
 
     async def _started(self, task: Task, process: asyncio.subprocess.Process) -> bool:
-        """Track the new process group and send TASK_RUNNING; False if the task
-        was finalized while it started (its group killed)."""
+        """Track the group and send TASK_RUNNING; False if the task was finalized
+        meanwhile."""
         task.process = process
         task.pid = process.pid
         self.live_groups.add(process.pid)
@@ -224,8 +222,8 @@ class TaskRunner(ProcessGroups):
         return True
 
     async def _wait(self, task: Task, process: asyncio.subprocess.Process) -> int | None:
-        """Wait for the process and sweep its group; its exit status, or None
-        if the task was finalized."""
+        """Wait for the process and sweep its group; its status, or None if
+        finalized."""
         returncode = await process.wait()
         task.returncode = returncode
         if task.kill_timer is not None:

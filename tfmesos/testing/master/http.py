@@ -295,8 +295,7 @@ class HttpApi:
         return web.json_response(self.inspector.mesos_state())
 
     async def _operator_endpoint(self, request: web.Request) -> web.Response:
-        """The v1 operator API (``Master::Http::api``), its ``GET_AGENTS`` only;
-        in JSON only. Another call that Mesos knows is answered 501 here."""
+        """The v1 operator API, ``GET_AGENTS`` only, in JSON; other calls get 501."""
         try:
             call = json.loads(await request.read())
             kind = call["type"]
