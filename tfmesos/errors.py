@@ -124,8 +124,7 @@ class TaskFailure:
     """The last lines the task printed, oldest first."""
 
     def describe(self, context: str = "") -> str:
-        """What happened, then ``context`` (what the launcher does about it),
-        then the task's last output on lines of their own."""
+        """What happened, then ``context``, then the task's last output."""
         where = f" on {self.host}" if self.host else ""
         text = f"task {self.task}{where} {self.reason}{context}"
         if self.output_tail:

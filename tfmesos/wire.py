@@ -225,8 +225,8 @@ command's output, which then waits, as on a full pipe: nothing is dropped."""
 
 
 def silence_limit(environ: Mapping[str, str]) -> float:
-    """``ENV_SILENCE_LIMIT`` from ``environ``, else ``SILENCE_LIMIT``; a value
-    that is not a positive number is ``SILENCE_LIMIT`` too."""
+    """``ENV_SILENCE_LIMIT`` from ``environ`` if a positive number, else
+    ``SILENCE_LIMIT``."""
     try:
         value = float(environ.get(ENV_SILENCE_LIMIT) or SILENCE_LIMIT)
     except ValueError:

@@ -156,8 +156,8 @@ def _name_process(name: bytes) -> None:
 
 
 def _close_inherited() -> None:
-    """Close every descriptor above stderr. Listed, not ranged over: the
-    launcher raises its descriptor limit, possibly to millions."""
+    """Close every descriptor above stderr, listed rather than ranged over (limits
+    reach millions)."""
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:

@@ -20,9 +20,8 @@ _NEEDED = ("TFMESOS_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES"
 
 
 class TFMesosCluster(ClusterEnv):  # type: ignore[no-untyped-call]
-    """A tfrun task: the values come from the variables tfrun sets in every
-    task (:func:`tfmesos.common.taskenv.rank_environment`). Also chosen by name with
-    ``jax.distributed.initialize(cluster_detection_method="tfmesos")``."""
+    """A tfrun task, read from tfrun's variables; also
+    ``cluster_detection_method="tfmesos"``."""
 
     name: str = "tfmesos"
 

@@ -48,8 +48,8 @@ def _register() -> None:
 
 
 class _ThenRegister:
-    """A module's own loader, which registers tfmesos's environment once the
-    module has run. Everything else is the loader's (``__getattr__``)."""
+    """A module's own loader that registers tfmesos's environment once the module
+    has run."""
 
     def __init__(self, loader: object) -> None:
         self._loader = loader
@@ -67,8 +67,7 @@ class _ThenRegister:
 
 
 class _Finder:
-    """Finds nothing itself: for :data:`WATCHED` it asks the finders after it
-    and hands back their spec with its loader wrapped."""
+    """Finds :data:`WATCHED` through the later finders, and wraps its loader."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None

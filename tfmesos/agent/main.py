@@ -63,8 +63,8 @@ has acknowledged all it sent."""
 
 
 def _unacknowledged(fd: int) -> int:
-    """Bytes (and the FIN) sent on socket ``fd`` that its peer has not
-    acknowledged (Linux's SIOCOUTQ); 0 where that cannot be asked."""
+    """Bytes sent on socket ``fd`` not yet acknowledged (``SIOCOUTQ``); 0 where
+    unknown."""
     try:
         import fcntl
         import termios
@@ -183,8 +183,8 @@ class Agent:
                 self.stop_requested = True
 
     def _keep_in_touch(self) -> None:
-        """Beat, and take a launcher silent for the limit for gone: stop the
-        command as its stop would."""
+        """Send heartbeats; after ``SILENCE_LIMIT`` without the launcher, stop the
+        command."""
         self.client.beat()
         silent = self.client.silent_for()
         if not self.launcher_lost and silent >= self.config.silence_limit:
@@ -412,8 +412,8 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
 
 
 def main(environ: dict[str, str] | None = None) -> int:
-    """``environ``: the agent's environment, where its caller (the fork
-    server) has it at hand already; else read from ``os.environ``."""
+    """Run the agent; ``environ``: its environment, when the fork server has it
+    already."""
     # An ignored SIGCHLD (inherited through exec) would have the kernel reap
     # the commands before their status could be read.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

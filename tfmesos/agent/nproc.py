@@ -191,8 +191,8 @@ def _describe(returncode: int) -> str:
 
 
 def run(environ: dict[str, str]) -> int:
-    """Run the task's processes to their end; return the runner's status
-    as ``Popen.returncode`` gives it (minus a signal)."""
+    """Run the task's processes to their end; return the runner's
+    ``Popen.returncode``."""
     return _Runner(environ).run()
 
 

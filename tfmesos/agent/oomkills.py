@@ -57,8 +57,8 @@ def counter_path(proc: str = "/proc/self") -> str | None:
 
 
 def oom_kills(path: str | None = _UNREAD) -> int | None:
-    """The count in ``path`` (by default this process's counter, found on
-    first use), or None where it cannot be read."""
+    """The count in ``path`` (default: this process's counter), or None if
+    unreadable."""
     global _path
     if path == _UNREAD:
         if _path == _UNREAD:
@@ -111,8 +111,8 @@ def killed_by_oom_killer(pid: int, log: str = KERNEL_LOG) -> bool | None:
 
 
 def _below(mount_point: str, root: str, cgroup: str, name: str) -> str | None:
-    """``name`` in ``cgroup``'s directory where the hierarchy is mounted at
-    ``mount_point`` from its cgroup ``root``; None if it is not below it."""
+    """``name`` in ``cgroup``'s directory under ``mount_point``; None if not below
+    ``root``."""
     root = root.rstrip("/")
     if cgroup != root and not cgroup.startswith(root + "/"):
         return None

@@ -109,8 +109,8 @@ class AgentConfig:
 
     @classmethod
     def from_environ(cls, environ: dict[str, str]) -> AgentConfig:
-        """Read the agent's settings, removing the secret from ``environ`` so
-        that the user's command never inherits it."""
+        """Read the agent's settings, removing the secret so the user's command
+        never inherits it."""
         try:
             launcher = environ[wire.ENV_LAUNCHER]
             task_id = environ[wire.ENV_TASK_ID]
@@ -266,8 +266,8 @@ class Channel:
         self.send(wire.encode_json(message))
 
     def receive_available(self) -> list[dict[str, Any]]:
-        """Read what the socket has now; EOF (or a failed connection) marks
-        the channel closed. Heartbeats are heard, not returned."""
+        """Read what the socket has now; EOF closes the channel. Heartbeats are
+        not returned."""
         try:
             data = self.sock.recv(READ_SIZE)
         except OSError as exc:
@@ -494,8 +494,7 @@ class RendezvousClient:
                     raise AgentError("the launcher went away before the cluster was up")
 
     def receive(self) -> list[dict[str, Any]]:
-        """What the launcher has sent since; once it has closed the
-        connection, the connection leaves the selector."""
+        """What the launcher sent since; a closed connection leaves the selector."""
         assert self.channel is not None
         messages = self.channel.receive_available()
         if self.channel.closed and self.selector is not None:

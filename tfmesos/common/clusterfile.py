@@ -88,9 +88,8 @@ def move_to_file(env: MutableMapping[str, str], task_log: str | None, sandbox: s
 
 
 def tf_config(environ: Mapping[str, str]) -> str:
-    """``TF_CONFIG``'s JSON, from the environment or from the cluster file it
-    names (``--cluster-file``); a ``KeyError`` naming ``TF_CONFIG`` where it
-    has neither."""
+    """``TF_CONFIG``'s JSON, from the environment or the cluster file; else
+    ``KeyError``."""
     path = environ.get(ENV_CLUSTER_FILE)
     if "TF_CONFIG" not in environ and path:
         with open(path, encoding="utf-8") as file:

@@ -69,8 +69,8 @@ def port_holder(port: int) -> str | None:
 
 
 def port_taken(port: int, address: str = "") -> str:
-    """``"port 5050 of 127.0.0.1 is taken (by mesos-master (pid 7))"``, the
-    holder named where it is known."""
+    """``"port 5050 of 127.0.0.1 is taken (by mesos-master (pid 7))"``, naming the
+    holder if known."""
     where = f"port {port}" + (f" of {address}" if address else "")
     holder = port_holder(port)
     return f"{where} is taken" + (f" (by {holder})" if holder else "")

@@ -117,8 +117,7 @@ def own_group_dying_with_parent() -> None:
 
 
 def dying_with_parent() -> None:
-    """For ``preexec_fn``: have the child SIGKILLed if its parent dies
-    outright, in its parent's process group."""
+    """For ``preexec_fn``: SIGKILL the child if its parent dies outright."""
     if sys.platform.startswith("linux"):
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -234,8 +233,7 @@ async def wait_for_exit(pid: int, timeout: float | None = None) -> bool | None:
 
 
 def peek_exit_status(pid: int) -> int | None:
-    """A child's exit status as ``Popen.returncode`` gives it, or None while
-    it runs; without reaping it."""
+    """A child's ``Popen.returncode``, or None while it runs, without reaping it."""
     try:
         result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:  # reaped already (SIGCHLD ignored): as Popen does
@@ -310,8 +308,7 @@ def end_groups(pgids: list[int], grace: float) -> None:
 
 
 def group_has_live_members(pgid: int) -> bool:
-    """Whether any process in the group is still running: zombies, such as
-    the group's own unreaped leader, do not count."""
+    """Whether a process of the group still runs; zombies do not count."""
     try:
         # A subreaper's orphaned grandchildren are below it: only that small
         # tree is read.

@@ -155,8 +155,8 @@ def local_task_limit(tasks: int, nproc: int = 1) -> str | None:
 
 
 def machine_resources(*, gpus: bool = True) -> MachineResources:
-    """What this machine has; ``gpus=False`` skips looking for GPUs (NVML or
-    ``nvidia-smi`` can take a second), for jobs that ask for none."""
+    """What this machine has; ``gpus=False`` skips the GPU probe, which can take a
+    second."""
     return MachineResources(cpus=_cpus(), mem_mib=_mem_mib(), gpus=_gpus() if gpus else ())
 
 

@@ -151,8 +151,8 @@ class ConsoleWriter:
         return True
 
     def abandon(self) -> int:
-        """Drop what is not written yet and let :meth:`aclose` return now;
-        return how many bytes were dropped."""
+        """Drop what is unwritten so :meth:`aclose` returns now; return the bytes
+        dropped."""
         with self._lock:
             dropped = 0 if self._abandoned else self._buffered
             self._abandoned = True

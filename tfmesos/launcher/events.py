@@ -67,8 +67,8 @@ CLOSE_GRACE = 5.0
 
 
 class Events:
-    """Where the launcher's events go. This one drops them; a subclass
-    writes or keeps them (:meth:`record`)."""
+    """Where the launcher's events go: dropped here; subclasses write or keep
+    them."""
 
     verdict_written = False
     """Whether the job's verdict (``job_verdict``, the last event) is out."""
@@ -191,8 +191,8 @@ class EventWriter(Events):
         )
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every event recorded so far is written (or given up);
-        False if ``timeout`` seconds passed first."""
+        """Wait until every event so far is written; False if ``timeout`` passed
+        first."""
         with self._changed:
             return self._changed.wait_for(
                 lambda: (not self._pending and not self._writing) or self.failed is not None,

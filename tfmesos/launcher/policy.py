@@ -112,8 +112,7 @@ def on_registered(task: TaskView) -> Action:
 
 
 def on_backend_failure(phase: Phase) -> Action:
-    """The backend can no longer run the job: the job fails, unless it is
-    already stopping."""
+    """The backend can no longer run the job: it fails, unless already stopping."""
     return Action.CARRY_ON if phase is Phase.STOPPING else Action.FAIL_JOB
 
 

@@ -32,8 +32,8 @@ class RelaunchAt:
 
 @dataclass(frozen=True)
 class NotRelaunched:
-    """The task's end ends the job; ``why`` says why it is not relaunched
-    (empty when no relaunch was asked for: ``max_restarts=0``)."""
+    """The task's end ends the job; ``why`` (empty with ``max_restarts=0``) says
+    why."""
 
     why: str
 

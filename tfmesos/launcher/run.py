@@ -76,8 +76,8 @@ def launcher_factory(
     options: BackendOptions | None = None,
     events: Events = NO_EVENTS,
 ) -> LauncherFactory:
-    """A fresh backend and launcher for each run; the chief beside the
-    launcher, on this machine, where the backend says so."""
+    """A fresh backend and launcher per run, with the chief here where the backend
+    asks."""
     backend_type = backend_class(backend_name)
     given = options or backend_type.options_type()
     # Every run of the job keeps its logs in the same directory.
@@ -293,8 +293,7 @@ def _report_verdict(
     started: float,
     events: Events,
 ) -> int:
-    """Say how the job ended, last, and where its output is; emit the
-    ``job_verdict`` event; return tfrun's exit status."""
+    """Log how the job ended and where its output is; return tfrun's exit status."""
     verdict, status, result = end.verdict, end.status, end.result
     if verdict and causes:
         # Each earlier run's cause; the last run's, with its output, is above.

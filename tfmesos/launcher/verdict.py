@@ -31,8 +31,7 @@ def signal_name(signum: int) -> str:
 
 
 def describe_exit(exited: Exited) -> str:
-    """How a task ended, as its agent reported it: a command killed by a
-    signal says which, not the shell's 128+N."""
+    """How a task ended, naming a killing signal rather than the shell's 128+N."""
     if exited.signal is not None:
         reason = f"killed by {signal_name(exited.signal)}"
         if exited.out_of_memory:
@@ -81,8 +80,7 @@ def outcomes(current: Iterable[Attempt], silence_limit: float = SILENCE_LIMIT) -
 
 
 def paint(text: str, colour: int, enabled: bool) -> str:
-    """A verdict with its head (``job failed``, up to the first colon) in
-    bold ``colour``, where colour is on."""
+    """A verdict with its head (up to the first colon) in bold ``colour``."""
     head, colon, rest = text.partition(":")
     if not enabled or not colon:
         return text

@@ -63,8 +63,8 @@ class AgentTotal:
 
 
 def reserved_for(resource: dict[str, Any]) -> str:
-    """The role ``resource`` is reserved for, ``"*"`` if none: the last of its
-    ``reservations`` (the refined reservation), else its pre-refinement ``role``."""
+    """The role ``resource`` is reserved for (its last, refined reservation), or
+    ``"*"``."""
     reservations = resource.get("reservations") or []
     if reservations:
         return str(reservations[-1].get("role", "*"))

@@ -66,8 +66,8 @@ def subscribe_refused(url: str, status: int, text: str) -> tuple[bool, str]:
 
 
 def accept(offer_id: dict[str, Any], task_infos: list[dict[str, Any]], refuse: float) -> Call:
-    """ACCEPT ``offer_id`` with one LAUNCH of ``task_infos``; what the tasks
-    leave of the offer is filtered for ``refuse`` seconds."""
+    """ACCEPT ``offer_id`` with one LAUNCH; the rest of the offer is refused for
+    ``refuse`` s."""
     return {
         "type": "ACCEPT",
         "accept": {
@@ -156,8 +156,8 @@ class Queued:
 
 
 class CallQueue:
-    """The calls decided and not yet sent, in the order they were decided;
-    :meth:`ready` takes out those that may go now."""
+    """Calls decided but not sent, in order; :meth:`ready` takes those that may go
+    now."""
 
     def __init__(self) -> None:
         self._waiting: deque[Queued] = deque()

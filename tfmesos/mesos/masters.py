@@ -92,10 +92,8 @@ class MasterAddress:
 
     @classmethod
     def parse(cls, text: str, default_scheme: str = "http") -> MasterAddress:
-        """``host``, ``host:port``, ``scheme://host:port[/...]`` or
-        ``//host:port[/...]`` (the form of the ``Location`` of a master's 307,
-        ``//<hostname>:<port>/master/api/v1/scheduler``: ``Master::Http::redirect``
-        in ``src/master/http.cpp``); any path is dropped."""
+        """``host[:port]``, ``scheme://host:port`` or a 307's ``//host:port``; any
+        path is dropped."""
         text = text.strip()
         if not text:
             raise SpecError("empty Mesos master address")
@@ -120,8 +118,8 @@ class MasterAddress:
 
 
 def redirect_failure(chain: list[MasterAddress], why: str) -> str:
-    """Why the last of ``chain`` (the master given, then where each
-    redirected) failed, naming the standby that sent us there."""
+    """Why the end of redirect ``chain`` failed, naming the standby that sent us
+    there."""
     if len(chain) == 1:
         return f"{chain[0].url}: {why}"
     via = " -> ".join(m.url for m in chain[1:-1])

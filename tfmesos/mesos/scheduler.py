@@ -440,9 +440,8 @@ class SchedulerClient:
         return master.url if status == 200 and "html" in content_type else None
 
     async def operator_call(self, call: dict[str, Any], timeout: float) -> tuple[int, str]:
-        """``call`` to the subscribed master's operator API (``/api/v1``): its
-        answer's status and text. Raises :class:`TransportError` (none
-        subscribed, no answer)."""
+        """POST ``call`` to the master's operator API; its status and text, or
+        :class:`TransportError`."""
         master = self.master
         if master is None:
             raise TransportError("not subscribed to a master")
@@ -509,8 +508,8 @@ class SchedulerClient:
             self._queued.set()
 
     async def _send(self, call: dict[str, Any]) -> str | None:
-        """Send one call on the current subscription and wait for its answer;
-        give up if the subscription is lost first."""
+        """Send one call and wait for its answer; give up if the subscription is
+        lost."""
         assert self.master is not None
         assert self.framework_id is not None
         master = self.master

@@ -96,7 +96,7 @@ _SIGNAL_NUMBERS = _signal_numbers()
 
 def exit_status(state: TaskState, message: str) -> int | None:
     """The command's exit status as a shell gives it (128+N for signal N), or
-    None when the update does not say."""
+    None."""
     if state is TaskState.FINISHED:
         return 0
     match = _EXITED.search(message)

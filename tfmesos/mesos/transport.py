@@ -69,8 +69,8 @@ CREDENTIALS_HINT = "--principal and --secret-file, or $MESOS_PRINCIPAL and $MESO
 
 
 class TransportError(Exception):
-    """The master could not be reached, or the connection broke. The text is
-    the whole diagnosis (no type name needs adding)."""
+    """The master could not be reached, or the connection broke; the text says it
+    all."""
 
 
 class TLSError(TFMesosError):
@@ -81,8 +81,8 @@ class TLSError(TFMesosError):
 
 
 class AuthenticationError(TFMesosError):
-    """The master answered ``401``: it refused the framework's credentials,
-    or demands some and none were given. The client gives up at once."""
+    """The master answered ``401`` to the credentials, or lack of them; not
+    retried."""
 
     exit_status = EXIT_NOT_PERMITTED
 
@@ -149,8 +149,8 @@ def client_tls(ca: str | None = None, environ: Mapping[str, str] | None = None) 
 
 
 def _trusting(ca: str | None, environ: Mapping[str, str]) -> tuple[ssl.SSLContext, str]:
-    """A context that trusts ``ca``, else the ``LIBPROCESS_SSL_CA_*`` ones,
-    else the system's; and what it trusts, in words."""
+    """A context trusting ``ca``, the ``LIBPROCESS_SSL_CA_*`` ones, or the
+    system's; and which."""
     if ca is not None:
         cafile, capath = (None, ca) if os.path.isdir(ca) else (ca, None)
         trusted = f"the CA{'s in' if capath else ' in'} {ca} ({CA_FLAG})"
@@ -420,9 +420,8 @@ class AiohttpTransport:
         return self._tls.context
 
     def _failed(self, url: str, exc: BaseException) -> TransportError:
-        """``exc`` in words, as a :class:`TransportError` (the client retries);
-        raise :class:`TLSError` instead for a handshake that failed on its
-        merits."""
+        """``exc`` as a retried :class:`TransportError`, or :class:`TLSError` for
+        a failed handshake."""
         tls = _ssl_error(exc)
         if tls is not None and _refused(tls):
             raise TLSError(self._handshake_failure(url, tls)) from None

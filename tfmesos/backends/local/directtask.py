@@ -102,8 +102,8 @@ class DirectTask:
         self._rendezvous.deliver(Registered(self.task_id, address, self._connection))
 
     def _fail(self, problem: str) -> None:
-        """Ended before its command started: said in its log, status 1, as
-        an agent's error is."""
+        """Ended before its command started: logged, status 1, as an agent's
+        error."""
         self._write_log(f"[tfmesos agent] {problem}\n".encode())
         self._end(1)
 
@@ -436,8 +436,8 @@ def strays() -> list[int]:
 
 
 async def end_strays() -> None:
-    """End the job's strays (:func:`strays`) as leftovers are ended:
-    SIGTERM, ``LEFTOVER_GRACE`` to exit, then SIGKILL until none is left."""
+    """End the job's strays: SIGTERM, ``LEFTOVER_GRACE``, then SIGKILL until none
+    is left."""
     found = strays()
     if not found:
         return
@@ -485,8 +485,8 @@ class Sweeper:
         self._tell_sweeper(f"done {pgid}")
 
     def stray(self, pid: int) -> None:
-        """A stray (:func:`strays`), named with its start so that the pid,
-        should it be reused, names no stranger."""
+        """A stray (:func:`strays`), with its start time so a reused pid names no
+        stranger."""
         started = procfs.start_time(pid)
         if started is not None:
             self._tell_sweeper(f"stray {pid} {started}")

@@ -88,8 +88,7 @@ def start() -> None:
 
 
 def take() -> subprocess.Popen[bytes] | None:
-    """The server started early, if this process started it and it still
-    runs; it is the caller's from now on."""
+    """The server started early, if it still runs; the caller owns it from now on."""
     global _started
     started, _started = _started, None
     if started is None:
@@ -103,8 +102,7 @@ def take() -> subprocess.Popen[bytes] | None:
 
 
 def discard() -> None:
-    """Close a server started early that nobody adopted (the job ended before
-    the local backend started), and reap it."""
+    """Close and reap a server started early that nobody adopted."""
     proc = take()
     if proc is not None:
         _close(proc)
