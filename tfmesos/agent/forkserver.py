@@ -1,6 +1,6 @@
 """The local backend's fork server: one interpreter that has imported the agent
-and forks a child per task, which is cheaper than starting a new interpreter
-per task. Standard library only.
+and forks a child per task, cheaper than a new interpreter each. Standard
+library only.
 
 Protocol, one JSON object per line. Requests on stdin::
 
@@ -13,10 +13,8 @@ Replies on stdout::
     {"failed": task_id, "error": "..."}    it could not be forked
     {"exited": N, "status": S}             agent N ended; S as Popen.returncode
 
-Each child is set up as a separately started agent would be (own process group,
-the task's log and environment, dying with its parent). The server is the
-subreaper of its agents' trees, so it can kill what an agent killed outright
-leaves behind; it ends when its stdin closes.
+Each child is set up as a separately started agent would be. As subreaper, the
+server kills what an agent killed outright leaves; it ends with its stdin.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
 """The in-task agent: ``python -m tfmesos.agent``.
 
 It runs inside every task and needs only the standard library, so any image
-with a Python 3 can host it. It dials the launcher's rendezvous and proves the
-job's secret both ways, waits for the cluster definition, runs the user's
-command (or a TensorFlow server) in its own process group, streams its output
-back whole lines at a time, and reports the exit status.
+with a Python 3 can host it. It authenticates to the launcher's rendezvous,
+waits for the cluster definition, runs the user's command (or a TensorFlow
+server) in its own process group, streams its output back, and reports the exit
+status.
 
-It exits, taking its child with it, when the launcher goes away: the connection
-closing, or ``wire.SILENCE_LIMIT`` without a heartbeat. Output the launcher
-cannot take waits here (up to ``wire.UNSENT_MAX``). This module is the entry
-point and event loop; the parts live beside it
-(:mod:`tfmesos.agent.rendezvous`, :mod:`tfmesos.agent.supervisor`) and the
-contract with the launcher is :mod:`tfmesos.wire`.
+It exits, taking its child with it, when the connection closes or the launcher
+is silent for ``wire.SILENCE_LIMIT``. Output the launcher cannot take waits
+here (up to ``wire.UNSENT_MAX``). The parts live beside it
+(:mod:`tfmesos.agent.rendezvous`, :mod:`tfmesos.agent.supervisor`); the
+contract is :mod:`tfmesos.wire`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """Several processes per task (``tfrun --nproc-per-task N``): their ranks, and the
 runner that starts them: ``python -m tfmesos.agent.nproc``.
 
-A task is what torchrun calls a node: it gets ``GROUP_RANK`` and a
-``WORLD_SIZE`` of W*N, and this runner in place of its command, on every
-backend. The runner starts the command N times with its own ``LOCAL_RANK`` and
-``RANK`` (:func:`process_environment`), all in the task's process group so
-stopping the task reaches them all. Each process's lines go to the task's
-output prefixed ``[worker:1.3]`` and to a log of its own. The first failure
-stops the others and the runner ends as that process did, sending its local
-rank down :data:`ENV_REPORT_FD` so the verdict can name it. Each process sees
-all of the task's GPUs, as under torchrun. Standard library only.
+A task is what torchrun calls a node; on every backend this runner replaces its
+command and starts it N times, each with its ``LOCAL_RANK`` and ``RANK``
+(:func:`process_environment`), all in the task's process group so stopping the
+task reaches them all. Output lines are prefixed ``[worker:1.3]`` and also
+logged per process. The first failure stops the others; the runner ends as that
+process did and sends its local rank down :data:`ENV_REPORT_FD` for the
+verdict. Each process sees all the task's GPUs, as under torchrun. Standard
+library only.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The sweeper: ends a local job's tasks should the launcher die outright.
 
-The local backend runs plain commands as the launcher's own children with no
-parent-death signal, so this one process per job stands in for it. It reads
-lines on stdin:
+The local backend runs plain commands as its own children with no parent-death
+signal; this one process per job stands in. It reads lines on stdin:
 
 * ``carries NAME=VALUE``: the environment entry a task's processes carry,
 * ``group PGID``: a command's process group,
@@ -10,9 +9,9 @@ lines on stdin:
 * ``stray PID START``: a process that left its group, with its start time,
 * ``bye``: the launcher ends normally.
 
-Stdin ending without ``bye`` means the launcher is gone: every group held, the
-strays, then every process carrying one of the job's task ids is SIGKILLed
-until none is left. Standard library only, not even :mod:`tfmesos.wire`.
+Stdin ending without ``bye`` means the launcher is gone: the groups, the strays
+and every process carrying a task id of the job are SIGKILLed until none is
+left. Standard library only.
 """
 
 from __future__ import annotations
