@@ -134,10 +134,8 @@ def _become_agent(request: dict[str, Any], env: dict[str, str]) -> None:
 
 
 def _become_environment(env: dict[str, str]) -> None:
-    """Make ``env`` this process's environment, changing only what differs
-    from the server's (the launcher's, mostly the same): each putenv and
-    unsetenv scans the C environment, and clear() then update() did ~140 of
-    them in every agent (docs/benchmarks.md, "The fixed cost")."""
+    """Make ``env`` this process's environment, changing only what differs from
+    the server's: each putenv and unsetenv scans the whole C environment."""
     environ = os.environ
     for name in [name for name in environ if name not in env]:
         del environ[name]
@@ -181,10 +179,9 @@ def _reap(agents: set[int]) -> None:
 
 
 def _end_orphans(agents: set[int]) -> None:
-    """Kill every child of this server that is not one of its agents, with
-    all below it: what the commands of an agent that died outright started
-    (the agent's death handed them here, before it woke us). Anything one of
-    them forks meanwhile comes here in turn when its parent dies."""
+    """Kill every child of this server that is not one of its agents, with all
+    below it: what an agent that died outright left here. Their own orphans
+    come here in turn."""
     try:
         orphans = [pid for pid in procfs.children(os.getpid()) if pid not in agents]
     except OSError:  # no /proc: the launcher looks for them by their task id

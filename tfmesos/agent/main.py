@@ -220,11 +220,10 @@ class Agent:
             self._keep_in_touch()
 
     def deliver(self) -> None:
-        """Once the exit report is queued: send what waits, say that nothing
-        more comes, and wait until the launcher's host has acknowledged it
-        all (or the launcher closed its end), for as long as the launcher is
-        heard from within the limit: through a network that fails, TCP
-        sends it again until it comes, or the limit is up."""
+        """Once the exit report is queued: send what waits, close the sending
+        side, and wait until the launcher's host has acknowledged it all, for
+        as long as the launcher is heard from within the limit (TCP resends
+        meanwhile)."""
         client = self.client
         shut = False
         signalled = False
@@ -270,12 +269,10 @@ class Agent:
                 client.receive()
 
     def finish(self) -> None:
-        """End whatever the commands left running below this agent (a
-        background helper, say, even one that left their process group or
-        session with ``setsid``: the agent is their subreaper), and reap the
-        commands. An initializer's helpers thus live until the command and
-        the finalizer are done. On Mesos the containerizer would end them
-        anyway; locally nobody else would."""
+        """End whatever the commands left running below this agent (its
+        subreaper), even helpers that left with ``setsid``, and reap the
+        commands. On Mesos the containerizer would end them; locally nobody
+        else would."""
         if not proctree.end_descendants(LEFTOVER_GRACE):
             proctree.end_groups([proc.pid for proc in self._children], LEFTOVER_GRACE)
         for proc in self._children:

@@ -82,11 +82,9 @@ KERNEL_LOG = "/dev/kmsg"
 
 
 def killed_by_oom_killer(pid: int, log: str = KERNEL_LOG) -> bool | None:
-    """Whether the kernel's log records that its OOM killer killed ``pid``
-    (``Killed process PID (name)``, in every kernel's words since 2.6), or
-    None where the log cannot be read (not root, ``dmesg_restrict``, a
-    container without it). Read only after a SIGKILL that the count says
-    may be the OOM killer's: the log holds up to a few MiB."""
+    """Whether the kernel's log says its OOM killer killed ``pid`` (``Killed
+    process PID (name)``), or None where the log cannot be read. Read only
+    after a SIGKILL the count blames on it: the log can be MiBs."""
     try:
         fd = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:

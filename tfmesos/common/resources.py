@@ -22,12 +22,9 @@ two of its descriptors."""
 
 
 def format_mib(mib: float) -> str:
-    """A size given in MiB, as every message of tfmesos says one: ``512
-    MiB``, ``8 GiB``, ``7.999 GiB``, ``954 TiB``.
-
-    Below 1 GiB in MiB; in GiB to a thousandth (about 1 MiB), so that a task's
-    need and an offer that differ by a few MiB read differently; from 1 TiB,
-    sizes no machine has, to three figures."""
+    """A size in MiB as every message of tfmesos says one: ``512 MiB``, ``8 GiB``,
+    ``7.999 GiB`` (to a thousandth, so sizes a few MiB apart read differently),
+    ``954 TiB``."""
     for unit, size in (("PiB", 1024.0**3), ("TiB", 1024.0**2)):
         if mib >= size:
             value = mib / size

@@ -212,11 +212,9 @@ follows them without a limit: a file naming itself would never end)."""
 
 
 def _parse_zk(text: str, environ: Mapping[str, str] | None) -> ZooKeeperSource:
-    """``zk://[credentials@]servers/path`` as ``zookeeper::URL::parse`` reads
-    it (``include/mesos/zookeeper/url.hpp``): the path starts at the first
-    ``/``, and the credentials (``user:password`` for the ``digest`` scheme)
-    end at the last ``@`` before it, so a password may hold ``@`` or ``:``
-    (ZooKeeper's digest takes the user to the first ``:``), never ``/``."""
+    """``zk://[user:password@]servers/path`` as ``zookeeper::URL::parse`` reads
+    it: the path starts at the first ``/`` and the credentials end at the last
+    ``@`` before it, so a password may hold ``@`` or ``:``, never ``/``."""
     rest = text[len("zk://") :]
     servers, slash, after = rest.partition("/")
     auth, at, hosts = servers.rpartition("@")

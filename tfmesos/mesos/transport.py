@@ -333,11 +333,9 @@ class Transport(Protocol):
 
 
 def describe(exc: BaseException) -> str:
-    """What an aiohttp or socket error means, in one line: ``Cannot connect:
-    Connection refused`` rather than the errno's repr (the client names the
-    master); ``TLS handshake failed: certificate verify failed: self-signed
-    certificate`` rather than the SSL error's number read as an errno
-    ("Operation not permitted")."""
+    """An aiohttp or socket error in one line (``Cannot connect: Connection
+    refused``; ``TLS handshake failed: certificate verify failed: ...``), not
+    the errno's repr or an SSL error number read as an errno."""
     tls = _ssl_error(exc)
     if tls is not None:
         return f"TLS handshake failed: {_describe_ssl_error(tls)}"

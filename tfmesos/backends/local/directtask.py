@@ -342,11 +342,9 @@ class _Leftovers:
         return proctree.signal_group(self.pgid, 0) or bool(self.orphans())
 
     def _reap_dead_members(self) -> None:
-        """Reap what of the group exited after its parent did: handed to the
-        launcher (its subreaper), it stays a zombie, and a member of the
-        group, until reaped here. ``sh -c 'cmd; sleep 30'`` stopped leaves
-        one (the shell dies first): before, it kept the group alive for the
-        whole grace and SIGKILL rounds, 7 s."""
+        """Reap group members that exited after their parent: handed to the
+        launcher (their subreaper), they stay zombies, and keep the group
+        alive, until reaped here."""
         try:
             children = procfs.children(os.getpid())
         except OSError:
