@@ -254,7 +254,7 @@ def task_phases(env: dict[str, str], cold: bool) -> dict[str, tuple[float, float
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    said = time.time()
+    read_at = time.time()
     if proc.wait() != 0 or not line:
         raise JobFailed(f"one task's phases: exited with status {proc.returncode}")
     exited = time.time()
@@ -262,7 +262,7 @@ def task_phases(env: dict[str, str], cold: bool) -> dict[str, tuple[float, float
     phases = {"interpreter up": (stamps[0][1] - started, stamps[0][2])}
     for (_, wall0, cpu0), (name, wall1, cpu1) in itertools.pairwise(stamps):
         phases[name] = (wall1 - wall0, cpu1 - cpu0)
-    phases["exit"] = (exited - said, 0.0)
+    phases["exit"] = (exited - read_at, 0.0)
     return phases
 
 

@@ -185,9 +185,9 @@ class Watch:
         return [e for e in self.events if e["event"] == name and e["ts"] > moment]
 
     def failure(self, why: str) -> JobFailed:
-        said = ", ".join(e["event"] for e in self.events) or "none"
+        seen = ", ".join(e["event"] for e in self.events) or "none"
         return JobFailed(
-            f"{why} (its events: {said}):\n" + b"".join(self.tail).decode(errors="replace")
+            f"{why} (its events: {seen}):\n" + b"".join(self.tail).decode(errors="replace")
         )
 
 

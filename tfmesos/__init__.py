@@ -1,9 +1,8 @@
 """tfmesos: run distributed TensorFlow, PyTorch and JAX jobs on Apache Mesos,
 Slurm or this machine.
 
-Importing this package imports nothing: every name below is loaded on first
-use. The in-task agent lives in this package and starts in every task, so it
-must not pay for the launcher's modules (measured in bench/agent_cost.py).
+Importing this package imports nothing: names load on first use, so the in-task
+agent, which lives here too, does not pay for the launcher.
 """
 
 from __future__ import annotations

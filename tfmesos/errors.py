@@ -1,9 +1,7 @@
-"""The one exception tree of tfmesos.
-
-Every error the launcher raises on purpose is a :class:`TFMesosError`, so a
-caller can catch them all in one place; the subclasses say which stage failed.
-Bad input found while building a spec is a :class:`SpecError`, which is also a
-``ValueError`` because that is what Python code expects from bad arguments.
+"""The one exception tree of tfmesos: every error raised on purpose is a
+:class:`TFMesosError`, its subclass naming the stage that failed. A
+:class:`SpecError` is also a ``ValueError``, as Python code expects from bad
+arguments.
 """
 
 from __future__ import annotations
@@ -79,10 +77,9 @@ def task_status(code: int | None) -> int:
 
 
 class SignalInterrupt(KeyboardInterrupt):
-    """SIGTERM or SIGHUP before the job's event loop handles signals, raised
-    where the program is, as Python raises ``KeyboardInterrupt`` for SIGINT:
-    what tfrun opened (its event stream) then ends as after Ctrl-C, with the
-    verdict, rather than being cut off by the signal's default action."""
+    """SIGTERM or SIGHUP before the event loop handles signals, raised like
+    ``KeyboardInterrupt``, so tfrun ends with its verdict rather than by the
+    signal's default action."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -127,8 +124,7 @@ class TaskFailure:
     """The last lines the task printed, oldest first."""
 
     def describe(self, context: str = "") -> str:
-        """What happened, then ``context`` (what the launcher does about it),
-        then the task's last output on lines of their own."""
+        """What happened, then ``context``, then the task's last output."""
         where = f" on {self.host}" if self.host else ""
         text = f"task {self.task}{where} {self.reason}{context}"
         if self.output_tail:

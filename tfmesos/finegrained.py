@@ -202,32 +202,18 @@ def cluster(
     """Start a TF server per task; yield the running :class:`Cluster`; stop them.
 
     ``master=None`` (and no ``MESOS_MASTER``) runs the servers on this machine;
-    ``backend="slurm"`` (or ``slurm={...}``, the Slurm backend's options:
-    ``partition``, ``account``, ``qos``, ``time``, ``sbatch_args``) runs them
-    as one Slurm job.
-    Leaving the block, normally, by an exception or by Ctrl-C, stops every
-    task. If a task failed while the block ran, leaving it normally raises
-    that failure.
+    ``backend="slurm"`` (or ``slurm={...}``: ``partition``, ``account``,
+    ``qos``, ``time``, ``sbatch_args``) runs them as one Slurm job. Leaving the
+    block in any way stops every task; leaving it normally after a task failed
+    raises that failure.
 
-    ``max_restarts=N``: a worker's server that dies while the block runs is
-    started again at its address (same host, same port), up to N times in
-    all, so that TF2's ``ClusterCoordinator``, which waits for a failed
-    worker to answer again there, carries on. A ps is never relaunched: its
-    variables die with it. See :mod:`tfmesos.launcher.relaunch`.
-
-    ``export``: which of this process's environment each server sees, as
-    ``tfrun --export`` (``"ALL"``, ``"NONE"``, ``"NAME,..."``; docs/running.md, "The
-    task's environment"); ``env`` comes on top.
-
-    ``cluster_file=True``: each server reads the cluster's definition from
-    a file (``tfrun --cluster-file``), for a cluster whose addresses are too
-    many for one environment variable.
-
-    ``events``: a path or an open text file to which the cluster's events
-    go, one JSON object a line (docs/running.md, "The event stream"); the last,
-    ``job_verdict``, has exit status 0, or that of the error the block
-    raises (:class:`tfmesos.TFMesosError`'s ``exit_status``).
-    """
+    ``max_restarts=N``: a worker's server that dies is started again at the
+    same address, up to N times, so TF2's ``ClusterCoordinator`` carries on; a
+    ps never is (:mod:`tfmesos.launcher.relaunch`). ``export`` and ``env``: the
+    servers' environment, as ``tfrun --export`` and ``-e``.
+    ``cluster_file=True``: the cluster definition in a file, for clusters too
+    large for the environment. ``events``: a path or open text file for the
+    event stream (docs/running.md, "The event stream")."""
     # Each backend takes what is its own of these (BackendOptions.from_given);
     # the registry says whose each is, and which choose a backend.
     given: dict[str, Any] = {
@@ -289,14 +275,14 @@ def cluster(
             failure = exc
             raise
         finally:
-            _say_verdict(sink, failure)
+            _report_verdict(sink, failure)
         if running.failure is not None:
             raise running.failure
     finally:
         sink.close()
 
 
-def _say_verdict(events: Events, failure: BaseException | None) -> None:
+def _report_verdict(events: Events, failure: BaseException | None) -> None:
     """The cluster's last event: how the block ended (its status as tfrun's
     would be: :mod:`tfmesos.errors`)."""
     status, result, message = 0, "succeeded", ""

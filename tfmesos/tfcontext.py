@@ -1,21 +1,13 @@
-"""TensorFlow's eager context let go of a ``cluster()`` block's servers
+"""Make TensorFlow's eager context let go of a ``cluster()`` block's servers
 before they stop.
 
-A TF2 program that drives the servers (``ParameterServerStrategy``,
-``tf.config.experimental_connect_to_cluster``) makes its eager context the
-master of a remote context on each of them. When a ``tf.function`` is freed,
-at the latest as the interpreter exits, the context removes it on every
-remote context it knows (``EagerContext::RemoveFunction``), and once the
-servers are gone each removal logs ``Failed to remove function remotely ...
-Connection refused`` per server: some 240 lines after a small training, exit
-status 0.
-
-:func:`forget_servers` updates the context's cluster to what it was less
-the block's servers (``update_server_def``, what
-``connect_to_cluster`` calls for a changed cluster), while they still
-answer: TF closes its remote contexts there and keeps none, so nothing is
-sent to them later. Nothing is imported: a program that has not imported
-TensorFlow, or has no remote cluster, is left as it is.
+A program driving the servers keeps a remote context on each; when a
+``tf.function`` is freed (at the latest at exit) TF removes it remotely, and
+once the servers are gone that logs "Failed to remove function remotely" per
+server, hundreds of lines after a successful run. :func:`forget_servers`
+updates the context's cluster without them while they still answer, so nothing
+is sent later. Nothing is imported: a program without TensorFlow or a remote
+cluster is left alone.
 """
 
 from __future__ import annotations
@@ -30,10 +22,9 @@ logger = logging.getLogger("tfmesos")
 
 
 def forget_servers(cluster_def: Mapping[str, Sequence[str]]) -> bool:
-    """Drop from TensorFlow's eager context every job whose tasks are all
-    among ``cluster_def``'s addresses (never the program's own job); whether
-    the context was changed. A failure is logged, never raised: it costs no
-    more than the lines this is here to spare."""
+    """Drop from TF's eager context every job whose tasks all are among
+    ``cluster_def``'s addresses (never the program's own); return whether it
+    changed. Failures are logged, never raised."""
     if "tensorflow" not in sys.modules:
         return False
     ours = {address for addresses in cluster_def.values() for address in addresses}

@@ -1,27 +1,20 @@
-"""The rendezvous wire format, shared by the launcher and the in-task agent.
+"""The contract between the launcher and the in-task agent: the rendezvous frames,
+the environment a backend starts the agent with (``ENV_*``), and the timings
+both ends rely on. Standard library only (the agent imports it).
 
-Standard library only (the agent imports it). A frame is a 4-byte big-endian
-length, then one kind byte, then the payload; the length counts the kind byte
-and the payload. Two kinds exist:
+A frame is a 4-byte big-endian length (of what follows), a kind byte and the
+payload:
 
 ``J``
-    a UTF-8 JSON object: registration, the cluster definition, stop, exit.
+    a UTF-8 JSON object: registration, cluster definition, stop, exit.
 ``O``
-    raw bytes a task printed, whole lines except at the end of its output.
-    Output is not JSON so that forwarding costs no encoding: it is the hot path.
+    raw bytes a task printed, whole lines; not JSON, as output is the hot path.
 ``H``
-    a heartbeat, with no payload: each end sends one when it has sent
-    nothing else for ``BEAT_INTERVAL``, so that the other can tell a quiet
-    peer from one it cannot hear (``UNHEARD_AFTER``, ``SILENCE_LIMIT``).
+    a heartbeat, sent after ``BEAT_INTERVAL`` of sending nothing else, so a
+    quiet peer can be told from one that cannot be heard.
 
-Authentication is an HMAC-SHA256 challenge and response on a per-job secret, in
-both directions, so the secret never crosses the wire and neither side can be
-impersonated by someone who only reaches the port.
-
-The rest of the contract between the launcher and the in-task agent is here
-too: the environment a backend starts the agent with (``ENV_*``) and the
-timings both ends rely on. The launcher and the backends import this module,
-never the agent.
+Both sides authenticate with HMAC-SHA256 challenge and response on the job's
+secret, which never crosses the wire.
 """
 
 from __future__ import annotations
@@ -238,8 +231,8 @@ command's output, which then waits, as on a full pipe: nothing is dropped."""
 
 
 def silence_limit(environ: Mapping[str, str]) -> float:
-    """``ENV_SILENCE_LIMIT`` from ``environ``, else ``SILENCE_LIMIT``; a value
-    that is not a positive number is ``SILENCE_LIMIT`` too."""
+    """``ENV_SILENCE_LIMIT`` from ``environ`` if a positive number, else
+    ``SILENCE_LIMIT``."""
     try:
         value = float(environ.get(ENV_SILENCE_LIMIT) or SILENCE_LIMIT)
     except ValueError:

@@ -1,10 +1,6 @@
-"""The local backend's fork server: one interpreter that has imported the
-agent and forks a child per task.
-
-A new interpreter for each task's agent costs ~40 ms of CPU (the interpreter,
-then the standard library the agent needs); a fork of one that has already
-paid it costs a few. The server runs under ``python -S`` like the agents, and
-needs only the standard library.
+"""The local backend's fork server: one interpreter that has imported the agent
+and forks a child per task, cheaper than a new interpreter each. Standard
+library only.
 
 Protocol, one JSON object per line. Requests on stdin::
 
@@ -17,15 +13,8 @@ Replies on stdout::
     {"failed": task_id, "error": "..."}    it could not be forked
     {"exited": N, "status": S}             agent N ended; S as Popen.returncode
 
-Each child is what a separately started agent would be: in a process group of
-its own, stdin from /dev/null, stdout and stderr to the task's log, the
-task's environment, and signalled when its parent dies (the server, which is
-itself signalled when the launcher dies). The server ends when its stdin
-closes.
-
-The server is the subreaper of its agents' trees: an agent killed outright
-(the OOM killer, ``kill -9``) leaves what its commands started to the server,
-which kills all of it at once, whatever process group or session it is in.
+Each child is set up as a separately started agent would be. As subreaper, the
+server kills what an agent killed outright leaves; it ends with its stdin.
 """
 
 from __future__ import annotations
@@ -145,10 +134,8 @@ def _become_agent(request: dict[str, Any], env: dict[str, str]) -> None:
 
 
 def _become_environment(env: dict[str, str]) -> None:
-    """Make ``env`` this process's environment, changing only what differs
-    from the server's (the launcher's, mostly the same): each putenv and
-    unsetenv scans the C environment, and clear() then update() did ~140 of
-    them in every agent (docs/benchmarks.md, "The fixed cost")."""
+    """Make ``env`` this process's environment, changing only what differs from
+    the server's: each putenv and unsetenv scans the whole C environment."""
     environ = os.environ
     for name in [name for name in environ if name not in env]:
         del environ[name]
@@ -165,8 +152,8 @@ def _name_process(name: bytes) -> None:
 
 
 def _close_inherited() -> None:
-    """Close every descriptor above stderr. Listed, not ranged over: the
-    launcher raises its descriptor limit, possibly to millions."""
+    """Close every descriptor above stderr, listed rather than ranged over (limits
+    reach millions)."""
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
@@ -192,10 +179,9 @@ def _reap(agents: set[int]) -> None:
 
 
 def _end_orphans(agents: set[int]) -> None:
-    """Kill every child of this server that is not one of its agents, with
-    all below it: what the commands of an agent that died outright started
-    (the agent's death handed them here, before it woke us). Anything one of
-    them forks meanwhile comes here in turn when its parent dies."""
+    """Kill every child of this server that is not one of its agents, with all
+    below it: what an agent that died outright left here. Their own orphans
+    come here in turn."""
     try:
         orphans = [pid for pid in procfs.children(os.getpid()) if pid not in agents]
     except OSError:  # no /proc: the launcher looks for them by their task id

@@ -1,16 +1,11 @@
-"""tfmesos's JAX cluster environment: what ``jax.distributed.initialize()``
-with no arguments finds in a tfrun task.
+"""tfmesos's JAX cluster environment: what ``jax.distributed.initialize()`` with
+no arguments finds in a tfrun task.
 
-Importing this module registers :class:`TFMesosCluster` with JAX (JAX's
-``ClusterEnv`` records every subclass as it is defined) and puts it first
-among JAX's detectors. First, because a tfrun task may also look like a
-cluster JAX knows, and be wrong for it: on the Slurm backend each task is a
-job step of one task (``SLURM_NTASKS=1``, ``SLURM_PROCID=0``), which JAX's
-Slurm detector would take for a job of one process. tfrun's own variables
-describe the whole job.
-
-In a task it is imported by :mod:`tfmesos.agent.jaxhook` as soon as the program
-imports JAX; a program may also import it itself. It imports JAX.
+Importing this module registers :class:`TFMesosCluster` with JAX and puts it
+first among JAX's detectors, because a tfrun task may look like a cluster JAX
+knows and be wrong for it: on Slurm each task is a one-task job step, which
+JAX's Slurm detector would take for a job of one process. Imported by
+:mod:`tfmesos.agent.jaxhook` when the program imports JAX.
 """
 
 from __future__ import annotations
@@ -25,9 +20,8 @@ _NEEDED = ("TFMESOS_DISTRIBUTED", "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES"
 
 
 class TFMesosCluster(ClusterEnv):  # type: ignore[no-untyped-call]
-    """A tfrun task: the values come from the variables tfrun sets in every
-    task (:func:`tfmesos.common.taskenv.rank_environment`). Also chosen by name with
-    ``jax.distributed.initialize(cluster_detection_method="tfmesos")``."""
+    """A tfrun task, read from tfrun's variables; also
+    ``cluster_detection_method="tfmesos"``."""
 
     name: str = "tfmesos"
 

@@ -1,26 +1,15 @@
-"""``jax.distributed.initialize()`` with no arguments, in a tfrun task.
+"""Make ``jax.distributed.initialize()`` with no arguments work in a tfrun task,
+without the program importing tfmesos.
 
-JAX learns the number of processes and this process's id from a cluster
-environment: a subclass of JAX's ``ClusterEnv``, registered when its module
-is imported (JAX's own: Slurm, Open MPI, Kubernetes, Cloud TPU). tfmesos's
-(:mod:`tfmesos.agent.jaxcluster`) must therefore be imported into the user's
-program before it calls ``initialize()``, without the program importing
-tfmesos, and without importing JAX into a process that never does.
-
-tfmesos installs ``tfmesos-jax.pth`` in site-packages (``setup.py``). Python
-runs its one line at every start-up; the line imports this module only when
-``TFMESOS_DISTRIBUTED`` is set, which tfrun sets in every task and nothing
-else does (elsewhere the line costs one dictionary lookup). This module puts a
-finder at the head of ``sys.meta_path`` that looks for nothing but JAX's
-``jax._src.clusters``: when a program imports JAX, the finder lets the usual
-finders find that package and, once the package has run (JAX's detectors
-defined), imports :mod:`tfmesos.agent.jaxcluster`, which registers tfmesos's
-environment before them (a wrapped loader: ``importlib``'s documented
-finder and loader protocol). Then the finder takes itself out. A process that
-never imports JAX pays one string comparison per module it imports.
-
-Standard library only, and nothing imported here: every Python in a task
-runs it.
+JAX finds its cluster environment among the ``ClusterEnv`` subclasses imported,
+so :mod:`tfmesos.agent.jaxcluster` must be imported before the program calls
+``initialize()``, but never into a process that does not use JAX.
+``tfmesos-jax.pth`` imports this module at start-up when
+``TFMESOS_DISTRIBUTED`` is set (only tfrun's tasks); it installs a
+``sys.meta_path`` finder that, once JAX's ``jax._src.clusters`` has run,
+imports :mod:`tfmesos.agent.jaxcluster`, then removes itself. It uses only
+``importlib``'s documented finder and loader protocol. Standard library only,
+and nothing imported here: every Python in a task runs it.
 """
 
 from __future__ import annotations
@@ -59,8 +48,8 @@ def _register() -> None:
 
 
 class _ThenRegister:
-    """A module's own loader, which registers tfmesos's environment once the
-    module has run. Everything else is the loader's (``__getattr__``)."""
+    """A module's own loader that registers tfmesos's environment once the module
+    has run."""
 
     def __init__(self, loader: object) -> None:
         self._loader = loader
@@ -78,8 +67,7 @@ class _ThenRegister:
 
 
 class _Finder:
-    """Finds nothing itself: for :data:`WATCHED` it asks the finders after it
-    and hands back their spec with its loader wrapped."""
+    """Finds :data:`WATCHED` through the later finders, and wraps its loader."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None

@@ -1,30 +1,16 @@
 """The in-task agent: ``python -m tfmesos.agent``.
 
-It runs inside every task, wherever the backend put it, and needs nothing but
-the standard library, so any image with a Python 3 can host it. It
+It runs inside every task and needs only the standard library, so any image
+with a Python 3 can host it. It authenticates to the launcher's rendezvous,
+waits for the cluster definition, runs the user's command (or a TensorFlow
+server) in its own process group, streams its output back, and reports the exit
+status.
 
-1. dials the launcher's rendezvous, proves it knows the job's secret and checks
-   that the launcher knows it too,
-2. waits for the cluster definition,
-3. runs the user's command (replica mode) or a TensorFlow server (fine-grained
-   mode) as a child in its own process group,
-4. streams the child's output back, whole lines at a time, and
-5. reports the exit status.
-
-It exits, and takes its child with it, when the launcher goes away: the
-rendezvous connection closing is the signal, and it works on every backend.
-A launcher it cannot hear (its host vanished, the network between them cut)
-is gone too once it has said nothing, not even a heartbeat, for
-``wire.SILENCE_LIMIT``. Output the launcher cannot take waits in the agent
-(up to ``wire.UNSENT_MAX``), and once the command has ended the agent keeps
-trying, as long again, to deliver it and the exit status.
-
-This module is the agent's entry point and its event loop; the parts live
-beside it: the connection and handshake in :mod:`tfmesos.agent.rendezvous`,
-one run of a command in :mod:`tfmesos.agent.supervisor`, the shell tables in
-:mod:`tfmesos.common.shell`, the task's log in :mod:`tfmesos.common.tasklog`, ending what
-the commands leave behind in :mod:`tfmesos.common.proctree`, and the contract with
-the launcher (the environment, the timings) in :mod:`tfmesos.wire`.
+It exits, taking its child with it, when the connection closes or the launcher
+is silent for ``wire.SILENCE_LIMIT``. Output the launcher cannot take waits
+here (up to ``wire.UNSENT_MAX``). The parts live beside it
+(:mod:`tfmesos.agent.rendezvous`, :mod:`tfmesos.agent.supervisor`); the
+contract is :mod:`tfmesos.wire`.
 """
 
 from __future__ import annotations
@@ -77,8 +63,8 @@ has acknowledged all it sent."""
 
 
 def _unacknowledged(fd: int) -> int:
-    """Bytes (and the FIN) sent on socket ``fd`` that its peer has not
-    acknowledged (Linux's SIOCOUTQ); 0 where that cannot be asked."""
+    """Bytes sent on socket ``fd`` not yet acknowledged (``SIOCOUTQ``); 0 where
+    unknown."""
     try:
         import fcntl
         import termios
@@ -197,8 +183,8 @@ class Agent:
                 self.stop_requested = True
 
     def _keep_in_touch(self) -> None:
-        """Beat, and take a launcher silent for the limit for gone: stop the
-        command as its stop would."""
+        """Send heartbeats; after ``SILENCE_LIMIT`` without the launcher, stop the
+        command."""
         self.client.beat()
         silent = self.client.silent_for()
         if not self.launcher_lost and silent >= self.config.silence_limit:
@@ -235,11 +221,10 @@ class Agent:
             self._keep_in_touch()
 
     def deliver(self) -> None:
-        """Once the exit report is queued: send what waits, say that nothing
-        more comes, and wait until the launcher's host has acknowledged it
-        all (or the launcher closed its end), for as long as the launcher is
-        heard from within the limit: through a network that fails, TCP
-        sends it again until it comes, or the limit is up."""
+        """Once the exit report is queued: send what waits, close the sending
+        side, and wait until the launcher's host has acknowledged it all, for
+        as long as the launcher is heard from within the limit (TCP resends
+        meanwhile)."""
         client = self.client
         shut = False
         signalled = False
@@ -285,12 +270,10 @@ class Agent:
                 client.receive()
 
     def finish(self) -> None:
-        """End whatever the commands left running below this agent (a
-        background helper, say, even one that left their process group or
-        session with ``setsid``: the agent is their subreaper), and reap the
-        commands. An initializer's helpers thus live until the command and
-        the finalizer are done. On Mesos the containerizer would end them
-        anyway; locally nobody else would."""
+        """End whatever the commands left running below this agent (its
+        subreaper), even helpers that left with ``setsid``, and reap the
+        commands. On Mesos the containerizer would end them; locally nobody
+        else would."""
         if not proctree.end_descendants(LEFTOVER_GRACE):
             proctree.end_groups([proc.pid for proc in self._children], LEFTOVER_GRACE)
         for proc in self._children:
@@ -325,13 +308,11 @@ class Agent:
         local_rank: int | None = None,
         error: str | None = None,
     ) -> None:
-        """Tell the launcher how the task ended: its status, the signal that
-        killed its command if one did, whether that was the kernel's OOM
-        killer, and the signal this agent was sent if it was (someone stopped
-        the task on its host). In a Mesos container, a command killed for
-        its memory is followed by ``OOM_LINGER``: the containerizer's word
-        names the limit. ``local_rank``: which of the task's processes
-        failed first, where it ran several."""
+        """Tell the launcher how the task ended: status, the killing signal,
+        whether the OOM killer sent it, the signal this agent got, and
+        ``local_rank`` (the first of several processes to fail). In a Mesos
+        container an OOM kill waits ``OOM_LINGER`` so the containerizer's
+        update, naming the limit, comes first."""
         message: dict[str, Any] = {
             "type": wire.EXIT,
             "code": code,
@@ -430,8 +411,8 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
 
 
 def main(environ: dict[str, str] | None = None) -> int:
-    """``environ``: the agent's environment, where its caller (the fork
-    server) has it at hand already; else read from ``os.environ``."""
+    """Run the agent; ``environ``: its environment, when the fork server has it
+    already."""
     # An ignored SIGCHLD (inherited through exec) would have the kernel reap
     # the commands before their status could be read.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

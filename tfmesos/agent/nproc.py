@@ -1,38 +1,16 @@
-"""Several processes per task (``tfrun --nproc-per-task N``): their ranks, and
-the small runner that starts them: ``python -m tfmesos.agent.nproc``.
+"""Several processes per task (``tfrun --nproc-per-task N``): their ranks, and the
+runner that starts them: ``python -m tfmesos.agent.nproc``.
 
-A task of a job run with ``--nproc-per-task N`` is what torchrun calls a node
-of ``--nproc_per_node N``: :func:`tfmesos.agent.supervisor.task_command` gives it
-the task's variables (:func:`tfmesos.common.taskenv.rank_environment` with ``nproc``:
-``GROUP_RANK`` the task's rank, ``WORLD_SIZE`` W*N, ``RANK`` its local rank
-0's) and runs this module in place of the command, in the command's process
-group, on every backend alike (the agent runs it on Mesos, Slurm and the
-test master; the launcher itself, for a local task it runs without one).
-This runner then
-
-- starts the command N times, each with its own ``LOCAL_RANK`` and ``RANK``
-  (:func:`process_environment`), and each its own TensorFlow worker: its
-  ``TF_CONFIG`` task index, ``TFMESOS_TASK_INDEX`` and ``{task_index}`` are
-  the task's local rank 0's plus its local rank, its address the port that
-  far from the task's (:func:`tfmesos.common.taskenv.process_cluster`); all in its
-  process group, so that stopping
-  the task (SIGTERM to the group, SIGKILL after the grace) reaches them all;
-- writes each process's output, a whole line at a time, to its own stdout
-  (the task's output and log) with the process's name in front,
-  ``[worker:1.3]`` for task worker:1's local rank 3, and to a log of the
-  process's own beside the task's (``TASK_ID.local-rank-3.log`` in the run
-  directory; ``local-rank-3.log`` in a Mesos sandbox);
-- stops the others as soon as one fails (SIGTERM to the group, SIGKILL to
-  what is left after ``STOP_GRACE``), and ends as the first one that failed
-  ended: its status, or killed by its signal. Its local rank goes down a
-  pipe (:data:`ENV_REPORT_FD`) to whoever started it, so that the verdict
-  names the process. It exits 0 once every process has exited 0.
-
-Each process sees all of the task's GPUs, as under torchrun: a program picks
-its own with ``torch.cuda.set_device(LOCAL_RANK)``. Only worker tasks run
-several processes (:func:`tfmesos.common.taskenv.processes_of`).
-
-Standard library only: the agent runs it.
+A task is what torchrun calls a node; on every backend this runner replaces its
+command and starts it N times, each with its ``LOCAL_RANK`` and ``RANK``
+(:func:`process_environment`) and each its own TensorFlow worker (its
+``TF_CONFIG`` index and address: :func:`tfmesos.common.taskenv.process_cluster`),
+all in the task's process group so stopping the task reaches them all. Output
+lines are prefixed ``[worker:1.3]`` and also logged per process. The first
+failure stops the others; the runner ends as that process did and sends its
+local rank down :data:`ENV_REPORT_FD` for the verdict. Each process sees all
+the task's GPUs, as under torchrun. Only worker tasks run several
+(:func:`tfmesos.common.taskenv.processes_of`). Standard library only.
 """
 
 from __future__ import annotations
@@ -248,8 +226,8 @@ def _describe(returncode: int) -> str:
 
 
 def run(environ: dict[str, str]) -> int:
-    """Run the task's processes to their end; return the runner's status
-    as ``Popen.returncode`` gives it (minus a signal)."""
+    """Run the task's processes to their end; return the runner's
+    ``Popen.returncode``."""
     return _Runner(environ).run()
 
 

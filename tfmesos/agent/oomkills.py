@@ -1,14 +1,10 @@
 """The kernel's count of out-of-memory kills in this process's memory cgroup.
 
-A command killed by SIGKILL may have been killed by anyone; one killed by the
-kernel for exceeding its cgroup's memory limit (a Mesos container's, a Slurm
-step's, a ``podman --memory`` container's) shows in the cgroup's counter:
-``oom_kill`` in ``memory.oom_control`` (cgroup v1, Linux 4.13 on) or in
-``memory.events`` (cgroup v2, which counts the cgroups below too). The count
-read before a command starts and after it ends says whether the kernel's OOM
-killer ended a process in between; the cgroup may hold other commands, so
-the kernel's log, where it can be read, says which process it was
-(:func:`killed_by_oom_killer`). Standard library only: the agent uses it.
+A SIGKILL may come from anyone; the cgroup's ``oom_kill`` counter
+(``memory.oom_control`` in cgroup v1, ``memory.events`` in v2) read before and
+after a command says whether the OOM killer acted in between, and the kernel's
+log, where readable, says which process it hit (:func:`killed_by_oom_killer`).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -61,8 +57,8 @@ def counter_path(proc: str = "/proc/self") -> str | None:
 
 
 def oom_kills(path: str | None = _UNREAD) -> int | None:
-    """The count in ``path`` (by default this process's counter, found on
-    first use), or None where it cannot be read."""
+    """The count in ``path`` (default: this process's counter), or None if
+    unreadable."""
     global _path
     if path == _UNREAD:
         if _path == _UNREAD:
@@ -86,11 +82,9 @@ KERNEL_LOG = "/dev/kmsg"
 
 
 def killed_by_oom_killer(pid: int, log: str = KERNEL_LOG) -> bool | None:
-    """Whether the kernel's log records that its OOM killer killed ``pid``
-    (``Killed process PID (name)``, in every kernel's words since 2.6), or
-    None where the log cannot be read (not root, ``dmesg_restrict``, a
-    container without it). Read only after a SIGKILL that the count says
-    may be the OOM killer's: the log holds up to a few MiB."""
+    """Whether the kernel's log says its OOM killer killed ``pid`` (``Killed
+    process PID (name)``), or None where the log cannot be read. Read only
+    after a SIGKILL the count blames on it: the log can be MiBs."""
     try:
         fd = os.open(log, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -115,8 +109,8 @@ def killed_by_oom_killer(pid: int, log: str = KERNEL_LOG) -> bool | None:
 
 
 def _below(mount_point: str, root: str, cgroup: str, name: str) -> str | None:
-    """``name`` in ``cgroup``'s directory where the hierarchy is mounted at
-    ``mount_point`` from its cgroup ``root``; None if it is not below it."""
+    """``name`` in ``cgroup``'s directory under ``mount_point``; None if not below
+    ``root``."""
     root = root.rstrip("/")
     if cgroup != root and not cgroup.startswith(root + "/"):
         return None

@@ -113,8 +113,8 @@ class AgentConfig:
 
     @classmethod
     def from_environ(cls, environ: dict[str, str]) -> AgentConfig:
-        """Read the agent's settings, removing the secret from ``environ`` so
-        that the user's command never inherits it."""
+        """Read the agent's settings, removing the secret so the user's command
+        never inherits it."""
         try:
             launcher = environ[wire.ENV_LAUNCHER]
             task_id = environ[wire.ENV_TASK_ID]
@@ -193,12 +193,8 @@ def _own_host() -> str:
 
 
 def _dialled(host: str) -> str | bytes:
-    """``host`` as the agent hands it to ``getaddrinfo``: bytes where it is
-    ASCII (an address, a plain host name), which the resolver takes as they
-    are. A str is first encoded with the idna codec, whose import (with
-    stringprep and unicodedata, ~1.5 ms of CPU) each agent, or the fork
-    server for them, would otherwise pay (docs/benchmarks.md, "The fixed
-    cost"); idna leaves ASCII names as they are."""
+    """``host`` as bytes where it is ASCII, which ``getaddrinfo`` takes as is: a
+    str would import the idna codec, a start-up cost every agent would pay."""
     return host.encode("ascii") if host.isascii() else host
 
 
@@ -278,8 +274,8 @@ class Channel:
         self.send(wire.encode_json(message))
 
     def receive_available(self) -> list[dict[str, Any]]:
-        """Read what the socket has now; EOF (or a failed connection) marks
-        the channel closed. Heartbeats are heard, not returned."""
+        """Read what the socket has now; EOF closes the channel. Heartbeats are
+        not returned."""
         try:
             data = self.sock.recv(READ_SIZE)
         except OSError as exc:
@@ -506,8 +502,7 @@ class RendezvousClient:
                     raise AgentError("the launcher went away before the cluster was up")
 
     def receive(self) -> list[dict[str, Any]]:
-        """What the launcher has sent since; once it has closed the
-        connection, the connection leaves the selector."""
+        """What the launcher sent since; a closed connection leaves the selector."""
         assert self.channel is not None
         messages = self.channel.receive_available()
         if self.channel.closed and self.selector is not None:

@@ -1,27 +1,17 @@
 """The sweeper: ends a local job's tasks should the launcher die outright.
 
-The local backend runs a plain task's command itself, as the launcher's own
-child (:mod:`tfmesos.backends.local.directtask`), with nothing between the fork and
-the exec: no parent-death signal is asked for in the child. This process
-stands in for it, once per job rather than once per command. It reads what the
-launcher tells it on its stdin, one line at a time:
+The local backend runs plain commands as its own children with no parent-death
+signal; this one process per job stands in. It reads lines on stdin:
 
-* ``carries NAME=VALUE``: a task of the job, by the entry every one of its
-  processes carries in its environment (``TFMESOS_TASK_ID=...``),
-* ``group PGID``: a command's process group, from its start,
-* ``done PGID``: that group is over (its leader is about to be reaped),
-* ``stray PID START``: a process a task hid from its group and its mark
-  (``setsid env -i helper &``), handed to the launcher, and when it started,
-* ``bye``: the launcher ends normally; nothing to do.
+* ``carries NAME=VALUE``: the environment entry a task's processes carry,
+* ``group PGID``: a command's process group,
+* ``done PGID``: that group is over,
+* ``stray PID START``: a process that left its group, with its start time,
+* ``bye``: the launcher ends normally.
 
-Its stdin ending without ``bye`` means the launcher is gone (SIGKILL, the OOM
-killer): every group still held is SIGKILLed with everything below its
-members (a helper in a session of its own whose parent is still there), the
-strays, then every process that carries one of the job's task ids in its
-environment, until none is left.
-
-Standard library only (no ``tfmesos.wire``: the launcher spells the entries
-out): it costs each local job one bare interpreter start.
+Stdin ending without ``bye`` means the launcher is gone: the groups, the strays
+and every process carrying a task id of the job are SIGKILLed until none is
+left. Standard library only.
 """
 
 from __future__ import annotations
@@ -58,16 +48,16 @@ def main() -> int:
             break
         *lines, pending = (pending + data).split(b"\n")
         for line in lines:
-            word, _, value = line.decode("utf-8", "replace").partition(" ")
-            if word == "bye":
+            key, _, value = line.decode("utf-8", "replace").partition(" ")
+            if key == "bye":
                 return 0
-            if word == "carries":
+            if key == "carries":
                 marks.add(value.encode())
-            elif word == "group" and value.isdigit():
+            elif key == "group" and value.isdigit():
                 groups.add(int(value))
-            elif word == "done" and value.isdigit():
+            elif key == "done" and value.isdigit():
                 groups.discard(int(value))
-            elif word == "stray":
+            elif key == "stray":
                 pid, _, started = value.partition(" ")
                 if pid.isdigit() and started.isdigit():
                     strays[int(pid)] = int(started)

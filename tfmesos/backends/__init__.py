@@ -80,8 +80,8 @@ def options_class(name: str) -> type[BackendOptions]:
 
 
 def backend_options(name: str, **given: Any) -> BackendOptions:
-    """The options of backend ``name`` from those a user gave (the CLI's flags,
-    :func:`tfmesos.cluster`'s keywords); ``None`` is "not given"."""
+    """Backend ``name``'s options from those the user gave; ``None`` means "not
+    given"."""
     return options_class(name).from_given(given)
 
 
@@ -98,8 +98,8 @@ def chosen_backends(given: Mapping[str, Any]) -> list[tuple[str, tuple[str, str]
 
 
 def default_backend() -> str:
-    """The backend used when no option chooses one: one that says so itself
-    (Mesos, when ``$MESOS_MASTER`` is set), else :data:`DEFAULT_BACKEND`."""
+    """The backend that chooses itself (Mesos, with ``$MESOS_MASTER``), else
+    :data:`DEFAULT_BACKEND`."""
     return next((n for n in OPTIONS if options_class(n).chosen_by_default()), DEFAULT_BACKEND)
 
 

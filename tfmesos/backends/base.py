@@ -215,8 +215,8 @@ class Backend(abc.ABC):
         return False
 
     def on_peer(self, event: RendezvousEvent) -> None:  # noqa: B027 - optional hook
-        """What one of the backend's own helpers (see :meth:`admit`) did on
-        its rendezvous connection: registered, sent a message, went away."""
+        """What one of the backend's own helpers (:meth:`admit`) did on its
+        connection."""
 
     def task_output(self, task_id: str, data: bytes) -> None:  # noqa: B027 - optional hook
         """What one of this backend's tasks printed, as it reached the
@@ -237,13 +237,11 @@ class Backend(abc.ABC):
         return ""
 
     def unseen_output_location(self, host: str = "") -> str:
-        """Where the output of a task that never reached the launcher is kept
-        (``host``: the task's, where known)."""
+        """Where a task that never reached the launcher keeps its output."""
         return self.logs_location()
 
     def lost_logs(self) -> list[str]:
-        """The tasks (by name) whose output could not all be kept where
-        :meth:`logs_location` says: each was said in a warning."""
+        """The tasks whose output could not all be kept; each got a warning."""
         return []
 
     def logs_location(self) -> str:

@@ -1,7 +1,5 @@
-"""What every backend's options have in common.
-
-Light on purpose (no asyncio): ``tfrun --help`` reads the Slurm backend's,
-which derive from these.
+"""What every backend's options share; no asyncio, since ``tfrun --help`` reads
+them.
 """
 
 from __future__ import annotations
@@ -49,8 +47,8 @@ class BackendOptions:
 
     @classmethod
     def gather_arguments(cls, args: argparse.Namespace) -> None:
-        """Put this backend's parsed flags (:meth:`add_arguments`) in ``args``
-        under the names :meth:`from_given` and :attr:`flags` read them by."""
+        """Put this backend's parsed flags in ``args`` under the names
+        :meth:`from_given` reads."""
 
     @classmethod
     def given_flags(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -75,8 +73,7 @@ class BackendOptions:
 
     @classmethod
     def chosen_by_default(cls) -> bool:
-        """Whether this backend is the one to use when no flag chooses one
-        (Mesos: ``$MESOS_MASTER`` is set)."""
+        """Whether this backend is used when no flag chooses one."""
         return False
 
     @classmethod
@@ -99,8 +96,8 @@ class BackendOptions:
         return cls(**{k: v for k, v in given.items() if k in names and v is not None})
 
     def for_restarts(self: _Options) -> _Options:
-        """These options for a job that may start again (``--max-restarts``):
-        every run keeps its logs in the same directory."""
+        """These options for a job that may restart: every run logs to one
+        directory."""
         if self.log_dir:
             return self
         return dataclasses.replace(self, log_dir=str(rundirs.new_run_dir()))

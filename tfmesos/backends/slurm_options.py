@@ -52,8 +52,8 @@ OPTIONS = (
 
 @dataclass(frozen=True)
 class SlurmOptions(BackendOptions):
-    """The Slurm backend's options: its flags above, checked (:func:`validate`),
-    and where the tasks' logs go (a directory the compute nodes share)."""
+    """The Slurm backend's options, checked, and the shared log directory for
+    tasks."""
 
     partition: str | None = None
     account: str | None = None
@@ -73,8 +73,7 @@ class SlurmOptions(BackendOptions):
 
     @classmethod
     def given_flags(cls, given: Mapping[str, Any]) -> list[tuple[str, str]]:
-        """Its options come together, as ``slurm`` (``cluster(slurm={...})``,
-        tfrun's Slurm flags): each given one by its flag."""
+        """Each option given in ``slurm``, by its flag."""
         own = given.get("slurm")
         if own is None:
             return []
@@ -86,8 +85,8 @@ class SlurmOptions(BackendOptions):
 
     @classmethod
     def from_given(cls, given: Mapping[str, Any]) -> SlurmOptions:
-        """``given["slurm"]``, when there, holds these options by name (the
-        CLI's Slurm flags, ``cluster(slurm={...})``); any other name is refused."""
+        """These options from ``given["slurm"]`` by name; any other name is
+        refused."""
         own = dict(given.get("slurm") or {})
         unknown = sorted(set(own) - {o.name for o in OPTIONS})
         if unknown:
@@ -117,8 +116,8 @@ def from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def validate(options: dict[str, Any]) -> dict[str, Any]:
-    """Check the options a user gave, before anything starts: raise
-    :class:`SpecError` for a bad one, saying which flag."""
+    """Check the user's options before anything starts; a :class:`SpecError` names
+    the flag."""
     checked = dict(options)
     for name in ("partition", "account", "qos"):
         value = checked.get(name)

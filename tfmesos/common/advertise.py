@@ -1,11 +1,9 @@
 """The name remote tasks dial to reach this machine (the launcher, the chief).
 
-``socket.getfqdn()`` is not it: on a machine whose ``/etc/hosts`` lists its own
-name after ``localhost`` on the loopback line it returns ``localhost``, while
-``hostname -f`` gives the machine's name. A loopback name or address handed to
-a task on another host makes it dial itself, so one is never chosen; when this
-machine has no other name, :func:`advertised_host` says so, and
-``TFMESOS_ADVERTISE_HOST`` sets the name (or address) to use.
+Not ``socket.getfqdn()``, which can return ``localhost`` where ``hostname -f``
+gives the name. A loopback name would make a remote task dial itself, so one is
+never chosen; without another name :func:`advertised_host` says to set
+``TFMESOS_ADVERTISE_HOST``.
 """
 
 from __future__ import annotations

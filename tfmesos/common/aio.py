@@ -9,11 +9,9 @@ __all__ = ["reap"]
 
 
 async def reap(task: asyncio.Task[Any], timeout: float | None = None) -> None:
-    """Wait (up to ``timeout`` seconds) for ``task``, which the caller has
-    usually just cancelled, to end, whatever it ends with: its error or its
-    cancellation is its own and is dropped. The caller's own cancellation is
-    not: ``contextlib.suppress(BaseException)`` around ``await task`` would
-    swallow it too, and a Ctrl-C during teardown would be lost."""
+    """Wait up to ``timeout`` for ``task`` (usually just cancelled) to end,
+    dropping its error or cancellation but not the caller's own, which
+    ``contextlib.suppress(BaseException)`` would swallow with a Ctrl-C."""
     await asyncio.wait({task}, timeout=timeout)
     if task.done() and not task.cancelled():
         task.exception()  # retrieved: asyncio does not log it as never retrieved

@@ -1,21 +1,16 @@
 """The cluster definition in a file (``tfrun --cluster-file``), for a job too
 large for the environment.
 
-Linux takes at most 128 KiB in one environment string (``NAME=VALUE`` and its
-NUL: ``MAX_ARG_STRLEN``), and ``TF_CONFIG`` and the ``TFMESOS_*_HOSTS`` list
-every task's address: 520 tasks on 253-character host names are past it, and
-every command would fail with "Argument list too long". The launcher refuses
-such a job before any command starts (:func:`tfmesos.launcher.message.check_environment`);
-with ``--cluster-file`` each task's agent writes ``TF_CONFIG``'s JSON to a
-file of the task's own instead, and names it in ``TFMESOS_CLUSTER_FILE``::
+Linux caps one environment string at 128 KiB (``MAX_ARG_STRLEN``), and
+``TF_CONFIG`` lists every task's address; the launcher refuses such a job
+(:func:`tfmesos.launcher.message.check_environment`). With ``--cluster-file``
+each agent writes ``TF_CONFIG``'s JSON to a file named in
+``TFMESOS_CLUSTER_FILE``, and :data:`FILE_VARIABLES` are not set, so a program
+reads one place whatever the job's size::
 
     os.environ["TF_CONFIG"] = open(os.environ["TFMESOS_CLUSTER_FILE"]).read()
 
-:data:`FILE_VARIABLES` are then not set at all: a program reads one place,
-whatever the job's size. The file's ``cluster`` holds every job's addresses,
-which is what the ``TFMESOS_*_HOSTS`` lists join with commas.
-
-Standard library only: the in-task agent imports it.
+Standard library only: the agent imports it.
 """
 
 from __future__ import annotations
@@ -116,9 +111,8 @@ def move_to_file(
 
 
 def tf_config(environ: Mapping[str, str]) -> str:
-    """``TF_CONFIG``'s JSON, from the environment or from the cluster file it
-    names (``--cluster-file``); a ``KeyError`` naming ``TF_CONFIG`` where it
-    has neither."""
+    """``TF_CONFIG``'s JSON, from the environment or the cluster file; else
+    ``KeyError``."""
     path = environ.get(ENV_CLUSTER_FILE)
     if "TF_CONFIG" not in environ and path:
         with open(path, encoding="utf-8") as file:

@@ -1,10 +1,6 @@
-"""A user's path as tfrun's messages show it. Stdlib only.
-
-A name may hold any byte but NUL and ``/``: a newline in a ``--log-dir``
-printed as it is breaks the message's line in two, and the second half reads
-as a line of its own; a tab or an escape sequence passes for something else.
-Such a name is shown quoted, as Python's ``repr`` quotes it; any other, as it
-is, so that the common path can be copied from the message unchanged.
+"""A user's path as tfrun's messages show it: quoted as ``repr`` quotes it when it
+holds a newline, tab or other control character (which would break or fake the
+message's line), else as it is, so it can be copied. Stdlib only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Who holds a TCP port: for the one line a tool prints when its port is taken.
-
-Best effort, standard library only: the listening socket's inode from
-``/proc/net/tcp`` and ``/proc/net/tcp6``, then the process with that socket
-among its ``/proc/PID/fd``. Where that cannot be read (another user's
-process, no ``/proc``), the holder is unknown and the line says only that the
-port is taken.
+"""Who holds a TCP port, for the one line a tool prints when its port is taken:
+best effort from ``/proc/net/tcp*`` and ``/proc/PID/fd``; unknown where those
+cannot be read. Standard library only.
 """
 
 from __future__ import annotations
@@ -73,8 +69,8 @@ def port_holder(port: int) -> str | None:
 
 
 def port_taken(port: int, address: str = "") -> str:
-    """``"port 5050 of 127.0.0.1 is taken (by mesos-master (pid 7))"``, the
-    holder named where it is known."""
+    """``"port 5050 of 127.0.0.1 is taken (by mesos-master (pid 7))"``, naming the
+    holder if known."""
     where = f"port {port}" + (f" of {address}" if address else "")
     holder = port_holder(port)
     return f"{where} is taken" + (f" (by {holder})" if holder else "")

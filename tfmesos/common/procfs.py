@@ -60,8 +60,8 @@ def start_time(pid: int) -> int | None:
 
 
 def children(pid: int) -> list[int]:
-    """The pids of ``pid``'s children, from ``/proc/PID/task/TID/children``.
-    Raises OSError where the kernel does not list children."""
+    """The pids of ``pid``'s children; OSError where the kernel does not list
+    them."""
     found: list[int] = []
     for thread in os.listdir(f"/proc/{pid}/task"):
         try:

@@ -1,20 +1,9 @@
-"""Starting and ending the processes tfmesos runs, written once.
-
-* :func:`bootstrap_command`: the command line that runs one of tfmesos's
-  standard-library-only programs (the agent, the fork server, the Slurm job
-  script and watchdog) in a new interpreter, without ``site``.
-* Binding a process's life to another's: :func:`exit_with_parent`,
-  :func:`become_subreaper`, :func:`own_group_dying_with_parent`,
-  :func:`death_signal_program`.
-* Signalling: :func:`signal_pid` and :func:`signal_group` tolerate a process
-  that is gone (ESRCH) or not ours (EPERM).
-* Waiting for a process to exit without reaping it and without a thread:
-  :func:`open_pidfd`, :func:`wait_for_exit`, :func:`peek_exit_status`.
-* Ending a tree: :func:`end_descendants` (everything below this process,
-  whatever its group or session), :func:`end_groups` (process groups, where
-  the kernel does not list children) and :func:`kill_until_gone`.
-
-Standard library only, and nothing heavy at import time: the agent imports it.
+"""Starting and ending the processes tfmesos runs, written once: the command line
+of a standard-library-only program (:func:`bootstrap_command`), binding a
+process's life to its parent's, signalling that tolerates a process gone or not
+ours, waiting for an exit without reaping it or a thread, and ending a whole
+tree whatever its groups and sessions. Standard library only, and light at
+import: the agent imports it.
 """
 
 from __future__ import annotations
@@ -70,13 +59,8 @@ handed to it as their subreaper: only the latter are a task's leftovers."""
 
 def bootstrap_command(module: str, call: str = "main()") -> list[str]:
     """This Python, without ``site``, running ``module``'s ``call`` from this
-    very package and exiting with what it returns.
-
-    The programs started this way need only the standard library and this
-    package, so the ``site`` step (site-packages, ``.pth`` hooks: 4 ms with a
-    plain install, up to 15 ms with an editable one) is pure start-up cost;
-    the package's folder goes first on the path instead.
-    """
+    package and exiting with what it returns. These programs need only the
+    standard library and this package, so ``site`` is pure start-up cost."""
     source = (
         f"import sys; sys.path.insert(0, {_PACKAGE_ROOT!r}); "
         f"from {module} import main; sys.exit({call})"
@@ -133,8 +117,7 @@ def own_group_dying_with_parent() -> None:
 
 
 def dying_with_parent() -> None:
-    """For ``preexec_fn``: have the child SIGKILLed if its parent dies
-    outright, in its parent's process group."""
+    """For ``preexec_fn``: SIGKILL the child if its parent dies outright."""
     if sys.platform.startswith("linux"):
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -147,15 +130,9 @@ _death_signal_looked_for = False
 
 
 def death_signal_program() -> str | None:
-    """util-linux's ``setpriv``, where it can ask for the parent-death signal
-    (``setpriv --pdeathsig KILL -- CMD...``), looked for once and kept; else None.
-
-    A command started through it needs no Python between the fork and the
-    exec (:func:`own_group_dying_with_parent`), so ``subprocess`` can
-    ``vfork``: no copy of the agent's page tables, no copy-on-write faults in
-    the child, a few ms of CPU per command (``bench/spawn_cost.py``). The fork
-    server looks for it before it forks any agent.
-    """
+    """util-linux's ``setpriv`` if it supports ``--pdeathsig``, looked up once;
+    else None. A command started through it needs no Python between fork and
+    exec, so ``subprocess`` can use ``vfork``."""
     global _death_signal_program, _death_signal_looked_for
     if _death_signal_looked_for:
         return _death_signal_program
@@ -168,7 +145,7 @@ def death_signal_program() -> str | None:
         if not os.access(place, os.X_OK):
             continue
         try:
-            said = subprocess.run(
+            version = subprocess.run(
                 [place, "--version"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -179,7 +156,7 @@ def death_signal_program() -> str | None:
         except (OSError, subprocess.SubprocessError):
             continue
         # "setpriv from util-linux 2.38.1"
-        if "util-linux" in said and _version(said.split()[-1]) >= _SETPRIV_PDEATHSIG_SINCE:
+        if "util-linux" in version and _version(version.split()[-1]) >= _SETPRIV_PDEATHSIG_SINCE:
             _death_signal_program = place
             return place
     return None
@@ -228,12 +205,10 @@ def open_pidfd(pid: int) -> int | None:
 
 
 async def wait_for_exit(pid: int, timeout: float | None = None) -> bool | None:
-    """Wait in the running event loop, without a thread and without reaping
-    it, until ``pid`` exits: True once it has, False if it still runs after
-    ``timeout`` seconds, None at once where there is no pidfd to wait on
-    (the caller falls back on its own way). A thread per process is what
-    asyncio's child watcher costs on Python < 3.12: 500 threads for a
-    500-task job."""
+    """Wait in the running loop, without a thread or reaping, until ``pid`` exits:
+    True once it has, False after ``timeout``, None at once where there is no
+    pidfd (the caller falls back). asyncio's child watcher costs a thread per
+    process on Python < 3.12."""
     import asyncio  # here: the agent, which imports this module, has no loop
 
     pidfd = open_pidfd(pid)
@@ -258,8 +233,7 @@ async def wait_for_exit(pid: int, timeout: float | None = None) -> bool | None:
 
 
 def peek_exit_status(pid: int) -> int | None:
-    """A child's exit status as ``Popen.returncode`` gives it, or None while
-    it runs; without reaping it."""
+    """A child's ``Popen.returncode``, or None while it runs, without reaping it."""
     try:
         result = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:  # reaped already (SIGCHLD ignored): as Popen does
@@ -334,8 +308,7 @@ def end_groups(pgids: list[int], grace: float) -> None:
 
 
 def group_has_live_members(pgid: int) -> bool:
-    """Whether any process in the group is still running: zombies, such as
-    the group's own unreaped leader, do not count."""
+    """Whether a process of the group still runs; zombies do not count."""
     try:
         # A subreaper's orphaned grandchildren are below it: only that small
         # tree is read.

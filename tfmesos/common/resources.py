@@ -22,12 +22,9 @@ two of its descriptors."""
 
 
 def format_mib(mib: float) -> str:
-    """A size given in MiB, as every message of tfmesos says one: ``512
-    MiB``, ``8 GiB``, ``7.999 GiB``, ``954 TiB``.
-
-    Below 1 GiB in MiB; in GiB to a thousandth (about 1 MiB), so that a task's
-    need and an offer that differ by a few MiB read differently; from 1 TiB,
-    sizes no machine has, to three figures."""
+    """A size in MiB as every message of tfmesos says one: ``512 MiB``, ``8 GiB``,
+    ``7.999 GiB`` (to a thousandth, so sizes a few MiB apart read differently),
+    ``954 TiB``."""
     for unit, size in (("PiB", 1024.0**3), ("TiB", 1024.0**2)):
         if mib >= size:
             value = mib / size
@@ -118,12 +115,9 @@ def _nvidia_smi_gpus() -> tuple[str, ...]:
 
 
 def local_task_limit(tasks: int, nproc: int = 1) -> str | None:
-    """Why this machine cannot run ``tasks`` tasks at once, each of ``nproc``
-    processes, or None: the fixed cap, then this user's process limit (each
-    task is an agent and its command, or its runner and its ``nproc``
-    processes, beside tfrun and the fork server) and the descriptor limits
-    the launcher and each task's runner can raise themselves to (two per task
-    in tfrun, three per process in a runner, and some to spare)."""
+    """Why this machine cannot run ``tasks`` tasks of ``nproc`` processes at once,
+    or None: checks the fixed cap, this user's process limit and the descriptor
+    limits the launcher and each runner can raise themselves to."""
     if tasks > MAX_LOCAL_TASKS:
         return (
             f"the local backend runs at most {MAX_LOCAL_TASKS} tasks in one job, not {tasks}: "
@@ -158,8 +152,8 @@ def local_task_limit(tasks: int, nproc: int = 1) -> str | None:
 
 
 def machine_resources(*, gpus: bool = True) -> MachineResources:
-    """What this machine has; ``gpus=False`` skips looking for GPUs (NVML or
-    ``nvidia-smi`` can take a second), for jobs that ask for none."""
+    """What this machine has; ``gpus=False`` skips the GPU probe, which can take a
+    second."""
     return MachineResources(cpus=_cpus(), mem_mib=_mem_mib(), gpus=_gpus() if gpus else ())
 
 

@@ -90,15 +90,9 @@ _BUILTINS = frozenset(
 
 
 def exec_if_simple(command: str) -> str:
-    """``exec`` a simple command, so that the shell becomes the command.
-
-    The command is then the agent's own child, which the kernel kills when the
-    agent dies however it dies (``PR_SET_PDEATHSIG``); behind a shell that
-    stays, only the shell would be, and the command would outlive both.
-    Anything that is not plainly one command (lists, pipelines, subshells,
-    keywords, leading variable assignments, command substitution) is left as
-    it is.
-    """
+    """``exec`` a simple command, so the shell becomes the command: then the
+    command itself dies with the agent (``PR_SET_PDEATHSIG``), not only a shell
+    that stays. Anything not plainly one command is left as it is."""
     stripped = command.strip()
     if not stripped or "`" in stripped or "\n" in stripped or "$(" in stripped:
         return command
@@ -123,14 +117,10 @@ _NAME_REST = _NAME_START | frozenset("0123456789")
 
 
 def plain_argv(command: str) -> list[str] | None:
-    """The argv that ``sh -c COMMAND`` would ``exec``, for a command line that
-    is only plain words (no quoting, expansion, redirection or operator of any
-    kind), so that the agent can start the command without a shell; else None.
-
-    A leading ``exec`` (as :func:`exec_if_simple` puts there) is the shell's
-    own: the rest is the command. The first word must not be a keyword, a
-    builtin or an assignment, which only a shell can run.
-    """
+    """The argv ``sh -c COMMAND`` would ``exec`` when the command is only plain
+    words (no quoting, expansion, redirection or operators), so the agent can
+    skip the shell; else None. A leading ``exec`` is dropped; a keyword,
+    builtin or assignment first needs a shell."""
     words = command.split()
     if words and words[0] == "exec":
         words = words[1:]
@@ -144,14 +134,9 @@ def plain_argv(command: str) -> list[str] | None:
 
 
 def shell_environment(env: dict[str, str], cwd: str | None) -> dict[str, str] | None:
-    """The environment ``sh -c`` (dash, Linux's /bin/sh) hands the command it
-    execs in ``cwd``, or None where this module cannot tell it.
-
-    The shell exports ``PWD``: the inherited one if it names the working
-    directory, else the physical path. It drops variables whose names are not
-    shell names, and without ``PATH`` it searches a default of its own: those
-    are left to the shell.
-    """
+    """The environment ``sh -c`` (dash) hands the command it execs in ``cwd``
+    (``PWD`` set as the shell sets it), or None where this cannot be told:
+    variables that are not shell names, or no ``PATH``."""
     if "PATH" not in env or not all(name in _NAMES or _is_name(name) for name in env):
         return None
     here = os.path.abspath(cwd) if cwd else os.getcwd()

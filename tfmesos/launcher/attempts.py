@@ -4,11 +4,8 @@ Every attempt moves through
 
     pending -> launched -> registered -> running -> finished | failed | stopped
 
-and every change of state goes through one method, :meth:`Attempt.move`,
-which refuses a move the diagram does not allow (a task's end is final). The
-:class:`Attempts` table holds every attempt by id and the latest one of each
-task, and answers the questions the loop waits on (all registered, every
-worker done, ...).
+and every change goes through :meth:`Attempt.move`, which refuses a move the
+diagram does not allow (a task's end is final).
 """
 
 from __future__ import annotations
@@ -155,13 +152,9 @@ class Attempt:
 
 
 class Attempts:
-    """Every attempt, by task id, and the latest of each task, by name, in
-    the job's order.
-
-    The current attempts are counted by state as they move, so that the
-    loop's questions after each event (are all registered, all over, the
-    workers done?) cost the same at 1000 tasks as at 4, not a walk over
-    every task for every event of every task."""
+    """Every attempt by task id, and the latest of each task by name, in the job's
+    order. Attempts are counted by state as they move, so the loop's questions
+    after each event cost the same at 1000 tasks as at 4."""
 
     def __init__(self, ending_job: str = "worker") -> None:
         self.ending_job = ending_job

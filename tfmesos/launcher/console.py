@@ -1,20 +1,12 @@
 """Where the tasks' forwarded output is written: off the event loop.
 
-The launcher's event loop also answers Mesos heartbeats, notices failures and
-enforces deadlines, so it must never sit in a blocking ``write`` to a terminal
-or pipe that is slower than the job's output (a paused terminal, ``| less``).
-Output goes through a buffer to one writer thread. The buffer is bounded
-without blocking the loop: above ``high_water`` bytes, :meth:`ConsoleWriter.writable`
-makes the rendezvous readers wait, TCP then slows the agents and their pipes
-slow the tasks, while everything else on the loop goes on.
-
-If the reader goes away (``tfrun ... | head``), the job is not killed for it:
-further output is dropped and one warning says so.
-
-What the launcher says about a task (that it finished) goes to another stream,
-stderr, which logging writes at once. Where both streams go to one place (a
-terminal), it is said through :meth:`ConsoleWriter.after_written`: once the
-output before it is out, so that it comes after the task's last line.
+The event loop also answers heartbeats and enforces deadlines, so it must never
+block on a slow terminal or pipe. Output goes through a buffer to one writer
+thread; above ``high_water`` bytes :meth:`ConsoleWriter.writable` makes the
+rendezvous readers wait, so TCP back-pressure slows the tasks rather than the
+loop. A reader gone (``| head``) drops further output with one warning.
+Launcher messages about a task go to stderr through
+:meth:`ConsoleWriter.after_written`, so they follow the task's last line.
 """
 
 from __future__ import annotations
@@ -46,15 +38,10 @@ HIGH_WATER = 1 << 20
 
 
 class ConsoleWriter:
-    """Writes byte chunks to ``stream`` in order, from a thread of its own.
-
-    :meth:`write` never blocks. :meth:`writable` and :meth:`aclose` are
-    awaited on the event loop that wrote first. A stream with a file
-    descriptor is written with ``os.write`` on it, so the thread never holds
-    the stream object's lock: a thread stuck on a stalled terminal can then be
-    left behind at exit (:meth:`abandon`) without wedging the interpreter's
-    own flush of that stream.
-    """
+    """Writes byte chunks to ``stream`` in order, from a thread of its own;
+    :meth:`write` never blocks. A stream with a file descriptor is written with
+    ``os.write``, so the thread never holds the stream's lock and, stuck on a
+    stalled terminal, can be left behind at exit (:meth:`abandon`)."""
 
     def __init__(self, stream: BinaryIO, *, high_water: int = HIGH_WATER) -> None:
         self._stream = stream
@@ -164,8 +151,8 @@ class ConsoleWriter:
         return True
 
     def abandon(self) -> int:
-        """Drop what is not written yet and let :meth:`aclose` return now;
-        return how many bytes were dropped."""
+        """Drop what is unwritten so :meth:`aclose` returns now; return the bytes
+        dropped."""
         with self._lock:
             dropped = 0 if self._abandoned else self._buffered
             self._abandoned = True

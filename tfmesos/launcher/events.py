@@ -1,19 +1,11 @@
-"""The job's event stream: one JSON object per line for each thing the
-launcher decides or sees (``tfrun --events FILE``, ``cluster(events=...)``).
-
-Every object has ``v`` (the schema version, :data:`SCHEMA_VERSION`), ``ts``
-(seconds since the epoch, a float), ``event`` (its name, one of
-:data:`EVENTS`) and, where it is about one task, ``task`` (``worker:1``). The
-launcher emits through one seam, :class:`Events`: :class:`EventWriter`
-writes lines, flushed as each event happens; :class:`EventRecorder` keeps
-them in memory (for tests); :data:`NO_EVENTS` drops them. The schema is in
+"""The job's event stream (``tfrun --events FILE``, ``cluster(events=...)``): one
+JSON object per line, each with ``v`` (:data:`SCHEMA_VERSION`), ``ts``,
+``event`` (one of :data:`EVENTS`) and, for a task, ``task``. The schema is in
 docs/running.md ("The event stream").
 
-What changes the schema version: a field removed or renamed, or one whose
-type or meaning changes, or an event that is no longer written where it
-was. That breaks a consumer written to the old schema. A new event, or a
-new field on an event, does not: a consumer skips event names and fields it
-does not know (docs/running.md asks it to), so they come with ``v`` unchanged.
+The version changes only when a field is removed, renamed or changes meaning,
+or an event stops being written; new events and fields do not change it, since
+consumers skip what they do not know.
 """
 
 from __future__ import annotations
@@ -75,8 +67,8 @@ CLOSE_GRACE = 5.0
 
 
 class Events:
-    """Where the launcher's events go. This one drops them; a subclass
-    writes or keeps them (:meth:`record`)."""
+    """Where the launcher's events go: dropped here; subclasses write or keep
+    them."""
 
     verdict_written = False
     """Whether the job's verdict (``job_verdict``, the last event) is out."""
@@ -117,15 +109,10 @@ class EventRecorder(Events):
 
 
 class EventWriter(Events):
-    """Writes each event as one line of JSON to ``stream``, flushed as it is
-    written, from a thread of its own: the job never waits on the stream's
-    reader. A reader that stalls (a FIFO nobody reads) holds up only that
-    thread; past :data:`MAX_PENDING` events waiting, the newest are dropped
-    and counted, and the verdict says how many (``events_dropped``). A
-    stream that cannot be written (its reader gone, its disk full) is given
-    up with one warning on tfrun's standard error: the job goes on.
-    Thread-safe: ``cluster()`` emits from its loop's thread and from the
-    caller's."""
+    """Writes each event as a flushed line of JSON to ``stream`` from a thread of
+    its own, so the job never waits on the reader. Past :data:`MAX_PENDING`
+    waiting events the newest are dropped and counted (``events_dropped``); a
+    stream that cannot be written is given up with one warning. Thread-safe."""
 
     def __init__(
         self,
@@ -204,8 +191,8 @@ class EventWriter(Events):
         )
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every event recorded so far is written (or given up);
-        False if ``timeout`` seconds passed first."""
+        """Wait until every event so far is written; False if ``timeout`` passed
+        first."""
         with self._changed:
             return self._changed.wait_for(
                 lambda: (not self._pending and not self._writing) or self.failed is not None,

@@ -81,14 +81,11 @@ def check_size(sealed: dict[str, Any]) -> None:
 
 
 def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -> None:
-    """Refuse, before any task's command starts, a job whose commands could
-    not start: a variable of a task's environment (``NAME=VALUE``), or its
-    command line with ``{worker_hosts}`` and its kin filled in, over Linux's
-    limit on one string (``MAX_ARG_STRLEN``), which the addresses of every
-    task, listed in ``TF_CONFIG`` and the ``TFMESOS_*_HOSTS``, can pass: every
-    command would fail with "Argument list too long". A
-    :class:`~tfmesos.errors.SpecError`: bad usage, which the file of
-    ``--cluster-file`` (:mod:`tfmesos.common.clusterfile`) mends."""
+    """Refuse, before any command starts, a job whose environment variable or
+    filled-in command line exceeds Linux's limit on one string
+    (``MAX_ARG_STRLEN``), which would fail every command with "Argument list
+    too long". A :class:`~tfmesos.errors.SpecError`; ``--cluster-file`` mends
+    it."""
     tasks = sum(len(addrs) for addrs in cluster_def.values())
     flag = f"{clusterfile.FLAG} (cluster_file=True in Python)"
     jobs = [job for job in spec.jobs if job.num > 0]

@@ -93,8 +93,8 @@ class OutputRouter:
         self.console.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
 
     def _process_lines(self, task: Attempt, body: bytes) -> bytes:
-        """``[worker:1.3] line`` as it came (its name coloured as the task's
-        prefix is); any other line under the task's prefix."""
+        """``[worker:1.3] line`` kept as it came, its name coloured; other lines
+        prefixed."""
         name = task.spec.name
         own = f"[{name}.".encode()
         lines = []
@@ -120,8 +120,7 @@ class OutputRouter:
             logger.log(level, message, *args)
 
     def abandon(self, reason: str, where: str) -> None:
-        """Drop the output not yet written, and say so once, with ``where``
-        the full output is."""
+        """Drop unwritten output, saying once where the full output is."""
         dropped = self.console.abandon() + self._dropped
         self._dropped = 0
         if self._abandoned:
@@ -142,8 +141,8 @@ class OutputRouter:
         )
 
     async def close(self, *, drop_stalled: bool, where: str) -> None:
-        """Write what is left (or, with ``drop_stalled``, drop it once the
-        terminal takes nothing for ``OUTPUT_STALL`` seconds)."""
+        """Write what is left; ``drop_stalled`` drops it once the terminal stalls
+        ``OUTPUT_STALL``."""
         stall = OUTPUT_STALL if drop_stalled else None
         if not await self.console.aclose(stall=stall):
             self.abandon(f"the terminal took no output for {OUTPUT_STALL:g}s", where)

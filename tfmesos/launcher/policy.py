@@ -1,10 +1,6 @@
-"""The launcher's rules, as pure functions of what it knows and what happened.
-
-:class:`tfmesos.launcher.Launcher` owns the loop, the connections and the
-backends; what to do about an event is decided here, with no I/O and no
-clock, so that each rule is tested alone (tests/test_policy.py) and the loop
-only carries the verdict out. The same split as torch.distributed.elastic's,
-whose agent decides and whose rendezvous only connects.
+"""The launcher's rules, as pure functions of what it knows and what happened: no
+I/O and no clock, so each rule is tested alone (tests/test_policy.py) and
+:class:`tfmesos.launcher.Launcher` only carries the verdict out.
 """
 
 from __future__ import annotations
@@ -116,8 +112,7 @@ def on_registered(task: TaskView) -> Action:
 
 
 def on_backend_failure(phase: Phase) -> Action:
-    """The backend can no longer run the job: the job fails, unless it is
-    already stopping."""
+    """The backend can no longer run the job: it fails, unless already stopping."""
     return Action.CARRY_ON if phase is Phase.STOPPING else Action.FAIL_JOB
 
 

@@ -1,17 +1,9 @@
 """Fine-grained mode: which dead TensorFlow servers are started again, and where.
 
-TF2's ``ClusterCoordinator`` treats a worker whose server stops answering as
-preempted: it puts the worker's functions back in its queue for the other
-workers, and waits (up to an hour) for a server at the same address to answer
-again; it then rebuilds that worker's datasets and carries on. The program
-holds every address (its cluster resolver), so a worker can only come back
-where it was. A parameter server cannot: the model's variables live in its
-memory and die with it, and the coordinator fails the program's next step
-that reads them.
-
-This module is the policy alone, with no process and no backend, so that it
-is tested by itself (:func:`decide`, and :func:`relaunch_or_fail`, which
-also words the failure that ends the job); the launcher carries it out.
+TF2's ``ClusterCoordinator`` waits for a preempted worker's server to answer
+again at the same address, so a worker can be relaunched only where it was. A
+parameter server cannot be: the model's variables die with it. Pure policy
+(:func:`decide`, :func:`relaunch_or_fail`); the launcher carries it out.
 """
 
 from __future__ import annotations
@@ -40,8 +32,8 @@ class RelaunchAt:
 
 @dataclass(frozen=True)
 class NotRelaunched:
-    """The task's end ends the job; ``why`` says why it is not relaunched
-    (empty when no relaunch was asked for: ``max_restarts=0``)."""
+    """The task's end ends the job; ``why`` (empty with ``max_restarts=0``) says
+    why."""
 
     why: str
 

@@ -76,8 +76,8 @@ def launcher_factory(
     options: BackendOptions | None = None,
     events: Events = NO_EVENTS,
 ) -> LauncherFactory:
-    """A fresh backend and launcher for each run; the chief beside the
-    launcher, on this machine, where the backend says so."""
+    """A fresh backend and launcher per run, with the chief here where the backend
+    asks."""
     backend_type = backend_class(backend_name)
     given = options or backend_type.options_type()
     # Every run of the job keeps its logs in the same directory.
@@ -104,16 +104,11 @@ def launcher_factory(
 
 
 class LateSignals:
-    """The interrupting signals that come once the job is over, while tfrun
-    says how it ended: taken in, not raised. Python's own SIGINT handler
-    raises KeyboardInterrupt wherever the main thread is, and so cut tfrun's
-    last line short with a traceback instead of its exit status. A signal
-    then changes nothing, as one during the teardown changes no verdict:
-    what is over cannot be stopped, and the verdict is already decided.
-
-    Until :meth:`take_over`, the job's event loop handles them (they stop
-    the job); :meth:`restore` puts back what was there before, for a caller
-    that goes on in the same process."""
+    """Interrupting signals that arrive once the job is over, while tfrun reports
+    how it ended: taken in, not raised, so the last line is not cut short by a
+    KeyboardInterrupt; the verdict is decided already. Until :meth:`take_over`
+    the job's event loop handles them; :meth:`restore` puts back what was
+    there."""
 
     def __init__(self) -> None:
         self.received: list[int] = []
@@ -161,12 +156,10 @@ async def run_with_restarts(
     events: Events = NO_EVENTS,
     late_signals: LateSignals | None = None,
 ) -> int:
-    """Run the job, and again after a failure up to ``spec.max_restarts``
-    times, each run with a launcher from ``make_launcher``; stop it on
-    SIGINT, SIGTERM, SIGHUP. Returns ``tfrun``'s exit status, which the last
-    of ``events``, ``job_verdict``, says too. With ``late_signals``, those
-    signals are handed to it as the job's event loop ends, however it ends,
-    so that none raises while tfrun says its verdict."""
+    """Run the job, again after a failure up to ``spec.max_restarts`` times, with
+    a launcher from ``make_launcher``; stop it on SIGINT, SIGTERM or SIGHUP.
+    Returns tfrun's exit status. ``late_signals`` takes over those signals as
+    the loop ends, so none raises while the verdict is reported."""
     try:
         return await _run_with_restarts(spec, make_launcher, started, events)
     finally:
@@ -256,7 +249,7 @@ async def _run_with_restarts(
             continue
         break
     assert signals.launcher is not None
-    return _say_the_verdict(signals.launcher, end, causes, interrupted, started, events)
+    return _report_verdict(signals.launcher, end, causes, interrupted, started, events)
 
 
 async def _run_once(launcher: Launcher, spec: ClusterSpec, restart: int, events: Events) -> _RunEnd:
@@ -283,16 +276,16 @@ async def _run_once(launcher: Launcher, spec: ClusterSpec, restart: int, events:
             )
         return _RunEnd(exc.exit_code, f"job failed: {exc}", "failed", again, summary)
     except ClusterStartError as exc:
-        said = str(exc)
+        message = str(exc)
         # "the cluster did not come up within 20s: still waiting for ..."
         # says it once; other reasons get the headline in front.
-        if not said.startswith("the cluster did not come up"):
-            said = f"the cluster did not come up: {said}"
-        return _RunEnd(EXIT_NEVER_UP, said, "never up")
+        if not message.startswith("the cluster did not come up"):
+            message = f"the cluster did not come up: {message}"
+        return _RunEnd(EXIT_NEVER_UP, message, "never up")
     return _RunEnd()
 
 
-def _say_the_verdict(
+def _report_verdict(
     launcher: Launcher,
     end: _RunEnd,
     causes: list[str],
@@ -300,8 +293,7 @@ def _say_the_verdict(
     started: float,
     events: Events,
 ) -> int:
-    """Say how the job ended, last, and where its output is; emit the
-    ``job_verdict`` event; return tfrun's exit status."""
+    """Log how the job ended and where its output is; return tfrun's exit status."""
     verdict, status, result = end.verdict, end.status, end.result
     if verdict and causes:
         # Each earlier run's cause; the last run's, with its output, is above.
@@ -316,12 +308,12 @@ def _say_the_verdict(
         logger.error("%s", paint(verdict, 31, colour))
     elif not interrupted:
         elapsed = duration(time.monotonic() - started)
-        said = ends(launcher.outcomes())
+        summary = ends(launcher.outcomes())
         if causes:
-            said += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
-        succeeded = f"job succeeded in {elapsed}: {said}"
+            summary += f" (run {len(causes) + 1}, after {len(causes)} restart{'s' if len(causes) > 1 else ''})"
+        succeeded = f"job succeeded in {elapsed}: {summary}"
         logger.info("%s", paint(succeeded, 32, colour))
-    _say_where_the_output_is(launcher, failed=bool(verdict))
+    _report_where_output_is(launcher, failed=bool(verdict))
     verdict_line = verdict or succeeded
     stopped_by = None
     if interrupted:
@@ -338,7 +330,7 @@ def _say_the_verdict(
     return status
 
 
-def _say_where_the_output_is(launcher: Launcher, failed: bool) -> None:
+def _report_where_output_is(launcher: Launcher, failed: bool) -> None:
     lost = launcher.lost_logs()
     incomplete = launcher.incomplete_output()
     if incomplete:

@@ -31,8 +31,7 @@ def signal_name(signum: int) -> str:
 
 
 def describe_exit(exited: Exited) -> str:
-    """How a task ended, as its agent reported it: a command killed by a
-    signal says which, not the shell's 128+N."""
+    """How a task ended, naming a killing signal rather than the shell's 128+N."""
     if exited.signal is not None:
         reason = f"killed by {signal_name(exited.signal)}"
         if exited.out_of_memory:
@@ -62,27 +61,26 @@ def outcomes(current: Iterable[Attempt], silence_limit: float = SILENCE_LIMIT) -
     ``exited 0``, ``stopped by tfrun``, ``cut off from tfrun`` (it could not
     be stopped: tfrun could not hear it, nor learn of its end), or how it
     failed."""
-    said = {}
+    by_task = {}
     for task in current:
         if task.state is AttemptState.FINISHED:
-            said[task.spec.name] = "exited 0"
+            by_task[task.spec.name] = "exited 0"
         elif task.state is AttemptState.STOPPED and task.left_unreached:
-            said[task.spec.name] = (
+            by_task[task.spec.name] = (
                 f"cut off from tfrun, not stopped by it (it stops itself once it has not "
                 f"heard tfrun for {silence_limit:g}s)"
             )
         elif task.state is AttemptState.STOPPED:
-            said[task.spec.name] = "stopped by tfrun"
+            by_task[task.spec.name] = "stopped by tfrun"
         elif task.state is AttemptState.FAILED:
-            said[task.spec.name] = "failed"
+            by_task[task.spec.name] = "failed"
         else:
-            said[task.spec.name] = task.state.value
-    return said
+            by_task[task.spec.name] = task.state.value
+    return by_task
 
 
 def paint(text: str, colour: int, enabled: bool) -> str:
-    """A verdict with its head (``job failed``, up to the first colon) in
-    bold ``colour``, where colour is on."""
+    """A verdict with its head (up to the first colon) in bold ``colour``."""
     head, colon, rest = text.partition(":")
     if not enabled or not colon:
         return text

@@ -1,18 +1,11 @@
 """Whether any agent registered with the master could ever hold a task: pure
-functions over the master's agent list.
+functions over the master's agent list (``GET_AGENTS`` of the v1 operator API).
 
-The list is the v1 operator API's ``GET_AGENTS`` (``POST /api/v1`` on the
-master; ``include/mesos/v1/master/master.proto``, ``Response.GetAgents``):
-each agent's ``total_resources``, reservations included. What an offer can
-ever hold of an agent is at most its unreserved resources and those reserved
-for the framework's roles (or for a role above one of them: a reservation for
-``eng`` is offered to ``eng/web``). Counting all of that is conservative: a
-task refused here could not be held by the agent even were it idle, and with
-no other framework on the cluster.
-
-What is not counted, so that nothing is refused that might fit: GPU agents'
-holding back from frameworks without ``GPU_RESOURCES``, agents being drained
-or deactivated, and resources already in use.
+An agent can ever offer its unreserved resources and those reserved for the
+framework's roles or a role above one (``eng``'s reservation is offered to
+``eng/web``). What is not counted (GPU agents held back, draining agents,
+resources in use) keeps the check conservative: nothing is refused that might
+fit.
 """
 
 from __future__ import annotations
@@ -70,8 +63,8 @@ class AgentTotal:
 
 
 def reserved_for(resource: dict[str, Any]) -> str:
-    """The role ``resource`` is reserved for, ``"*"`` if none: the last of its
-    ``reservations`` (the refined reservation), else its pre-refinement ``role``."""
+    """The role ``resource`` is reserved for (its last, refined reservation), or
+    ``"*"``."""
     reservations = resource.get("reservations") or []
     if reservations:
         return str(reservations[-1].get("role", "*"))

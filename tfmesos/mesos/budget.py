@@ -1,12 +1,9 @@
-"""How long the scheduler client keeps trying to gain a master, or to regain
-one: the budget of :class:`tfmesos.mesos.scheduler.SchedulerClient`'s attempts.
+"""How long the scheduler client keeps trying to gain or regain a master.
 
-Two budgets: until a master has answered at all, the short first-contact one
-(``connect_timeout``): a master that never answered is most likely a wrong
-address. Once one has answered, a master lost gets the long reconnect budget
-(``reconnect_timeout``). Every step of an attempt is bounded by what is left
-(:meth:`Budget.step_limit`), so the budget holds whatever the master or
-ZooKeeper do. Pure: the clock is handed in.
+A master that never answered is most likely a wrong address, so it gets the
+short ``connect_timeout``; once one has answered, a lost master gets the long
+``reconnect_timeout``. Every step of an attempt is bounded by what is left
+(:meth:`Budget.step_limit`). Pure: the clock is handed in.
 """
 
 from __future__ import annotations

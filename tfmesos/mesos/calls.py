@@ -1,22 +1,13 @@
-"""The scheduler calls (Mesos JSON, ``scheduler.proto``'s ``Call``) and the
-order they go out in: beside :mod:`tfmesos.mesos.scheduler`, which sends them.
+"""The scheduler calls (``scheduler.proto``'s ``Call``, as JSON) and the order
+they go out in; :mod:`tfmesos.mesos.scheduler` sends them.
 
-A call never overtakes one decided before it that it depends on. Mesos's
-own library (``src/scheduler/scheduler.cpp``) keeps two connections
-(``struct Connections``: ``subscribe`` and ``nonSubscribe``) and sends every
-call but SUBSCRIBE on the second (``Connection::send`` in
-``3rdparty/libprocess/include/process/http.hpp`` pipelines them on that one
-connection, so the master reads them in order, and reads the next before it
-has answered the one before). Here a call waits for the answer to every
-earlier call it shares a subject with (:func:`call_subjects`): the offer
-and role state for DECLINE, SUPPRESS, REVIVE and ACCEPT (a REVIVE overtaken
-by the SUPPRESS decided before it would leave the role suppressed for good),
-a task for the ACCEPT that launches it and a KILL or RECONCILE of it. Calls
-with no subject in common go out at once, side by side (:class:`CallQueue`):
-a call the master is slow to answer holds up only those that depend on it,
-not every ACKNOWLEDGE and KILL behind it for up to the call timeout.
-
-Pure: no I/O, no event loop of its own.
+A call waits for the answer to every earlier call it shares a subject with
+(:func:`call_subjects`), so it never overtakes one it depends on (a REVIVE
+overtaken by its SUPPRESS would leave the role suppressed for good). Calls with
+nothing in common go out side by side (:class:`CallQueue`), so one slow answer
+does not hold up every KILL and ACKNOWLEDGE behind it. Mesos's own library gets
+the same order by pipelining calls on one connection (docs/mesos-protocol.md).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -63,20 +54,20 @@ def subscribe_refused(url: str, status: int, text: str) -> tuple[bool, str]:
     answer's first 500 characters."""
     if status in (400, 401, 403):
         return True, f"the Mesos master at {url} refused SUBSCRIBE: {status} {text}"
-    said = f"{url} answered {status}"
+    reason = f"{url} answered {status}"
     text = " ".join(text.split())
     if text.startswith("<"):
         text = "(a web page)"
     if text:
-        said += f" {text}"
+        reason += f" {text}"
     if status not in MASTER_ANSWERS:
-        said += ", which no Mesos master answers to SUBSCRIBE: is -m a Mesos master?"
-    return False, said
+        reason += ", which no Mesos master answers to SUBSCRIBE: is -m a Mesos master?"
+    return False, reason
 
 
 def accept(offer_id: dict[str, Any], task_infos: list[dict[str, Any]], refuse: float) -> Call:
-    """ACCEPT ``offer_id`` with one LAUNCH of ``task_infos``; what the tasks
-    leave of the offer is filtered for ``refuse`` seconds."""
+    """ACCEPT ``offer_id`` with one LAUNCH; the rest of the offer is refused for
+    ``refuse`` s."""
     return {
         "type": "ACCEPT",
         "accept": {
@@ -132,11 +123,9 @@ def acknowledge(status: dict[str, Any]) -> Call:
 
 
 def call_subjects(call: Call) -> frozenset[str]:
-    """What a call is about: it is sent only once every earlier call that
-    shares a subject with it is answered. Acknowledgements of one task are
-    in order already (an agent sends a task's next update only once the last
-    is acknowledged) and depend on nothing else; a call of a type not named
-    here is ordered with the offer calls."""
+    """What a call is about: it waits for every earlier call sharing a subject. A
+    task's acknowledgements are ordered by the agent already; an unknown call
+    type is ordered with the offer calls."""
     kind = call.get("type")
 
     def task(body: Any) -> str:
@@ -167,8 +156,8 @@ class Queued:
 
 
 class CallQueue:
-    """The calls decided and not yet sent, in the order they were decided;
-    :meth:`ready` takes out those that may go now."""
+    """Calls decided but not sent, in order; :meth:`ready` takes those that may go
+    now."""
 
     def __init__(self) -> None:
         self._waiting: deque[Queued] = deque()

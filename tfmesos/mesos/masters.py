@@ -1,15 +1,8 @@
-"""Where the Mesos master is: the addresses ``-m`` takes.
-
-``-m`` takes ``host:port``, ``http(s)://host:port``, a comma-separated list of
-either (tried in turn; a non-leader redirects to the leader),
-``file:///path`` (a file holding any of these, read once at the start, as
-``MasterDetector::create`` in ``src/master/detector/detector.cpp`` reads it), or
-``zk://[user:password@]host1:2181,host2:2181/mesos``, where the credentials
-are ZooKeeper ``digest`` ones, sent once each session is up, and the leader is
-found as Mesos's own scheduler library finds it (:mod:`tfmesos.mesos.zookeeper`).
-
-The scheme is ``https`` when libprocess SSL is enabled in the scheduler's
-environment, ``http`` otherwise (:func:`default_scheme`).
+"""Where the Mesos master is: parsing the addresses ``-m`` takes (``host:port``,
+``http(s)://``, a comma-separated list, ``file://``,
+``zk://[user:password@]hosts/path``), as Mesos's ``MasterDetector::create``
+reads them. The scheme defaults to ``https`` when libprocess SSL is enabled
+(:func:`default_scheme`).
 """
 
 from __future__ import annotations
@@ -99,10 +92,8 @@ class MasterAddress:
 
     @classmethod
     def parse(cls, text: str, default_scheme: str = "http") -> MasterAddress:
-        """``host``, ``host:port``, ``scheme://host:port[/...]`` or
-        ``//host:port[/...]`` (the form of the ``Location`` of a master's 307,
-        ``//<hostname>:<port>/master/api/v1/scheduler``: ``Master::Http::redirect``
-        in ``src/master/http.cpp``); any path is dropped."""
+        """``host[:port]``, ``scheme://host:port`` or a 307's ``//host:port``; any
+        path is dropped."""
         text = text.strip()
         if not text:
             raise SpecError("empty Mesos master address")
@@ -127,8 +118,8 @@ class MasterAddress:
 
 
 def redirect_failure(chain: list[MasterAddress], why: str) -> str:
-    """Why the last of ``chain`` (the master given, then where each
-    redirected) failed, naming the standby that sent us there."""
+    """Why the end of redirect ``chain`` failed, naming the standby that sent us
+    there."""
     if len(chain) == 1:
         return f"{chain[0].url}: {why}"
     via = " -> ".join(m.url for m in chain[1:-1])
@@ -145,17 +136,11 @@ MAX_REDIRECTS = 5
 def follow_redirect(
     chain: list[MasterAddress], location: str, zookeeper: bool
 ) -> MasterAddress | str:
-    """Where the ``Location`` of a 307 from the last of ``chain`` (the master
-    given, then where each redirect led) leads, appended to ``chain``; or why
-    it is not followed (an address that cannot be dialled, a loop, too many).
-
-    Scheme, host and port only: a Location may carry the master's own path
-    (``//host:5050/master/api/v1/scheduler``). With ``zk://`` masters
-    (``zookeeper``) it is not followed: the leader is ZooKeeper's, dialled at
-    its pid's IP; Mesos's library never follows a 307 either
-    (``MesosProcess::__send``). A master that redirects has not yet seen the
-    change (a ZooKeeper watch delay), and may name the dead leader, by host
-    name."""
+    """Append to ``chain`` where the last master's 307 ``Location`` leads (scheme,
+    host and port only), or return why it is not followed (an address that
+    cannot be dialled, a loop, too many hops). Not used with ``zk://``: there
+    ZooKeeper names the leader, and a redirecting master may still name the
+    dead one."""
     master = chain[-1]
     if zookeeper:
         return (
@@ -227,11 +212,9 @@ follows them without a limit: a file naming itself would never end)."""
 
 
 def _parse_zk(text: str, environ: Mapping[str, str] | None) -> ZooKeeperSource:
-    """``zk://[credentials@]servers/path`` as ``zookeeper::URL::parse`` reads
-    it (``include/mesos/zookeeper/url.hpp``): the path starts at the first
-    ``/``, and the credentials (``user:password`` for the ``digest`` scheme)
-    end at the last ``@`` before it, so a password may hold ``@`` or ``:``
-    (ZooKeeper's digest takes the user to the first ``:``), never ``/``."""
+    """``zk://[user:password@]servers/path`` as ``zookeeper::URL::parse`` reads
+    it: the path starts at the first ``/`` and the credentials end at the last
+    ``@`` before it, so a password may hold ``@`` or ``:``, never ``/``."""
     rest = text[len("zk://") :]
     servers, slash, after = rest.partition("/")
     auth, at, hosts = servers.rpartition("@")

@@ -104,13 +104,10 @@ class OfferCapacity:
         )
 
     def take(self, task: TaskSpec, port: int | None = None) -> tuple[list[Resource], int]:
-        """Take what ``task`` needs; return its resources and its port:
-        ``port`` itself if given (the offer must hold it), else a free one
-        picked at random by the offer's ID and the task. Not the first: a
-        port the agent offers that a process outside Mesos holds fails the
-        task's agent ("already in use"), and taken first it was offered to
-        each of the task's relaunches too, until the job gave up; and every
-        framework that takes the first port of an agent's range takes the
+        """Take what ``task`` needs; return its resources and its port: ``port``
+        if given (the offer must hold it), else one picked at random by offer
+        and task. Not the first free port: one held outside Mesos would fail
+        every relaunch, and every framework taking the first port picks the
         same one."""
         taken: list[Resource] = []
         for name, amount in (("cpus", task.cpus), ("mem", task.mem), ("gpus", float(task.gpus))):
@@ -233,15 +230,11 @@ def place(
 
 
 class GangFit:
-    """The first fit of the tasks waiting over the offers held, in the order the
-    offers came: each offer takes, in its candidates' order, those of its
-    candidates that the offers before it left.
+    """The first fit of the waiting tasks over the held offers, in offer order.
 
-    What an offer takes depends only on the offers before it, so the fit is kept
-    from one OFFERS event to the next and only the new offers are fitted: an
-    event costs what its own offers take, not a fit of every offer held (which
-    made a job that holds offers over many events quadratic). An offer gone from
-    the middle cuts the fit back to the offers before it (``drop_from``)."""
+    An offer's share depends only on the offers before it, so the fit is kept
+    between OFFERS events and only new offers are fitted (refitting all was
+    quadratic); an offer gone cuts the fit back to before it (``drop_from``)."""
 
     def __init__(self, tasks: Sequence[TaskSpec], key: list[str]) -> None:
         self.tasks = tasks

@@ -1,9 +1,5 @@
-"""Role names as Mesos accepts them: ``roles::validate`` in ``src/common/roles.cpp``.
-
-A role is ``*`` or a ``/``-separated path whose components are not empty, ``.``,
-``..`` or ``*``, do not start with ``-``, and hold none of tab, newline, vertical
-tab, form feed, carriage return, space or DEL. Anything else (``a*b``, a
-backslash, non-ASCII) is a valid role. The messages are the master's.
+"""Role names as Mesos accepts them (``roles::validate`` in
+``src/common/roles.cpp``), with the master's messages.
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """The framework's connection to the master: subscribe, events, calls.
 
-Policy (which master, when to reconnect, how long to keep trying, the order of
-calls) is kept here, apart from what the framework does with offers and
-updates (the backend), and apart from HTTP itself (:mod:`tfmesos.mesos.transport`,
-a seam that the tests fill with a scripted fake).
-
-- ``SUBSCRIBE`` is one long POST whose ``200`` answer is a chunked RecordIO
-  stream of events, with the ``Mesos-Stream-Id`` header that every other call
-  must carry; other calls are short POSTs answered ``202``.
-- A call never overtakes one decided before it that it depends on; calls
-  with no subject in common go out side by side (:mod:`tfmesos.mesos.calls`,
-  which builds them and says their order). Where Mesos's library drops a
-  call made while not subscribed (``SchedulerProcess::_send``), ours waits
-  for the subscription.
-- A non-leading master answers ``307``: followed as
-  :func:`tfmesos.mesos.masters.follow_redirect` says (not with ``zk://``);
-  a redirect is no answer to SUBSCRIBE, so the first-contact budget holds.
-- No event for five heartbeat intervals means the connection is dead: close it
-  and re-subscribe, with the framework id, backing off up to 15 s between tries
-  (``docs/scheduler-http-api.md``, "Disconnections"). A stream we cannot read
-  (bad RecordIO, bad JSON, an event without a field it must have) is treated
-  the same way.
-- Every step of an attempt is bounded by the budget (:mod:`tfmesos.mesos.budget`:
-  short until a master has answered, then long). The first tries are quiet
-  (said at debug): a master started just after tfrun is found without a word.
+Policy (which master, when to reconnect, how long to try, the order of calls)
+lives here; what to do with offers and updates is the backend's, and HTTP is
+:mod:`tfmesos.mesos.transport`'s (a seam the tests fill). SUBSCRIBE is one long
+POST streaming RecordIO events; other calls are short POSTs carrying its
+``Mesos-Stream-Id``. A call made while not subscribed waits for the
+subscription (Mesos's library drops it). Five heartbeat intervals without an
+event, or an unreadable stream, mean the connection is dead: re-subscribe with
+backoff within the budget (:mod:`tfmesos.mesos.budget`). The first tries are
+logged at debug, so a master started just after tfrun is found quietly.
+Protocol details: docs/mesos-protocol.md.
 """
 
 from __future__ import annotations
@@ -454,9 +440,8 @@ class SchedulerClient:
         return master.url if status == 200 and "html" in content_type else None
 
     async def operator_call(self, call: dict[str, Any], timeout: float) -> tuple[int, str]:
-        """``call`` to the subscribed master's operator API (``/api/v1``): its
-        answer's status and text. Raises :class:`TransportError` (none
-        subscribed, no answer)."""
+        """POST ``call`` to the master's operator API; its status and text, or
+        :class:`TransportError`."""
         master = self.master
         if master is None:
             raise TransportError("not subscribed to a master")
@@ -471,29 +456,16 @@ class SchedulerClient:
     # -- calls -----------------------------------------------------------
 
     def submit(self, call: dict[str, Any]) -> asyncio.Future[str | None]:
-        """Queue one call now, behind every call submitted before it; the
-        future says how it went. Call it from the event loop's thread.
+        """Queue one call behind every call submitted before it; call it from the
+        event loop's thread. The future's result is why the master did not take
+        the call, or None if it did or the client is closing; it raises
+        :class:`SchedulerError` on a ``400``. The caller decides what a failure
+        means, so nothing is logged here.
 
-        The queue is sent one call at a time, each after the master answered
-        the one before, as soon as there is a subscription (calls submitted
-        while there is none wait for it). The future's result is why the
-        master did not take the call (no answer, or an answer other than
-        ``202``), or None if it did or the client is closing; it holds
-        :class:`SchedulerError` if the master answered ``400`` (the call is
-        wrong). The caller says what a failure means, so it is not logged
-        here.
-
-        On re-subscription, calls still queued go out on the new stream, in
-        order and before anything decided after it (a RECONCILE, say). That
-        is what they were decided for: a KILL or an ACKNOWLEDGE dropped would
-        leave a task running or an update re-sent; an ACCEPT of an offer the
-        master dropped with the old stream ends in TASK_DROPPED or TASK_LOST
-        updates, which relaunch the tasks. A call in flight when the stream
-        is lost is given up (Mesos's library ignores answers on a stale
-        connection) and reported; one the master answers after it replaced
-        the stream gets a ``400 ... didn't match the stream ID ...``, which is
-        reported, not raised: it is late, not wrong.
-        """
+        Queued calls survive a re-subscription and go out first on the new
+        stream: a KILL or ACKNOWLEDGE dropped would leave a task running or an
+        update re-sent. A call in flight when the stream is lost is given up
+        and reported, not raised."""
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         if self._closing or (self._tearing_down and call.get("type") != "TEARDOWN"):
             future.set_result(None)
@@ -536,8 +508,8 @@ class SchedulerClient:
             self._queued.set()
 
     async def _send(self, call: dict[str, Any]) -> str | None:
-        """Send one call on the current subscription and wait for its answer;
-        give up if the subscription is lost first."""
+        """Send one call and wait for its answer; give up if the subscription is
+        lost."""
         assert self.master is not None
         assert self.framework_id is not None
         master = self.master
@@ -580,14 +552,9 @@ class SchedulerClient:
 
     async def close(self, teardown: bool) -> None:
         """Stop; with ``teardown``, first tell the master to kill every task.
-
-        TEARDOWN jumps the queue: it ends the framework, which makes every
-        call still queued moot (their futures get None, as when closing), and
-        it must not wait behind them (a stalled call would spend the seconds
-        TEARDOWN has, and leave the tasks running until the failover timeout).
-        A call already in flight is not waited for: whichever the master
-        takes first, the framework ends.
-        """
+        TEARDOWN jumps the queue: it makes queued calls moot (their futures get
+        None), and waiting behind a stalled call would leave tasks running
+        until the failover timeout."""
         if teardown and self._subscribing and not self.subscribed.is_set():
             # Stopped between SUBSCRIBE and SUBSCRIBED: the master may have
             # registered the framework; its id comes with SUBSCRIBED.
@@ -638,11 +605,9 @@ class SchedulerClient:
 
 
 def not_a_master(url: str, status: int, text: str) -> str | None:
-    """What ``url`` answering SUBSCRIBE with ``status`` and ``text`` says, in
-    one line, if only a server other than a Mesos master answers so; else
-    None. Not a 404 with nothing in it: libprocess answers a path that no
-    process of its serves with a bare 404, and so may a master that listens
-    but has not yet started serving its routes."""
+    """One line saying ``url`` is not a Mesos master if its answer to SUBSCRIBE
+    shows so, else None. A bare 404 is not enough: a master that has not yet
+    started serving its routes answers that too."""
     if status in MASTER_ANSWERS or (status == 404 and not text.strip()):
         return None
     try:

@@ -1,32 +1,11 @@
-"""Mesos task states and what an update says about how a task ended.
+"""Mesos task states (``TaskState`` in ``mesos.proto``) and what an update says
+about how a task ended.
 
-The states are ``TaskState`` of ``include/mesos/v1/mesos.proto``; which of them
-are terminal is ``protobuf::isTerminalState`` (``src/common/protobuf_utils.cpp``).
-``TASK_UNREACHABLE`` and ``TASK_UNKNOWN`` are not terminal: a PARTITION_AWARE
-framework hears the first when an agent loses contact with the master, the
-second when reconciliation asks about a task the master does not know (an agent
-that has not re-registered after a master failover); either task may come back.
-For a job both mean the task is not running for it now, which is
-:attr:`TaskState.out_of_reach`.
-
-The exit status of the task's command is not a field of ``TaskStatus``: the
-command executor puts it in the message, ``"Command " + WSTRINGIFY(status)``
-(``src/launcher/executor.cpp``, ``src/common/status_utils.hpp``), which reads
-``exited with status N`` or ``terminated with signal <strsignal>``. What *is*
-structured is the ``reason``, which tells a memory limit or a lost agent apart.
-
-A task over its memory on an agent with the ``cgroups/mem`` isolator is
-OOM-killed by the kernel inside its cgroup; the isolator hears of it and the
-containerizer destroys the container: TASK_FAILED, source SOURCE_AGENT, reason
-REASON_CONTAINER_LIMITATION_MEMORY, and the message ``Memory limit exceeded:
-Requested: 288MB Maximum Used: 288MB`` followed by the cgroup's whole
-``memory.stat`` (``MemorySubsystemProcess::oomWaited`` in
-src/slave/containerizer/mesos/isolators/cgroups/subsystems/memory.cpp,
-``MesosContainerizerProcess::limited``, ``Slave::sendExecutorTerminatedStatusUpdate``).
-"Requested" is the cgroup's limit: the task's ``mem`` plus the 32 MB the agent
-adds for the command executor (``DEFAULT_EXECUTOR_MEM``). The update's
-``limitation`` holds the memory used, not the limit. The ``posix/mem``
-isolator (the agent's default) only measures: it never ends a task.
+``TASK_UNREACHABLE`` and ``TASK_UNKNOWN`` are not terminal (the task may come
+back), but for a job both mean the task is not running now
+(:attr:`TaskState.out_of_reach`). The exit status is not a field: it is parsed
+from the command executor's message. How a memory limit and an exit status are
+reported is in docs/mesos-protocol.md.
 """
 
 from __future__ import annotations
@@ -117,7 +96,7 @@ _SIGNAL_NUMBERS = _signal_numbers()
 
 def exit_status(state: TaskState, message: str) -> int | None:
     """The command's exit status as a shell gives it (128+N for signal N), or
-    None when the update does not say."""
+    None."""
     if state is TaskState.FINISHED:
         return 0
     match = _EXITED.search(message)

@@ -1,35 +1,15 @@
-"""How :class:`~tfmesos.mesos.scheduler.SchedulerClient` talks HTTP: a seam.
+"""How :class:`~tfmesos.mesos.scheduler.SchedulerClient` talks HTTP: a seam that
+only moves bytes, while the client keeps the policy.
 
-The client keeps the policy (which master, redirects, heartbeats, backoff, the
-reconnect budget, the order of calls); a transport only moves bytes. Its
-interface is two methods, after Mesos's own scheduler library
-(``src/scheduler/scheduler.cpp``, ``struct Connections``), which keeps two
-connections to the master: ``subscribe``, for the SUBSCRIBE call and its
-streamed answer, and ``nonSubscribe``, for every other call:
-
-- :meth:`Transport.open_stream` sends SUBSCRIBE and returns as soon as the
-  answer's status and headers are in: an :class:`EventStream` whose body is
-  read chunk by chunk;
-- :meth:`Transport.post` sends one other call and returns its status and text.
-
-Neither follows redirects, retries or times out on its own (bar ``post``'s
-``timeout``): that is the client's policy. Failing to reach the master, or a
-stream that breaks, is a :class:`TransportError` whose text says what happened
-in words fit for the user. :class:`AiohttpTransport` is the real one; the
-tests script an in-memory one.
-
-Two failures are the transport's own and end the client at once, as no retry
-can mend them: a TLS handshake that fails on its merits (the master's
-certificate is not trusted, or names another host; the master refuses ours:
-:class:`TLSError`), and a master that refuses the credentials, or demands
-some where none were given (``401``: :class:`AuthenticationError`). Both are
-known here, where the trust and the credentials are held, and said in full:
-what failed, what was trusted or which principal was sent (never the secret),
-and what to set.
-
-TLS is configured as libprocess configures it (``openssl.cpp`` in
-``3rdparty/libprocess/src``), from the same ``LIBPROCESS_SSL_*`` variables
-that the cluster's own frameworks and tools are given (:func:`client_tls`).
+Like Mesos's scheduler library, two connections: :meth:`Transport.open_stream`
+sends SUBSCRIBE and returns once the headers are in, and :meth:`Transport.post`
+sends any other call. Neither redirects nor retries. A failure is a
+:class:`TransportError` worded for the user; two end the client at once because
+no retry can mend them: a TLS handshake failing on its merits
+(:class:`TLSError`) and refused credentials (:class:`AuthenticationError`). TLS
+is configured from ``LIBPROCESS_SSL_*`` as libprocess does
+(:func:`client_tls`). :class:`AiohttpTransport` is the real one; the tests
+script an in-memory one.
 """
 
 from __future__ import annotations
@@ -89,8 +69,8 @@ CREDENTIALS_HINT = "--principal and --secret-file, or $MESOS_PRINCIPAL and $MESO
 
 
 class TransportError(Exception):
-    """The master could not be reached, or the connection broke. The text is
-    the whole diagnosis (no type name needs adding)."""
+    """The master could not be reached, or the connection broke; the text says it
+    all."""
 
 
 class TLSError(TFMesosError):
@@ -101,8 +81,8 @@ class TLSError(TFMesosError):
 
 
 class AuthenticationError(TFMesosError):
-    """The master answered ``401``: it refused the framework's credentials,
-    or demands some and none were given. The client gives up at once."""
+    """The master answered ``401`` to the credentials, or lack of them; not
+    retried."""
 
     exit_status = EXIT_NOT_PERMITTED
 
@@ -142,36 +122,14 @@ def _no_passphrase() -> str:
 
 
 def client_tls(ca: str | None = None, environ: Mapping[str, str] | None = None) -> ClientTLS:
-    """The TLS context for masters, from ``ca`` (``--ssl-ca``: a PEM file of
-    CA certificates, or a directory of them hashed as ``openssl rehash``
-    makes it) and the ``LIBPROCESS_SSL_*`` variables in ``environ`` (default:
-    the process's), read as libprocess reads them:
-
-    - ``LIBPROCESS_SSL_CA_FILE`` and ``LIBPROCESS_SSL_CA_DIR``: what the
-      master's certificate must chain to (``ca`` instead, when given); with
-      none, the system's CAs (OpenSSL's, which ``SSL_CERT_FILE`` and
-      ``SSL_CERT_DIR`` move), as libprocess falls back to them;
-    - ``LIBPROCESS_SSL_CERT_FILE`` and ``LIBPROCESS_SSL_KEY_FILE``: the
-      certificate presented to a master that asks for one
-      (``LIBPROCESS_SSL_REQUIRE_CLIENT_CERT`` there); libprocess presents
-      the same;
-    - ``LIBPROCESS_SSL_CIPHERS``: offered after Python's own ciphers
-      (libprocess's default list when unset: see :data:`LIBPROCESS_CIPHERS`).
-
-    The master's certificate is always verified, and must name the address
-    dialled: its IP address (an IP subjectAltName) for a master found through
-    ZooKeeper, which is dialled by IP as Mesos's scheduler library dials it;
-    the host name for one given by name. libprocess verifies only when
-    ``LIBPROCESS_SSL_VERIFY_SERVER_CERT`` is true, but the framework's secret
-    goes over this connection: only that variable (or its legacy alias
-    ``LIBPROCESS_SSL_VERIFY_CERT``) set to false, explicitly, turns
-    verification off, with a warning. Neither libprocess's reverse-DNS
-    ("legacy") host name check nor ``LIBPROCESS_SSL_VERIFY_IPADD`` applies:
-    the name dialled is the name checked.
-
-    A CA or certificate that cannot be loaded, or a bad value, is a
-    :class:`TLSError`.
-    """
+    """The TLS context for masters, from ``ca`` (``--ssl-ca``) and the
+    ``LIBPROCESS_SSL_*`` variables in ``environ``, read as libprocess reads
+    them (docs/mesos.md lists them). Unlike libprocess, the master's
+    certificate is always verified against the address dialled, because the
+    framework's secret goes over this connection; only
+    ``LIBPROCESS_SSL_VERIFY_SERVER_CERT=false``, set explicitly, turns that
+    off, with a warning. A CA, certificate or value that cannot be loaded is a
+    :class:`TLSError`."""
     environ = os.environ if environ is None else environ
     settings = [(name, _flag_value(name, environ[name])) for name in VERIFY if name in environ]
     verifying = not settings or any(value for _, value in settings)
@@ -191,8 +149,8 @@ def client_tls(ca: str | None = None, environ: Mapping[str, str] | None = None) 
 
 
 def _trusting(ca: str | None, environ: Mapping[str, str]) -> tuple[ssl.SSLContext, str]:
-    """A context that trusts ``ca``, else the ``LIBPROCESS_SSL_CA_*`` ones,
-    else the system's; and what it trusts, in words."""
+    """A context trusting ``ca``, the ``LIBPROCESS_SSL_CA_*`` ones, or the
+    system's; and which."""
     if ca is not None:
         cafile, capath = (None, ca) if os.path.isdir(ca) else (ca, None)
         trusted = f"the CA{'s in' if capath else ' in'} {ca} ({CA_FLAG})"
@@ -375,11 +333,9 @@ class Transport(Protocol):
 
 
 def describe(exc: BaseException) -> str:
-    """What an aiohttp or socket error means, in one line: ``Cannot connect:
-    Connection refused`` rather than the errno's repr (the client names the
-    master); ``TLS handshake failed: certificate verify failed: self-signed
-    certificate`` rather than the SSL error's number read as an errno
-    ("Operation not permitted")."""
+    """An aiohttp or socket error in one line (``Cannot connect: Connection
+    refused``; ``TLS handshake failed: certificate verify failed: ...``), not
+    the errno's repr or an SSL error number read as an errno."""
     tls = _ssl_error(exc)
     if tls is not None:
         return f"TLS handshake failed: {_describe_ssl_error(tls)}"
@@ -425,15 +381,10 @@ class _AiohttpStream:
 
 
 class AiohttpTransport:
-    """HTTP/1.1 over aiohttp: one session, whose pool keeps the SUBSCRIBE
-    stream's connection apart from the one that calls go out on (the client
-    sends one call at a time, so one pooled connection carries them all).
-
-    ``auth`` is the principal and secret for HTTP Basic authentication (the
-    master's ``--http_framework_authenticators=basic``); ``ssl_ca`` the CA
-    for ``https`` masters (see :func:`client_tls`, which reads the rest of
-    the TLS settings from the environment when the first ``https`` master is
-    dialled: a ``http`` master never needs them)."""
+    """HTTP/1.1 over one aiohttp session, whose pool keeps the SUBSCRIBE stream
+    apart from the connection calls go out on. ``auth``: the principal and
+    secret for HTTP Basic; ``ssl_ca``: the CA for ``https`` masters (the rest
+    of TLS is read when the first ``https`` master is dialled)."""
 
     def __init__(
         self,
@@ -467,9 +418,8 @@ class AiohttpTransport:
         return self._tls.context
 
     def _failed(self, url: str, exc: BaseException) -> TransportError:
-        """``exc`` in words, as a :class:`TransportError` (the client retries);
-        raise :class:`TLSError` instead for a handshake that failed on its
-        merits."""
+        """``exc`` as a retried :class:`TransportError`, or :class:`TLSError` for
+        a failed handshake."""
         tls = _ssl_error(exc)
         if tls is not None and _refused(tls):
             raise TLSError(self._handshake_failure(url, tls)) from None

@@ -1,44 +1,9 @@
-"""The leading Mesos master, as ZooKeeper names it (``-m zk://...``): found
-as Mesos's own scheduler library finds it (references are to Apache Mesos's
-source):
-
-* The group's members are the children named ``[<label>_]<sequence>``
-  (``src/zookeeper/group.cpp``, ``GroupProcess::cache``: the label is the
-  first ``_``-separated token, the sequence the last, an ``int32``; children
-  whose last token is not a number, such as ``log_replicas``, are not members).
-* The leader is the member with the lowest sequence, whatever its label
-  (``src/zookeeper/detector.cpp``, ``LeaderDetectorProcess::watched``).
-* Its data is read by its label (``src/master/detector/zookeeper.cpp``,
-  ``ZooKeeperMasterDetectorProcess::fetched``): ``json.info`` holds a
-  ``MasterInfo`` as JSON (what masters since 0.24 write,
-  ``src/master/contender/zookeeper.cpp``), ``info`` a binary-serialized
-  ``MasterInfo`` protobuf, and no label a bare ``UPID`` (``master@ip:port``,
-  turned into a ``MasterInfo`` by ``createMasterInfo`` in
-  ``src/common/protobuf_utils.cpp``). If the lowest member cannot be read (an
-  unknown label, data that does not parse), there is no leader: Mesos does
-  not pass it over for the next one, and neither do we.
-* The leader is dialled at the IP and port of the ``UPID`` in its ``pid``
-  (``src/scheduler/scheduler.cpp``, ``MesosProcess::detected``), not at its
-  host name. Masters fill ``pid``, ``ip`` and ``address.ip`` from the same
-  libprocess address (``src/master/master.cpp``, ``Master::Master``); without
-  a ``pid`` we fall back to ``address.ip``, the legacy ``ip``, then the host
-  names.
-* The scheme is ``https`` when libprocess SSL is enabled in the scheduler's
-  environment, ``http`` otherwise: ``MasterInfo`` says nothing about it. We
-  read the same variables, ``LIBPROCESS_SSL_ENABLED`` (or the deprecated
-  ``SSL_ENABLED``; ``3rdparty/libprocess/src/openssl.cpp``), for ``zk://`` and
-  for a master given without a scheme.
-
-The legacy ``MasterInfo.ip`` is the ``s_addr`` of the address, network order
-in memory, stored as a host-order ``uint32`` (MESOS-1201;
-``Master::Http::redirect`` in ``src/master/http.cpp`` reads it back with
-``ntohl``): on the little-endian hosts masters run on, the first octet is in
-the lowest byte.
-
-Unlike Mesos we do not reject a ``MasterInfo`` that lacks a required field
-(``id``, ``ip``, ``port``) as long as it gives an address, and we leave a
-host name in a ``pid`` for the HTTP client to resolve (libprocess resolves
-it to IPv4 itself).
+"""The leading Mesos master as ZooKeeper names it (``-m zk://...``), found as
+Mesos's own scheduler library finds it: the member with the lowest sequence,
+read by its label (``json.info``, ``info`` or a bare UPID), and dialled at its
+UPID's IP and port. A lowest member that cannot be read means no leader, as in
+Mesos. The exact rules, with their sources in Mesos, are in
+docs/mesos-protocol.md.
 """
 
 from __future__ import annotations
@@ -70,15 +35,10 @@ __all__ = [
 
 
 class _AtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """kazoo's own warnings and errors, said at debug only (``-v``): they
-    ("Connection dropped: ... Connection refused", every try) would bury
-    tfrun's one line on what failed, which says it in ZooKeeperLeader's words.
-
-    kazoo's debug chatter is dropped: it is no detail of tfmesos's, and it
-    prints each request, the digest credentials too ("Sending request(xid=-4):
-    Auth(..., auth='user:password')"). ``secret`` (the credentials) is cut
-    from whatever is kept, should a message ever hold them, and so is the
-    password alone."""
+    """kazoo's warnings and errors, logged at debug only: repeated on every try,
+    they would bury tfrun's one line on what failed. kazoo's debug output is
+    dropped (it prints the digest credentials), and ``secret`` is cut from
+    whatever is kept."""
 
     def __init__(self, logger: logging.Logger, secret: str | None) -> None:
         super().__init__(logger, {})
@@ -336,16 +296,9 @@ class ZooKeeperError(TFMesosError):
 
 
 class ZooKeeperAuthError(TFMesosError):
-    """ZooKeeper refuses to let these credentials (or a client without any)
-    read the masters' group (``NoAuth``): the path's ACL does not allow them.
-
-    Not a :class:`ZooKeeperError`, which the scheduler client retries within
-    its reconnect budget: asking again with the same credentials cannot help,
-    so the job ends at once. (ZooKeeper's digest scheme takes any password:
-    a wrong one only shows where an ACL asks for the right one. Masters given
-    credentials create their group readable by anyone and writable by
-    themselves, ``EVERYONE_READ_CREATOR_ALL`` in src/zookeeper/group.cpp; an
-    operator may restrict reading too.)"""
+    """ZooKeeper refuses these credentials, or none, the masters' group
+    (``NoAuth``). Unlike :class:`ZooKeeperError` it is not retried: the same
+    credentials cannot help, so the job ends at once."""
 
     @classmethod
     def refused(cls, source: ZooKeeperSource, path: str) -> ZooKeeperAuthError:

@@ -1,12 +1,10 @@
-"""Cancels tfrun's Slurm jobs if tfrun dies outright: ``kill -9``, the OOM killer.
+"""Cancels tfrun's Slurm jobs if tfrun dies outright (``kill -9``, the OOM
+killer), including jobs still queued, which nothing inside a job could do.
 
-Standard library only; started by the Slurm backend in a session of its own
-(so that a signal to tfrun's process group, Ctrl-C included, does not reach
-it), with nothing open but a pipe from tfrun. tfrun writes ``+JOBID`` for each
-job it submits and ``done`` when it has cancelled them itself. If the pipe
-ends without ``done``, tfrun is gone: the watchdog runs ``scancel`` on every
-job it was told of, at once, and exits. A job still waiting in the queue is
-thus removed too, which nothing inside the job could do.
+Started in a session of its own so Ctrl-C does not reach it. tfrun writes
+``+JOBID`` per job on a pipe and ``done`` once it has cancelled them; the pipe
+ending without ``done`` makes the watchdog ``scancel`` every job. Standard
+library only.
 """
 
 from __future__ import annotations

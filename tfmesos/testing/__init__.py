@@ -1,15 +1,12 @@
 """Test doubles, for tfmesos's tests and users' own (public: the names below).
 
-:mod:`tfmesos.testing.master` is a stand-in for an Apache Mesos master that
-speaks the v1 scheduler HTTP API and runs accepted tasks as local processes.
-It is a package of modules by responsibility (``docs/test-master.md`` lists
-them). :mod:`tfmesos.testing.fake` is an in-memory backend that plays scripted
-tasks, for testing the launcher's rules without a process. Their classes are
-importable from here too; the imports are lazy, so that importing
-:mod:`tfmesos.testing` alone does not load aiohttp. The pytest plugin
-(:mod:`tfmesos.testing.pytest_plugin`) and ``python -m tfmesos.testing.master``
-are public too; ``real_mesos``, ``mesos_home`` and ``netns`` are this
-project's test harness, not promised (docs/test-master.md).
+:mod:`tfmesos.testing.master` is a stand-in Mesos master that speaks the v1
+scheduler API and runs tasks as local processes; :mod:`tfmesos.testing.fake` is
+an in-memory backend for testing the launcher's rules without a process. The
+imports are lazy, so importing this package does not load aiohttp. The pytest
+plugin and ``python -m tfmesos.testing.master`` are public too; ``real_mesos``,
+``mesos_home`` and ``netns`` are this project's harness, not promised
+(docs/test-master.md).
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """An in-memory backend: the launcher's rules tested without a process.
 
-:class:`FakeBackend` starts nothing. Each launch plays one scripted
-:data:`Plan` (by task name and attempt): it is placed, dials in, gets the
-cluster, prints, exits, dies before it dials in, hangs, is lost, or makes the
-backend fail. The tasks dial in through :class:`FakeNetwork`, which stands in
-for the launcher's rendezvous (``Launcher(rendezvous=network.rendezvous)``):
-the same events the real rendezvous delivers, the same order, no socket. A
-test reads what the launcher did from the backend's record: what it checked,
-launched, killed, told each task, whether it closed.
+:class:`FakeBackend` starts nothing: each launch plays a scripted :data:`Plan`,
+and tasks dial in through :class:`FakeNetwork`, which delivers the real
+rendezvous's events in its order without a socket. A test reads what the
+launcher did from the backend's record::
 
     backend = FakeBackend(spec, plans={"worker:1": [DiesEarly(), Runs()]})
     launcher = backend.launcher()
     await launcher.start()
 
-Everything happens on the event loop's next turns (``call_soon``), as a real
-backend's reports do: never inside the launcher's own call.
+Everything happens on the loop's next turns, never inside the launcher's own
+call, as with a real backend.
 """
 
 from __future__ import annotations
@@ -70,8 +66,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Runs:
-    """Dials in; once it has the cluster, prints ``output`` and exits with
-    ``exit_code`` (``None``: runs until it is told to stop)."""
+    """Dials in, prints ``output`` and exits with ``exit_code`` (``None``: until
+    stopped)."""
 
     exit_code: int | None = 0
     output: bytes = b""
@@ -93,16 +89,14 @@ class Hangs:
 
 @dataclass(frozen=True)
 class Lost:
-    """Dials in; once it has the cluster, its machine goes: its connection
-    drops and the backend reports it lost."""
+    """Dials in, then its machine goes: the connection drops and the task is lost."""
 
     message: str = "agent lost"
 
 
 @dataclass(frozen=True)
 class BreaksBackend:
-    """Dials in; once it has the cluster, the backend itself fails (it lost
-    its master, say)."""
+    """Dials in, then the backend itself fails (it lost its master, say)."""
 
     message: str = "master gone for good"
 
@@ -131,8 +125,8 @@ def default_plan(task: TaskSpec) -> Plan:
 
 
 class FakeConnection(Connection):
-    """One fake task's connection: what the launcher sends it is recorded,
-    and the task answers as its agent would."""
+    """A fake task's connection: records what the launcher sends; answers as an
+    agent would."""
 
     def __init__(self, task: _FakeTask) -> None:
         # No socket: the real class's state is not needed.
@@ -292,8 +286,8 @@ class _FakeTask:
         self.end(code, "exited", "killed by SIGTERM")
 
     def end(self, code: int | None, state: str, message: str) -> None:
-        """Its connection drops first, then the backend says why: the launcher
-        hears both at once, with no grace to wait out."""
+        """The connection drops, then the backend says why: the launcher hears
+        both at once."""
         if self.ended:
             return
         self.ended = True
@@ -306,15 +300,11 @@ class _FakeTask:
 class FakeBackend(Backend):
     """A backend that starts nothing and plays each launch's :data:`Plan`.
 
-    ``plans`` maps a task name to what its attempts do, in order; attempts
-    past the list do as its last entry; a task not there does
-    :func:`default_plan`. ``refuse``: :meth:`check` raises it as a
-    :class:`~tfmesos.errors.ResourceError`. ``start_error``: :meth:`start`
-    raises it. ``network``: shared with another fake backend (the chief's) of
-    the same launcher. ``attached``: once started, it reports its hold on a
-    cluster with these details, as a cluster backend does
-    (:class:`~tfmesos.backends.base.BackendAttached`). ``log_dir``: the
-    run's log directory it says it keeps (it writes nothing there)."""
+    ``plans`` maps a task name to its attempts' plans (the last repeats; an
+    absent task does :func:`default_plan`). ``refuse`` and ``start_error`` make
+    :meth:`check` and :meth:`start` raise; ``network`` is shared with the
+    chief's fake backend; ``attached`` and ``log_dir`` are what it reports, as
+    a cluster backend would."""
 
     name = "fake"
     options_type = BackendOptions

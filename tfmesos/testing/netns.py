@@ -1,31 +1,12 @@
-"""Hosts of their own on this machine: each a Linux network namespace with
-one address on a bridge, its own host name and its own ``/etc/hosts``, so
-that a Mesos master, its agents and tfrun see each other as a real
-cluster's hosts do, by name, and the network between them can fail.
+"""Hosts of their own on this machine: each a Linux network namespace on one
+bridge, with its own address, host name and ``/etc/hosts``, so a Mesos master,
+its agents and tfrun see each other by name and the network between them can
+fail (:meth:`HostNetwork.cut`, :meth:`HostNetwork.isolate`).
 
-The plumbing is ``ip`` (iproute2), ``unshare`` (util-linux) and ``nft``:
-
-* a bridge ``tfmbrN`` in the root namespace, address ``10.213.N.1/24``
-  (the harness reaches the hosts through it; no route leads out: no traffic
-  leaves the machine);
-* per host, a namespace ``tfmesos-PID-N-NAME``, a veth pair ``tfmNhI`` (on
-  the bridge) / ``eth0`` (inside) with ``10.213.N.(I+2)/24``, and
-  ``/etc/netns/NAMESPACE/hosts`` naming every host of the network, which
-  ``ip netns exec`` binds over ``/etc/hosts``;
-* ``/etc/netns/NAMESPACE/nsswitch.conf`` looks names up in that file only;
-* a program runs on a host through :meth:`Host.prefix`: ``ip netns exec``,
-  then ``unshare --uts`` and ``hostname NAME``;
-* :meth:`HostNetwork.cut` drops, in an ``nft`` output chain of each of the
-  two namespaces, what one sends the other: silently, as a failed network
-  does (a blackhole route would fail a ``connect`` at once);
-  :meth:`HostNetwork.isolate` takes a host's link down.
-
-Everything carries the owner's pid: the namespaces in their names, the
-bridge and the veths in their alias (``/sys/class/net/IF/ifalias``).
-:func:`sweep`, run under a lock before every new network, removes what an
-owner that died (SIGKILLed) left. Needs root.
-
-Standard library only, as :mod:`tfmesos.testing.real_mesos`.
+Built with ``ip``, ``unshare`` and ``nft``; nothing leaves the machine.
+Everything carries the owner's pid, so :func:`sweep` removes what a dead owner
+left. Needs root; standard library only. docs/test-master.md ("Real Mesos")
+describes the layout.
 """
 
 from __future__ import annotations
@@ -138,9 +119,8 @@ def _remove_namespace(namespace: str) -> None:
 
 
 def sweep() -> list[str]:
-    """Remove what harnesses whose owner is dead left (namespaces, their
-    processes, links, ``/etc/netns`` folders); what was removed. Run it
-    under :func:`_locked`."""
+    """Remove what dead owners' networks left; return what was removed. Hold
+    :func:`_locked`."""
     removed = []
     for namespace in _namespaces():
         match = _NAMESPACE.match(namespace)
@@ -241,8 +221,7 @@ class HostNetwork:
 
     @classmethod
     def open(cls, names: Sequence[str] = ()) -> HostNetwork:
-        """Sweep what dead owners left, then a bridge on a free 10.213.N.0/24
-        and a host for each of ``names``."""
+        """Sweep, then make a bridge on a free 10.213.N.0/24 and a host per name."""
         why = hosts_unavailable()
         if why:
             raise HostsNotAvailable(why)
@@ -328,8 +307,8 @@ class HostNetwork:
     # -- faults -----------------------------------------------------------
 
     def forget(self, on: str, name: str) -> None:
-        """Host ``on``'s ``/etc/hosts`` no longer names host ``name``: a name
-        its resolver cannot resolve, as a host's missing DNS entry is."""
+        """Drop host ``name`` from host ``on``'s ``/etc/hosts``, as a missing DNS
+        entry."""
         self.unknown.setdefault(on, set()).add(name)
         self._write_hosts_files()
 

@@ -1,25 +1,17 @@
 """pytest fixtures that start the test Mesos master for a user's own tests.
 
-Installed with tfmesos as the ``tfmesos`` pytest plugin (the ``pytest11`` entry
-point), so that any test can ask for:
+Installed as the ``tfmesos`` plugin (``pytest11``), it offers:
 
 ``mesos_master``
-    the address, ``127.0.0.1:PORT``, of a test master started for the test on a
-    free port (what ``tfrun -m`` or a scheduler client takes);
+    the address, ``127.0.0.1:PORT``, of a test master started for the test;
 ``mesos_test_master``
-    the :class:`~tfmesos.testing.master.ThreadedTestMaster` itself, for its
-    fault injection and inspection (``mesos_master`` is its address);
+    the :class:`~tfmesos.testing.master.ThreadedTestMaster` itself;
 ``mesos_master_config``
-    the keywords of :class:`~tfmesos.testing.master.MasterConfig` it is started
-    with: by default those of the ``mesos_master`` marker
-    (``@pytest.mark.mesos_master(agents=1, cpus=2)``); override the fixture to
-    choose them otherwise.
+    its :class:`~tfmesos.testing.master.MasterConfig` keywords, by default
+    from the ``mesos_master`` marker.
 
-pytest imports this module at start-up in every project where tfmesos is
-installed, so it imports nothing beyond pytest: the master (and aiohttp, which
-only the ``mesos`` extra installs) is loaded when a test first uses a fixture,
-and without aiohttp that test fails in one line naming the extra. ``-p
-no:tfmesos`` turns the plugin off.
+pytest imports this in every project with tfmesos installed, so it imports
+nothing beyond pytest until a fixture is used. ``-p no:tfmesos`` turns it off.
 """
 
 from __future__ import annotations

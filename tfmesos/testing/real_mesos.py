@@ -1,15 +1,7 @@
-"""Real Apache Mesos on this machine: one master (or several, electing their
-leader in ZooKeeper) and several agents, started and stopped by pid, for tests
-and for trying a job before submitting it.
-
-The test master (:mod:`tfmesos.testing.master`) is a reading of Mesos; this is
-Mesos itself (``mesos-master`` and ``mesos-agent`` binaries, found as
-:func:`~tfmesos.testing.mesos_home.find_home` says), run the way ``docs/test-master.md`` ("Real Mesos")
-describes: the posix launcher and isolators, each agent with its own port,
-work and runtime directories, port range and resources.
-
-Only the standard library: ``scripts/start-mesos`` runs it before any virtual
-environment exists.
+"""Real Apache Mesos on this machine: masters (one, or several electing a leader
+in ZooKeeper) and agents, started and stopped by pid, for tests and for trying
+a job. Run as docs/test-master.md ("Real Mesos") describes. Standard library
+only: ``scripts/start-mesos`` runs it before any virtual environment exists.
 """
 
 from __future__ import annotations
@@ -132,36 +124,18 @@ with a 307 to the leader (``Master::Http::redirect``, src/master/http.cpp)."""
 
 @dataclass
 class RealMesos:
-    """One ``mesos-master`` and ``len(agents)`` ``mesos-agent``\\ s on free
-    ports of 127.0.0.1, under ``base`` (a new temporary folder by default),
-    each logging to ``base/NAME.log``.
+    """One ``mesos-master`` and ``len(agents)`` ``mesos-agent`` processes on free
+    ports of 127.0.0.1 under ``base``, each logging to ``base/NAME.log``.
 
-    With ``zk`` (``zk://[user:password@]host:port/path``) the masters, then
-    ``masters`` of them (``master0``, ``master1``, ...; one master is
-    ``master`` whatever ``zk``), elect their leader in ZooKeeper (``--zk``)
-    and keep their registry in a replicated log (``--registry=replicated_log``,
-    ``--quorum`` a majority of them), each in its own work directory; the
-    agents find the leader there (``--master=zk://...``). More than one
-    master needs ``zk``.
-
-    ``executor_env`` is what tasks get as their environment (a real agent
-    gives them ``--executor_environment_variables`` only, not its own):
-    ``PATH`` by default leads to this interpreter's folder, and
-    ``PYTHONPATH`` is this process's, where it has one.
-    ``master_flags``/``agent_flags`` are added to (and override) the defaults.
-
-    With ``hosts``, each master and each agent runs on a host of its own
-    (:mod:`tfmesos.testing.netns`: a network namespace with its own address
-    in 10.213.N.0/24, host name and ``/etc/hosts``), named as its log
-    (``master``, ``agent0``, ...), on Mesos's ports (5050, 5051); the agents
-    find their master by name. A further host, ``client``, is for tfrun and
-    the chief: :meth:`client_argv`. :meth:`cut`, :meth:`heal`,
-    :meth:`isolate` and :meth:`rejoin` fail the network between them.
-    Needs root. With ``zk`` too, each master on a host of its own: the
-    hosts reach a ZooKeeper of the root namespace that ``zk`` names by a
-    loopback address (it must listen on every address, as ZooKeeper does by
-    default) at the bridge's address instead: :attr:`hosts_zk`.
-    """
+    ``zk``: ``masters`` masters elect a leader there, with a replicated-log
+    registry (more than one master needs it). ``executor_env``: the tasks'
+    environment (a real agent passes only
+    ``--executor_environment_variables``). ``master_flags``/``agent_flags``
+    override the defaults. ``hosts``: each daemon on a host of its own
+    (:mod:`tfmesos.testing.netns`), plus a ``client`` host for tfrun
+    (:meth:`client_argv`), whose network :meth:`cut`, :meth:`heal`,
+    :meth:`isolate` and :meth:`rejoin` fail; needs root. docs/test-master.md
+    ("Real Mesos") has the details."""
 
     home: Path
     agents: Sequence[AgentSpec] = DEFAULT_AGENTS
@@ -317,8 +291,8 @@ class RealMesos:
         daemon.starts += 1
 
     def stop(self) -> None:
-        """Stop every daemon by pid (SIGTERM, then SIGKILL), then every process
-        that carries the cluster's mark (executors and tasks an agent left)."""
+        """Stop every daemon by pid, then every process carrying the cluster's
+        mark."""
         for index in range(len(self._agents)):
             self.resume_agent(index)  # a stopped process would not hear SIGTERM
         for daemon in [*self._agents, *self._masters]:
@@ -407,8 +381,8 @@ class RealMesos:
             return None
 
     def leader_index(self) -> int | None:
-        """Which master leads now: the running one that answers ``/state``
-        itself, as only an elected master does (``Master::Http::state``)."""
+        """The running master that answers ``/state`` itself, as only the leader
+        does."""
         for index in range(len(self._masters)):
             state = self.master_state(index)
             if state is not None and state.get("leader") == state.get("pid"):
@@ -430,8 +404,8 @@ class RealMesos:
             time.sleep(0.1)
 
     def kill_master(self, index: int) -> None:
-        """SIGKILL master ``index``: it leaves its ZooKeeper group when its
-        session there expires (``--zk_session_timeout``, 10 s by default)."""
+        """SIGKILL master ``index``; it leaves ZooKeeper when its session expires
+        (10 s)."""
         daemon = self._masters[index]
         daemon.killed = True
         if daemon.proc is not None:
@@ -439,8 +413,8 @@ class RealMesos:
             daemon.proc.wait()
 
     def start_master(self, index: int) -> None:
-        """Start master ``index`` again on its port and work directory: it
-        recovers its replica of the registry's log and stands by."""
+        """Restart master ``index`` on its port and work directory; it recovers
+        and stands by."""
         daemon = self._masters[index]
         assert not _running(daemon), "still running"
         daemon.killed = False
@@ -512,9 +486,8 @@ class RealMesos:
             daemon.proc.wait()
 
     def pause_agent(self, index: int) -> None:
-        """SIGSTOP agent ``index``: alive, its executors running, but deaf to
-        its masters (a new leader keeps it "recovered", not re-registered,
-        until :meth:`resume_agent`)."""
+        """SIGSTOP agent ``index``: alive, its tasks running, deaf to masters
+        until :meth:`resume_agent`."""
         daemon = self._agents[index]
         assert daemon.proc is not None
         assert _running(daemon), "not running"
@@ -528,8 +501,8 @@ class RealMesos:
         daemon.paused = False
 
     def start_agent(self, index: int) -> None:
-        """Start agent ``index`` again, with its work directory as it was: it
-        recovers (``--recover=reconnect``, Mesos's default) what it checkpointed."""
+        """Restart agent ``index`` on its work directory; it recovers what it
+        checkpointed."""
         daemon = self._agents[index]
         assert not _running(daemon), "still running"
         daemon.killed = False
@@ -554,8 +527,8 @@ class RealMesos:
 
     @property
     def master_address(self) -> str:
-        """``NAME:PORT`` of the (first) master, as the hosts name it; with
-        several, ``zk``. On one address, :attr:`address`."""
+        """``NAME:PORT`` of the first master as hosts name it; ``zk`` with
+        several."""
         if self.zk:
             return self.hosts_zk or self.zk
         master = self._masters[0]
@@ -583,8 +556,8 @@ class RealMesos:
         return f"{scheme}://{credentials}{at}{','.join(moved)}{slash}{path}"
 
     def cut(self, a: str, b: str) -> None:
-        """Hosts ``a`` and ``b`` (``master``, ``agent0``, ``client``...) no
-        longer hear each other, both ways, until :meth:`heal`."""
+        """Hosts ``a`` and ``b`` stop hearing each other, both ways, until
+        :meth:`heal`."""
         self.network.cut(a, b)
 
     def heal(self, a: str, b: str) -> None:

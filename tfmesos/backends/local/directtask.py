@@ -1,18 +1,10 @@
 """A local task the launcher runs itself: the agent's part, in-process.
 
-On this machine an agent per task is a second interpreter that relays what the
-launcher already knows: its start, its connection and its handshake, and
-``setpriv`` in front of every command, cost more than the command itself for a
-short task (docs/benchmarks.md, "The fixed cost"). So a plain replica-mode task
-(no initializer or finalizer) is run by the launcher itself: the same command
-line and environment (:func:`tfmesos.agent.supervisor.task_command`), the same
-supervision of the command (:class:`tfmesos.agent.supervisor.CommandRun`, driven by
-the launcher's event loop rather than the agent's selector), the same log
-(:class:`tfmesos.common.tasklog.TaskLog`), the same end of what the command leaves
-behind, and the same events on the launcher's side (``Registered``,
-``Output``, ``Exited``, ``Disconnected``, then the backend's ``TaskEnded``),
-without a socket between. What the agent's parent-death signal did, should the
-launcher die outright, is done once per job by :mod:`tfmesos.agent.sweeper`.
+For a short task a separate agent costs more than the command, so a plain
+replica-mode task (no initializer or finalizer) is run by the launcher with the
+same command line, supervision (:class:`tfmesos.agent.supervisor.CommandRun`),
+log and events as an agent would give it, without a socket between. Should the
+launcher die outright, :mod:`tfmesos.agent.sweeper` ends its tasks.
 """
 
 from __future__ import annotations
@@ -110,8 +102,8 @@ class DirectTask:
         self._rendezvous.deliver(Registered(self.task_id, address, self._connection))
 
     def _fail(self, problem: str) -> None:
-        """Ended before its command started: said in its log, status 1, as
-        an agent's error is."""
+        """Ended before its command started: logged, status 1, as an agent's
+        error."""
         self._write_log(f"[tfmesos agent] {problem}\n".encode())
         self._end(1)
 
@@ -350,11 +342,9 @@ class _Leftovers:
         return proctree.signal_group(self.pgid, 0) or bool(self.orphans())
 
     def _reap_dead_members(self) -> None:
-        """Reap what of the group exited after its parent did: handed to the
-        launcher (its subreaper), it stays a zombie, and a member of the
-        group, until reaped here. ``sh -c 'cmd; sleep 30'`` stopped leaves
-        one (the shell dies first): before, it kept the group alive for the
-        whole grace and SIGKILL rounds, 7 s."""
+        """Reap group members that exited after their parent: handed to the
+        launcher (their subreaper), they stay zombies, and keep the group
+        alive, until reaped here."""
         try:
             children = procfs.children(os.getpid())
         except OSError:
@@ -416,11 +406,9 @@ def _signal_tree(pid: int, sig: int) -> None:
 
 
 def strays() -> list[int]:
-    """Orphans handed to the launcher that no task's id marks, out of the
-    launcher's process group: what a task hid from both its group and the
-    mark (``setsid env -i helper &``), so that its own task's end does not
-    find it. Whose it is cannot be told; it ends with the job
-    (:func:`end_strays`), or by the sweeper should the launcher be killed."""
+    """Orphans handed to the launcher that no task id marks, outside its process
+    group (``setsid env -i helper &``): whose they are cannot be told, so they
+    end with the job (:func:`end_strays`)."""
     try:
         children = procfs.children(os.getpid())
     except OSError:
@@ -446,8 +434,8 @@ def strays() -> list[int]:
 
 
 async def end_strays() -> None:
-    """End the job's strays (:func:`strays`) as leftovers are ended:
-    SIGTERM, ``LEFTOVER_GRACE`` to exit, then SIGKILL until none is left."""
+    """End the job's strays: SIGTERM, ``LEFTOVER_GRACE``, then SIGKILL until none
+    is left."""
     found = strays()
     if not found:
         return
@@ -489,19 +477,19 @@ class Sweeper:
 
     def started(self, pgid: int, entry: str) -> None:
         """A command started, in group ``pgid``, its processes carrying ``entry``."""
-        self._say(f"carries {entry}\ngroup {pgid}")
+        self._tell_sweeper(f"carries {entry}\ngroup {pgid}")
 
     def done(self, pgid: int) -> None:
-        self._say(f"done {pgid}")
+        self._tell_sweeper(f"done {pgid}")
 
     def stray(self, pid: int) -> None:
-        """A stray (:func:`strays`), named with its start so that the pid,
-        should it be reused, names no stranger."""
+        """A stray (:func:`strays`), with its start time so a reused pid names no
+        stranger."""
         started = procfs.start_time(pid)
         if started is not None:
-            self._say(f"stray {pid} {started}")
+            self._tell_sweeper(f"stray {pid} {started}")
 
-    def _say(self, line: str) -> None:
+    def _tell_sweeper(self, line: str) -> None:
         if self._proc is None or self._proc.stdin is None:
             return
         try:

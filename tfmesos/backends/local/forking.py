@@ -43,11 +43,7 @@ class ForkServerGone(RuntimeError):
 
 
 class AgentProcess:
-    """An agent, however it was started: its pid (also its process group).
-
-    A plain class rather than a frozen dataclass: making a dataclass compiles
-    each of its methods at import, ~0.6 ms of every tfrun's start for two
-    fields (docs/benchmarks.md, "The fixed cost")."""
+    """An agent, however it was started: its pid (also its process group)."""
 
     __slots__ = ("exited", "pid")
 

@@ -1,14 +1,8 @@
-"""The local backend's fork server, started before ``tfrun`` imports its launcher.
-
-The server's own start (an interpreter, then the agent's standard library:
-tens of ms) used to come after the launcher's imports and set-up; started
-here, as soon as ``tfrun`` knows the job is local, it runs on the other core
-while the launcher imports asyncio and the rest, and
-:meth:`tfmesos.backends.local.forking.ForkServer.start` adopts it
-(docs/benchmarks.md, "The fixed cost"). One not adopted is closed by
-:func:`discard` (``tfrun`` calls it at the end, whatever happened).
-
-Light on purpose: only what starting a process needs, before anything else.
+"""The local backend's fork server, started before ``tfrun`` imports its launcher,
+so its start-up overlaps the launcher's imports;
+:meth:`tfmesos.backends.local.forking.ForkServer.start` adopts it, and
+:func:`discard` closes one not adopted. Imports only what starting a process
+needs.
 """
 
 from __future__ import annotations
@@ -94,8 +88,7 @@ def start() -> None:
 
 
 def take() -> subprocess.Popen[bytes] | None:
-    """The server started early, if this process started it and it still
-    runs; it is the caller's from now on."""
+    """The server started early, if it still runs; the caller owns it from now on."""
     global _started
     started, _started = _started, None
     if started is None:
@@ -109,8 +102,7 @@ def take() -> subprocess.Popen[bytes] | None:
 
 
 def discard() -> None:
-    """Close a server started early that nobody adopted (the job ended before
-    the local backend started), and reap it."""
+    """Close and reap a server started early that nobody adopted."""
     proc = take()
     if proc is not None:
         _close(proc)

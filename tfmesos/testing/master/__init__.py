@@ -1,28 +1,16 @@
 """A test double of an Apache Mesos master: the v1 scheduler HTTP API, for real.
 
-It follows the published protocol (``docs/scheduler-http-api.md``,
-``docs/recordio.md``, ``docs/reconciliation.md``, the v1 ``mesos.proto`` and
-``scheduler/scheduler.proto``), not any one client, and where the documents are
-silent it does what the Mesos master and agent do. ``docs/test-master.md`` in
-this repository lists every behaviour, where it came from and what is left out,
-and which module of this package owns it.
+It follows the published protocol, not any one client, and where the documents
+are silent it does what Mesos does; docs/test-master.md lists every behaviour,
+its source and what is left out. Accepted tasks run as local processes, each in
+its own process group and sandbox, on agents configured like
+``--switch_user=false --isolation=posix/cpu,posix/mem``; what real Mesos's own
+tests cover (images, volumes, memory limits, the fetcher) fails to launch,
+saying so. Stopping the master kills every task.
 
-Accepted tasks run for real, as local processes, each in its own process group
-and sandbox directory; every "agent" is this machine, configured as a real
-agent with ``--switch_user=false --isolation=posix/cpu,posix/mem``. What real
-Mesos's own tests cover (images, the user switch, volumes, memory limits, the
-fetcher) is not emulated: such a task fails to launch, saying so. Nothing a
-task starts outlives the master: stopping it kills every task's process group.
-
-Three ways to run it:
-
-* ``python -m tfmesos.testing.master --port 5050 --agents 3 --cpus 4 --mem 8192``
-* ``async with TestMaster(agents=2) as master: ...`` in a coroutine
-* ``with ThreadedTestMaster(agents=2) as master: ...`` in synchronous code
-
-Fault injection and inspection are methods of both classes and also plain HTTP
-endpoints under ``/__test__/`` (see :meth:`HttpApi._control_routes
-<tfmesos.testing.master.http.HttpApi._control_routes>`).
+Run it with ``python -m tfmesos.testing.master``, ``async with
+TestMaster(...)`` or ``with ThreadedTestMaster(...)``; faults and inspection
+are methods of both and routes under ``/__test__/``.
 """
 
 from __future__ import annotations

@@ -136,8 +136,8 @@ class PortTaken(Exception):
 
 
 def _write_address(path: Path, address: str) -> None:
-    """``address`` in ``path``, whole or not at all (a reader waiting for the
-    file never sees half of it)."""
+    """Write ``address`` to ``path`` atomically, so a waiting reader never sees
+    half."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(address + "\n")
     os.replace(temporary, path)

@@ -45,8 +45,8 @@ def command_environment(command: JSON) -> dict[str, str]:
 
 
 def task_environment(state: MasterState, task: Task, command: JSON) -> dict[str, str]:
-    """The command's environment: the executor's, the command's own variables
-    and the role the task's resources are allocated to."""
+    """The command's environment: the executor's, the command's own, and the
+    task's role."""
     env = executor_environment(state, task)
     env.update(command_environment(command))
     env["MESOS_ALLOCATION_ROLE"] = task.role

@@ -1,23 +1,12 @@
-"""Running tasks for real: the agent, the command executor and the default executor.
+"""Running tasks for real: the agent, the command executor and the default
+executor of a task group, as Mesos's ``src/launcher/executor.cpp`` and
+``src/slave/slave.cpp`` behave (states, messages, kill grace, sandbox and
+``MESOS_*`` environment, a task's group and session killed with it).
 
-Models the command executor (``src/launcher/executor.cpp``: TASK_STARTING,
-TASK_RUNNING, "Command exited with status N", SIGTERM then SIGKILL after the
-kill grace period), the default executor of a task group (one task failing or
-being killed takes the group down, ``docs/app-framework-development-guide.md``),
-the agent's sandbox and ``MESOS_*`` environment (mesos.proto ``CommandInfo``,
-``Environment``; ``src/slave/slave.cpp``), the posix launcher's ``os::killtree``
-(a task's process group and session die with it) and the KILL and SHUTDOWN
-calls (``docs/scheduler-http-api.md``; scheduler.proto ``Call.Kill``;
-``Master::kill``). A reaper process kills every task still alive if the
-master's process dies (``reaper.py``); process groups are ``groups.py``'s, the
-environment ``environment.py``'s.
-
-The agents are those of one plain configuration, ``--switch_user=false
---isolation=posix/cpu,posix/mem``: tasks run as this process's user, memory is
-not enforced, and volumes are refused as ``filesystem/posix`` refuses them.
-What real Mesos covers in tests of its own (images, the user switch, host-path
-volumes, ``cgroups/mem``, the fetcher) the double refuses in words that say so,
-rather than run a task other than as asked (``docs/test-master.md``).
+The agents have one plain configuration: tasks run as this user, memory is not
+enforced, and what real Mesos covers in its own tests (images, the user switch,
+volumes, the fetcher) is refused in words that say so, rather than run other
+than as asked. docs/test-master.md has the sources.
 """
 
 from __future__ import annotations
@@ -59,8 +48,7 @@ NO_URIS = (
 
 
 def task_image(info: JSON) -> str | None:
-    """The image a task's container names (a MESOS container's Docker image, or
-    a DOCKER container's), or None."""
+    """The Docker image a task's container names, or None."""
     container: JSON = info.get("container") or {}
     if container.get("type") == "DOCKER":
         return str(container.get("docker", {}).get("image", ""))
@@ -71,9 +59,8 @@ def task_image(info: JSON) -> str | None:
 
 
 def container_refusal(info: JSON) -> str | None:
-    """Why the agent does not launch this task's container, or None: an image
-    or URIs (the double's words), or volumes (``filesystem/posix``'s,
-    ``PosixFilesystemIsolatorProcess::prepare``)."""
+    """Why the agent would not launch this container (an image, URIs, volumes), or
+    None."""
     image = task_image(info)
     if image is not None:
         return NO_IMAGES.format(image=image)
@@ -191,8 +178,8 @@ class TaskRunner(ProcessGroups):
         return _CommandLine(value, list(command.get("arguments", [])) or [value], env)
 
     async def _spawn(self, task: Task, line: _CommandLine) -> asyncio.subprocess.Process | None:
-        """Start the task's process in a session of its own, its output in the
-        sandbox's ``stdout`` and ``stderr``."""
+        """Start the task in its own session, output to the sandbox's ``stdout``
+        and ``stderr``."""
         try:
             with (
                 open(task.sandbox / "stdout", "wb") as out,
@@ -216,8 +203,8 @@ class TaskRunner(ProcessGroups):
             return None
 
     async def _started(self, task: Task, process: asyncio.subprocess.Process) -> bool:
-        """Track the new process group and send TASK_RUNNING; False if the task
-        was finalized while it started (its group killed)."""
+        """Track the group and send TASK_RUNNING; False if the task was finalized
+        meanwhile."""
         task.process = process
         task.pid = process.pid
         self.live_groups.add(process.pid)
@@ -235,8 +222,8 @@ class TaskRunner(ProcessGroups):
         return True
 
     async def _wait(self, task: Task, process: asyncio.subprocess.Process) -> int | None:
-        """Wait for the process and sweep its group; its exit status, or None
-        if the task was finalized."""
+        """Wait for the process and sweep its group; its status, or None if
+        finalized."""
         returncode = await process.wait()
         task.returncode = returncode
         if task.kill_timer is not None:

@@ -1,13 +1,10 @@
 """The table of the test master's faults, and the faces made from it.
 
-Each public fault is a method of :class:`~tfmesos.testing.master.faults.Faults`
-marked with :func:`fault`: the mark records it in :data:`FAULTS` (its name,
-parameters with their types, docs line and HTTP route), and from that one
-entry come the TestMaster's method and the ThreadedTestMaster's
-(:func:`with_faults`) and the POST route of ``/__test__/``
-(:meth:`Fault.from_body`, which HttpApi serves). A new fault is one marked
-method; ``tests/test_testing_master_faults.py`` checks every entry on every
-face, and that docs/test-master.md lists it.
+A method of :class:`~tfmesos.testing.master.faults.Faults` marked with
+:func:`fault` is recorded in :data:`FAULTS`; from that one entry come the
+TestMaster and ThreadedTestMaster methods (:func:`with_faults`) and the
+``/__test__/`` POST route (:meth:`Fault.from_body`). A new fault is one marked
+method; tests/test_testing_master_faults.py checks every face.
 """
 
 from __future__ import annotations

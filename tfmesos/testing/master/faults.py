@@ -1,16 +1,7 @@
-"""Fault injection: failed launches, refused calls, lost agents, broken streams.
-
-What each fault imitates, and where from: a container that fails to launch
-(TASK_FAILED, REASON_CONTAINER_LAUNCH_FAILED, ``docs/task-state-reasons.md``);
-a call refused while a newly elected master recovers (``Master::Http::scheduler``:
-503 "Master has not finished recovery") or on a replaced stream (400); an agent
-marked unreachable or gone (``Master::markUnreachable``, ``Master::__removeSlave``;
-``docs/high-availability-framework-guide.md``); a subscription connection broken
-as by a network failure (``docs/scheduler-http-api.md`` "Disconnections"); a
-rescinded offer (API "RESCIND"); a master that is not (or no longer) the
-leader (``Master::Http::redirect``); and calls held on their way to the master,
-as by a loaded network, so that concurrent calls arrive, and are applied
-(``Master::Http::scheduler`` takes each request as it comes), in any order.
+"""Fault injection: failed launches, refused calls, lost or partitioned agents,
+broken streams, rescinded offers, a master that is not the leader, and calls
+held as by a loaded network so they arrive in any order. What each imitates,
+and its source in Mesos, is in docs/test-master.md.
 """
 
 from __future__ import annotations
@@ -106,16 +97,10 @@ class Faults:
         status: int = 503,
         message: str = "Master has not finished recovery",
     ) -> None:
-        """Answer the next ``count`` otherwise valid calls of ``call_type`` with
-        ``status`` and ``message``, and do nothing else with them.
-
-        The master refuses calls it would otherwise take in this way: 503
-        "Master has not finished recovery" while a newly elected master recovers
-        its state (``Master::Http::scheduler``), 400 when a call carries a
-        ``Mesos-Stream-Id`` that has just been replaced, 403 "Framework is not
-        subscribed" after the connection broke. An offer named in a refused
-        ACCEPT stays outstanding, as the master never saw the call.
-        """
+        """Answer the next ``count`` valid calls of ``call_type`` with ``status``
+        and ``message`` and do nothing else with them, as the master does while
+        it recovers (503) or on a replaced stream (400). An offer in a refused
+        ACCEPT stays outstanding."""
         if not 400 <= status <= 599:
             raise ValueError("status must be an HTTP error status (400-599)")
         if count < 1:
@@ -159,18 +144,11 @@ class Faults:
 
     @fault()
     def kill_agent(self, agent_id: str | None = None, *, mode: str = "unreachable") -> str:
-        """Lose an agent (the first active one if ``agent_id`` is None); returns its ID.
-
-        Its tasks' process groups are killed and their frameworks get, from the
-        master, without ``uuid``: ``mode="unreachable"`` (failed health checks)
-        TASK_UNREACHABLE for PARTITION_AWARE frameworks, else TASK_LOST, with
-        REASON_AGENT_REMOVED; ``mode="gone"`` (marked gone by the operator)
-        TASK_GONE_BY_OPERATOR with REASON_AGENT_REMOVED_BY_OPERATOR for
-        PARTITION_AWARE frameworks, else TASK_LOST with REASON_AGENT_REMOVED.
-        Its offers are rescinded and every subscribed framework gets a FAILURE
-        event with the ``agent_id``. An agent lost as unreachable may come back
-        (:meth:`reregister_agent`), as a restarted agent that has no task left.
-        """
+        """Lose an agent (the first active one if ``agent_id`` is None); return
+        its ID. Its tasks are killed and reported as the master reports them
+        for ``mode`` (``unreachable`` or ``gone``, PARTITION_AWARE or not), its
+        offers rescinded, and a FAILURE event sent. An unreachable agent may
+        come back (:meth:`reregister_agent`) with no task left."""
         if mode not in ("unreachable", "gone"):
             raise ValueError("mode must be 'unreachable' or 'gone'")
         agent = self._active_agent(agent_id)
@@ -179,18 +157,10 @@ class Faults:
 
     @fault()
     def partition_agent(self, agent_id: str | None = None, *, freeze: bool = False) -> str:
-        """The agent loses contact with the master and fails its health checks
-        (``Master::markUnreachable``, ``__removeSlave``); returns its ID.
-
-        Unlike :meth:`kill_agent`, its tasks keep running: the frameworks get
-        TASK_UNREACHABLE (PARTITION_AWARE) or TASK_LOST, REASON_AGENT_REMOVED,
-        "health check timed out", with ``unreachable_time``, and a FAILURE event;
-        what the agent reports meanwhile (a task that ends, say) waits in its
-        status update manager until it reregisters (:meth:`reregister_agent`).
-        ``freeze=True`` also stops its tasks' processes (SIGSTOP), as a partition
-        that cuts them off from everyone, the framework's own endpoints
-        included; a signal that kills one (KILL, shutdown) wakes it first.
-        """
+        """The agent loses contact with the master (``Master::markUnreachable``);
+        return its ID. Unlike :meth:`kill_agent`, its tasks keep running, and
+        what it reports meanwhile waits until it reregisters. ``freeze=True``
+        also SIGSTOPs its tasks, cutting them off from everyone."""
         agent = self._active_agent(agent_id)
         self._remove_agent(agent, "unreachable", kill=False)
         if freeze:
@@ -254,22 +224,11 @@ class Faults:
 
     @fault()
     def reregister_agent(self, agent_id: str) -> bool:
-        """An agent that lost contact reregisters with the tasks it still has.
-
-        ``Master::reregisterSlave`` and ``__reregisterSlave``: an agent marked gone
-        is refused and told to shut down ("Agent has been marked gone"), which
-        kills its tasks (nothing more reaches the frameworks); returns False.
-        Otherwise it is admitted again (returns True), and for each task it still
-        has, of a framework not removed, whether PARTITION_AWARE or not, the
-        master sends the task's latest state as the agent knows it
-        (TASK_RUNNING for a task that kept running), SOURCE_MASTER, without
-        ``uuid``, REASON_AGENT_REREGISTERED, "Unreachable agent re-reregistered";
-        then the agent resends the updates it holds (status update manager).
-        Unreachable tasks it no longer has (killed with :meth:`kill_agent`: a
-        restarted agent) are forgotten: reconciling them answers TASK_GONE. The
-        tasks of frameworks removed meanwhile are shut down
-        (``ShutdownFrameworkMessage``). Frozen tasks stay frozen until killed.
-        """
+        """An agent that lost contact reregisters with the tasks it still has
+        (``Master::reregisterSlave``). One marked gone is refused and its tasks
+        killed: returns False. Otherwise returns True; the master sends each
+        surviving task's latest state, the agent resends its held updates, and
+        tasks it no longer has are forgotten (reconciled as TASK_GONE)."""
         agent = self.master_state.agents_by_id[agent_id]
         if agent.state == "active":
             raise ValueError(f"agent {agent_id} is registered")

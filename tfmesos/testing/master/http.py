@@ -1,15 +1,11 @@
 """The HTTP side: the scheduler endpoint, redirection, state and control routes.
 
-Models ``Master::Http::scheduler`` (``src/master/http.cpp``: the order of the
-checks and their 307/400/403/405/406/415/501 answers), the subscription stream
-(``docs/scheduler-http-api.md`` "SUBSCRIBE": chunked RecordIO,
-``docs/recordio.md``, with a ``Mesos-Stream-Id``), ``Master::Http::redirect``
-(a protocol-relative ``Location``: ``//HOSTNAME:PORT`` and the request's path
-as libprocess hands it to the master, ``/master/api/v1/scheduler``), a small
-part of ``/state`` and ``/health``, and this double's own ``/__test__/``
-control API. Requests may be held before the master takes them
-(:meth:`Faults.call_delay <tfmesos.testing.master.faults.Faults.call_delay>`),
-as a loaded network holds them; the master takes them in arrival order.
+Models ``Master::Http::scheduler`` (its order of checks and answers), the
+RecordIO subscription stream, ``Master::Http::redirect`` (a protocol-relative
+``Location``), a small part of ``/state`` and ``/health``, and the double's own
+``/__test__/`` API. Requests may be held before the master takes them
+(:meth:`Faults.call_delay <tfmesos.testing.master.faults.Faults.call_delay>`);
+it takes them in arrival order.
 """
 
 from __future__ import annotations
@@ -299,8 +295,7 @@ class HttpApi:
         return web.json_response(self.inspector.mesos_state())
 
     async def _operator_endpoint(self, request: web.Request) -> web.Response:
-        """The v1 operator API (``Master::Http::api``), its ``GET_AGENTS`` only;
-        in JSON only. Another call that Mesos knows is answered 501 here."""
+        """The v1 operator API, ``GET_AGENTS`` only, in JSON; other calls get 501."""
         try:
             call = json.loads(await request.read())
             kind = call["type"]

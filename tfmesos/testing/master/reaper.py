@@ -1,11 +1,9 @@
 """The reaper: a helper process that outlives the master's and kills what is left.
 
-The posix launcher's agents kill a task's whole process tree when it ends
-(``os::killtree``, which follows process groups and sessions); the test master
-does the same (:func:`killpg`) and, so that no task outlives a test run whose
-process died without stopping the master (a crash, SIGKILL), tells a small
-helper process of every task's process group: at EOF on its stdin it kills
-the groups still listed.
+The master kills a task's whole tree when it ends, as Mesos does; so that no
+task outlives a test whose process died without stopping the master, each
+task's process group is told to this helper, which kills the groups still
+listed at EOF on its stdin.
 """
 
 from __future__ import annotations
@@ -99,13 +97,8 @@ class Reaper:
 
 def killpg(pgid: int, sig: int) -> bool:
     """Signal a task's processes; False if its process group no longer exists.
-
-    Every task starts in a session of its own (its pgid is also its session
-    id). Like Mesos, which kills a task's whole process tree (the posix
-    launcher's ``os::killtree`` follows groups and sessions; cgroups take the
-    container), the signal also reaches processes the task moved into other
-    process groups of its session.
-    """
+    Each task leads its own session, so the signal also reaches processes it
+    moved to other groups of that session, as Mesos's ``os::killtree`` does."""
     for pid in _session_members(pgid):
         signal_pid(pid, sig)
     return signal_group(pgid, sig)

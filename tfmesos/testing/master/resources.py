@@ -111,14 +111,9 @@ class Resources:
         return out
 
     def names(self, order: Sequence[str] = ()) -> list[str]:
-        """The names of what is here, in the order Mesos keeps them: ``order``'s
-        first (a task's resources as the task lists them), then as an agent's
-        offer has them. The allocator puts non-scalar resources (ports) before
-        the scalars (``HierarchicalAllocatorProcess::generateOffers``), which
-        keep the agent's order: GPUs, then cpus, mem and disk
-        (``Containerizer::resources``, src/slave/containerizer/containerizer.cpp),
-        then any other, by name. (Mesos's ``Resources`` also moves the last
-        resource into the place of one that runs out; that is not modelled.)"""
+        """The names here, in the order Mesos keeps them: ``order``'s first, then
+        as an agent offers them: ports, then GPUs, cpus, mem and disk, then
+        others by name (``HierarchicalAllocatorProcess::generateOffers``)."""
         present = [n for n, v in self.scalars.items() if v > 0]
         present += [n for n, r in self.ranges.items() if r]
         agent_scalars = {name: index for index, name in enumerate(AGENT_SCALAR_ORDER)}

@@ -1,17 +1,10 @@
-"""Role names as the master checks them: ``roles::validate`` (``src/common/roles.cpp``).
+"""Role names as the master checks them: ``roles::validate``
+(``src/common/roles.cpp``), in the master's order and with its messages.
 
-The test double keeps its own copy of the rule, written from the master's
-source rather than imported from the client (:mod:`tfmesos.mesos.roles`), so
-that a mistake in the client's check cannot hide in the master that tests it:
-``tests/test_testing_master_roles.py`` holds both to one table of names.
-
-In the order the master tries them: ``*`` is accepted at once; a role that
-starts or ends with ``/`` or holds ``//`` is refused; the role is cut at each
-``/`` (``strings::tokenize``, which drops empty pieces) and, if nothing is
-left, refused as empty; then each piece in turn must not be ``.``, ``..`` or
-``*``, must not start with ``-``, and must hold none of the master's
-``INVALID_CHARACTERS`` (tab, line feed, vertical tab, form feed, carriage
-return, space, DEL). The messages are the master's, word for word.
+A copy of the rule written from the master's source, not imported from the
+client (:mod:`tfmesos.mesos.roles`), so that a mistake in the client's check
+cannot hide in the double that tests it; tests/test_testing_master_roles.py
+holds both to one table.
 """
 
 from __future__ import annotations
