@@ -267,7 +267,14 @@ _HANDLES: dict[str, LauncherHandle] = {"local": _LOCAL, "slurm": SlurmLauncher()
 """Each backend's launcher handle, by the backend's name (``job.json``'s)."""
 
 
-def store_for(backend: str | None) -> JobStore:
+def store_for(backend: str | None, args: argparse.Namespace | None = None) -> JobStore:
+    given_id = str(getattr(args, "id", ""))
+    if backend == "mesos" or (
+        backend is None and (getattr(args, "master", None) or given_id.startswith("mesos-"))
+    ):
+        from tfmesos.mesos_jobs import MesosJobs  # detached Mesos jobs: found on the master
+
+        return MesosJobs.from_args(args)
     if backend not in (None, "local", "slurm"):
         raise JobError(
             f"detached jobs are not yet kept on the {backend} backend: "
@@ -282,7 +289,7 @@ def main(argv: Sequence[str]) -> int:
     parser = _parser(word)
     args = parser.parse_args(rest)
     try:
-        store = store_for(args.backend)
+        store = store_for(args.backend, args)
         return int(COMMANDS[word](store, args))
     except JobError as exc:
         print(f"tfrun {word}: {exc}", file=sys.stderr, flush=True)
@@ -316,9 +323,10 @@ def _parser(word: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         choices=["local", "mesos", "slurm"],
-        help="whose jobs: the local and Slurm backends' are all in this user's run directories "
-        "(Mesos: not yet)",
+        help="whose jobs: the local and Slurm backends' are all in this user's run directories; "
+        "Mesos's (-m) are on the master",
     )
+    _mesos_flags(parser)
     if word != "list":
         parser.add_argument(
             "id", metavar="ID", help="the job's id, as tfrun --detach printed it (or latest)"
@@ -341,6 +349,14 @@ def _parser(word: str) -> argparse.ArgumentParser:
             help="go on printing it as it comes, until the task or the job ends",
         )
     return parser
+
+
+def _mesos_flags(parser: argparse.ArgumentParser) -> None:
+    """Where a detached Mesos job is found, and as whom (tfmesos.mesos_jobs)."""
+    parser.add_argument("-m", "--master", help="a detached Mesos job's master (else $MESOS_MASTER)")
+    parser.add_argument("--principal", help="the principal the job's framework runs as")
+    parser.add_argument("--secret-file", metavar="FILE", help="the principal's secret")
+    parser.add_argument("--ssl-ca", metavar="PEM", help="the CA of a master over TLS")
 
 
 def _list(store: JobStore, args: argparse.Namespace) -> int:

@@ -1,0 +1,227 @@
+"""``tfrun --detach`` on real Mesos: the launcher and the chief run in a task
+of the job's own framework, which takes the framework over from the
+submitting tfrun (tfmesos.backends.mesos.detached); ``tfrun list``,
+``status``, ``logs``, ``wait`` and ``stop`` find the job on the master and
+read its launcher's sandbox through the agent's files API
+(tfmesos.mesos_jobs). Real Mesos only: the failover, the labels and the
+files API are Mesos's own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import JobProcesses, py, run_tfrun, wait_until
+from tests.mesos_clusters import open_cluster
+
+pytestmark = pytest.mark.e2e
+
+JSON = dict[str, Any]
+
+SAY = (
+    "import json, os, time\n"
+    "me = json.loads(os.environ['TF_CONFIG'])['task']\n"
+    "print('task says', me['type'], me['index'], os.environ.get('DETACH_TOKEN'), flush=True)\n"
+    "time.sleep(3600 if me['type'] == 'ps' or os.environ.get('DETACH_FOREVER') else 2)\n"
+)
+
+
+def _key_pair(folder: Path) -> tuple[Path, Path]:
+    cert, key = folder / "rendezvous.pem", folder / "rendezvous.key"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=tfmesos-test", "-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def _all_states(real: Any) -> str:
+    """The master's and every agent's ``/state``, as text."""
+    texts = [json.dumps(real.state())]
+    texts += [json.dumps(real.agent_state(i)) for i in range(len(real.agents))]
+    return "\n".join(texts)
+
+
+def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A detached job (1 ps, 2 workers): ``tfrun --detach`` returns with its
+    id once its launcher task has the handover; ``wait`` exits 0, ``logs
+    --task worker:1`` shows that task's output, ``list`` and ``status``
+    agree with its events; the environment carried and the TLS key are in
+    no ``/state``. A second, endless one is stopped: no framework, task or
+    executor is left, ``wait`` says it was stopped, and a second ``stop``
+    is a no-op."""
+    cert, key = _key_pair(tmp_path)
+    token = uuid.uuid4().hex
+    with open_cluster("real", job_procs, monkeypatch, tmp_path / "mesos") as cluster:
+        real = cluster.real
+        assert real is not None
+        master = ("-m", real.address)
+        env = job_procs.env(DETACH_TOKEN=token)
+        started = time.monotonic()
+        submitted = run_tfrun(
+            "--detach",
+            *master,
+            *("-w", "2", "-s", "1", "--tls-cert", str(cert), "--tls-key", str(key)),
+            *("--", *py(SAY)),
+            env=env,
+            timeout=180,
+        )
+        took = time.monotonic() - started
+        print(f"\ntfrun --detach returned in {took:.2f}s", file=sys.stderr)
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.splitlines()[-1]
+        assert job.startswith("mesos-"), submitted.stdout
+        assert f"tfrun wait -m {real.address} {job}" in submitted.stderr
+
+        waited = run_tfrun("wait", *master, job, env=env, timeout=300)
+        assert waited.returncode == 0, waited.stderr
+        logs = run_tfrun("logs", *master, job, "--task", "worker:1", env=env)
+        assert logs.returncode == 0, logs.stderr
+        assert f"task says worker 1 {token}" in logs.stdout
+        chief = run_tfrun("logs", *master, job, env=env)  # the chief, beside the launcher
+        assert f"task says worker 0 {token}" in chief.stdout, chief.stderr
+        status = json.loads(run_tfrun("status", *master, job, "--json", env=env).stdout)
+        assert status["state"] == "succeeded"
+        assert status["verdict"]["exit_status"] == 0
+        assert set(status["tasks"]) == {"ps:0", "worker:0", "worker:1"}
+        listed = json.loads(run_tfrun("list", *master, "--json", env=env).stdout)
+        assert [(r["id"], r["state"], r["exit_status"]) for r in listed] == [(job, "succeeded", 0)]
+        wait_until(lambda: not real.state()["frameworks"], "the framework torn down")
+        seen = _all_states(real)
+        assert token not in seen
+        assert key.read_text().splitlines()[1] not in seen
+
+        endless = run_tfrun(
+            "--detach",
+            *master,
+            "-w",
+            "2",
+            "-s",
+            "1",
+            "--",
+            *py(SAY),
+            env=job_procs.env(DETACH_FOREVER="1"),
+            timeout=180,
+        )
+        assert endless.returncode == 0, endless.stderr
+        job = endless.stdout.splitlines()[-1]
+
+        def up() -> bool:
+            said = run_tfrun("status", *master, job, "--json", env=env)
+            if said.returncode != 0:
+                return False
+            status = json.loads(said.stdout)
+            tasks = status["tasks"].values()
+            up = sum(t["state"] in ("registered", "up") for t in tasks)
+            return status["state"] == "running" and up == 3
+
+        wait_until(
+            up,
+            "the endless job's three tasks running",
+            timeout=120,
+            poll=0.5,
+            explain=lambda: str(run_tfrun("status", *master, job, "--json", env=env)),
+        )
+        stopped = run_tfrun("stop", *master, job, env=env)
+        assert stopped.returncode == 0, stopped.stderr
+        state = real.state()
+        assert state["frameworks"] == []
+        framework = next(f for f in state["completed_frameworks"] if f["labels"][0]["value"] == job)
+        assert framework["tasks"] == []
+
+        def no_executor() -> bool:
+            return not any(real.agent_state(i)["frameworks"] for i in range(len(real.agents)))
+
+        wait_until(no_executor, "no agent running an executor of the job")
+        waited = run_tfrun("wait", *master, job, env=env)
+        assert waited.returncode == 143, waited.stderr
+        said = run_tfrun("status", *master, job, env=env).stdout
+        assert "stopped by" in said, said
+        again = run_tfrun("stop", *master, job, env=env)
+        assert again.returncode == 0, again.stderr
+        unknown = run_tfrun("wait", *master, "mesos-nosuchjob", env=env)
+        assert unknown.returncode == 2
+        assert unknown.stderr.strip().count("\n") == 0, unknown.stderr
+        assert "no job 'mesos-nosuchjob'" in unknown.stderr
+
+
+def test_a_detached_job_outlives_its_submitting_host_cut_off_past_the_failover_timeout(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """A TF replica job (1 ps, 2 workers) detached from the client host of
+    its own: no process of it is left there, and it runs to success while
+    the client is cut off from every host for longer than the failover
+    timeout of the framework it subscribed; afterwards ``wait`` from the
+    client exits 0 and ``logs --task worker:1`` shows the remote task's
+    output. The client's tfrun is neither the framework's scheduler nor
+    the chief's host any more: the launcher task is both."""
+    from tests.mesos_clusters import open_hosts
+    from tests.test_real_mesos_hosts import TWO_TASKS
+    from tfmesos.backends.mesos.detached import HANDOVER_FAILOVER_TIMEOUT
+
+    runs_for = HANDOVER_FAILOVER_TIMEOUT + 10
+    code = (
+        "import json, os, socket, time\n"
+        "me = json.loads(os.environ['TF_CONFIG'])['task']\n"
+        "print('task says', me['type'], me['index'], 'on', socket.gethostname(), flush=True)\n"
+        f"time.sleep(3600 if me['type'] == 'ps' else {runs_for})\n"
+    )
+    with open_hosts(job_procs, tmp_path / "mesos", [TWO_TASKS, TWO_TASKS]) as real:
+        master = ("-m", real.master_address)
+        env = job_procs.env()
+
+        def on_client(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                real.client_argv([sys.executable, "-m", "tfmesos.cli", *args]),
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=Path(__file__).parent.parent,
+                timeout=timeout,
+            )
+
+        submitted = on_client("--detach", *master, "-w", "2", "-s", "1", "--", *py(code))
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.splitlines()[-1]
+        marked = {p.pid for p in job_procs.alive()}
+        assert [pid for pid in real.client.pids() if pid in marked] == []
+        assert [f["labels"] for f in real.state()["frameworks"]] == [
+            [{"key": "tfmesos.job", "value": job}]
+        ]
+        cut_at = time.monotonic()
+        real.isolate("client")
+        wait_until(
+            lambda: not real.state()["frameworks"] and real.state()["completed_frameworks"],
+            "the detached job over while its submitting host is cut off",
+            timeout=300,
+            poll=0.5,
+        )
+        cut_for = time.monotonic() - cut_at
+        real.rejoin("client")
+        print(f"\nthe client host was cut off for {cut_for:.1f}s", file=sys.stderr)
+        assert cut_for > HANDOVER_FAILOVER_TIMEOUT
+        waited = on_client("wait", *master, job)
+        assert waited.returncode == 0, waited.stderr
+        logs = on_client("logs", *master, job, "--task", "worker:1")
+        assert logs.returncode == 0, logs.stderr
+        assert re.search(r"task says worker 1 on agent\d", logs.stdout), logs.stdout
+        chief = on_client("logs", *master, job)
+        assert re.search(r"task says worker 0 on agent\d", chief.stdout), chief.stdout
+        (done,) = real.state()["completed_frameworks"]
+        assert done["tasks"] == []
+        assert len(done["completed_tasks"]) == 3  # the launcher's (with the chief), ps:0, worker:1
