@@ -137,6 +137,15 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
             poll=0.5,
             explain=lambda: str(run_tfrun("status", *master, job, "--json", env=env)),
         )
+        # logs -f follows the remote task's output as it comes, until the job ends.
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "tfmesos.cli", "logs", "-f", *master, job, "--task", "worker:1"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert follow.stdout is not None
+        assert follow.stdout.readline().startswith("task says worker 1")
         stopped = run_tfrun("stop", *master, job, env=env)
         assert stopped.returncode == 0, stopped.stderr
         state = real.state()
@@ -148,6 +157,8 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
             return not any(real.agent_state(i)["frameworks"] for i in range(len(real.agents)))
 
         wait_until(no_executor, "no agent running an executor of the job")
+        assert follow.wait(timeout=60) == 0
+        follow.stdout.close()
         waited = run_tfrun("wait", *master, job, env=env)
         assert waited.returncode == 143, waited.stderr
         said = run_tfrun("status", *master, job, env=env).stdout
