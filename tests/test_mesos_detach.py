@@ -236,3 +236,68 @@ def test_a_detached_job_outlives_its_submitting_host_cut_off_past_the_failover_t
         (done,) = real.state()["completed_frameworks"]
         assert done["tasks"] == []
         assert len(done["completed_tasks"]) == 3  # the launcher's (with the chief), ps:0, worker:1
+
+
+def test_a_detached_job_whose_launcher_host_is_lost_fails_without_a_verdict(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """The launcher task's host cut off from every other: the master marks
+    the launcher task unreachable, ``wait`` (from the client) exits 125
+    saying the launcher is gone without a verdict, and the job's other
+    tasks stop themselves once they cannot hear their launcher
+    (``SILENCE_LIMIT``): nothing of the job runs on the other agent. The
+    launcher is not relaunched."""
+    from tests.mesos_clusters import open_hosts
+    from tests.test_real_mesos_hosts import TWO_TASKS
+
+    flags = {"agent_ping_timeout": "1secs", "max_agent_ping_timeouts": "3"}
+    forever = "import time; print('up', flush=True); time.sleep(3600)"
+    with open_hosts(
+        job_procs, tmp_path / "mesos", [TWO_TASKS, TWO_TASKS], master_flags=flags
+    ) as real:
+        master = ("-m", real.master_address)
+
+        def on_client(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                real.client_argv([sys.executable, "-m", "tfmesos.cli", *args]),
+                capture_output=True,
+                text=True,
+                env=job_procs.env(),
+                cwd=Path(__file__).parent.parent,
+                timeout=timeout,
+            )
+
+        submitted = on_client("--detach", *master, "-w", "2", "-s", "1", "--", *py(forever))
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.splitlines()[-1]
+
+        def tasks() -> list[JSON]:
+            return [t for f in real.state()["frameworks"] for t in f["tasks"]]
+
+        wait_until(
+            lambda: len([t for t in tasks() if t["state"] == "TASK_RUNNING"]) == 3,
+            "the launcher task, ps:0 and worker:1 running",
+            timeout=120,
+            poll=0.5,
+        )
+        (launcher,) = [t for t in tasks() if t["id"] == f"{job}.launcher"]
+        lost = next(i for i in range(2) if real.agent_id(i) == launcher["slave_id"])
+        other = 1 - lost
+        real.isolate(f"agent{lost}")
+        try:
+            waited = on_client("wait", *master, job, timeout=180)
+            assert waited.returncode == 125, waited.stderr
+            assert "gone without a verdict" in waited.stderr
+
+            def nothing_on_the_other_agent() -> bool:
+                frameworks = real.agent_state(other)["frameworks"]
+                return not any(e.get("tasks") for f in frameworks for e in f["executors"])
+
+            wait_until(
+                nothing_on_the_other_agent,
+                "the job's tasks on the other agent ended by themselves",
+                timeout=120,
+                poll=0.5,
+            )
+        finally:
+            real.rejoin(f"agent{lost}")

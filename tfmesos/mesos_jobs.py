@@ -240,6 +240,11 @@ class MesosJobs:
 
     def state(self, run: Run) -> JobState:
         framework, running = self._framework(run)
+        # A framework the master still has, whose launcher task is gone
+        # (its host lost: unreachable; or ended), runs no more: nobody
+        # schedules it, and the master removes it only once its failover
+        # timeout has passed after it noticed the launcher's connection gone.
+        running = running and _launcher_state(framework, run.id) in _LAUNCHER_ALIVE
         self._sync(run, framework)
         events = read_events(run.where / SANDBOX_EVENTS)
         stopped = _label(framework, LABEL_STOPPED)
@@ -389,6 +394,19 @@ class MesosJobs:
                 file.seek(copied)
                 file.write(data)
             copied += len(data)
+
+
+_LAUNCHER_ALIVE = (None, "TASK_STAGING", "TASK_STARTING", "TASK_RUNNING")
+"""The launcher task's states (None: not known yet) in which the job runs."""
+
+
+def _launcher_state(framework: dict[str, Any], job: str) -> str | None:
+    launcher = f"{job}.{LAUNCHER_TASK}"
+    for key in ("tasks", "unreachable_tasks", "completed_tasks"):
+        for task in framework.get(key, []):
+            if task.get("id") == launcher:
+                return "TASK_UNREACHABLE" if key == "unreachable_tasks" else str(task.get("state"))
+    return None
 
 
 def _label(framework: dict[str, Any], key: str) -> str | None:
