@@ -275,8 +275,13 @@ class MesosJobs:
         return [run.where / name]
 
     def console(self, run: Run) -> Path:
+        """The launcher task's standard output: the chief's, and every
+        forwarded task's, as an attached tfrun prints them."""
         self._mirrored.setdefault((run.id, "stdout"), 0)
-        return run.where / "stdout"
+        self._sync(run, self._framework(run)[0])
+        path = run.where / "stdout"
+        path.touch(mode=0o600)
+        return path
 
     def stop(self, run: Run) -> None:
         framework, running = self._framework(run)
