@@ -174,7 +174,8 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
 def test_a_detached_job_outlives_its_submitting_host_cut_off_past_the_failover_timeout(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:
-    """A TF replica job (1 ps, 2 workers) detached from the client host of
+    """A TF replica job (1 ps, 2 workers: examples/mnist/mnist_replica.py,
+    TF1 between-graph replication) detached from the client host of
     its own: no process of it is left there, and it runs to success while
     the client is cut off from every host for longer than the failover
     timeout of the framework it subscribed; afterwards ``wait`` from the
@@ -185,12 +186,14 @@ def test_a_detached_job_outlives_its_submitting_host_cut_off_past_the_failover_t
     from tests.test_real_mesos_hosts import TWO_TASKS
     from tfmesos.backends.mesos.detached import HANDOVER_FAILOVER_TIMEOUT
 
-    runs_for = HANDOVER_FAILOVER_TIMEOUT + 10
-    code = (
-        "import json, os, socket, time\n"
-        "me = json.loads(os.environ['TF_CONFIG'])['task']\n"
-        "print('task says', me['type'], me['index'], 'on', socket.gethostname(), flush=True)\n"
-        f"time.sleep(3600 if me['type'] == 'ps' else {runs_for})\n"
+    release = tmp_path / "release"
+    # Every task waits for the file the test makes once the failover timeout
+    # has passed: the job is running then, whatever this machine's speed.
+    mnist = (
+        *("sh", "-c", 'until [ -e "$0" ]; do sleep 0.1; done; exec "$@"', str(release)),
+        *(sys.executable, "examples/mnist/mnist_replica.py", "--ps_hosts", "{ps_hosts}"),
+        *("--worker_hosts", "{worker_hosts}", "--job_name", "{job_name}"),
+        *("--task_index", "{task_index}"),
     )
     with open_hosts(job_procs, tmp_path / "mesos", [TWO_TASKS, TWO_TASKS]) as real:
         master = ("-m", real.master_address)
@@ -206,7 +209,7 @@ def test_a_detached_job_outlives_its_submitting_host_cut_off_past_the_failover_t
                 timeout=timeout,
             )
 
-        submitted = on_client("--detach", *master, "-w", "2", "-s", "1", "--", *py(code))
+        submitted = on_client("--detach", *master, "-w", "2", "-s", "1", "--", *mnist)
         assert submitted.returncode == 0, submitted.stderr
         job = submitted.stdout.splitlines()[-1]
         marked = {p.pid for p in job_procs.alive()}
@@ -216,6 +219,16 @@ def test_a_detached_job_outlives_its_submitting_host_cut_off_past_the_failover_t
         ]
         cut_at = time.monotonic()
         real.isolate("client")
+        wait_until(
+            lambda: time.monotonic() - cut_at > HANDOVER_FAILOVER_TIMEOUT + 1,
+            "the client cut off past the failover timeout",
+            timeout=HANDOVER_FAILOVER_TIMEOUT + 5,
+            poll=0.5,
+        )
+        assert [f["labels"] for f in real.state()["frameworks"]] == [
+            [{"key": "tfmesos.job", "value": job}]
+        ]
+        release.touch()
         wait_until(
             lambda: not real.state()["frameworks"] and real.state()["completed_frameworks"],
             "the detached job over while its submitting host is cut off",
@@ -230,9 +243,12 @@ def test_a_detached_job_outlives_its_submitting_host_cut_off_past_the_failover_t
         assert waited.returncode == 0, waited.stderr
         logs = on_client("logs", *master, job, "--task", "worker:1")
         assert logs.returncode == 0, logs.stderr
-        assert re.search(r"task says worker 1 on agent\d", logs.stdout), logs.stdout
+        assert re.search(r"worker 1: done after \d+ local steps", logs.stdout), logs.stdout
         chief = on_client("logs", *master, job)
-        assert re.search(r"task says worker 0 on agent\d", chief.stdout), chief.stdout
+        assert re.search(r"validation cross entropy = [0-9.]+", chief.stdout), chief.stdout
+        status = json.loads(on_client("status", *master, job, "--json").stdout)
+        hosts = {name: task["host"] for name, task in status["tasks"].items()}
+        assert hosts["worker:1"].startswith("agent") and hosts["ps:0"].startswith("agent")
         (done,) = real.state()["completed_frameworks"]
         assert done["tasks"] == []
         assert len(done["completed_tasks"]) == 3  # the launcher's (with the chief), ps:0, worker:1
