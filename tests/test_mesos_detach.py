@@ -146,6 +146,14 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
         )
         assert follow.stdout is not None
         assert follow.stdout.readline().startswith("task says worker 1")
+        # Another user's stop is refused in one line (with credentials, the
+        # master itself refuses another principal's failover).
+        other = run_tfrun(
+            "stop", *master, job, env={**env, "USER": "mallory", "LOGNAME": "mallory"}
+        )
+        assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
+        assert f"tfrun stop: job {job} is " in other.stderr, other.stderr
+        assert "not this user's" in other.stderr
         stopped = run_tfrun("stop", *master, job, env=env)
         assert stopped.returncode == 0, stopped.stderr
         state = real.state()
