@@ -94,7 +94,7 @@ def cpu_split(root: psutil.Process) -> tuple[float, float]:
         overhead += cpu_seconds(root)
         for child in root.children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                if any("tfmesos.agent.main" in part for part in child.cmdline()):
+                if any("tfmesos.agent" in part for part in child.cmdline()):
                     overhead += cpu_seconds(child)
                 else:
                     task += cpu_seconds(child)

@@ -8,6 +8,12 @@
             each job's own wall time, from its first event to its verdict
             (the run's ``events.jsonl``; ``--events`` attached)
 
+- mesos:    on real Mesos (one address, two agents), where it can start:
+            ``tfrun --detach -m`` until it returns (its launcher task runs and
+            has the job), the detached job from the submit to ``tfrun wait -m``'s
+            exit, and the same job attached, start to exit and start to its
+            cluster up (the attached bring-up)
+
 Alternating. Targets: the return within a few seconds (3 s), the detached
 job's own wall time at most 1.05x the attached one's.
 """
@@ -20,6 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchlib import (
     PYTHON,
@@ -55,10 +62,70 @@ def submit(env: dict[str, str], *backend: str) -> tuple[float, str]:
     return wall, done.stdout.splitlines()[-1]
 
 
-def wait(env: dict[str, str], job: str) -> None:
-    done = subprocess.run([*tfrun(), "wait", job], env=env, cwd=ROOT, timeout=600, check=False)
+def wait(env: dict[str, str], job: str, *flags: str) -> None:
+    done = subprocess.run(
+        [*tfrun(), "wait", *flags, job], env=env, cwd=ROOT, timeout=600, check=False
+    )
     if done.returncode != 0:
         raise JobFailed(f"tfrun wait {job} exited with {done.returncode}")
+
+
+def mesos_contenders(
+    env: dict[str, str], master: str, state: Path, submitted: list[tuple[str, ...]]
+) -> dict[str, Callable[[], object]]:
+    """The Mesos rows' contenders (tfmesos.backends.mesos.detached)."""
+    flags = ("-m", master)
+
+    def returns() -> float:
+        wall, job = submit(env, *flags)
+        submitted.append((*flags, job))
+        return wall
+
+    def detached() -> float:
+        started = time.perf_counter()
+        _, job = submit(env, *flags)
+        wait(env, job, *flags)
+        return time.perf_counter() - started
+
+    def attached() -> tuple[float, float]:
+        events = state / "mesos-attached.jsonl"
+        started = time.perf_counter()
+        done = subprocess.run(
+            [*tfrun(), "--events", str(events), *flags, *JOB],
+            env=env,
+            capture_output=True,
+            cwd=ROOT,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise JobFailed(f"tfrun -m exited with {done.returncode}: {done.stderr[-500:]!r}")
+        lines = [json.loads(line) for line in events.read_text().splitlines() if line]
+        up = next(e["ts"] for e in lines if e["event"] == "cluster_up")
+        return time.perf_counter() - started, float(up - lines[0]["ts"])
+
+    return {"mesos return": returns, "mesos detached": detached, "mesos attached": attached}
+
+
+def start_mesos() -> Any:
+    """Real Mesos, one address, two agents; or why there is none."""
+    from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos, prepare
+
+    try:
+        home = prepare()
+    except MesosNotAvailable as exc:
+        return str(exc)
+    env = bench_env()
+    executor_env: dict[str, str] = {k: env[k] for k in ("PATH", "PYTHONPYCACHEPREFIX") if k in env}
+    if env.get("PYTHONPATH"):
+        executor_env["PYTHONPATH"] = env["PYTHONPATH"]
+    agents = [
+        AgentSpec(f"cpus:8;mem:16384;ports:[{31000 + 100 * i}-{31099 + 100 * i}]") for i in range(2)
+    ]
+    try:
+        return RealMesos(home, agents=agents, executor_env=executor_env).start()
+    except MesosNotAvailable as exc:
+        return str(exc)
 
 
 def job_wall(events: Path) -> float:
@@ -129,9 +196,21 @@ def main() -> None:
             contenders["sbatch"] = sbatch_returns
         else:
             result.note("Slurm skipped: sinfo does not answer here")
-        walls = alternate(args.reps, contenders, warmup=args.warmup)
-        for job in submitted:
-            wait(env, job)
+        mesos = start_mesos()
+        on_mesos: list[tuple[str, ...]] = []
+        if isinstance(mesos, str):
+            result.note(f"Mesos skipped: {mesos}")
+        else:
+            contenders.update(mesos_contenders(env, mesos.address, state, on_mesos))
+        try:
+            walls = alternate(args.reps, contenders, warmup=args.warmup)
+            for job in submitted:
+                wait(env, job)
+            for *flags, job in on_mesos:
+                wait(env, job, *flags)
+        finally:
+            if not isinstance(mesos, str):
+                mesos.stop()
     result.add("tfrun --detach returns (local)", "s", walls["return"])
     result.add("detached job, submit to wait's end", "s", [w for w, _ in walls["detached"]])
     result.add("attached job, start to end", "s", [w for w, _ in walls["attached"]])
@@ -140,6 +219,27 @@ def main() -> None:
     if slurm:
         result.add("tfrun --detach --backend slurm returns", "s", walls["slurm return"])
         result.add("sbatch --wrap true returns", "s", walls["sbatch"])
+    if "mesos return" in walls:
+        result.add("tfrun --detach -m returns (Mesos)", "s", walls["mesos return"])
+        result.add("Mesos detached job, submit to wait's end", "s", walls["mesos detached"])
+        result.add("Mesos attached job, start to end", "s", [w for w, _ in walls["mesos attached"]])
+        result.add(
+            "Mesos attached job, its bring-up (events)",
+            "s",
+            [u for _, u in walls["mesos attached"]],
+        )
+        mesos_returned = result.row("tfrun --detach -m returns (Mesos)")
+        result.target(
+            "detach returns on Mesos",
+            "≤ 3 s",
+            f"{mesos_returned.median:.2f} s",
+            mesos_returned.median <= 3,
+        )
+        result.ratio(
+            "Mesos detached / attached, with the commands",
+            "Mesos detached job, submit to wait's end",
+            "Mesos attached job, start to end",
+        )
     returned = result.row("tfrun --detach returns (local)")
     result.target("detach returns", "≤ 3 s", f"{returned.median:.2f} s", returned.median <= 3)
     result.ratio(

@@ -108,7 +108,7 @@ def py_spy(workers: int, out: Path, logs: str) -> None:
         code = frames[len(processes) :]
         kind = "launcher"
         if len(processes) > 1:
-            kind = "agent" if "tfmesos.agent.main" in processes[-1] else "task"
+            kind = "agent" if "tfmesos.agent" in processes[-1] else "task"
         per_process[kind] += int(samples)
         if any(f.startswith("_find_and_load ") for f in code):
             first = code.index(next(f for f in code if f.startswith("_find_and_load ")))

@@ -84,7 +84,7 @@ def is_agent(proc: psutil.Process) -> bool:
         if proc.name() == "tfmesos-agent":
             parent = proc.parent()
             return parent is not None and parent.name() == "tfmesos-forks"
-        return "tfmesos.agent.main" in " ".join(proc.cmdline())
+        return "tfmesos.agent" in " ".join(proc.cmdline())
     except psutil.Error:
         return False
 

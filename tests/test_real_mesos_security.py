@@ -672,3 +672,35 @@ def test_what_cannot_be_used_is_bad_usage_before_anything_starts(
     done = run_tfrun("-m", "127.0.0.1:1", *flags, *JOB, env=clean_env())
     assert done.returncode == 2, done.stderr
     assert said in done.stderr
+
+
+@pytest.mark.e2e
+def test_a_detached_jobs_credentials_reach_its_launcher_task_in_no_state(
+    auth_mesos: AuthMesos, tmp_path: Path
+) -> None:
+    """``tfrun --detach`` with ``--principal`` and ``--secret-file``: the
+    launcher task, which takes the framework over, gets the secret through
+    the sealed handover (tfmesos.backends.mesos.handover), not its
+    ``TaskInfo``: the job runs to success as that principal, and neither
+    the master's nor the agent's ``/state`` holds the secret."""
+    real = auth_mesos.real
+    credentials = ("--principal", PRINCIPAL, "--secret-file", str(auth_mesos.secret_file))
+    done = run_tfrun(
+        "--detach", "-m", real.address, *credentials, "-w", "2", "-s", "0", "--", "true",
+        env=clean_env(), timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.splitlines()[-1]
+    seen = json.dumps(real.state()) + json.dumps(real.agent_state(0))
+    waited = run_tfrun("wait", "-m", real.address, *credentials, job, env=clean_env())
+    assert waited.returncode == 0, waited.stderr
+    seen += json.dumps(real.state()) + json.dumps(real.agent_state(0))
+    assert auth_mesos.secret not in seen
+    state = real.state()
+    (framework,) = [
+        f
+        for f in state["frameworks"] + state["completed_frameworks"]
+        if {"key": "tfmesos.job", "value": job} in f.get("labels", [])
+    ]
+    assert framework["principal"] == PRINCIPAL
+    assert len(framework["completed_tasks"]) == 2  # the launcher's (with the chief), worker:1

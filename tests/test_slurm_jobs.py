@@ -676,7 +676,7 @@ def test_what_a_slurm_task_left_in_a_session_of_its_own_ends_with_its_killed_age
         agents = [
             p
             for p in job_procs.alive()
-            if "tfmesos.agent.main" in " ".join(p.cmdline())
+            if "tfmesos.agent" in " ".join(p.cmdline())
             and p.name() != "srun"  # it carries the agent's command line
             and p.environ().get("TFMESOS_TASK_ID", "").startswith("worker.1.")
         ]

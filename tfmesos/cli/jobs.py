@@ -24,12 +24,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from tfmesos.cli import detach
 from tfmesos.cli.jobstate import JobState, job_state, read_events
+from tfmesos.cli.jobstore import JobError, JobStore, Run
 from tfmesos.common import rundirs
-from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
+from tfmesos.errors import EXIT_TFRUN_FAILED
 from tfmesos.launcher.events import SCHEMA_VERSION
 from tfmesos.slurm.commands import SQUEUE_FORMAT, JobStatus, parse_squeue
 
@@ -39,58 +40,6 @@ EXIT_NO_OUTPUT = 1
 """``tfrun logs`` of a task that never started: there is nothing to show."""
 POLL = 0.1
 """Seconds between two looks at a file that ``-f`` follows or ``wait`` waits on."""
-
-
-class JobError(Exception):
-    """A job's command that cannot be done: said in one line, with a status."""
-
-    def __init__(self, message: str, status: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One job a store knows: its id, and what was said of it at its start."""
-
-    id: str
-    backend: str
-    where: Path
-    """Its run directory (on a cluster backend: where its records are kept)."""
-    record: dict[str, Any]
-    """``job.json``."""
-
-    @property
-    def name(self) -> str:
-        return str(self.record.get("name") or "")
-
-
-class JobStore(Protocol):
-    """What the commands need of a backend's detached jobs."""
-
-    backend: str
-
-    def runs(self) -> list[Run]:
-        """This user's jobs, oldest first."""
-        ...
-
-    def find(self, job_id: str) -> Run:
-        """The job ``job_id``; :class:`JobError` where there is none."""
-        ...
-
-    def state(self, run: Run) -> JobState: ...
-
-    def task_logs(self, run: Run, state: JobState, task: str) -> list[Path]:
-        """The task's latest attempt's log, its rotated half first where there is one."""
-        ...
-
-    def console(self, run: Run) -> Path:
-        """What the job's tfrun says, as an attached tfrun's terminal shows it."""
-        ...
-
-    def stop(self, run: Run) -> None:
-        """End the job as Ctrl-C ends an attached one; return once it is over."""
-        ...
 
 
 class LocalJobs:
@@ -268,7 +217,14 @@ _HANDLES: dict[str, LauncherHandle] = {"local": _LOCAL, "slurm": SlurmLauncher()
 """Each backend's launcher handle, by the backend's name (``job.json``'s)."""
 
 
-def store_for(backend: str | None) -> JobStore:
+def store_for(backend: str | None, args: argparse.Namespace | None = None) -> JobStore:
+    given_id = str(getattr(args, "id", ""))
+    if backend == "mesos" or (
+        backend is None and (getattr(args, "master", None) or given_id.startswith("mesos-"))
+    ):
+        from tfmesos.cli.mesos_jobs import MesosJobs  # detached Mesos jobs: found on the master
+
+        return MesosJobs.from_args(args)
     if backend not in (None, "local", "slurm"):
         raise JobError(
             f"detached jobs are not yet kept on the {backend} backend: "
@@ -283,7 +239,7 @@ def main(argv: Sequence[str]) -> int:
     parser = _parser(word)
     args = parser.parse_args(rest)
     try:
-        store = store_for(args.backend)
+        store = store_for(args.backend, args)
         return int(COMMANDS[word](store, args))
     except JobError as exc:
         print(f"tfrun {word}: {exc}", file=sys.stderr, flush=True)
@@ -317,9 +273,10 @@ def _parser(word: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--backend",
         choices=["local", "mesos", "slurm"],
-        help="whose jobs: the local and Slurm backends' are all in this user's run directories "
-        "(Mesos: not yet)",
+        help="whose jobs: the local and Slurm backends' are all in this user's run directories; "
+        "Mesos's (-m) are on the master",
     )
+    _mesos_flags(parser)
     if word != "list":
         parser.add_argument(
             "id", metavar="ID", help="the job's id, as tfrun --detach printed it (or latest)"
@@ -342,6 +299,14 @@ def _parser(word: str) -> argparse.ArgumentParser:
             help="go on printing it as it comes, until the task or the job ends",
         )
     return parser
+
+
+def _mesos_flags(parser: argparse.ArgumentParser) -> None:
+    """Where a detached Mesos job is found, and as whom (tfmesos.cli.mesos_jobs)."""
+    parser.add_argument("-m", "--master", help="a detached Mesos job's master (else $MESOS_MASTER)")
+    parser.add_argument("--principal", help="the principal the job's framework runs as")
+    parser.add_argument("--secret-file", metavar="FILE", help="the principal's secret")
+    parser.add_argument("--ssl-ca", metavar="PEM", help="the CA of a master over TLS")
 
 
 def _list(store: JobStore, args: argparse.Namespace) -> int:

@@ -45,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.detach:
         if args.backend == "slurm":
             detach.submit_slurm(args, given, spec)  # returns never: the launcher is Slurm's
+        if args.backend == "mesos":
+            from tfmesos.backends.mesos.detached import submit_mesos
+
+            submit_mesos(args, given, spec)  # returns never: the launcher is a Mesos task
         run_dir = detach.submit(args, given, spec.name)  # returns in the detached launcher only
     else:
         run_dir = detach.adopt()  # a detached Slurm job's launcher takes its run over

@@ -43,7 +43,7 @@ __all__ = [
 SUBCOMMANDS = frozenset({"list", "status", "logs", "wait", "stop", "attach"})
 """``tfrun WORD ...``: a detached job's commands (tfmesos.cli.jobs), told apart
 from a job's flags by the first argument alone (a job's command comes after --)."""
-DETACHABLE = frozenset({"local", "slurm"})
+DETACHABLE = frozenset({"local", "slurm", "mesos"})
 """The backends ``--detach`` runs on."""
 
 DESCRIPTION = """\
@@ -116,7 +116,7 @@ exit status:
   other    a task failed: its own status (126/127: its command could not
            run / was not found), or 1 when it had none or one listed above
 
-detached jobs (--detach; the local and Slurm backends for now):
+detached jobs (--detach; on Mesos the commands take -m too):
   tfrun list [--json]               this user's jobs: state, tasks up, exit status
   tfrun status ID [--json]          each task's state, host, attempts; the verdict
   tfrun logs ID [--task T|all] [-f] a task's output (default the chief, worker:0)
@@ -242,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--detach",
         action="store_true",
         help="start the job and return: print its id last, once the launcher runs as a daemon "
-        "that outlives this terminal (local backend) or Slurm has taken its job (slurm); "
+        "that outlives this terminal (local backend), Slurm has taken its job (slurm) or its "
+        "launcher runs as a task of the job's framework (mesos); "
         "follow it with tfrun list, status ID, logs -f ID, wait ID, stop ID",
     )
     job.add_argument(

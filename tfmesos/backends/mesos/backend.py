@@ -112,6 +112,14 @@ class MesosBackend(Backend):
         # by the transport only, never on self or in a message.
         principal, secret = framework_credentials(options.principal, None, options.secret_file)
         self.framework_info = framework_info(spec, options, self.user, self.host, principal)
+        # A detached job's launcher task takes over the framework the
+        # submitting tfrun made (tfmesos.backends.mesos.detached, imported
+        # here: it is also the launcher task's program, run with -m).
+        from tfmesos.backends.mesos.detached import adopted_framework, job_labels
+
+        self._adopted = adopted_framework()
+        if self._adopted is not None:
+            self.framework_info["labels"] = job_labels(self._adopted[1])
         self.roles = self.framework_info["roles"]
         self.client = SchedulerClient(
             master,
@@ -122,6 +130,8 @@ class MesosBackend(Backend):
             auth=(principal, secret) if principal and secret else None,
             ssl_ca=options.ssl_ca,
         )
+        if self._adopted is not None:
+            self.client.framework_id = self._adopted[0]
         self.log_dir: Path = Path(options.log_dir) if options.log_dir else rundirs.new_run_dir()
         """Where every task's output is kept on this machine, as it reaches
         the launcher (the chief's log too: run.py puts it here)."""
@@ -149,7 +159,9 @@ class MesosBackend(Backend):
         self._agents_watch: asyncio.Task[None] | None = None
         self._runner: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[None]] = set()
-        self._resubscribed = False
+        self._resubscribed = self._adopted is not None
+        """Subscribed before: the framework's tasks may be known to the
+        master (a taken-over framework's too), and offers filtered."""
         self._reviving: asyncio.Task[None] | None = None
         self._reconciliation = Reconciliation(
             self._call, self._task_name, lambda: self._closing or self._failed
@@ -292,7 +304,9 @@ class MesosBackend(Backend):
             # One bound for them all: a call may wait on those before it.
             await asyncio.wait(set(self._calls), timeout=5)
         self._subscriptions.close()
-        await self.client.close(teardown=True)
+        # A taken-over framework is left standing: its launcher task tears
+        # it down once the job's last run is over.
+        await self.client.close(teardown=self._adopted is None)
         if self._agents_watch is not None:
             self._agents_watch.cancel()
             await reap(self._agents_watch)

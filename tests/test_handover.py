@@ -1,0 +1,64 @@
+"""The handover of a detached Mesos job (tfmesos.backends.mesos.handover):
+the submitter gives what the launcher task needs only to a peer that proves
+the job's one-time key, sealed so that only that key opens it; and the
+flags the launcher must not take from the submitter are dropped
+(tfmesos.backends.mesos.detached). Real sockets on 127.0.0.1, no process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from tfmesos.backends.mesos import handover
+from tfmesos.backends.mesos.detached import _flag_values
+
+
+async def _serve_and_receive(server_key: bytes, client_key: bytes) -> tuple[object, bool]:
+    given = {"secret": "s3cret", "env": {"TOKEN": "x"}}
+    server, port, done = await handover.serve_one(server_key, "job.launcher", given, "127.0.0.1")
+    try:
+        received: object = await asyncio.to_thread(
+            handover.receive, f"127.0.0.1:{port}", client_key, "job.launcher"
+        )
+    except (handover.HandoverError, OSError) as exc:
+        received = exc
+    try:
+        await asyncio.wait_for(asyncio.shield(done), 2)
+        return received, True
+    except asyncio.TimeoutError:
+        return received, False
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_the_launcher_with_the_key_gets_the_handover() -> None:
+    key = os.urandom(32)
+    received, handed = asyncio.run(_serve_and_receive(key, key))
+    assert received == {"secret": "s3cret", "env": {"TOKEN": "x"}}
+    assert handed
+
+
+def test_a_peer_without_the_key_gets_nothing() -> None:
+    received, handed = asyncio.run(_serve_and_receive(os.urandom(32), os.urandom(32)))
+    assert isinstance(received, handover.HandoverError)
+    assert not handed
+
+
+def test_a_sealed_handover_opens_only_with_its_key_and_nonces() -> None:
+    key = os.urandom(32)
+    box = handover.seal(key, "a b", {"secret": "s3cret"})
+    assert "s3cret" not in str(box) and b"s3cret".hex() not in str(box)
+    assert handover.unseal(key, "a b", box) == {"secret": "s3cret"}
+    for other_key, nonces in ((os.urandom(32), "a b"), (key, "a c")):
+        with pytest.raises(handover.HandoverError):
+            handover.unseal(other_key, nonces, box)
+
+
+def test_the_submitters_own_flags_stay_behind() -> None:
+    flags = ["--detach", "-m", "m:5050", "--events=e.jsonl", "--log-dir", "d", "--ssl-ca", "ca"]
+    kept, values = _flag_values(flags, ("--detach", "--events", "--log-dir", "--ssl-ca"))
+    assert kept == ["-m", "m:5050"]
+    assert values == {"--events": "e.jsonl", "--log-dir": "d", "--ssl-ca": "ca"}

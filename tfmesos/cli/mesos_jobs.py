@@ -1,0 +1,424 @@
+"""Detached Mesos jobs (``tfrun --detach -m``) for ``tfrun list``, ``status``,
+``logs``, ``wait`` and ``stop``, from any machine that reaches the cluster.
+
+A job is its framework on the master, found by the label that holds its id
+(tfmesos.backends.mesos.detached's ``LABEL_JOB``) in the master's ``/state``,
+active or completed. Its launcher task keeps the event stream and every
+task's output in its sandbox; they are read through its agent's files API
+(``/files/read``, what the Mesos web UI reads) into a private copy on this
+machine (``$XDG_CACHE_HOME/tfmesos/mesos-jobs/ID``), which the commands read
+as they read a local run's directory (tfmesos.cli.jobs). The job runs while its
+framework is registered. ``stop`` takes the framework over (a scheduler
+failover, which the master allows its principal only) with a label that
+says who stops it and when, and tears it down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import getpass
+import json
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tfmesos.backends.mesos.detached import (
+    LABEL_JOB,
+    LABEL_STOPPED,
+    LAUNCHER_TASK,
+    SANDBOX_EVENTS,
+    SANDBOX_LOGS,
+    teardown,
+)
+from tfmesos.backends.mesos_options import framework_credentials
+from tfmesos.cli.jobstate import JobState, job_state, read_events
+from tfmesos.cli.jobstore import JobError, Run
+from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
+from tfmesos.launcher.events import SCHEMA_VERSION
+
+__all__ = ["MesosJobs"]
+
+STATE_TTL = 1.0
+"""Seconds a master's ``/state`` is reused: ``logs -f`` and ``wait`` look often."""
+READ_CHUNK = 1 << 20
+HTTP_TIMEOUT = 15.0
+STOP_TIMEOUT = 60.0
+
+
+class MesosJobs:
+    """The detached jobs of one Mesos cluster (``-m``, else ``$MESOS_MASTER``)."""
+
+    backend = "mesos"
+
+    def __init__(
+        self,
+        master: str,
+        principal: str | None = None,
+        secret_file: str | None = None,
+        ssl_ca: str | None = None,
+    ) -> None:
+        self._error = JobError
+        self.master = master
+        self.principal, self._secret = framework_credentials(principal, None, secret_file)
+        self.ssl_ca = ssl_ca
+        self._state: tuple[float, dict[str, Any]] | None = None
+        self._master_url = ""
+        self._dirs: dict[str, tuple[str, str]] = {}
+        """Each job's launcher sandbox: its agent's URL and the directory."""
+        self._mirrored: dict[tuple[str, str], int] = {}
+        """(job, file) followed, with how much of it is copied here."""
+        self._root = (
+            Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+            / "tfmesos"
+            / "mesos-jobs"
+        )
+
+    @classmethod
+    def from_args(cls, args: Any) -> MesosJobs:
+        master = getattr(args, "master", None) or os.environ.get("MESOS_MASTER")
+        if not master:
+            raise JobError("a detached Mesos job is found on its master: give -m HOST:5050")
+        return cls(
+            master,
+            getattr(args, "principal", None),
+            getattr(args, "secret_file", None),
+            getattr(args, "ssl_ca", None),
+        )
+
+    # -- the master and the agents -----------------------------------------------
+
+    def _open(self, url: str) -> Any:
+        request = urllib.request.Request(url)
+        if self.principal and self._secret:
+            token = base64.b64encode(f"{self.principal}:{self._secret}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        context = None
+        if url.startswith("https:"):
+            from tfmesos.mesos.transport import client_tls
+
+            context = client_tls(self.ssl_ca).context
+        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT, context=context) as answer:
+            return json.loads(answer.read())
+
+    def _leader(self) -> tuple[str, dict[str, Any] | None]:
+        """The leading master's URL, and its ``/state`` where that was read."""
+        from tfmesos.mesos.masters import parse_masters
+
+        source = parse_masters(self.master)
+        if not isinstance(source, list):
+            return self._zookeeper_leader(source), None
+        problems = []
+        for address in source:
+            try:
+                state = self._open(address.url + "/state")
+            except (OSError, ValueError) as exc:
+                problems.append(f"{address.url}: {exc}")
+                continue
+            if state.get("leader") and state.get("leader") == state.get("pid"):
+                return address.url, state
+            leader = state.get("leader_info") or {}
+            if leader.get("hostname") or leader.get("ip"):
+                host = leader.get("hostname") or leader["ip"]
+                return f"{address.scheme}://{host}:{leader['port']}", None
+        raise self._error(
+            f"no leading Mesos master at {self.master}: {'; '.join(problems) or 'none leads'}",
+            EXIT_TFRUN_FAILED,
+        )
+
+    def _zookeeper_leader(self, source: Any) -> str:
+        from tfmesos.mesos.zookeeper import ZooKeeperError, ZooKeeperLeader
+
+        zookeeper = ZooKeeperLeader(source, lambda leader: None)
+        try:
+            zookeeper.start(HTTP_TIMEOUT)
+            if zookeeper.leader is None:
+                raise self._error(
+                    f"ZooKeeper names no leading master: {self.master}", EXIT_TFRUN_FAILED
+                )
+            return zookeeper.leader.url
+        except ZooKeeperError as exc:
+            raise self._error(str(exc), EXIT_TFRUN_FAILED) from None
+        finally:
+            zookeeper.stop()
+
+    def _master_state(self, fresh: bool = False) -> dict[str, Any]:
+        if self._state is not None and not fresh:
+            taken, cached = self._state
+            if time.monotonic() - taken < STATE_TTL:
+                return cached
+        url, known = self._leader()
+        self._master_url = url
+        state = known
+        if state is None:
+            try:
+                state = self._open(url + "/state")
+            except (OSError, ValueError) as exc:
+                raise self._error(
+                    f"the master's /state at {url}: {exc}", EXIT_TFRUN_FAILED
+                ) from None
+        assert state is not None
+        self._state = (time.monotonic(), state)
+        return state
+
+    # -- the jobs ---------------------------------------------------------------
+
+    def _frameworks(self, fresh: bool = False) -> list[tuple[dict[str, Any], bool]]:
+        """Every detached job's framework, with whether it is still registered."""
+        state = self._master_state(fresh)
+        found = []
+        for key, active in (("frameworks", True), ("completed_frameworks", False)):
+            for framework in state.get(key, []):
+                if _label(framework, LABEL_JOB) is not None:
+                    found.append((framework, active))
+        found.sort(key=lambda pair: float(pair[0].get("registered_time") or 0))
+        return found
+
+    def _mine(self, framework: dict[str, Any]) -> bool:
+        if self.principal:
+            return bool(framework.get("principal") == self.principal)
+        return bool(framework.get("user") in (getpass.getuser(), None))
+
+    def runs(self) -> list[Run]:
+        return [self._run(f) for f, _ in self._frameworks() if self._mine(f)]
+
+    def _run(self, framework: dict[str, Any]) -> Run:
+        job = str(_label(framework, LABEL_JOB))
+        where = self._root / job
+        where.mkdir(parents=True, exist_ok=True, mode=0o700)
+        record = {
+            "id": job,
+            "backend": "mesos",
+            "name": framework.get("name", ""),
+            "framework_id": framework.get("id"),
+            "user": framework.get("user"),
+            "principal": framework.get("principal"),
+            "started": framework.get("registered_time"),
+            "detached": True,
+        }
+        return Run(job, "mesos", where, record)
+
+    def find(self, job_id: str) -> Run:
+        frameworks = self._frameworks(fresh=True)
+        if job_id == "latest":
+            mine = [f for f, _ in frameworks if self._mine(f)]
+            if not mine:
+                raise self._error(f"there is no detached job on {self.master} yet")
+            return self._run(mine[-1])
+        matches = [
+            f
+            for f, _ in frameworks
+            if job_id in (_label(f, LABEL_JOB), f.get("id"))
+            or str(_label(f, LABEL_JOB)).endswith(job_id)
+        ]
+        if not matches:
+            raise self._error(
+                f"no job {job_id!r} on the Mesos master {self.master} (tfrun list -m shows them)"
+            )
+        if len(matches) > 1:
+            raise self._error(f"{job_id!r} is the end of {len(matches)} jobs' ids: give more of it")
+        framework = matches[0]
+        if not self._mine(framework):
+            who = framework.get("principal") or framework.get("user")
+            raise self._error(f"job {job_id} is {who}'s, not this user's", EXIT_USAGE)
+        return self._run(framework)
+
+    def _framework(self, run: Run) -> tuple[dict[str, Any], bool]:
+        for framework, active in self._frameworks():
+            if framework.get("id") == run.record["framework_id"]:
+                return framework, active
+        raise self._error(
+            f"job {run.id}'s framework is no longer known to the master", EXIT_TFRUN_FAILED
+        )
+
+    def state(self, run: Run) -> JobState:
+        framework, running = self._framework(run)
+        # A framework the master still has, whose launcher task is gone
+        # (its host lost: unreachable; or ended), runs no more: nobody
+        # schedules it, and the master removes it only once its failover
+        # timeout has passed after it noticed the launcher's connection gone.
+        running = running and _launcher_state(framework, run.id) in _LAUNCHER_ALIVE
+        self._sync(run, framework)
+        events = read_events(run.where / SANDBOX_EVENTS)
+        stopped = _label(framework, LABEL_STOPPED)
+        if stopped is not None and not running:
+            by, _, at = stopped.rpartition(" at ")
+            verdict = {
+                "v": SCHEMA_VERSION,
+                "ts": float(at or time.time()),
+                "event": "job_verdict",
+                "exit_status": 128 + signal.SIGTERM,
+                "result": "interrupted",
+                "message": f"the job was stopped by {by} (tfrun stop)",
+                "signal": "SIGTERM",
+                "stopped_by": by,
+                "stopped_at": float(at or 0),
+            }
+            events = [e for e in events if e.get("event") != "job_verdict"] + [verdict]
+        return job_state(events, running)
+
+    def task_logs(self, run: Run, state: JobState, task: str) -> list[Path]:
+        task_state = state.tasks.get(task)
+        if task_state is None or task_state.task_id is None:
+            return []
+        name = f"{SANDBOX_LOGS}/{task_state.task_id}.log"
+        self._mirrored.setdefault((run.id, name), 0)
+        framework, _ = self._framework(run)
+        self._sync(run, framework)
+        return [run.where / name]
+
+    def console(self, run: Run) -> Path:
+        """The launcher task's standard output: the chief's, and every
+        forwarded task's, as an attached tfrun prints them."""
+        self._mirrored.setdefault((run.id, "stdout"), 0)
+        self._sync(run, self._framework(run)[0])
+        path = run.where / "stdout"
+        path.touch(mode=0o600)
+        return path
+
+    def stop(self, run: Run) -> None:
+        framework, running = self._framework(run)
+        if not running:
+            return
+        by = f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})"
+        info: dict[str, Any] = {
+            key: framework[key]
+            for key in (
+                "user",
+                "name",
+                "principal",
+                "checkpoint",
+                "roles",
+                "capabilities",
+                "hostname",
+            )
+            if key in framework
+        }
+        if "capabilities" in info:
+            info["capabilities"] = [
+                {"type": c} if isinstance(c, str) else c for c in info["capabilities"]
+            ]
+        given = framework.get("labels") or []
+        given = given.get("labels", []) if isinstance(given, dict) else given
+        labels = [label for label in given if label.get("key") != LABEL_STOPPED]
+        labels.append({"key": LABEL_STOPPED, "value": f"{by} at {time.time():.3f}"})
+        info["labels"] = {"labels": labels}
+        info["failover_timeout"] = 0.0
+        problem = asyncio.run(
+            teardown(
+                self.master,
+                info,
+                str(framework["id"]),
+                auth=(self.principal, self._secret) if self.principal and self._secret else None,
+                ssl_ca=self.ssl_ca,
+            )
+        )
+        if problem is not None:
+            raise self._error(f"cannot stop job {run.id}: {problem}", EXIT_TFRUN_FAILED)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while self._framework(run)[1] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            self._state = None
+
+    # -- the launcher's sandbox ---------------------------------------------------
+
+    def _sandbox(self, run: Run, framework: dict[str, Any]) -> tuple[str, str] | None:
+        known = self._dirs.get(run.id)
+        if known is not None:
+            return known
+        launcher = f"{run.id}.{LAUNCHER_TASK}"
+        tasks = [
+            t
+            for key in ("tasks", "completed_tasks", "unreachable_tasks")
+            for t in framework.get(key, [])
+            if t.get("id") == launcher
+        ]
+        if not tasks:
+            return None
+        agent_id = tasks[0].get("slave_id")
+        state = self._master_state()
+        agents = [a for a in state.get("slaves", []) if a.get("id") == agent_id]
+        if not agents:
+            return None
+        pid = str(agents[0].get("pid", ""))  # slave(1)@10.0.0.2:5051
+        scheme = "https" if self._master_url.startswith("https:") else "http"
+        agent_url = f"{scheme}://{pid.rpartition('@')[2]}"
+        try:
+            agent = self._open(agent_url + "/state")
+        except (OSError, ValueError):
+            return None
+        for key in ("frameworks", "completed_frameworks"):
+            for f in agent.get(key, []):
+                if f.get("id") != framework.get("id"):
+                    continue
+                for executor in f.get("executors", []) + f.get("completed_executors", []):
+                    if executor.get("id") == launcher:
+                        self._dirs[run.id] = (agent_url, str(executor["directory"]))
+                        return self._dirs[run.id]
+        return None
+
+    def _sync(self, run: Run, framework: dict[str, Any]) -> None:
+        """Copy what is new of the job's events and followed logs here."""
+        sandbox = self._sandbox(run, framework)
+        if sandbox is None:
+            return
+        self._mirrored.setdefault((run.id, SANDBOX_EVENTS), 0)
+        for (job, name), copied in list(self._mirrored.items()):
+            if job == run.id:
+                self._mirrored[(job, name)] = self._copy(sandbox, name, run.where / name, copied)
+
+    def _copy(self, sandbox: tuple[str, str], name: str, target: Path, copied: int) -> int:
+        agent_url, directory = sandbox
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        while True:
+            query = urllib.parse.urlencode(
+                {"path": f"{directory}/{name}", "offset": copied, "length": READ_CHUNK}
+            )
+            try:
+                answer = self._open(f"{agent_url}/files/read?{query}")
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return copied
+                raise self._error(
+                    f"cannot read {name} on {agent_url}: {exc}", EXIT_TFRUN_FAILED
+                ) from None
+            except (OSError, ValueError):
+                return copied  # the agent out of reach: what was copied stands
+            data = str(answer.get("data", "")).encode("utf-8", "surrogateescape")
+            if not data:
+                return copied
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
+            with contextlib.closing(os.fdopen(fd, "r+b")) as file:
+                file.seek(copied)
+                file.write(data)
+            copied += len(data)
+
+
+_LAUNCHER_ALIVE = (None, "TASK_STAGING", "TASK_STARTING", "TASK_RUNNING")
+"""The launcher task's states (None: not known yet) in which the job runs."""
+
+
+def _launcher_state(framework: dict[str, Any], job: str) -> str | None:
+    launcher = f"{job}.{LAUNCHER_TASK}"
+    for key in ("tasks", "unreachable_tasks", "completed_tasks"):
+        for task in framework.get(key, []):
+            if task.get("id") == launcher:
+                return "TASK_UNREACHABLE" if key == "unreachable_tasks" else str(task.get("state"))
+    return None
+
+
+def _label(framework: dict[str, Any], key: str) -> str | None:
+    labels = framework.get("labels") or []
+    if isinstance(labels, dict):
+        labels = labels.get("labels") or []
+    for label in labels:
+        if isinstance(label, dict) and label.get("key") == key:
+            return str(label.get("value", ""))
+    return None
