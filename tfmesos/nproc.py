@@ -16,7 +16,7 @@ This runner then
 - writes each process's output, a whole line at a time, to its own stdout
   (the task's output and log) with the process's name in front,
   ``[worker:1.3]`` for task worker:1's local rank 3, and to a log of the
-  process's own beside the task's (``TASK_ID.local-rank-3.log`` in the run
+  process's own beside the task's (``worker.1.local-rank-3.log`` in the run
   directory; ``local-rank-3.log`` in a Mesos sandbox);
 - stops the others as soon as one fails (SIGTERM to the group, SIGKILL to
   what is left after ``STOP_GRACE``), and ends as the first one that failed
@@ -112,7 +112,7 @@ def process_environment(task_env: Mapping[str, str], local_rank: int) -> dict[st
 
 def log_path(task_log: str | None, sandbox: str | None) -> str:
     """Where each process's log goes, ``{}`` for its local rank: beside the
-    task's log (``TASK_ID.local-rank-{}.log``), else in the Mesos sandbox;
+    task's log (``worker.1.local-rank-{}.log``), else in the Mesos sandbox;
     empty where the task keeps no log."""
     if task_log and task_log != os.devnull:
         stem = task_log[: -len(".log")] if task_log.endswith(".log") else task_log

@@ -59,7 +59,7 @@ from tfmesos.proctree import (
 )
 from tfmesos.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
 from tfmesos.spec import ClusterSpec, TaskSpec
-from tfmesos.tasklog import describe_failure
+from tfmesos.tasklog import describe_failure, log_name
 
 __all__ = ["LocalBackend", "LocalOptions"]
 
@@ -231,7 +231,7 @@ class LocalBackend(Backend):
         return shown_path(self.log_dir)
 
     def task_log(self, task_id: str) -> Path:
-        return self.log_dir / f"{task_id}.log"
+        return self.log_dir / log_name(task_id)
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink

@@ -59,6 +59,7 @@ from tfmesos.slurm.commands import (
     srun_prefix,
 )
 from tfmesos.spec import ClusterSpec
+from tfmesos.tasklog import log_name
 
 __all__ = ["SlurmBackend"]
 
@@ -472,7 +473,7 @@ class SlurmBackend(Backend):
     def _log_tail(self, task_id: str, job: _Job, size: int = 2048) -> tuple[str, ...]:
         """The task's last lines, where this machine can read its log (a
         shared filesystem, or a one-node cluster); else the job's output."""
-        for path in (self.log_dir / f"{task_id}.log", self.log_dir / f"slurm-{job.job_id}.out"):
+        for path in (self.log_dir / log_name(task_id), self.log_dir / f"slurm-{job.job_id}.out"):
             try:
                 with open(path, "rb") as log:
                     log.seek(max(0, log.seek(0, os.SEEK_END) - size))

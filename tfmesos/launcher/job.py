@@ -23,6 +23,7 @@ from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.launcher.loop import KILL_WAIT, OUTPUT_LINGER, Event, Loop
 from tfmesos.policy import Phase
 from tfmesos.spec import EVALUATOR_JOB, TaskSpec
+from tfmesos.tasklog import new_task_id
 
 if TYPE_CHECKING:
     import ssl
@@ -116,6 +117,7 @@ class Launcher(Loop):
         self._emit(
             "job_started",
             restart=self.restart,
+            max_restarts=self.spec.max_restarts,
             log_dir=None if log_dir is None else str(log_dir),
             backends=backends,
         )
@@ -277,8 +279,7 @@ class Launcher(Loop):
     def _prepare(
         self, spec: TaskSpec, attempt: int, state: AttemptState = AttemptState.LAUNCHED
     ) -> Launch:
-        run = f"r{self.restart}." if self.restart else ""
-        task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{os.urandom(4).hex()}"
+        task_id = new_task_id(spec.job_name, spec.index, self.restart, attempt)
         task = Attempt(
             spec=spec,
             task_id=task_id,

@@ -42,6 +42,7 @@ from tfmesos.rendezvous_client import (
     RendezvousClient,
     keepalive,
 )
+from tfmesos.tasklog import log_name
 
 __all__ = [
     "KEEPALIVE_COUNT",
@@ -104,7 +105,7 @@ def main() -> int:
     steps: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
     secret = plan["secret"].encode()
     for task_id, name, group in plan["steps"]:
-        log = os.path.join(log_dir, f"{task_id}.log")
+        log = os.path.join(log_dir, log_name(task_id))
         with contextlib.suppress(OSError):  # made here 0600; the step's shell appends to it
             os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         argv = [*plan["srun"][group], f"--job-name={name}", *logged(plan["agent"])]
