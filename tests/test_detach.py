@@ -182,6 +182,49 @@ def test_logs_follow_a_task_as_its_lines_come_until_it_ends(
     assert done.stdout == "first line\nsecond line\n"
 
 
+def test_logs_follow_a_restarted_job_into_its_next_run_and_show_each_run(
+    detached: Detached, tmp_path: Path
+) -> None:
+    crash, end = tmp_path / "crash", tmp_path / "end"
+    task = py(
+        "import os, sys, time\n"
+        "run, index = os.environ['TFMESOS_RESTART'], os.environ['TFMESOS_TASK_INDEX']\n"
+        "print('run', run, 'of', index, flush=True)\n"
+        "if index == '1' and run == '0':\n"
+        f"    while not os.path.exists({str(crash)!r}): time.sleep(0.02)\n"
+        "    sys.exit(3)\n"
+        f"while not os.path.exists({str(end)!r}): time.sleep(0.02)\n"
+        "print('run', run, 'ends', flush=True)\n"
+    )
+    job = detached.submit("-w", "2", "--max-restarts", "1", "--", *task)
+    follower = detached.popen("logs", "-f", "--task", "worker:1", job)
+    assert follower.stdout is not None
+    assert follower.stdout.readline() == "run 0 of 1\n"
+    wait_until(lambda: detached.tfrun("logs", job).stdout, "worker:0's first line")
+    crash.touch()  # worker:1 fails: the job starts again, and the follower follows
+    assert follower.stdout.readline() == "run 1 of 1\n"
+    assert follower.poll() is None
+    end.touch()
+    out, err = follower.communicate(timeout=60)
+    assert (follower.returncode, out) == (0, "run 1 ends\n"), err
+    assert "worker:1 launched again (run 1, attempt 1): worker.1.restart-1.log" in err
+    assert detached.tfrun("wait", job).returncode == 0
+    # The latest run's output by default; each run's on request.
+    latest = detached.tfrun("logs", job, "--task", "worker:1")
+    assert latest.stdout == "run 1 of 1\nrun 1 ends\n", latest.stderr
+    first = detached.tfrun("logs", job, "--task", "worker:1", "--restart", "0")
+    assert first.stdout == "run 0 of 1\n", first.stderr
+    every = detached.tfrun("logs", job, "--restart", "all")  # worker:0's, run after run
+    assert every.stdout == "run 0 of 0\nrun 1 of 0\nrun 1 ends\n", every.stderr
+    assert every.stderr.splitlines() == [f"tfrun logs: run {n} of job {job}" for n in (0, 1)]
+    # Followed from the first run on, once the job is over: every run's, then the end.
+    again = detached.tfrun("logs", "-f", job, "--task", "worker:1", "--restart", "0")
+    assert again.stdout == "run 0 of 1\nrun 1 of 1\nrun 1 ends\n", again.stderr
+    missing = detached.tfrun("logs", job, "--restart", "2")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "has no run 2: its runs are 0 to 1" in missing.stderr
+
+
 def test_stop_leaves_no_process_and_wait_gives_the_stopped_status(
     detached: Detached, tmp_path: Path
 ) -> None:
