@@ -342,10 +342,22 @@ def test_attach_shows_the_console_and_ctrl_c_leaves_the_job_running(
 
 
 def slurm_jobs_of(detached: Detached, job: str) -> list[str]:
-    """The launcher's Slurm job and those it submitted for the tasks."""
+    """The Slurm jobs of a detached job: the one sbatch took, and each one
+    its tasks say they run in (the same one, in its allocation)."""
     launcher = json.loads((detached.runs / job / "job.json").read_text())["slurm_job_id"]
     tasks = [e["job_id"] for e in detached.events(job).of("backend_attached")]
-    return [launcher, *tasks]
+    return list(dict.fromkeys([launcher, *tasks]))
+
+
+def steps_of(slurm_job: str) -> list[str]:
+    """The job steps running in a Slurm job, its batch step aside (squeue -s)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-s", "-j", slurm_job, "-o", "%i"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.split()
+    return [step for step in out if not step.endswith(".batch")]
 
 
 @pytest.mark.usefixtures("slurm")
@@ -362,6 +374,9 @@ def test_a_detached_slurm_job_runs_to_its_end_after_its_session_is_gone(
         os.killpg(submitter.pid, signal.SIGHUP)  # the terminal closes
     detached.events(job).wait_for("cluster_up", timeout=300)
     assert all(os.getsid(p.pid) != submitter.pid for p in detached.job_procs.alive())
+    # One Slurm job: the launcher in it, worker:1 a step of it (as sbatch users expect).
+    [slurm_job] = slurm_jobs_of(detached, job)
+    assert len(steps_of(slurm_job)) == 1, steps_of(slurm_job)
     go.touch()
     assert detached.tfrun("wait", job, timeout=300).returncode == 0
     assert detached.tfrun("logs", job, "--task", "worker:1").stdout == "went\n"
@@ -369,6 +384,29 @@ def test_a_detached_slurm_job_runs_to_its_end_after_its_session_is_gone(
     assert (row["backend"], row["state"], row["exit_status"]) == ("slurm", "succeeded", 0)
     ids = slurm_jobs_of(detached, job)
     wait_until(lambda: not set(states(ids).values()) & {"PENDING", "RUNNING", "COMPLETING"}, "ends")
+
+
+@pytest.mark.usefixtures("slurm")
+def test_a_detached_slurm_job_restarts_inside_its_one_allocation(
+    detached: Detached, tmp_path: Path
+) -> None:
+    # worker:1 fails in the first run: the second run's steps start in the
+    # same allocation, which no task's failure gives back.
+    task = py(
+        "import os, sys\n"
+        "run, index = os.environ['TFMESOS_RESTART'], os.environ['TFMESOS_TASK_INDEX']\n"
+        "print('run', run, 'of', index, flush=True)\n"
+        "sys.exit(3 if (run, index) == ('0', '1') else 0)\n"
+    )
+    job = detached.submit("--backend", "slurm", "-w", "2", "--max-restarts", "1", "--", *task)
+    assert detached.tfrun("wait", job, timeout=300).returncode == 0
+    [slurm_job] = slurm_jobs_of(detached, job)
+    assert detached.events(job).names().count("job_started") == 2
+    first = detached.tfrun("logs", job, "--task", "worker:1", "--restart", "0")
+    assert first.stdout == "run 0 of 1\n", first.stderr
+    assert detached.tfrun("logs", job, "--task", "worker:1").stdout == "run 1 of 1\n"
+    assert (detached.runs / job / "worker.1.restart-1.log").is_file()
+    wait_until(lambda: states([slurm_job]).get(slurm_job) == "COMPLETED", "the job completes")
 
 
 @pytest.mark.usefixtures("slurm")
@@ -380,7 +418,7 @@ def test_stop_cancels_a_detached_slurm_job_and_leaves_nothing(
     stopped = detached.tfrun("stop", job, timeout=300)
     assert stopped.returncode == 0, stopped.stderr
     ids = slurm_jobs_of(detached, job)
-    assert len(ids) == 2
+    assert len(ids) == 1  # the job, its launcher and its tasks' steps in it
     wait_until(lambda: not set(states(ids).values()) & {"PENDING", "RUNNING", "COMPLETING"}, "ends")
     assert [p.cmdline() for p in detached.job_procs.wait_gone(60)] == []
     assert detached.tfrun("wait", job).returncode == 143
@@ -404,6 +442,6 @@ def test_a_slurm_launcher_sbatch_refuses_is_one_line_and_leaves_nothing(
         "--detach", "--backend", "slurm", "--partition", "nosuch", "-w", "1", "--", "true"
     )
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-    assert "sbatch refused the detached job's launcher" in refused.stderr
+    assert "sbatch refused the detached job: " in refused.stderr
     assert refused.stdout == ""
     assert not detached.runs.exists() or runs_in(detached.runs) == []

@@ -210,10 +210,11 @@ class LauncherHandle:
 
 
 class SlurmLauncher(LauncherHandle):
-    """A detached Slurm job's launcher: a Slurm job of its own (its id in
-    ``job.json``), running while it holds the lock or Slurm has it pending
-    or running; stopped by ``scancel``: SIGTERM to its batch step (the
-    launcher) once it runs, the job itself while it waits."""
+    """A detached Slurm job's launcher: the batch step of the job's one
+    Slurm job (its id in ``job.json``), running while it holds the lock or
+    Slurm has the job pending or running; stopped by ``scancel``: SIGTERM to
+    its batch step (the launcher, which stops the tasks' steps) once it
+    runs, the job itself while it waits."""
 
     def alive(self, run: Run) -> bool:
         if super().alive(run):
