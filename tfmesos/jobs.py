@@ -38,7 +38,12 @@ __all__ = ["EXIT_NO_OUTPUT", "JobStore", "LocalJobs", "Run", "main"]
 EXIT_NO_OUTPUT = 1
 """``tfrun logs`` of a task that never started: there is nothing to show."""
 POLL = 0.1
-"""Seconds between two looks at a file that ``-f`` follows or ``wait`` waits on."""
+"""Seconds between two looks at a job's state (its events, its launcher)
+that ``wait`` waits on or ``-f`` follows."""
+FOLLOW_POLL = 0.01
+"""Seconds between two reads of the logs ``-f`` follows, between two looks
+at the job's state: a line is printed within this of reaching its log
+(bench/detach.py measures it), for a read() each time."""
 
 
 class JobError(Exception):
@@ -550,15 +555,23 @@ def _follow(store: JobStore, run: Run, tasks: list[str], *, prefix: bool, since:
     each of its launches (a relaunch, a restart of the job) from run
     ``since`` on, until the job can launch it no more."""
     followed = [_Followed(task) for task in tasks]
+    looked = -POLL
     try:
         while True:
-            state = store.state(run)
-            for one in followed:
-                if not one.done:
-                    _follow_one(store, run, state, one, f"[{one.task}] " if prefix else "", since)
-            if all(one.done for one in followed):
-                break
-            time.sleep(POLL)
+            if time.monotonic() - looked >= POLL:
+                looked = time.monotonic()
+                state = store.state(run)
+                for one in followed:
+                    if not one.done:
+                        prefixed = f"[{one.task}] " if prefix else ""
+                        _follow_one(store, run, state, one, prefixed, since)
+                if all(one.done for one in followed):
+                    break
+            else:  # between two looks at the state: what the logs have now
+                for one in followed:
+                    if one.file is not None:
+                        _read_on(one, f"[{one.task}] " if prefix else "")
+            time.sleep(FOLLOW_POLL)
     finally:
         for one in followed:
             if one.file is not None:
@@ -610,12 +623,7 @@ def _follow_one(
         with contextlib.suppress(FileNotFoundError):
             one.file = open(one.path, "rb")  # noqa: SIM115 - closed by _follow
     if one.file is not None:
-        _copy(one.file, prefix, one.partial)
-        if _rotated(one):
-            _copy(one.file, prefix, one.partial)
-            one.file.close()
-            one.file = open(one.path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
-            _copy(one.file, prefix, one.partial)
+        _read_on(one, prefix)
     if over:
         if one.file is not None:
             _copy(one.file, prefix, one.partial)  # what came before its end was said
@@ -626,6 +634,17 @@ def _follow_one(
             one.partial.clear()
         one.shown.add(one.task_id)
         one.task_id, one.path, one.file = None, None, None
+
+
+def _read_on(one: _Followed, prefix: str) -> None:
+    """Print what the followed log holds now, into its next file where it rotated."""
+    assert one.file is not None
+    _copy(one.file, prefix, one.partial)
+    if _rotated(one):
+        _copy(one.file, prefix, one.partial)
+        one.file.close()
+        one.file = open(one.path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
+        _copy(one.file, prefix, one.partial)
 
 
 def _rotated(one: _Followed) -> bool:
