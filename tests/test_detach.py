@@ -115,14 +115,22 @@ def test_detach_returns_while_the_job_runs_and_outlives_its_session(
     assert detached.job_procs.wait_gone(30) == []
 
 
+@pytest.mark.parametrize("made", ["", "console.log", "job.json"])
 def test_a_sighup_to_the_submitters_group_while_it_submits_leaves_the_job_running(
-    detached: Detached, tmp_path: Path
+    detached: Detached, tmp_path: Path, made: str
 ) -> None:
     go = tmp_path / "go"
     submitter = detached.popen("--detach", "-w", "2", "--", *waits_for(go), start_new_session=True)
     # Once the run's directory is there the job is as good as submitted:
-    # the terminal closing then (its session's SIGHUP) must not end it.
-    wait_until(lambda: detached.runs.is_dir() and runs_in(detached.runs), "the run's directory")
+    # the terminal closing then (its session's SIGHUP) must not end it, at
+    # any moment of the daemon's start (it makes its console, then job.json,
+    # then tells the submitter, which may be gone).
+
+    def reached() -> bool:
+        runs = runs_in(detached.runs) if detached.runs.is_dir() else []
+        return bool(runs) and (runs[0] / made).exists()
+
+    wait_until(reached, f"the run's directory{' and its ' + made if made else ''}", poll=0.001)
     os.killpg(submitter.pid, signal.SIGHUP)
     submitter.communicate(timeout=60)
     [run] = runs_in(detached.runs)

@@ -77,6 +77,9 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
     child = os.fork()
     if child:
         os.close(said)
+        # The run is the daemon's: a signal that stops this process now
+        # (tfrun's clean-up releases what it holds) must not remove it.
+        rundirs.hand_over(run_dir)
         for signum, handler in before.items():
             signal.signal(signum, handler)
         _submitter(run_dir, ready, child)
@@ -91,7 +94,8 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     _daemon_streams(run_dir)
     write_job(run_dir, args.backend, argv, name)
-    os.write(said, b"ok")
+    with contextlib.suppress(OSError):  # a submitter gone (its terminal closed) costs nothing
+        os.write(said, b"ok")
     os.close(said)
     return run_dir
 
