@@ -7,19 +7,26 @@
             against it attached (``tfrun -w 2 -- ...``), start to exit; and
             each job's own wall time, from its first event to its verdict
             (the run's ``events.jsonl``; ``--events`` attached)
-
+- follow:   the delay of ``tfrun logs -f`` beside the attached console's: a
+            task prints LINES lines 25 ms apart, each with the time it was
+            printed (the agent puts it in the task's log as it comes); each
+            line's delay is from then to its arrival on the follower's stdout
+            (``tfrun logs -f ID``, begun before the task prints) or on an
+            attached tfrun's (``tfrun -w 1 -- ...``)
 - mesos:    on real Mesos (one address, two agents), where it can start:
             ``tfrun --detach -m`` until it returns (its launcher task runs and
             has the job), the detached job from the submit to ``tfrun wait -m``'s
             exit, and the same job attached, start to exit and start to its
             cluster up (the attached bring-up)
 
-Alternating. Targets: the return within a few seconds (3 s), the detached
-job's own wall time at most 1.05x the attached one's.
+Alternating (paired: each repetition runs every contender once). Targets:
+the return within a few seconds (3 s), the detached job's own wall time at
+most 1.05x the attached one's.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import subprocess
@@ -32,23 +39,58 @@ from benchlib import (
     PYTHON,
     ROOT,
     JobFailed,
+    OutputLines,
     Result,
     alternate,
     bench_env,
     command_line,
+    median,
     parse_args,
     scratch,
     tfrun,
 )
 
 JOB = ("-w", "2", "--", PYTHON, "-c", "import time; time.sleep(1)")
+EMIT = (
+    "import os, sys, time\n"
+    "while not os.path.exists(sys.argv[1]): time.sleep(0.005)\n"
+    "for n in range(int(sys.argv[2])):\n"
+    "    print('T', repr(time.time()), flush=True)\n"
+    "    time.sleep(0.025)\n"
+)
+"""A task that waits for a file, then prints lines, each with its time."""
 
 
-def submit(env: dict[str, str], *backend: str) -> tuple[float, str]:
-    """Wall time of ``tfrun --detach``, and the id it printed last."""
+def _lines_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lines", type=int, default=40, help="lines a task prints for 'follow' (default 40)"
+    )
+
+
+def wait_for_follower(follower: OutputLines) -> None:
+    """Until ``tfrun logs -f`` has begun following (it waits for the task's
+    log: the job's first event is written by then)."""
+    import psutil
+
+    process = psutil.Process(follower.proc.pid)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        # Asleep in its poll, its interpreter started: its files are open.
+        if any(f.path.endswith(".log") for f in process.open_files()):
+            return
+        if follower.proc.poll() is not None:
+            raise JobFailed("tfrun logs -f ended before the task printed")
+        time.sleep(0.005)
+    raise JobFailed("tfrun logs -f did not open the task's log within 60 s")
+
+
+def submit(env: dict[str, str], *args: str) -> tuple[float, str]:
+    """Wall time of ``tfrun --detach ARGS`` (the benchmark's job where
+    ``ARGS`` is only a backend), and the id it printed last."""
+    job = args if "--" in args else (*args, *JOB)
     started = time.perf_counter()
     done = subprocess.run(
-        [*tfrun(), "--detach", *backend, *JOB],
+        [*tfrun(), "--detach", *job],
         env=env,
         capture_output=True,
         text=True,
@@ -128,6 +170,22 @@ def start_mesos() -> Any:
         return str(exc)
 
 
+def delays(lines: OutputLines, count: int) -> list[float]:
+    """Each printed line's delay, from its time in it to its arrival here."""
+    found = []
+    for arrived, line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[-2] == b"T":
+            found.append(arrived - float(words[-1]))
+            if len(found) == count:
+                break
+    lines.proc.wait(timeout=120)
+    if len(found) < count:
+        tail = b"".join(lines.tail).decode(errors="replace")[-500:]
+        raise JobFailed(f"only {len(found)} of {count} lines came: {tail}")
+    return found
+
+
 def job_wall(events: Path) -> float:
     """Seconds from the job's first event to its verdict."""
     lines = [json.loads(line) for line in events.read_text().splitlines() if line]
@@ -135,7 +193,8 @@ def job_wall(events: Path) -> float:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], reps=7)
+    args = parse_args(__doc__.splitlines()[0], reps=7, add=_lines_flag)
+    count = 3 if args.smoke else args.lines
     result = Result("detach", command_line("detach.py", args), args.quick, {"reps": args.reps})
     with scratch("detach") as state:
         env = bench_env(XDG_STATE_HOME=str(state), TFMESOS_KEEP_RUNS="1000")
@@ -168,10 +227,33 @@ def main() -> None:
                 raise JobFailed(f"tfrun exited with {done.returncode}")
             return time.perf_counter() - started, job_wall(events)
 
+        go = state / "go"
+
+        def followed() -> list[float]:
+            go.unlink(missing_ok=True)
+            _, job = submit(env, "-w", "1", "--", PYTHON, "-c", EMIT, str(go), str(count))
+            follower = OutputLines([*tfrun(), "logs", "-f", job], env)
+            # The follower begins before the first line: what it measures is
+            # its following, not its catching up.
+            wait_for_follower(follower)
+            go.touch()
+            return delays(follower, count)
+
+        def console() -> list[float]:
+            go.touch()
+            return delays(
+                OutputLines(
+                    [*tfrun(), "-w", "1", "--", PYTHON, "-c", EMIT, str(go), str(count)], env
+                ),
+                count,
+            )
+
         contenders: dict[str, Callable[[], object]] = {
             "return": detach_returns,
             "detached": detached_end,
             "attached": attached_end,
+            "logs -f": followed,
+            "console": console,
         }
         slurm = shutil.which("sinfo") is not None and (
             subprocess.run(["sinfo", "-h"], capture_output=True, check=False).returncode == 0
@@ -240,6 +322,16 @@ def main() -> None:
             "Mesos detached job, submit to wait's end",
             "Mesos attached job, start to end",
         )
+
+    # Each repetition's median delay, and every line's.
+    for name, row in (("logs -f", "tfrun logs -f"), ("console", "attached console")):
+        result.add(f"{row}: a line's delay, median of a run", "s", [median(d) for d in walls[name]])
+        result.add(f"{row}: a line's delay, every line", "s", [x for d in walls[name] for x in d])
+    result.ratio(
+        "logs -f / attached console, a line's delay",
+        "tfrun logs -f: a line's delay, median of a run",
+        "attached console: a line's delay, median of a run",
+    )
     returned = result.row("tfrun --detach returns (local)")
     result.target("detach returns", "≤ 3 s", f"{returned.median:.2f} s", returned.median <= 3)
     result.ratio(

@@ -547,7 +547,7 @@ import glob, os, sys, time
 print(sys.argv[1], flush=True)
 # The ps is stopped once the workers are done: they wait until it has spoken.
 while os.environ["TFMESOS_JOB_NAME"] == "worker" and not any(
-    open(log).read() for log in glob.glob(os.path.join(os.environ["LOGS"], "ps.0.*.log"))
+    open(log).read() for log in glob.glob(os.path.join(os.environ["LOGS"], "ps.0.log"))
 ):
     time.sleep(0.05)
 """
@@ -572,7 +572,7 @@ def test_chdir_runs_each_task_in_dir(job_procs, tmp_path: Path) -> None:  # type
         f"[worker:0] worker {where}",
         f"[worker:1] worker {where}",
     ]
-    (ps_log,) = logs.glob("ps.0*.log")
+    ps_log = logs / "ps.0.log"
     assert f"ps {where}" in ps_log.read_text()
     # A relative DIR is this directory's.
     result = run_tfrun(
@@ -866,5 +866,5 @@ def test_a_job_refused_after_its_run_directory_was_made_leaves_none(tmp_path: Pa
         assert too_big.returncode == 2, too_big.stderr
         assert too_big.stderr.count("\n") == 1, too_big.stderr
     assert runs_in(runs) == [kept]
-    (log,) = kept.glob("worker.0.*.log")
+    log = kept / "worker.0.log"
     assert "real output" in log.read_text()

@@ -115,14 +115,22 @@ def test_detach_returns_while_the_job_runs_and_outlives_its_session(
     assert detached.job_procs.wait_gone(30) == []
 
 
+@pytest.mark.parametrize("made", ["", "console.log", "job.json"])
 def test_a_sighup_to_the_submitters_group_while_it_submits_leaves_the_job_running(
-    detached: Detached, tmp_path: Path
+    detached: Detached, tmp_path: Path, made: str
 ) -> None:
     go = tmp_path / "go"
     submitter = detached.popen("--detach", "-w", "2", "--", *waits_for(go), start_new_session=True)
     # Once the run's directory is there the job is as good as submitted:
-    # the terminal closing then (its session's SIGHUP) must not end it.
-    wait_until(lambda: detached.runs.is_dir() and runs_in(detached.runs), "the run's directory")
+    # the terminal closing then (its session's SIGHUP) must not end it, at
+    # any moment of the daemon's start (it makes its console, then job.json,
+    # then tells the submitter, which may be gone).
+
+    def reached() -> bool:
+        runs = runs_in(detached.runs) if detached.runs.is_dir() else []
+        return bool(runs) and (runs[0] / made).exists()
+
+    wait_until(reached, f"the run's directory{' and its ' + made if made else ''}", poll=0.001)
     os.killpg(submitter.pid, signal.SIGHUP)
     submitter.communicate(timeout=60)
     [run] = runs_in(detached.runs)
@@ -180,6 +188,49 @@ def test_logs_follow_a_task_as_its_lines_come_until_it_ends(
     assert detached.tfrun("wait", job).returncode == 0
     done = detached.tfrun("logs", job, "--task", "worker:1")
     assert done.stdout == "first line\nsecond line\n"
+
+
+def test_logs_follow_a_restarted_job_into_its_next_run_and_show_each_run(
+    detached: Detached, tmp_path: Path
+) -> None:
+    crash, end = tmp_path / "crash", tmp_path / "end"
+    task = py(
+        "import os, sys, time\n"
+        "run, index = os.environ['TFMESOS_RESTART'], os.environ['TFMESOS_TASK_INDEX']\n"
+        "print('run', run, 'of', index, flush=True)\n"
+        "if index == '1' and run == '0':\n"
+        f"    while not os.path.exists({str(crash)!r}): time.sleep(0.02)\n"
+        "    sys.exit(3)\n"
+        f"while not os.path.exists({str(end)!r}): time.sleep(0.02)\n"
+        "print('run', run, 'ends', flush=True)\n"
+    )
+    job = detached.submit("-w", "2", "--max-restarts", "1", "--", *task)
+    follower = detached.popen("logs", "-f", "--task", "worker:1", job)
+    assert follower.stdout is not None
+    assert follower.stdout.readline() == "run 0 of 1\n"
+    wait_until(lambda: detached.tfrun("logs", job).stdout, "worker:0's first line")
+    crash.touch()  # worker:1 fails: the job starts again, and the follower follows
+    assert follower.stdout.readline() == "run 1 of 1\n"
+    assert follower.poll() is None
+    end.touch()
+    out, err = follower.communicate(timeout=60)
+    assert (follower.returncode, out) == (0, "run 1 ends\n"), err
+    assert "worker:1 launched again (run 1, attempt 1): worker.1.restart-1.log" in err
+    assert detached.tfrun("wait", job).returncode == 0
+    # The latest run's output by default; each run's on request.
+    latest = detached.tfrun("logs", job, "--task", "worker:1")
+    assert latest.stdout == "run 1 of 1\nrun 1 ends\n", latest.stderr
+    first = detached.tfrun("logs", job, "--task", "worker:1", "--restart", "0")
+    assert first.stdout == "run 0 of 1\n", first.stderr
+    every = detached.tfrun("logs", job, "--restart", "all")  # worker:0's, run after run
+    assert every.stdout == "run 0 of 0\nrun 1 of 0\nrun 1 ends\n", every.stderr
+    assert every.stderr.splitlines() == [f"tfrun logs: run {n} of job {job}" for n in (0, 1)]
+    # Followed from the first run on, once the job is over: every run's, then the end.
+    again = detached.tfrun("logs", "-f", job, "--task", "worker:1", "--restart", "0")
+    assert again.stdout == "run 0 of 1\nrun 1 of 1\nrun 1 ends\n", again.stderr
+    missing = detached.tfrun("logs", job, "--restart", "2")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "has no run 2: its runs are 0 to 1" in missing.stderr
 
 
 def test_stop_leaves_no_process_and_wait_gives_the_stopped_status(
@@ -302,10 +353,22 @@ def test_attach_shows_the_console_and_ctrl_c_leaves_the_job_running(
 
 
 def slurm_jobs_of(detached: Detached, job: str) -> list[str]:
-    """The launcher's Slurm job and those it submitted for the tasks."""
+    """The Slurm jobs of a detached job: the one sbatch took, and each one
+    its tasks say they run in (the same one, in its allocation)."""
     launcher = json.loads((detached.runs / job / "job.json").read_text())["slurm_job_id"]
     tasks = [e["job_id"] for e in detached.events(job).of("backend_attached")]
-    return [launcher, *tasks]
+    return list(dict.fromkeys([launcher, *tasks]))
+
+
+def steps_of(slurm_job: str) -> list[str]:
+    """The job steps running in a Slurm job, its batch step aside (squeue -s)."""
+    out = subprocess.run(
+        ["squeue", "-h", "-s", "-j", slurm_job, "-o", "%i"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.split()
+    return [step for step in out if not step.endswith(".batch")]
 
 
 @pytest.mark.usefixtures("slurm")
@@ -322,6 +385,9 @@ def test_a_detached_slurm_job_runs_to_its_end_after_its_session_is_gone(
         os.killpg(submitter.pid, signal.SIGHUP)  # the terminal closes
     detached.events(job).wait_for("cluster_up", timeout=300)
     assert all(os.getsid(p.pid) != submitter.pid for p in detached.job_procs.alive())
+    # One Slurm job: the launcher in it, worker:1 a step of it (as sbatch users expect).
+    [slurm_job] = slurm_jobs_of(detached, job)
+    assert len(steps_of(slurm_job)) == 1, steps_of(slurm_job)
     go.touch()
     assert detached.tfrun("wait", job, timeout=300).returncode == 0
     assert detached.tfrun("logs", job, "--task", "worker:1").stdout == "went\n"
@@ -329,6 +395,29 @@ def test_a_detached_slurm_job_runs_to_its_end_after_its_session_is_gone(
     assert (row["backend"], row["state"], row["exit_status"]) == ("slurm", "succeeded", 0)
     ids = slurm_jobs_of(detached, job)
     wait_until(lambda: not set(states(ids).values()) & {"PENDING", "RUNNING", "COMPLETING"}, "ends")
+
+
+@pytest.mark.usefixtures("slurm")
+def test_a_detached_slurm_job_restarts_inside_its_one_allocation(
+    detached: Detached, tmp_path: Path
+) -> None:
+    # worker:1 fails in the first run: the second run's steps start in the
+    # same allocation, which no task's failure gives back.
+    task = py(
+        "import os, sys\n"
+        "run, index = os.environ['TFMESOS_RESTART'], os.environ['TFMESOS_TASK_INDEX']\n"
+        "print('run', run, 'of', index, flush=True)\n"
+        "sys.exit(3 if (run, index) == ('0', '1') else 0)\n"
+    )
+    job = detached.submit("--backend", "slurm", "-w", "2", "--max-restarts", "1", "--", *task)
+    assert detached.tfrun("wait", job, timeout=300).returncode == 0
+    [slurm_job] = slurm_jobs_of(detached, job)
+    assert detached.events(job).names().count("job_started") == 2
+    first = detached.tfrun("logs", job, "--task", "worker:1", "--restart", "0")
+    assert first.stdout == "run 0 of 1\n", first.stderr
+    assert detached.tfrun("logs", job, "--task", "worker:1").stdout == "run 1 of 1\n"
+    assert (detached.runs / job / "worker.1.restart-1.log").is_file()
+    wait_until(lambda: states([slurm_job]).get(slurm_job) == "COMPLETED", "the job completes")
 
 
 @pytest.mark.usefixtures("slurm")
@@ -340,7 +429,7 @@ def test_stop_cancels_a_detached_slurm_job_and_leaves_nothing(
     stopped = detached.tfrun("stop", job, timeout=300)
     assert stopped.returncode == 0, stopped.stderr
     ids = slurm_jobs_of(detached, job)
-    assert len(ids) == 2
+    assert len(ids) == 1  # the job, its launcher and its tasks' steps in it
     wait_until(lambda: not set(states(ids).values()) & {"PENDING", "RUNNING", "COMPLETING"}, "ends")
     assert [p.cmdline() for p in detached.job_procs.wait_gone(60)] == []
     assert detached.tfrun("wait", job).returncode == 143
@@ -364,6 +453,6 @@ def test_a_slurm_launcher_sbatch_refuses_is_one_line_and_leaves_nothing(
         "--detach", "--backend", "slurm", "--partition", "nosuch", "-w", "1", "--", "true"
     )
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-    assert "sbatch refused the detached job's launcher" in refused.stderr
+    assert "sbatch refused the detached job: " in refused.stderr
     assert refused.stdout == ""
     assert not detached.runs.exists() or runs_in(detached.runs) == []

@@ -47,7 +47,7 @@ def job_args(shared: Path) -> tuple[str, ...]:
 
 
 def logs_by_task(directory: Path) -> dict[str, str]:
-    """Each task's log in ``directory``, by task name (``ps.0.1.ab12cd34.log``: ps:0)."""
+    """Each task's log in ``directory``, by task name (``ps.0.log``: ps:0)."""
     found: dict[str, str] = {}
     for path in sorted(directory.glob("*.log")):
         job, index = path.name.split(".")[:2]

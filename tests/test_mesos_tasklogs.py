@@ -15,15 +15,13 @@ from tfmesos.mesos.tasklogs import TaskLogs
 def test_each_task_s_output_is_kept_in_its_file_under_its_cap(tmp_path: Path) -> None:
     logs = TaskLogs(tmp_path, cap=100)
     for line in range(30):
-        logs.write("worker.1.1.abc", f"line {line:03}\n".encode(), name="worker:1")
-    logs.write("ps.0.1.def", b"ps says\n", name="ps:0")
+        logs.write("worker.1.5c5c2854", f"line {line:03}\n".encode(), name="worker:1")
+    logs.write("ps.0.restart-1.8b4c6c83", b"ps says\n", name="ps:0")
     logs.close()
-    kept = (tmp_path / "worker.1.1.abc.log.1").read_bytes() + (
-        tmp_path / "worker.1.1.abc.log"
-    ).read_bytes()
+    kept = (tmp_path / "worker.1.log.1").read_bytes() + (tmp_path / "worker.1.log").read_bytes()
     assert len(kept) <= 100
     assert kept.endswith(b"line 029\n")
-    assert (tmp_path / "ps.0.1.def.log").read_bytes() == b"ps says\n"
+    assert (tmp_path / "ps.0.restart-1.log").read_bytes() == b"ps says\n"
 
 
 def test_a_log_that_cannot_be_written_is_said_once_naming_the_task(
@@ -34,10 +32,10 @@ def test_a_log_that_cannot_be_written_is_said_once_naming_the_task(
     logs = TaskLogs(directory)
     with caplog.at_level(logging.WARNING, logger="tfmesos"):
         for _ in range(3):
-            logs.write("worker.1.1.8b4c6c83", b"output\n", name="worker:1")
+            logs.write("worker.1.attempt-2.8b4c6c83", b"output\n", name="worker:1")
     logs.close()
     (record,) = caplog.records
     message = record.getMessage()
     assert message.startswith("cannot keep the output of task worker:1 in "), message
-    assert "worker.1.1.8b4c6c83.log" in message
+    assert "/worker.1.attempt-2.log " in message
     assert logs.lost == ["worker:1"]

@@ -232,10 +232,7 @@ def test_the_runners_own_variables_stay_with_it() -> None:
 
 
 def test_each_process_has_a_log_beside_its_tasks() -> None:
-    assert (
-        runner.log_path("/runs/r/worker.1.1.ab.log", None)
-        == "/runs/r/worker.1.1.ab.local-rank-{}.log"
-    )
+    assert runner.log_path("/runs/r/worker.1.log", None) == "/runs/r/worker.1.local-rank-{}.log"
     assert runner.log_path(None, "/sandbox/{x}") == "/sandbox/{{x}}/local-rank-{}.log"
     assert runner.log_path("/dev/null", None) == ""
 
@@ -629,11 +626,11 @@ def _check_failure(result: subprocess.CompletedProcess[str], logs: Path | None) 
     assert "worker:1 (local rank 1) exited with status 3" in result.stderr
     assert re.search(r"^\[worker:0\.1\] hello from rank 1$", result.stdout, re.M)
     if logs is not None:
-        (own,) = logs.glob("worker.1.*.local-rank-1.log")
+        own = logs / "worker.1.local-rank-1.log"
         assert own.read_text() == "hello from rank 3\nrank 3 gives up\n"
-        (peer,) = logs.glob("worker.1.*.local-rank-0.log")
+        peer = logs / "worker.1.local-rank-0.log"
         assert peer.read_text() == "hello from rank 2\n"
-        (task,) = [p for p in logs.glob("worker.1.*.log") if "local-rank" not in p.name]
+        task = logs / "worker.1.log"
         assert "[worker:1.1] rank 3 gives up\n" in task.read_text()
 
 

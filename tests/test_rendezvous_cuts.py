@@ -114,7 +114,7 @@ def finish(tfrun: Tfrun, timeout: float = 90) -> str:
 def worker_1_log(tfrun: Tfrun) -> str:
     """worker:1's log in the run directory (what reached tfrun)."""
     [started] = tfrun.events.of("job_started")
-    return "".join(p.read_text() for p in sorted(Path(started["log_dir"]).glob("worker.1.*.log")))
+    return "".join(p.read_text() for p in sorted(Path(started["log_dir"]).glob("worker.1.*log")))
 
 
 def printed(tfrun: Tfrun) -> int:

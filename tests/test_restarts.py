@@ -72,6 +72,12 @@ def restart_once(
     assert events.verdict()["exit_status"] == 0
     # The chief's output: one line per run (torchrun's two numbers alike).
     assert result.stdout.splitlines() == ["[worker:0] run 0 0/1", "[worker:0] run 1 1/1"]
+    # Each task's log, each run's, by a name known beforehand (no random part).
+    run_dir = Path(events.of("job_started")[0]["log_dir"])
+    logs = {p.name: p.read_text() for p in run_dir.glob("*.log")}
+    for task in ("ps.0", "worker.0", "worker.1"):
+        assert logs[f"{task}.log"].startswith("run 0 0/1\n"), logs
+        assert logs[f"{task}.restart-1.log"].startswith("run 1 1/1\n"), logs
     assert not job_procs.wait_gone(10)
     if cluster is not None:
         # A new framework per run; every one torn down.

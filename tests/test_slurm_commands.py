@@ -205,3 +205,26 @@ def test_a_percent_is_handed_to_slurm_as_a_literal_percent() -> None:
     from tfmesos.slurm.commands import literal_filename
 
     assert literal_filename("/logs/100%/%j x") == "/logs/100%%/%%j x"
+
+
+def test_a_detached_job_is_one_allocation_of_slots_of_its_largest_shape() -> None:
+    from tfmesos.slurm.allocation import LAUNCHER_MEM, Allocation, sbatch_argv
+
+    # The chief (worker 0) beside tfrun: its share and LAUNCHER_MEM more;
+    # ps:0 asks for more CPUs. One plain job: a heterogeneous one's parts
+    # would each want a node of their own.
+    _, spec = parse_args(["--backend", "slurm", "-w", "2", "-s", "1", "-Cs", "2", "--", "true"])
+    argv, said = sbatch_argv(spec, output="out", cwd="/here", options={"qos": "long"})
+    assert ":" not in argv
+    mem = 1024 + LAUNCHER_MEM  # the chief's default memory, and tfrun's
+    assert argv[-4:] == [
+        "--ntasks=3",
+        "--cpus-per-task=2",
+        f"--mem-per-cpu={mem // 2}M",
+        "--qos=long",
+    ]
+    slot = Shape(2, mem // 2, 0)
+    inside = Allocation("7", slot, "vm")
+    assert inside.fits(Shape(2, 512, 0)) and inside.fits(Shape(1, mem, 0))
+    assert not inside.fits(Shape(1, mem + 1, 0)) and not inside.fits(Shape(1, 1, 1))
+    assert said == '{"slot": [2, 768, 0]}'

@@ -240,3 +240,15 @@ def test_the_slurm_job_scripts_lines_on_a_full_disk_cost_the_job_nothing() -> No
         )
     assert result.returncode == 0, result.stderr
     assert result.stderr == "went on\n", result.stderr
+
+
+def test_a_tasks_log_is_named_by_its_task_run_and_attempt_with_nothing_random() -> None:
+    from tfmesos.common.tasklog import log_name, new_task_id
+
+    first, again = new_task_id("worker", 1), new_task_id("worker", 1)
+    assert first != again  # ids stay apart from any other job's on a node
+    assert log_name(first) == log_name(again) == "worker.1.log"
+    assert log_name(new_task_id("ps", 0, attempt=2)) == "ps.0.attempt-2.log"
+    assert log_name(new_task_id("worker", 3, restart=1)) == "worker.3.restart-1.log"
+    assert log_name(new_task_id("chief", 0, 2, 3)) == "chief.0.restart-2.attempt-3.log"
+    assert log_name("t1") == "t1.log"  # an id made otherwise names its log whole

@@ -123,7 +123,7 @@ def process_command(task_env: Mapping[str, str], local_rank: int) -> str:
 
 def log_path(task_log: str | None, sandbox: str | None) -> str:
     """Where each process's log goes, ``{}`` for its local rank: beside the
-    task's log (``TASK_ID.local-rank-{}.log``), else in the Mesos sandbox;
+    task's log (``worker.1.local-rank-{}.log``), else in the Mesos sandbox;
     empty where the task keeps no log."""
     if task_log and task_log != os.devnull:
         stem = task_log[: -len(".log")] if task_log.endswith(".log") else task_log

@@ -10,15 +10,22 @@ and ends the job when its connection to tfrun closes. ``squeue`` tells what
 the job waits for (Slurm's reason) and how it ended; ``scancel`` ends it. A
 watchdog process (:mod:`tfmesos.slurm.watchdog`) cancels the jobs if tfrun is
 killed outright. Commands and parsing are in :mod:`tfmesos.slurm.commands`.
+
+A detached job's launcher runs inside the job's own allocation
+(:mod:`tfmesos.slurm.allocation`): there each round's job script is a
+process of the launcher's, its steps in that allocation, and nothing is
+sbatched, polled or cancelled with scancel.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -44,8 +51,10 @@ from tfmesos.common import exported, rundirs
 from tfmesos.common.aio import reap
 from tfmesos.common.pathtext import shown_path
 from tfmesos.common.proctree import STARTED_HERE, bootstrap_command
+from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
+from tfmesos.slurm import allocation as slurm_allocation
 from tfmesos.slurm.commands import (
     ENDS,
     SQUEUE_FORMAT,
@@ -95,6 +104,8 @@ class _Job:
     """Slurm says it has ended (or no longer knows it)."""
     never: bool = False
     """Slurm will never start it (:func:`never_runs`): cancelled, and said."""
+    script: asyncio.subprocess.Process | None = None
+    """Inside the job's own allocation: its job script, a process of ours."""
 
 
 class SlurmBackend(Backend):
@@ -162,6 +173,9 @@ class SlurmBackend(Backend):
         """Set when a job script reports a step's end or goes away."""
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._closed = False
+        self._inside = slurm_allocation.inside()
+        """The allocation this launcher runs in (a detached job's), if any."""
+        self._watchers: list[asyncio.Task[None]] = []
 
     # -- Backend ---------------------------------------------------------
 
@@ -180,8 +194,9 @@ class SlurmBackend(Backend):
             raise SpecError(
                 f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
             ) from None
-        self._watchdog = _start_watchdog()
-        self._poller = asyncio.create_task(self._poll())
+        if self._inside is None:  # inside, the allocation ends with this launcher
+            self._watchdog = _start_watchdog()
+            self._poller = asyncio.create_task(self._poll())
         if not self.spec.replica:  # in replica mode the chief, beside tfrun, says it
             logger.info("the full output of each task goes to %s", shown_path(self.log_dir))
 
@@ -217,6 +232,12 @@ class SlurmBackend(Backend):
                 wire.ENV_BASE: exported.ELSEWHERE,
             }
         )
+        srun = [
+            srun_prefix(shape, group if het else None)
+            if self._inside is None
+            else srun_prefix(self._fitting(shape, launches), None)
+            for group, (shape, _) in enumerate(groups)
+        ]
         plan = {
             "launcher": env[wire.ENV_LAUNCHER],
             "peer_id": peer_id,
@@ -224,13 +245,13 @@ class SlurmBackend(Backend):
             "tls_cert": tls_cert,
             "log_dir": str(self.log_dir),
             "env": env,
-            "srun": [
-                srun_prefix(shape, group if het else None)
-                for group, (shape, _) in enumerate(groups)
-            ],
+            "srun": srun,
             "agent": agent_command(),
             "steps": steps,
         }
+        if self._inside is not None:
+            await self._start_inside(plan, peer_id, launches)
+            return
         argv = sbatch_argv(
             [(shape, len(positions)) for shape, positions in groups],
             name=_job_name(self.spec.name),
@@ -268,6 +289,90 @@ class SlurmBackend(Backend):
             job.status = status
             raise ResourceError(await self._never(job, status))
         self._poll_now.set()
+
+    def _fitting(self, shape: Shape, launches: Sequence[Launch]) -> Shape:
+        """``shape``, which a slot of the job's own allocation must hold."""
+        assert self._inside is not None
+        if not self._inside.fits(shape):
+            raise ResourceError(
+                f"the job's allocation (Slurm job {self._inside.job_id}) has no room for "
+                f"{_names(launches)} ({_describe(shape)}; each slot: {_describe(self._inside.slot)})"
+            )
+        return shape
+
+    async def _start_inside(
+        self, plan: dict[str, Any], peer_id: str, launches: Sequence[Launch]
+    ) -> None:
+        """Start a round of tasks in the job's own allocation: the job
+        script as a process of ours, in a session of its own (so that a stop
+        reaches its srun steps), its own lines in ``slurm-JOBID.out``."""
+        assert self._inside is not None
+        assert self._sink is not None
+        job_id = self._inside.job_id
+        output = self.log_dir / f"slurm-{job_id}.out"
+        try:
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        except OSError:
+            fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            script = await asyncio.create_subprocess_exec(
+                *bootstrap_command("tfmesos.slurm.jobscript"),
+                stdin=subprocess.PIPE,
+                stdout=fd,
+                stderr=fd,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise TFMesosError(
+                f"cannot start the job script in Slurm job {job_id}: {exc}"
+            ) from None
+        finally:
+            os.close(fd)
+        STARTED_HERE.add(script.pid)
+        assert script.stdin is not None
+        with contextlib.suppress(OSError):
+            script.stdin.write(json.dumps(plan, separators=(",", ":")).encode())
+            await script.stdin.drain()
+            script.stdin.close()
+        job = _Job(job_id, peer_id, list(launches), JobStatus("RUNNING", "", self._inside.nodes))
+        job.script = script
+        self._jobs[f"{job_id}/{len(self._jobs)}"] = job
+        self._by_peer[peer_id] = job
+        for launch in launches:
+            self._by_task[launch.task_id] = job
+        self._watchers.append(asyncio.create_task(self._watch_script(job)))
+        logger.info(
+            "Slurm: starting %s in this job's allocation (job %s)", _names(launches), job_id
+        )
+        self._sink(
+            BackendAttached(self.name, {"job_id": job_id, "tasks": [t.task.name for t in launches]})
+        )
+
+    async def _watch_script(self, job: _Job) -> None:
+        """A round's job script, inside the allocation: once it has exited,
+        and said what it had to (its connection closed), any of its tasks
+        not reported ended ends with it."""
+        assert job.script is not None
+        code = await job.script.wait()
+        STARTED_HERE.discard(job.script.pid)
+        deadline = time.monotonic() + FINISH_WAIT
+        while job.script_connected and time.monotonic() < deadline:
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+        job.over = True
+        self._changed.set()
+        for launch in job.launches:
+            if launch.task_id in job.ended_tasks:
+                continue
+            job.ended_tasks.add(launch.task_id)
+            self._ended(
+                launch,
+                "ENDED",
+                None,
+                f"its job script ended (status {code}) before its step did: job {job.job_id}",
+                job,
+            )
 
     async def _never(self, job: _Job, status: JobStatus) -> str:
         """Cancel a job Slurm will never start; what to tell the user."""
@@ -331,6 +436,9 @@ class SlurmBackend(Backend):
         if live:
             await self._cancel(live)
             await self._wait_released(live, CANCEL_WAIT)
+        for watcher in self._watchers:  # every job script is gone: nothing left to say
+            watcher.cancel()
+            await reap(watcher, COMMAND_TIMEOUT)
         if self._watchdog is not None:
             with contextlib.suppress(OSError, ValueError):
                 assert self._watchdog.stdin is not None
@@ -476,7 +584,7 @@ class SlurmBackend(Backend):
     def _log_tail(self, task_id: str, job: _Job, size: int = 2048) -> tuple[str, ...]:
         """The task's last lines, where this machine can read its log (a
         shared filesystem, or a one-node cluster); else the job's output."""
-        for path in (self.log_dir / f"{task_id}.log", self.log_dir / f"slurm-{job.job_id}.out"):
+        for path in (self.log_dir / log_name(task_id), self.log_dir / f"slurm-{job.job_id}.out"):
             try:
                 with open(path, "rb") as log:
                     log.seek(max(0, log.seek(0, os.SEEK_END) - size))
@@ -489,6 +597,12 @@ class SlurmBackend(Backend):
         return ()
 
     async def _cancel(self, jobs: Sequence[_Job]) -> None:
+        if self._inside is not None:
+            for job in jobs:  # its srun steps pass SIGTERM on to their tasks
+                if job.script is not None and job.script.returncode is None:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(job.script.pid, signal.SIGTERM)
+            return
         ids = [job.job_id for job in jobs]
         code, _, err = await _run(["scancel", *ids])
         if code != 0:
@@ -499,6 +613,9 @@ class SlurmBackend(Backend):
     async def _wait_released(self, jobs: Sequence[_Job], wait: float, warn: bool = True) -> None:
         """Wait until Slurm has the jobs' allocations back (their tasks have
         stopped), so that tfrun's end means the resources are free."""
+        if self._inside is not None:
+            await self._wait_scripts(jobs, wait, warn)
+            return
         deadline = time.monotonic() + wait
         waiting = list(jobs)
         while waiting and time.monotonic() < deadline:
@@ -517,6 +634,26 @@ class SlurmBackend(Backend):
                 ", ".join(j.job_id for j in waiting),
                 wait,
             )
+
+    async def _wait_scripts(self, jobs: Sequence[_Job], wait: float, warn: bool) -> None:
+        """Inside the allocation: wait for the jobs' scripts (and so their
+        steps) to end; after a stop (``warn``), what is left after ``wait``
+        is killed, and said."""
+        scripts = [job.script for job in jobs if job.script is not None]
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(s.wait() for s in scripts)), wait)
+        left = [s for s in scripts if s.returncode is None]
+        if not warn:
+            for job in jobs:
+                job.over = job.script is None or job.script.returncode is not None
+            return
+        for script in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(script.pid, signal.SIGKILL)
+        if left:
+            logger.warning("Slurm: a job script still ran %gs after it was stopped: killed", wait)
+        for job in jobs:
+            job.over = True
 
 
 def _sbatch_error(stderr: str) -> str:

@@ -11,15 +11,15 @@ running job. The daemon always writes the event stream to ``events.jsonl``
 in that directory, and ``job.json`` says what the job is (its command, its
 backend, the daemon's pid for ``tfrun stop``).
 
-On Slurm (:func:`submit_slurm`) the launcher is a Slurm job of its own in
-place of the daemon: an attached tfrun that takes the run over (:func:`adopt`).
+On Slurm (:func:`submit_slurm`) the job is one Slurm job in place of the
+daemon: its batch script runs the launcher, an attached tfrun that takes the
+run over (:func:`adopt`), inside the job's own allocation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import socket
@@ -77,6 +77,9 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
     child = os.fork()
     if child:
         os.close(said)
+        # The run is the daemon's: a signal that stops this process now
+        # (tfrun's clean-up releases what it holds) must not remove it.
+        rundirs.hand_over(run_dir)
         for signum, handler in before.items():
             signal.signal(signum, handler)
         _submitter(run_dir, ready, child)
@@ -91,7 +94,8 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
     _daemon_streams(run_dir)
     write_job(run_dir, args.backend, argv, name)
-    os.write(said, b"ok")
+    with contextlib.suppress(OSError):  # a submitter gone (its terminal closed) costs nothing
+        os.write(said, b"ok")
     os.close(said)
     return run_dir
 
@@ -99,19 +103,18 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
 ENV_RUN_DIR = "TFMESOS_DETACHED_RUN"
 """Set for the tfrun that a Slurm job runs as a detached job's launcher: the
 run's directory, which the submitter made (:func:`adopt`)."""
-LAUNCHER_MEM = 512
-"""MiB for a detached job's launcher, besides its chief's, in their Slurm job."""
 
 
 def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
-    """Detach a Slurm job: its launcher, an attached tfrun, runs as a Slurm
-    job of its own, with the chief beside it as an attached tfrun has it (the
-    chief's CPUs, GPUs and memory, and :data:`LAUNCHER_MEM` more), and
-    sbatches the other tasks' job as tfrun does;
-    the submitter exits once sbatch has accepted the launcher's job. The run's
-    directory must be where the node sees it too (a shared home)."""
+    """Detach a Slurm job as one Slurm job: an allocation for every task
+    (tfmesos.slurm.allocation), whose batch script runs the launcher, an
+    attached tfrun, with the chief beside it, and starts the other tasks as
+    job steps in it; the submitter exits once sbatch has accepted it. The
+    run's directory must be where the node sees it too (a shared home)."""
     import shlex
     import subprocess
+
+    from tfmesos.slurm import allocation
 
     run_dir = rundirs.new_run_dir()
     if run_dir.parent != rundirs.runs_root():
@@ -119,43 +122,32 @@ def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
     split = argv.index("--") if "--" in argv else len(argv)
     flags = [word for word in argv[:split] if word != "--detach"]
     inner = [sys.executable, "-m", "tfmesos.cli", "--backend", "slurm", *flags, *argv[split:]]
-    options = args.options
-    name = spec.name
-    chief = next(job for job in spec.jobs if job.name == spec.ending_job)
-    sbatch = [
-        "sbatch",
-        "--parsable",
-        f"--job-name={name[:100]} (launcher)",
-        f"--output={literal_filename(str(run_dir / CONSOLE))}",
-        "--open-mode=append",
-        "--export=ALL",
-        "--no-requeue",
-        "--ntasks=1",
-        f"--cpus-per-task={max(1, math.ceil(chief.cpus))}",
-        f"--mem={math.ceil(chief.mem) + LAUNCHER_MEM}",
-        f"--chdir={os.getcwd()}",
-    ]
-    if chief.gpus:
-        sbatch.append(f"--gres=gpu:{chief.gpus}")
-    for key in ("partition", "account", "qos", "time"):
-        value = getattr(options, key, None)
-        if value is not None:
-            sbatch.append(f"--{key}={value}")
-    write_job(run_dir, "slurm", argv, name)
+    options = {
+        key: getattr(args.options, key, None)
+        for key in ("partition", "account", "qos", "time", "sbatch_args")
+    }
+    sbatch, parts = allocation.sbatch_argv(
+        spec,
+        output=literal_filename(str(run_dir / CONSOLE)),
+        cwd=os.getcwd(),
+        options=options,
+    )
+    script = (
+        "#!/bin/sh\n"
+        "# tfrun --detach (tfmesos): the job's launcher, in the job's own allocation;\n"
+        "# it starts the other tasks as job steps.\n"
+        f"export {ENV_RUN_DIR}={shlex.quote(str(run_dir))}\n"
+        f"export {allocation.ENV_ALLOCATION}={shlex.quote(parts)}\n"
+        f"exec {shlex.join(inner)}\n"
+    )
+    write_job(run_dir, "slurm", argv, spec.name)
     # Made here, private: Slurm appends to it (and the run is not one that kept nothing).
     os.close(os.open(run_dir / CONSOLE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-    env = {**os.environ, ENV_RUN_DIR: str(run_dir)}
     try:
-        done = subprocess.run(
-            [*sbatch, "--wrap", "exec " + shlex.join(inner)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        done = subprocess.run(sbatch, input=script, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         _forget(run_dir)
-        _fail(f"sbatch did not take the detached job's launcher: {exc}")
+        _fail(f"sbatch did not take the detached job: {exc}")
     job_id = done.stdout.strip().split(";", 1)[0]
     if done.returncode != 0 or not job_id.isdigit():
         _forget(run_dir)
@@ -164,7 +156,7 @@ def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
         # request it will never grant (a partition, an account) bad usage.
         unreachable = "Unable to contact slurm controller" in said[0] or "timed out" in said[0]
         _fail(
-            f"sbatch refused the detached job's launcher: {said[0]}",
+            f"sbatch refused the detached job: {said[0]}",
             EXIT_TFRUN_FAILED if unreachable else EXIT_USAGE,
         )
     record = json.loads((run_dir / JOB).read_text())
@@ -174,7 +166,7 @@ def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
     # it waits.
     rundirs.release(run_dir)
     job = run_dir.name
-    print(follow_hint(job) + f"\n(its launcher is Slurm job {job_id})", file=sys.stderr, flush=True)
+    print(follow_hint(job) + f"\n(it is Slurm job {job_id})", file=sys.stderr, flush=True)
     print(job, flush=True)
     raise SystemExit(0)
 

@@ -30,6 +30,7 @@ from tfmesos.cli import detach
 from tfmesos.cli.jobstate import JobState, job_state, read_events
 from tfmesos.cli.jobstore import JobError, JobStore, Run
 from tfmesos.common import rundirs
+from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_TFRUN_FAILED
 from tfmesos.launcher.events import SCHEMA_VERSION
 from tfmesos.slurm.commands import SQUEUE_FORMAT, JobStatus, parse_squeue
@@ -39,7 +40,12 @@ __all__ = ["EXIT_NO_OUTPUT", "JobStore", "LocalJobs", "Run", "main"]
 EXIT_NO_OUTPUT = 1
 """``tfrun logs`` of a task that never started: there is nothing to show."""
 POLL = 0.1
-"""Seconds between two looks at a file that ``-f`` follows or ``wait`` waits on."""
+"""Seconds between two looks at a job's state (its events, its launcher)
+that ``wait`` waits on or ``-f`` follows."""
+FOLLOW_POLL = 0.01
+"""Seconds between two reads of the logs ``-f`` follows, between two looks
+at the job's state: a line is printed within this of reaching its log
+(bench/detach.py measures it), for a read() each time."""
 
 
 class LocalJobs:
@@ -102,7 +108,10 @@ class LocalJobs:
         task_state = state.tasks.get(task)
         if task_state is None or task_state.task_id is None or state.log_dir is None:
             return []
-        log = Path(state.log_dir) / f"{task_state.task_id}.log"
+        log = Path(state.log_dir) / log_name(task_state.task_id)
+        legacy = log.with_name(f"{task_state.task_id}.log")  # a run from before plain names
+        if not log.exists() and legacy.exists():
+            log = legacy
         rotated = log.with_name(log.name + ".1")
         return [rotated, log] if rotated.exists() else [log]
 
@@ -156,10 +165,11 @@ class LauncherHandle:
 
 
 class SlurmLauncher(LauncherHandle):
-    """A detached Slurm job's launcher: a Slurm job of its own (its id in
-    ``job.json``), running while it holds the lock or Slurm has it pending
-    or running; stopped by ``scancel``: SIGTERM to its batch step (the
-    launcher) once it runs, the job itself while it waits."""
+    """A detached Slurm job's launcher: the batch step of the job's one
+    Slurm job (its id in ``job.json``), running while it holds the lock or
+    Slurm has the job pending or running; stopped by ``scancel``: SIGTERM to
+    its batch step (the launcher, which stops the tasks' steps) once it
+    runs, the job itself while it waits."""
 
     def alive(self, run: Run) -> bool:
         if super().alive(run):
@@ -264,7 +274,7 @@ def _parser(word: str) -> argparse.ArgumentParser:
     usage = {
         "list": "tfrun list [--json]",
         "status": "tfrun status ID [--json]",
-        "logs": "tfrun logs ID [--task worker:1|ps:0|all] [-f]",
+        "logs": "tfrun logs ID [--task worker:1|ps:0|all] [--restart N|all] [-f]",
         "wait": "tfrun wait ID",
         "stop": "tfrun stop ID",
         "attach": "tfrun attach ID",
@@ -293,10 +303,19 @@ def _parser(word: str) -> argparse.ArgumentParser:
             help="whose output: worker:1, ps:0, chief:0, or all (default: the chief, worker:0)",
         )
         parser.add_argument(
+            "--restart",
+            default=None,
+            type=_restart_asked,
+            metavar="N|all",
+            help="which run of a restarted job (--max-restarts): 0 for the first, N for the "
+            "Nth restart, all for each in turn (default: the latest); with -f, from that run on",
+        )
+        parser.add_argument(
             "-f",
             "--follow",
             action="store_true",
-            help="go on printing it as it comes, until the task or the job ends",
+            help="go on printing it as it comes, into the task's next attempt or run, "
+            "until the task or the job ends",
         )
     return parser
 
@@ -404,6 +423,33 @@ def _tasks_asked(state: JobState, run: Run, asked: str | None) -> list[str]:
     return [task]
 
 
+def _restart_asked(word: str) -> int | str:
+    """``--restart``'s value: a run's number, or ``all``."""
+    if word == "all":
+        return word
+    if not word.isdigit():
+        raise argparse.ArgumentTypeError(f"{word!r} is not a run's number (0, 1, ...) or all")
+    return int(word)
+
+
+def _runs_asked(state: JobState, run: Run, asked: int | str | None) -> list[int]:
+    """The runs whose logs are asked for, by restart number."""
+    if not state.runs:
+        return []
+    if asked is None:
+        return [len(state.runs) - 1]
+    if asked == "all":
+        return list(range(len(state.runs)))
+    assert isinstance(asked, int)
+    if asked >= len(state.runs):
+        raise JobError(
+            f"job {run.id} has no run {asked}: its runs are 0"
+            + (f" to {len(state.runs) - 1}" if len(state.runs) > 1 else "")
+            + " (--restart N: 0 for the first run, N for the Nth restart)"
+        )
+    return [asked]
+
+
 def _logs(store: JobStore, args: argparse.Namespace) -> int:
     run = store.find(args.id)
     state = store.state(run)
@@ -411,14 +457,21 @@ def _logs(store: JobStore, args: argparse.Namespace) -> int:
         time.sleep(POLL)  # a job not started yet: its tasks are known once it starts
         state = store.state(run)
     tasks = _tasks_asked(state, run, args.task)
+    restarts = _runs_asked(state, run, args.restart)
     if args.follow:
-        return _follow(store, run, tasks, prefix=len(tasks) > 1)
+        since = restarts[0] if restarts else 0
+        return _follow(store, run, tasks, prefix=len(tasks) > 1, since=since)
     printed = False
-    for task in tasks:
-        for log in store.task_logs(run, state, task):
-            with contextlib.suppress(FileNotFoundError), open(log, "rb") as file:
-                _copy(file, f"[{task}] " if len(tasks) > 1 else "")
-                printed = True
+    views = [(n, state.of_run(n)) for n in restarts] if restarts else [(0, state)]
+    for restart, view in views:
+        if len(restarts) > 1:
+            sys.stdout.flush()
+            print(f"tfrun logs: run {restart} of job {run.id}", file=sys.stderr, flush=True)
+        for task in tasks:
+            for log in store.task_logs(run, view, task):
+                with contextlib.suppress(FileNotFoundError), open(log, "rb") as file:
+                    _copy(file, f"[{task}] " if len(tasks) > 1 else "")
+                    printed = True
     if not printed:
         raise JobError(
             f"task {tasks[0] if len(tasks) == 1 else 'of job ' + run.id} has not started"
@@ -454,31 +507,42 @@ def _copy(file: IO[bytes], prefix: str, partial: bytearray | None = None) -> Non
 class _Followed:
     task: str
     task_id: str | None = None
+    """The launch of the task followed now."""
     path: Path | None = None
     file: IO[bytes] | None = None
     partial: bytearray = dataclasses.field(default_factory=bytearray)
+    shown: set[str] = dataclasses.field(default_factory=set)
+    """The launches whose output is all printed."""
     done: bool = False
 
 
-def _follow(store: JobStore, run: Run, tasks: list[str], *, prefix: bool) -> int:
-    """Print each task's output from its start and as it comes, until each
-    followed attempt (or the job) is over."""
+def _follow(store: JobStore, run: Run, tasks: list[str], *, prefix: bool, since: int = 0) -> int:
+    """Print each task's output from its start and as it comes, through
+    each of its launches (a relaunch, a restart of the job) from run
+    ``since`` on, until the job can launch it no more."""
     followed = [_Followed(task) for task in tasks]
+    looked = -POLL
     try:
         while True:
-            state = store.state(run)
-            for one in followed:
-                if one.done:
-                    continue
-                _follow_one(store, run, state, one, f"[{one.task}] " if prefix else "")
-            if all(one.done for one in followed):
-                break
-            time.sleep(POLL)
+            if time.monotonic() - looked >= POLL:
+                looked = time.monotonic()
+                state = store.state(run)
+                for one in followed:
+                    if not one.done:
+                        prefixed = f"[{one.task}] " if prefix else ""
+                        _follow_one(store, run, state, one, prefixed, since)
+                if all(one.done for one in followed):
+                    break
+            else:  # between two looks at the state: what the logs have now
+                for one in followed:
+                    if one.file is not None:
+                        _read_on(one, f"[{one.task}] " if prefix else "")
+            time.sleep(FOLLOW_POLL)
     finally:
         for one in followed:
             if one.file is not None:
                 one.file.close()
-    never = [one.task for one in followed if one.task_id is None]
+    never = [one.task for one in followed if not one.shown]
     if len(never) == len(followed):
         raise JobError(
             f"task {', '.join(never)} never started: the job ended before it did", EXIT_NO_OUTPUT
@@ -486,38 +550,67 @@ def _follow(store: JobStore, run: Run, tasks: list[str], *, prefix: bool) -> int
     return 0
 
 
-def _follow_one(store: JobStore, run: Run, state: JobState, one: _Followed, prefix: str) -> None:
-    over = (
-        state.ended(one.task, one.task_id)
-        if one.task_id
-        else state.verdict is not None or not state.running
-    )
-    task = state.tasks.get(one.task)
-    if one.file is None and task is not None and task.task_id is not None:
-        logs = store.task_logs(run, state, one.task)
-        one.task_id = task.task_id
-        one.path = logs[-1]
-        over = state.ended(one.task, one.task_id)
+def _follow_one(
+    store: JobStore, run: Run, state: JobState, one: _Followed, prefix: str, since: int
+) -> None:
+    if one.task_id is None:
+        launched = next(
+            (
+                attempt
+                for attempt in state.attempts
+                if attempt.task == one.task
+                and attempt.restart >= since
+                and attempt.task_id not in one.shown
+            ),
+            None,
+        )
+        if launched is None:
+            # Nothing (more) launched: wait while the job may launch it.
+            one.done = not state.may_start_again(one.task)
+            return
+        logs = store.task_logs(run, state.of_attempt(launched), one.task)
+        if not logs:  # a run that keeps no log here
+            one.shown.add(launched.task_id)
+            return
+        one.task_id, one.path = launched.task_id, logs[-1]
+        if one.shown:
+            sys.stdout.buffer.flush()
+            print(
+                f"tfrun logs: {one.task} launched again (run {launched.restart}, attempt "
+                f"{launched.attempt}): {one.path.name}",
+                file=sys.stderr,
+                flush=True,
+            )
         if len(logs) > 1:
             with contextlib.suppress(FileNotFoundError), open(logs[0], "rb") as rotated:
                 _copy(rotated, prefix, one.partial)
+    over = state.attempt_over(one.task_id)  # looked at before the last read: nothing is missed
     if one.file is None and one.path is not None:
         with contextlib.suppress(FileNotFoundError):
             one.file = open(one.path, "rb")  # noqa: SIM115 - closed by _follow
     if one.file is not None:
-        _copy(one.file, prefix, one.partial)
-        if _rotated(one):
-            _copy(one.file, prefix, one.partial)
-            one.file.close()
-            one.file = open(one.path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
-            _copy(one.file, prefix, one.partial)
+        _read_on(one, prefix)
     if over:
         if one.file is not None:
             _copy(one.file, prefix, one.partial)  # what came before its end was said
+            one.file.close()
         if one.partial:
             sys.stdout.buffer.write(prefix.encode() + bytes(one.partial) + b"\n")
             sys.stdout.buffer.flush()
-        one.done = True
+            one.partial.clear()
+        one.shown.add(one.task_id)
+        one.task_id, one.path, one.file = None, None, None
+
+
+def _read_on(one: _Followed, prefix: str) -> None:
+    """Print what the followed log holds now, into its next file where it rotated."""
+    assert one.file is not None
+    _copy(one.file, prefix, one.partial)
+    if _rotated(one):
+        _copy(one.file, prefix, one.partial)
+        one.file.close()
+        one.file = open(one.path, "rb")  # type: ignore[arg-type]  # noqa: SIM115
+        _copy(one.file, prefix, one.partial)
 
 
 def _rotated(one: _Followed) -> bool:

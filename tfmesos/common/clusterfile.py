@@ -43,7 +43,7 @@ _NAME = "cluster.json"
 
 
 def _path(task_log: str | None, sandbox: str | None) -> str:
-    """Where the task's file goes: beside its log (``TASK_ID.cluster.json``,
+    """Where the task's file goes: beside its log (``worker.1.cluster.json``,
     in the run's directory), else in its Mesos sandbox, else a new file in
     ``$TMPDIR``."""
     if task_log and task_log != os.devnull:

@@ -31,6 +31,7 @@ __all__ = [
     "KEEP_RUNS",
     "TASK_LOG_MAX",
     "adopt",
+    "hand_over",
     "held",
     "keep_runs",
     "new_run_dir",
@@ -142,6 +143,15 @@ def adopt(run: Path) -> None:
         lock.close()
         raise
     _held[run] = lock
+
+
+def hand_over(run: Path) -> None:
+    """Let go of ``run`` here without releasing it: a forked child that
+    shares its lock (a detached job's daemon) holds it from now on, and this
+    process's end, however it comes, neither unlocks nor removes it."""
+    lock = _held.pop(Path(run), None)
+    if lock is not None:
+        lock.close()  # the child's descriptor keeps the lock
 
 
 def held() -> frozenset[Path]:

@@ -16,7 +16,41 @@ from tfmesos import wire
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["TaskLog"]
+__all__ = ["TaskLog", "log_name", "log_stem", "new_task_id"]
+
+NONCE_HEX = 8
+"""Hex digits of a task id's random end (:func:`new_task_id`)."""
+
+
+def log_stem(job_name: str, index: int, restart: int = 0, attempt: int = 1) -> str:
+    """What a task's log is called, but for ``.log``: ``worker.1`` for the
+    job's first run's first attempt, ``worker.1.attempt-2`` for the task
+    launched again in that run, ``worker.1.restart-1`` (and
+    ``worker.1.restart-1.attempt-2``) in the job's first restart
+    (``--max-restarts``): one name for each, known before the job starts."""
+    stem = f"{job_name}.{index}"
+    if restart:
+        stem += f".restart-{restart}"
+    if attempt > 1:
+        stem += f".attempt-{attempt}"
+    return stem
+
+
+def new_task_id(job_name: str, index: int, restart: int = 0, attempt: int = 1) -> str:
+    """A task attempt's id: its log's stem and a random end, which keeps it
+    apart from any other job's on a node (the Slurm job script and the
+    sweepers find a task's processes by the id in their environment)."""
+    return f"{log_stem(job_name, index, restart, attempt)}.{os.urandom(NONCE_HEX // 2).hex()}"
+
+
+def log_name(task_id: str) -> str:
+    """The file name of the log of task ``task_id`` in its run's directory:
+    the id without its random end (``worker.1.log``); an id made otherwise
+    names its log whole."""
+    stem, _, nonce = task_id.rpartition(".")
+    if stem and len(nonce) == NONCE_HEX and all(c in "0123456789abcdef" for c in nonce):
+        return f"{stem}.log"
+    return f"{task_id}.log"
 
 
 class TaskLog:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from tfmesos import wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
 from tfmesos.common import taskenv
+from tfmesos.common.tasklog import new_task_id
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
 from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, AttemptState
@@ -180,6 +181,7 @@ class Launcher:
         self.loop.emit(
             "job_started",
             restart=self.restart,
+            max_restarts=self.spec.max_restarts,
             log_dir=None if log_dir is None else str(log_dir),
             backends=backends,
         )
@@ -341,8 +343,7 @@ class Launcher:
     def _prepare(
         self, spec: TaskSpec, attempt: int, state: AttemptState = AttemptState.LAUNCHED
     ) -> Launch:
-        run = f"r{self.restart}." if self.restart else ""
-        task_id = f"{spec.job_name}.{spec.index}.{run}{attempt}.{os.urandom(4).hex()}"
+        task_id = new_task_id(spec.job_name, spec.index, self.restart, attempt)
         task = Attempt(
             spec=spec,
             task_id=task_id,

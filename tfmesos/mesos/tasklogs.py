@@ -4,12 +4,12 @@ A Mesos task's agent writes everything the task prints to its sandbox, on
 its agent's host, and sends it to the launcher too, forwarded or not (the
 launcher keeps a tail of every task for a failure's report). Sandboxes go
 when their agent's garbage collection, or a test master's stop, removes them:
-what reaches the launcher is written here, as it comes, to ``TASK_ID.log`` in
+what reaches the launcher is written here, as it comes, to ``worker.1.log`` in
 the run's directory, beside the chief's log, so that the run directory tfrun
 names holds every task's output whatever the backend.
 
 Each log is capped as the local backend's are (``TFMESOS_TASK_LOG_MAX``):
-past half the cap ``TASK_ID.log`` becomes ``TASK_ID.log.1`` and a new one is
+past half the cap ``worker.1.log`` becomes ``worker.1.log.1`` and a new one is
 begun. A log that cannot be written (a full disk) is given up on with one
 warning naming it; the job goes on.
 """
@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from tfmesos.common.pathtext import shown_path
+from tfmesos.common.tasklog import log_name
 
 __all__ = ["TaskLogs"]
 
@@ -64,7 +65,7 @@ class _Log:
 
 
 class TaskLogs:
-    """``TASK_ID.log`` in ``directory`` for each task whose output is handed
+    """``worker.1.log`` (:func:`tfmesos.common.tasklog.log_name`) in ``directory`` for each task whose output is handed
     to :meth:`write`; ``cap`` bytes at most for each (0: no cap)."""
 
     def __init__(self, directory: Path, cap: int = 0) -> None:
@@ -75,7 +76,7 @@ class TaskLogs:
         """The tasks whose output could not all be kept (each said once)."""
 
     def path(self, task_id: str) -> Path:
-        return self.directory / f"{task_id}.log"
+        return self.directory / log_name(task_id)
 
     def write(self, task_id: str, data: bytes, name: str = "") -> None:
         """Keep ``data``, the output of task ``task_id`` (``name`` in what is
@@ -105,7 +106,7 @@ class TaskLogs:
     def _by_process(self, task_id: str, name: str, data: bytes) -> None:
         """A task of several processes (``--nproc-per-task``): each line of
         its process K (``[worker:1.K] ...``) is kept in
-        ``TASK_ID.local-rank-K.log`` too, without its name, as the local
+        ``worker.1.local-rank-K.log`` too, without its name, as the local
         backend keeps them."""
         prefix = re.compile(rb"^\[" + re.escape(name.encode()) + rb"\.(\d+)\] ", re.M)
         pieces: dict[str, list[bytes]] = {}
@@ -117,7 +118,8 @@ class TaskLogs:
             key = f"{task_id}.local-rank-{rank}"
             log = self._logs.get(key)
             if log is None:
-                log = self._logs[key] = _Log(self.directory / f"{key}.log", self._half)
+                own = log_name(task_id).removesuffix(".log") + f".local-rank-{rank}.log"
+                log = self._logs[key] = _Log(self.directory / own, self._half)
             if log.broken:
                 continue
             try:

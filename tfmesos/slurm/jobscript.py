@@ -43,6 +43,7 @@ from tfmesos.agent.rendezvous import (
 from tfmesos.common import procfs
 from tfmesos.common.pathtext import shown_path
 from tfmesos.common.proctree import kill_until_gone
+from tfmesos.common.tasklog import log_name
 
 __all__ = [
     "KEEPALIVE_COUNT",
@@ -105,7 +106,7 @@ def main() -> int:
     steps: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
     secret = plan["secret"].encode()
     for task_id, name, group in plan["steps"]:
-        log = os.path.join(log_dir, f"{task_id}.log")
+        log = os.path.join(log_dir, log_name(task_id))
         with contextlib.suppress(OSError):  # made here 0600; the step's shell appends to it
             os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         argv = [*plan["srun"][group], f"--job-name={name}", *logged(plan["agent"])]

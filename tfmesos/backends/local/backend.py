@@ -62,7 +62,7 @@ from tfmesos.common.proctree import (
     signal_group,
 )
 from tfmesos.common.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
-from tfmesos.common.tasklog import describe_failure
+from tfmesos.common.tasklog import describe_failure, log_name
 from tfmesos.errors import ResourceError, SpecError
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -236,7 +236,7 @@ class LocalBackend(Backend):
         return shown_path(self.log_dir)
 
     def task_log(self, task_id: str) -> Path:
-        return self.log_dir / f"{task_id}.log"
+        return self.log_dir / log_name(task_id)
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
