@@ -41,6 +41,7 @@ from tfmesos.backends.mesos.detached import (
 from tfmesos.backends.mesos_options import framework_credentials
 from tfmesos.cli.jobstate import JobState, job_state, read_events
 from tfmesos.cli.jobstore import JobError, Run
+from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
 from tfmesos.launcher.events import SCHEMA_VERSION
 
@@ -268,7 +269,7 @@ class MesosJobs:
         task_state = state.tasks.get(task)
         if task_state is None or task_state.task_id is None:
             return []
-        name = f"{SANDBOX_LOGS}/{task_state.task_id}.log"
+        name = f"{SANDBOX_LOGS}/{log_name(task_state.task_id)}"
         self._mirrored.setdefault((run.id, name), 0)
         framework, _ = self._framework(run)
         self._sync(run, framework)
