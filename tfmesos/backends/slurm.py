@@ -659,13 +659,13 @@ class SlurmBackend(Backend):
 def _sbatch_error(stderr: str) -> str:
     """What sbatch said went wrong, each thing once: it says the cause, then
     ``Batch job submission failed:`` and the cause again."""
-    said: dict[str, None] = {}
+    causes: dict[str, None] = {}
     for line in stderr.splitlines():
         text = line.strip().removeprefix("sbatch: error: ").strip()
         text = text.removeprefix("Batch job submission failed: ").strip()
         if text:
-            said[text] = None
-    return "; ".join(said)
+            causes[text] = None
+    return "; ".join(causes)
 
 
 def _names(launches: Sequence[Launch]) -> str:

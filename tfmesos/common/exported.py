@@ -171,12 +171,12 @@ def parse_export(text: str) -> Export:
     wrong."""
     if not isinstance(text, str):
         raise ValueError(f"--export must be ALL, NONE or NAME[,NAME...], not {text!r}")
-    word = text.strip()
-    if word.upper() == ALL:
+    value = text.strip()
+    if value.upper() == ALL:
         return Export(True)
-    if word.upper() == NONE:
+    if value.upper() == NONE:
         return Export(False)
-    items = word.split(",")
+    items = value.split(",")
     everything = items[0].strip().upper() == ALL
     if everything:
         items = items[1:]

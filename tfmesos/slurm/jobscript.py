@@ -59,7 +59,7 @@ END_ROUNDS = 50
 """At most this many rounds of SIGKILL for what a task left behind."""
 
 
-def say(text: str) -> None:
+def report(text: str) -> None:
     """A line in the job's output file (``slurm-JOBID.out`` in tfrun's log
     directory). A file that cannot take it (its disk full) costs the job
     nothing: the script's later lines, and its exit's flush, go nowhere."""
@@ -89,14 +89,14 @@ def main() -> int:
     try:
         channel = helper.connect()
     except (AgentError, OSError) as exc:
-        say(f"cannot reach tfrun ({exc}): it is gone; ending the job, having started nothing")
+        report(f"cannot reach tfrun ({exc}): it is gone; ending the job, having started nothing")
         return 1
     keepalive(channel.sock)
     log_dir = str(plan["log_dir"])
     try:
         os.makedirs(log_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
-        say(f"cannot make {shown_path(log_dir)} for the tasks' logs: {exc}")
+        report(f"cannot make {shown_path(log_dir)} for the tasks' logs: {exc}")
     # The job's output file, which Slurm made with the submitter's umask: a
     # job's output is its user's alone, as every log of it.
     with contextlib.suppress(OSError, KeyError):
@@ -116,7 +116,7 @@ def main() -> int:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=step_env)
         except OSError as exc:
-            say(f"cannot start task {name}'s step: {exc}")
+            report(f"cannot start task {name}'s step: {exc}")
             channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": 127})
             continue
         assert proc.stdin is not None
@@ -128,14 +128,16 @@ def main() -> int:
         except OSError:
             pass
         steps[proc.pid] = (task_id, proc)
-    say(f"started {len(steps)} task(s) as job steps")
+    report(f"started {len(steps)} task(s) as job steps")
     selector = selectors.DefaultSelector()
     selector.register(channel.sock, selectors.EVENT_READ)
     while steps:
         for _ in selector.select(timeout=0.2):
             channel.receive_available()
             if channel.closed:
-                say("tfrun's connection closed (the job is over, or tfrun is gone): ending the job")
+                report(
+                    "tfrun's connection closed (the job is over, or tfrun is gone): ending the job"
+                )
                 return 0
         for pid, (task_id, proc) in list(steps.items()):
             code = proc.poll()
@@ -146,9 +148,9 @@ def main() -> int:
             try:
                 channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": code})
             except OSError:
-                say("tfrun's connection is gone: ending the job")
+                report("tfrun's connection is gone: ending the job")
                 return 0
-    say("every task's step has ended")
+    report("every task's step has ended")
     return 0
 
 

@@ -329,10 +329,10 @@ async def _submit(args: Any, argv: Sequence[str], spec: ClusterSpec, job: str) -
                     client.submit(calls.acknowledge(status))
                 state = str(status.get("state", ""))
                 if state not in ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"):
-                    said = status.get("message") or status.get("reason") or ""
+                    message = status.get("message") or status.get("reason") or ""
                     raise TFMesosError(
                         f"the detached job's launcher task ended before it took the job "
-                        f"over: {state}{': ' + said if said else ''}"
+                        f"over: {state}{': ' + message if message else ''}"
                     )
             elif kind == "ERROR":
                 message = event.get("error", {}).get("message", "no message")
