@@ -1,20 +1,13 @@
 """``tfrun --detach``: the launcher as a daemon that outlives the terminal.
 
-The submitting tfrun makes the run's directory (``rundirs``; its name is the
-job's id), then forks twice: the grandchild, in a session of its own with no
-terminal, standard input from /dev/null and its output in the run's
-``console.log``, runs the job as an attached tfrun would, and says through a
-pipe that it has begun; only then does the submitter print the id and exit
-0. The run directory's lock, taken before the forks, is the daemon's from
-then on: held while the job runs, which is how ``tfrun list`` tells a
-running job. The daemon always writes the event stream to ``events.jsonl``
-in that directory, and ``job.json`` says what the job is (its command, its
-backend, the daemon's pid for ``tfrun stop``).
-
-On Slurm (:func:`submit_slurm`) the job is one Slurm job in place of the
-daemon: its batch script runs the launcher, an attached tfrun that takes the
-run over (:func:`adopt`), inside the job's own allocation.
-"""
+The submitting tfrun makes the run's directory (its name is the job's id)
+and forks twice; the grandchild, in a session of its own with no terminal,
+runs the job as an attached tfrun would and says through a pipe that it has
+begun, and only then does the submitter print the id and exit. The run
+directory's lock, the daemon's from then on, is how ``tfrun list`` tells a
+running job. On Slurm (:func:`submit_slurm`) the job is one Slurm job in
+place of the daemon, its batch script a tfrun that adopts the run
+(:func:`adopt`)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """The Slurm job's own script: it runs in the allocation, as the batch step.
 
-Standard library only. tfrun submits a shell script that runs this module
-with the job's plan on its stdin (a here-document: the plan holds the job's
-secret, so it travels inside the script, which Slurm shows only to its owner
-and administrators, never on a command line). It
-
-1. dials tfrun's rendezvous and registers as the job's own helper, proving
-   the job's secret; if tfrun is gone (it was killed while the job waited in
-   the queue) it ends the job at once, having started nothing;
-2. starts each task's agent as a job step (``srun``, one task on one node),
-   handing it the secret on its stdin, never in its environment;
-3. tells tfrun when each step ends, with its exit status: how tfrun learns of
-   a task whose agent could not even start; and
-4. ends the job (by exiting) as soon as its connection to tfrun closes:
-   tfrun stopped the job, or died. TCP keepalive notices a launcher whose
-   machine vanished without closing it, within ``KEEPALIVE_IDLE`` +
-   ``KEEPALIVE_INTERVAL`` x ``KEEPALIVE_COUNT`` seconds.
-"""
+Standard library only. It reads the job's plan on its stdin (the plan holds
+the job's secret, which a command line would show), registers with tfrun's
+rendezvous, starts each task's agent as a job step (``srun``), tells tfrun
+when each step ends and with what status, and ends the job as soon as its
+connection to tfrun closes: tfrun stopped the job, or died. A tfrun gone
+before the job starts ends it at once, with nothing started."""
 
 from __future__ import annotations
 
