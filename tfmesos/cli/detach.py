@@ -284,15 +284,11 @@ def record_stop(run_dir: Path) -> dict[str, Any]:
 class RunEvents(Events):
     """The job's events, to its run's ``events.jsonl`` (which ``tfrun list``
     and the other commands read) and to ``--events`` where given; the
-    verdict of a job ``tfrun stop`` ended says who stopped it and when
-    (``stopped_by``, ``stopped_at``).
+    verdict of a job ``tfrun stop`` ended says who stopped it and when.
 
-    A detached job's run is known from the start (``run_dir``). An attached
-    job's is the one its first ``job_started`` names, where this tfrun made
-    it under the runs' root (not a ``--log-dir``, which holds only logs):
-    ``job.json`` is written then, so that ``tfrun list`` shows attached runs
-    too. A job refused before it started writes nothing there, and its
-    directory, which kept nothing, still goes (rundirs.release)."""
+    An attached job's run is the one its first ``job_started`` names, when
+    this tfrun made it under the runs' root: ``job.json`` is written then,
+    so that ``tfrun list`` shows attached runs too."""
 
     def __init__(
         self,

@@ -145,10 +145,10 @@ def main() -> int:
 
 def end_task_processes(task_id: str) -> None:
     """Kill what is left on this node of a task whose step has ended: every
-    process that carries its id in its environment (the agent hands it to
-    its commands). Slurm's proctrack/linuxproc follows parents only, so the
-    command's ``setsid`` children of an agent killed outright lived on under
-    pid 1 after the step and the job. Other nodes' are their proctrack's."""
+    process that carries its id in its environment. Slurm's
+    proctrack/linuxproc follows parents only, so the ``setsid`` children of
+    an agent killed outright would outlive the step. Other nodes' are their
+    proctrack's."""
 
     def find() -> list[int]:
         try:
@@ -164,14 +164,11 @@ STEP_LOG = 'exec >>"$TFMESOS_AGENT_LOG_FILE" 2>&1 && exec "$@"'
 """How each step's agent is started: its stdout and stderr the task's log
 file itself, as the local backend gives it, not srun's --output.
 
-Through srun, a log disk that filled up lost the rest of the task's output
-without a word (srun writes the file, the agent only a pipe to it), and the
-last line said the output was all there; written by the agent, the disk's
-failure is its own (:class:`tfmesos.common.tasklog.TaskLog`): said once, naming the
-task, the log and the disk. No file name goes through srun's patterns either
-(srun 22.05 misread a per-task one after another, as in ``v%j%t``: every
-step failed, "Slurmd could not connect IO"). A log the node cannot open
-ends the step with the shell's word, in the job's own output."""
+Written by the agent, a full log disk is a failure it reports once, naming
+the task, the log and the disk (:class:`tfmesos.common.tasklog.TaskLog`);
+through srun that output was lost silently. No file name goes through srun's
+patterns either, which some srun versions misread. A log the node cannot
+open ends the step with the shell's own message, in the job's output."""
 
 
 def logged(agent: list[str]) -> list[str]:
