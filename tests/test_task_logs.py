@@ -230,8 +230,8 @@ def test_the_slurm_job_scripts_lines_on_a_full_disk_cost_the_job_nothing() -> No
     # on a full disk (here /dev/full) it died of them (exit 1), and Slurm's
     # job failed before any task ran, three times: exit 124.
     code = (
-        "from tfmesos.slurm.jobscript import say\n"
-        "say('one'); say('two')\n"
+        "from tfmesos.slurm.jobscript import report\n"
+        "report('one'); report('two')\n"
         "import sys; sys.stderr.write('went on\\n')\n"
     )
     with open("/dev/full", "w") as full:

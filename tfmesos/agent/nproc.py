@@ -1,17 +1,13 @@
 """Several processes per task (``tfrun --nproc-per-task N``): their ranks, and the
 runner that starts them: ``python -m tfmesos.agent.nproc``.
 
-A task is what torchrun calls a node; on every backend this runner replaces its
-command and starts it N times, each with its ``LOCAL_RANK`` and ``RANK``
-(:func:`process_environment`) and each its own TensorFlow worker (its
-``TF_CONFIG`` index and address: :func:`tfmesos.common.taskenv.process_cluster`),
-all in the task's process group so stopping the task reaches them all. Output
-lines are prefixed ``[worker:1.3]`` and also logged per process. The first
-failure stops the others; the runner ends as that process did and sends its
-local rank down :data:`ENV_REPORT_FD` for the verdict. Each process sees all
-the task's GPUs, as under torchrun. Only worker tasks run several
-(:func:`tfmesos.common.taskenv.processes_of`). Standard library only.
-"""
+A task is what torchrun calls a node: this runner starts its command N times,
+each with its ``LOCAL_RANK`` and ``RANK`` (:func:`process_environment`) and
+its own TensorFlow worker (:func:`tfmesos.common.taskenv.process_cluster`),
+all in the task's process group so that stopping the task reaches them all.
+The first failure stops the others; the runner ends as that process did and
+reports its local rank (:data:`ENV_REPORT_FD`) for the verdict. Standard
+library only."""
 
 from __future__ import annotations
 

@@ -435,14 +435,14 @@ class CommandRun:
             os.close(fd)
             self._exit_watch = None
         elif fd == self._ready:
-            said = b""
+            got = b""
             with contextlib.suppress(OSError):
-                said = os.read(fd, 64)
+                got = os.read(fd, 64)
             self._selector.unregister(fd)
             os.close(fd)
             self._ready = None
-            # Nothing said: the server exited (or closed the pipe) before it listened.
-            if said and self._on_ready is not None and self.exited_at is None:
+            # Nothing read: the server exited (or closed the pipe) before it listened.
+            if got and self._on_ready is not None and self.exited_at is None:
                 self._on_ready()
 
     def _forward(self, data: bytes) -> bytes:
@@ -475,13 +475,13 @@ class CommandRun:
         assert self.proc.stdout is not None
         self.proc.stdout.close()
         if self._report is not None:
-            said = b""
+            got = b""
             with contextlib.suppress(OSError):
-                said = os.read(self._report, 64)
+                got = os.read(self._report, 64)
             os.close(self._report)
             self._report = None
-            if said.strip().isdigit():
-                self.failed_process = int(said.strip())
+            if got.strip().isdigit():
+                self.failed_process = int(got.strip())
         returncode = proctree.peek_exit_status(self.pid)
         assert returncode is not None
         if self._error_file is not None:

@@ -1,21 +1,13 @@
 """The Slurm backend: the job's remote tasks as one Slurm allocation.
 
-Each round of launches (every task at the start; the relaunches of one round
-after) becomes one ``sbatch`` job asking for all of them at once, so that they
-start together: a plain job when every task asks for the same CPUs, memory
-and GPUs, a heterogeneous one with a part per shape otherwise. The job's
-script (:mod:`tfmesos.slurm.jobscript`) dials the rendezvous like a task,
-starts each task's agent as a job step (``srun``), reports each step's end,
-and ends the job when its connection to tfrun closes. ``squeue`` tells what
-the job waits for (Slurm's reason) and how it ended; ``scancel`` ends it. A
-watchdog process (:mod:`tfmesos.slurm.watchdog`) cancels the jobs if tfrun is
-killed outright. Commands and parsing are in :mod:`tfmesos.slurm.commands`.
-
-A detached job's launcher runs inside the job's own allocation
-(:mod:`tfmesos.slurm.allocation`): there each round's job script is a
-process of the launcher's, its steps in that allocation, and nothing is
-sbatched, polled or cancelled with scancel.
-"""
+Each round of launches (every task at the start; a round's relaunches after)
+is one ``sbatch`` job asking for all of them at once, so that they start
+together. Its script (:mod:`tfmesos.slurm.jobscript`) starts each task's
+agent as a job step; ``squeue`` tells what the job waits for and how it
+ended, ``scancel`` ends it, and a watchdog (:mod:`tfmesos.slurm.watchdog`)
+cancels it if tfrun is killed outright. Inside a detached job's allocation
+(:mod:`tfmesos.slurm.allocation`) nothing is sbatched: each round's job
+script is a process of the launcher's."""
 
 from __future__ import annotations
 
@@ -659,13 +651,13 @@ class SlurmBackend(Backend):
 def _sbatch_error(stderr: str) -> str:
     """What sbatch said went wrong, each thing once: it says the cause, then
     ``Batch job submission failed:`` and the cause again."""
-    said: dict[str, None] = {}
+    causes: dict[str, None] = {}
     for line in stderr.splitlines():
         text = line.strip().removeprefix("sbatch: error: ").strip()
         text = text.removeprefix("Batch job submission failed: ").strip()
         if text:
-            said[text] = None
-    return "; ".join(said)
+            causes[text] = None
+    return "; ".join(causes)
 
 
 def _names(launches: Sequence[Launch]) -> str:

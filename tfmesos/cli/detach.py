@@ -1,20 +1,13 @@
 """``tfrun --detach``: the launcher as a daemon that outlives the terminal.
 
-The submitting tfrun makes the run's directory (``rundirs``; its name is the
-job's id), then forks twice: the grandchild, in a session of its own with no
-terminal, standard input from /dev/null and its output in the run's
-``console.log``, runs the job as an attached tfrun would, and says through a
-pipe that it has begun; only then does the submitter print the id and exit
-0. The run directory's lock, taken before the forks, is the daemon's from
-then on: held while the job runs, which is how ``tfrun list`` tells a
-running job. The daemon always writes the event stream to ``events.jsonl``
-in that directory, and ``job.json`` says what the job is (its command, its
-backend, the daemon's pid for ``tfrun stop``).
-
-On Slurm (:func:`submit_slurm`) the job is one Slurm job in place of the
-daemon: its batch script runs the launcher, an attached tfrun that takes the
-run over (:func:`adopt`), inside the job's own allocation.
-"""
+The submitting tfrun makes the run's directory (its name is the job's id)
+and forks twice; the grandchild, in a session of its own with no terminal,
+runs the job as an attached tfrun would and says through a pipe that it has
+begun, and only then does the submitter print the id and exit. The run
+directory's lock, the daemon's from then on, is how ``tfrun list`` tells a
+running job. On Slurm (:func:`submit_slurm`) the job is one Slurm job in
+place of the daemon, its batch script a tfrun that adopts the run
+(:func:`adopt`)."""
 
 from __future__ import annotations
 
@@ -71,12 +64,12 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
     run_dir = rundirs.new_run_dir()
     if run_dir.parent != rundirs.runs_root():
         _fail(f"cannot keep the detached job in {rundirs.runs_root()}: see the warning above")
-    ready, said = os.pipe()
+    ready, started = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
     if child:
-        os.close(said)
+        os.close(started)
         # The run is the daemon's: a signal that stops this process now
         # (tfrun's clean-up releases what it holds) must not remove it.
         rundirs.hand_over(run_dir)
@@ -95,8 +88,8 @@ def submit(args: Any, argv: Sequence[str], name: str) -> Path:
     _daemon_streams(run_dir)
     write_job(run_dir, args.backend, argv, name)
     with contextlib.suppress(OSError):  # a submitter gone (its terminal closed) costs nothing
-        os.write(said, b"ok")
-    os.close(said)
+        os.write(started, b"ok")
+    os.close(started)
     return run_dir
 
 
@@ -151,12 +144,16 @@ def submit_slurm(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
     job_id = done.stdout.strip().split(";", 1)[0]
     if done.returncode != 0 or not job_id.isdigit():
         _forget(run_dir)
-        said = done.stderr.strip().splitlines()[-1:] or [f"sbatch exited with {done.returncode}"]
+        last_line = done.stderr.strip().splitlines()[-1:] or [
+            f"sbatch exited with {done.returncode}"
+        ]
         # As an attached job's: Slurm out of reach is tfrun's failure, a
         # request it will never grant (a partition, an account) bad usage.
-        unreachable = "Unable to contact slurm controller" in said[0] or "timed out" in said[0]
+        unreachable = (
+            "Unable to contact slurm controller" in last_line[0] or "timed out" in last_line[0]
+        )
         _fail(
-            f"sbatch refused the detached job: {said[0]}",
+            f"sbatch refused the detached job: {last_line[0]}",
             EXIT_TFRUN_FAILED if unreachable else EXIT_USAGE,
         )
     record = json.loads((run_dir / JOB).read_text())
@@ -194,13 +191,13 @@ def _submitter(run_dir: Path, ready: int, child: int) -> NoReturn:
     """Wait for the daemon's word, then print the job's id last on standard
     output and how to follow it on standard error."""
     with os.fdopen(ready, "rb") as pipe:
-        word = pipe.read()
+        answer = pipe.read()
     with contextlib.suppress(ChildProcessError):
         os.waitpid(child, 0)
-    if word != b"ok":
+    if answer != b"ok":
         console = run_dir / CONSOLE
-        said = console.read_text(errors="replace").strip() if console.exists() else ""
-        _fail(f"the detached job did not start{': ' + said if said else ''}")
+        console_text = console.read_text(errors="replace").strip() if console.exists() else ""
+        _fail(f"the detached job did not start{': ' + console_text if console_text else ''}")
     job = run_dir.name
     print(follow_hint(job), file=sys.stderr, flush=True)
     print(job, flush=True)
@@ -287,15 +284,11 @@ def record_stop(run_dir: Path) -> dict[str, Any]:
 class RunEvents(Events):
     """The job's events, to its run's ``events.jsonl`` (which ``tfrun list``
     and the other commands read) and to ``--events`` where given; the
-    verdict of a job ``tfrun stop`` ended says who stopped it and when
-    (``stopped_by``, ``stopped_at``).
+    verdict of a job ``tfrun stop`` ended says who stopped it and when.
 
-    A detached job's run is known from the start (``run_dir``). An attached
-    job's is the one its first ``job_started`` names, where this tfrun made
-    it under the runs' root (not a ``--log-dir``, which holds only logs):
-    ``job.json`` is written then, so that ``tfrun list`` shows attached runs
-    too. A job refused before it started writes nothing there, and its
-    directory, which kept nothing, still goes (rundirs.release)."""
+    An attached job's run is the one its first ``job_started`` names, when
+    this tfrun made it under the runs' root: ``job.json`` is written then,
+    so that ``tfrun list`` shows attached runs too."""
 
     def __init__(
         self,

@@ -398,10 +398,10 @@ def _status(store: JobStore, args: argparse.Namespace) -> int:
     print(f"job {run.id}: {state.state}, {run.name}")
     for name, task in state.tasks.items():
         last = task.last_event or {}
-        said = last.get("reason") or last.get("event") or "-"
+        reason = last.get("reason") or last.get("event") or "-"
         print(
             f"  {name:<12} {task.state:<10} host {task.host or '-':<15} "
-            f"attempts {task.attempts}  last: {said}"
+            f"attempts {task.attempts}  last: {reason}"
         )
     if state.verdict is not None:
         print(f"verdict: {state.verdict.get('message')} (exit status {state.exit_status})")

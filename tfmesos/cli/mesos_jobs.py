@@ -1,17 +1,13 @@
 """Detached Mesos jobs (``tfrun --detach -m``) for ``tfrun list``, ``status``,
 ``logs``, ``wait`` and ``stop``, from any machine that reaches the cluster.
 
-A job is its framework on the master, found by the label that holds its id
-(tfmesos.backends.mesos.detached's ``LABEL_JOB``) in the master's ``/state``,
-active or completed. Its launcher task keeps the event stream and every
-task's output in its sandbox; they are read through its agent's files API
-(``/files/read``, what the Mesos web UI reads) into a private copy on this
-machine (``$XDG_CACHE_HOME/tfmesos/mesos-jobs/ID``), which the commands read
-as they read a local run's directory (tfmesos.cli.jobs). The job runs while its
-framework is registered. ``stop`` takes the framework over (a scheduler
-failover, which the master allows its principal only) with a label that
-says who stops it and when, and tears it down.
-"""
+A job is its framework on the master, found by its id's label in
+``/state``; it runs while the framework is registered. Its events and
+output, kept in its launcher task's sandbox, are read through the agent's
+files API into a private copy (``$XDG_CACHE_HOME/tfmesos/mesos-jobs/ID``),
+read then as a local run's directory is (:mod:`tfmesos.cli.jobs`). ``stop``
+takes the framework over (a failover, which the master allows its principal
+only) and tears it down."""
 
 from __future__ import annotations
 

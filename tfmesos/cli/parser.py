@@ -143,9 +143,9 @@ class Parser(argparse.ArgumentParser):
         if unknown != message:
             message = self._unknown_flag(unknown.split()[0]) or message
         # "argument -w/--nworker: must be ..." -> "-w/--nworker must be ...".
-        flag, colon, said = message.removeprefix(_ARGUMENT).partition(": ")
-        if message.startswith(_ARGUMENT) and colon and said.startswith("must "):
-            message = f"{flag} {said}"
+        flag, colon, complaint = message.removeprefix(_ARGUMENT).partition(": ")
+        if message.startswith(_ARGUMENT) and colon and complaint.startswith("must "):
+            message = f"{flag} {complaint}"
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _unknown_flag(self, word: str) -> str | None:
@@ -318,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIB",
         help="memory per ps in MiB (default 1024)",
     )
-    for letter, what, kind, unit, said in (
+    for letter, what, kind, unit, shown in (
         ("C", "cpus", positive_number, "CPUS", "CPUs"),
         ("G", "gpus", count, "GPUS", "GPUs"),
         ("M", "mem", positive_number, "MIB", "memory in MiB"),
@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
             f"--chief-{what}",
             type=kind,
             metavar=unit,
-            help=f"{said} for the chief (--chief; default: the workers', -{letter}w)",
+            help=f"{shown} for the chief (--chief; default: the workers', -{letter}w)",
         )
     job.add_argument(
         "-e",

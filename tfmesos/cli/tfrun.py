@@ -1,23 +1,14 @@
-"""``tfrun``'s entry point: :func:`tfmesos.cli.main` between two promises that
-the command line interface makes and that no code inside it can keep.
+"""``tfrun``'s entry point: :func:`tfmesos.cli.main` inside the signal promises
+that the command line makes and that no code inside ``main`` can keep.
 
-- Ctrl-C before the job's event loop handles it (during tfrun's imports,
-  ~0.1 to 0.7 s after Enter, or while ``main`` imports a backend) ends tfrun
-  with 130 and nothing left, not a ``KeyboardInterrupt`` traceback and a
-  death by SIGINT.
-- SIGTERM and SIGHUP before that loop handles them are as Ctrl-C: 143 and
-  129, an event stream already begun ended with its verdict (unless tfrun
-  was started with them ignored, as ``nohup`` does: then they stay ignored
-  for the whole job, the loop's too).
-- Once ``main`` has returned the verdict's status, no signal changes it.
-  Python's finalization puts SIG_DFL back for every signal that has a Python
-  handler (``_PySignal_Fini``), so a SIGINT in the tens of milliseconds of a
-  Mesos or Slurm job's teardown of its modules killed tfrun with 130 after
-  it had said "job failed" (3); an ignored signal is left ignored there.
+A Ctrl-C, SIGTERM or SIGHUP before the job's event loop handles it ends
+tfrun with 130, 143 or 129 and nothing left behind, not a traceback (one
+ignored at the start, as under ``nohup``, stays ignored). Once ``main`` has
+returned, no signal changes its status: Python's finalization would put the
+default handlers back, so they are ignored there.
 
-Kept tiny, and importing only what the interpreter has loaded already: the
-window in which Ctrl-C is Python's own is what runs before the ``try``.
-"""
+Kept tiny, and importing only what the interpreter has loaded already: what
+runs before the ``try`` is the window in which Ctrl-C is Python's own."""
 
 from __future__ import annotations
 

@@ -1,25 +1,14 @@
 """The task's environment: which of the submitting environment every task
 sees (``tfrun --export``, ``cluster(export=...)``), the same on every backend.
 
-By default a task sees tfrun's environment as ``srun --export=ALL`` gives a
-step its submitter's, less the names that describe tfrun's own host, its
-login or its cluster manager (:data:`NOT_CARRIED`, :data:`NOT_CARRIED_PREFIXES`):
-those would be wrong on another host. ``--export NONE`` carries nothing,
-``--export NAME[,NAME=VALUE...]`` only those names (srun's spelling), and
-``--export ALL,NAME=VALUE`` everything and those values. What the launcher
-sets itself (:func:`tfmesos.common.taskenv.launchers_own`) is never carried: the
-task always gets the launcher's value.
+By default, as ``srun --export=ALL``, all of it but the names that describe
+tfrun's own host, login or cluster manager (:data:`NOT_CARRIED`,
+:data:`NOT_CARRIED_PREFIXES`), which would be wrong on another host; what
+the launcher sets itself always wins. The variables travel in the cluster
+message, over the authenticated rendezvous, never in what a cluster manager
+keeps about the task (anyone who can read a Mesos ``/state`` reads that).
 
-The variables carried go to each task in its cluster message, over the
-authenticated rendezvous, never in what a cluster manager keeps about the
-task (a Mesos ``TaskInfo``, which anyone who can read the master's or an
-agent's ``/state`` can read). The agent then builds the command's
-environment (:func:`host_environment`): what the task's host gives, then the
-variables carried, then the job's own (``-e``, ``env=``), then the
-launcher's.
-
-Standard library only: the in-task agent imports it.
-"""
+Standard library only: the in-task agent imports it."""
 
 from __future__ import annotations
 
@@ -171,12 +160,12 @@ def parse_export(text: str) -> Export:
     wrong."""
     if not isinstance(text, str):
         raise ValueError(f"--export must be ALL, NONE or NAME[,NAME...], not {text!r}")
-    word = text.strip()
-    if word.upper() == ALL:
+    value = text.strip()
+    if value.upper() == ALL:
         return Export(True)
-    if word.upper() == NONE:
+    if value.upper() == NONE:
         return Export(False)
-    items = word.split(",")
+    items = value.split(",")
     everything = items[0].strip().upper() == ALL
     if everything:
         items = items[1:]

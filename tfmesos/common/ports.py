@@ -1,16 +1,11 @@
 """Ports for tasks, chosen so that no two tasks race for one.
 
-A task's port comes from a range below the kernel's ephemeral range:
-``bind(0)`` and outgoing connections never take a port from there, so a port
-that was free when it was chosen stays free until the task binds it (barring
-another program that binds fixed ports). The range also ends below 31000,
-where a Mesos agent's ports begin: a chief that runs beside tfrun on an
-agent's machine must not take a port the agent offers to another task.
-
-The local backend's launcher hands ports out (:class:`PortAllocator`); a Slurm
-task's agent, which is handed none, takes and holds one itself
-(:func:`reserve_ports`). Standard library only: the agent imports this module.
-"""
+A task's port comes from a range below the kernel's ephemeral range, which
+``bind(0)`` and outgoing connections never take from, so a port free when
+chosen stays free until the task binds it; and below 31000, where a Mesos
+agent's offered ports begin. The local launcher hands ports out
+(:class:`PortAllocator`); a Slurm task's agent takes and holds its own
+(:func:`reserve_ports`). Standard library only: the agent imports it."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """Where the local backend keeps each run's task logs, and for how long.
 
-Each run gets a directory of its own under the user's state directory,
-``$XDG_STATE_HOME/tfmesos/runs`` (``~/.local/state/tfmesos/runs`` when the
-variable is unset), named by its start time; the newest ``TFMESOS_KEEP_RUNS``
-(20 by default) are kept and older ones are removed when a run starts and
-when it ends. A run that kept nothing (a job refused once its directory was
-made) leaves no directory and counts against no other's. A run still going
-holds a lock on its directory, so that another tfrun's clean-up never removes
-it. ``latest`` in the same folder is a link to the newest run's directory,
-replaced whole (a new link renamed over it) each time a run's directory is
-made; it is no run, and never pruned. Each task's log is capped (``TFMESOS_TASK_LOG_MAX``, 50 MiB
-by default): the agent keeps the log and one rotated file, each at most half
-the cap.
-"""
+Each run gets a directory under ``$XDG_STATE_HOME/tfmesos/runs``, named by
+its start time; the newest ``TFMESOS_KEEP_RUNS`` are kept, pruned when a run
+starts and when it ends. A run still going holds a lock on its directory, so
+that another tfrun's clean-up never removes it; a run that kept nothing
+leaves no directory. ``latest`` links to the newest run, replaced by a
+rename so that no reader sees it missing."""
 
 from __future__ import annotations
 

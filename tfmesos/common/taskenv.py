@@ -298,29 +298,12 @@ def rank_environment(
     """What torchrun gives each process it starts, and what a multi-process
     JAX program passes to ``jax.distributed.initialize()``.
 
-    Every task is a rank (:func:`ranks`), and every task is what torchrun
-    calls a node that runs one process: ``LOCAL_RANK`` is 0 and
-    ``GROUP_RANK`` is the rank, so ``RANK = GROUP_RANK * LOCAL_WORLD_SIZE +
-    LOCAL_RANK`` holds as under torchrun, wherever the backend placed each
-    task. A task sees only the GPUs it was given (``CUDA_VISIBLE_DEVICES``),
-    so ``torch.cuda.set_device(LOCAL_RANK)`` picks its own: torchrun's
-    ``--virtual-local-rank``.
-
-    ``nproc``: each task runs that many processes (``tfrun
-    --nproc-per-task``), a node of torchrun's ``--nproc_per_node``:
-    ``LOCAL_WORLD_SIZE`` is ``nproc``, ``WORLD_SIZE`` and the role's size
-    are ``nproc`` times the tasks', and ``RANK``, ``ROLE_RANK`` and
-    ``JAX_PROCESS_ID`` are the task's local rank 0's, which each process
-    adds its ``LOCAL_RANK`` to (:func:`tfmesos.agent.nproc.process_environment`).
-    Its processes share the task's GPUs, as torchrun's do. Only worker
-    tasks run several (:func:`processes_of`), so only the workers' processes
-    are ranks then: a chief's or ps task's has none, as the evaluator's.
-
-    Rank 0 hosts torch's TCP store at ``MASTER_ADDR:MASTER_PORT`` and JAX's
-    coordinator at ``JAX_COORDINATOR_ADDRESS``: both are rank 0's own
-    address, the port its backend gave it (from the offer, on Mesos), which
-    nothing else in such a job binds.
-    """
+    Each task is what torchrun calls a node (:func:`ranks`): ``GROUP_RANK`` is
+    its rank and ``RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK`` holds
+    wherever the task was placed. With ``nproc`` processes per task (workers
+    only), the ranks are the task's local rank 0's, which each process offsets
+    by its ``LOCAL_RANK`` (:func:`tfmesos.agent.nproc.process_environment`).
+    Rank 0's own address and port serve torch's store and JAX's coordinator."""
     parts = _cluster(cluster, nproc)
     order = parts.order
     if not order:

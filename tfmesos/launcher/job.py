@@ -192,7 +192,7 @@ class Launcher:
         await self.loop.pump(self.loop.attempts.workers_done, None, None)
         rest = bool(self.loop.attempts.live())
         done = "all workers finished" if self.spec.ending_job == "worker" else "the chief finished"
-        self.loop.output.say_after_output(
+        self.loop.output.report_after_output(
             logging.INFO, done + ("; stopping the rest of the job" if rest else "")
         )
 

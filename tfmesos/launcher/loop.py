@@ -302,12 +302,12 @@ class Loop:
                 "the %s backend failed while stopping: %s", self.backend.name, event.message
             )
             return
-        said = f"the {self.backend.name} backend failed: {event.message}"
+        message = f"the {self.backend.name} backend failed: {event.message}"
         if event.exit_status == EXIT_USAGE:
             # A job the backend found it can never run (no Mesos agent
             # could hold a task): refused, as a local job too big is.
-            raise ResourceError(said)
-        error = TFMesosError(said)
+            raise ResourceError(message)
+        error = TFMesosError(message)
         error.exit_status = event.exit_status
         raise error
 
@@ -555,7 +555,7 @@ class Loop:
             # The evaluator, outside the cluster: said, and the job goes on.
             task.move(AttemptState.FAILED)
             where = f" on {task.host}" if task.host else ""
-            self.output.say_after_output(
+            self.output.report_after_output(
                 logging.WARNING,
                 "task %s%s %s: the job goes on without it (an evaluator is outside the cluster)",
                 task.spec.name,
@@ -602,7 +602,9 @@ class Loop:
             # Its output came in before its exit report, on the same
             # connection, and is on its way to the terminal from the
             # console's thread: said after it.
-            self.output.say_after_output(logging.INFO, "task %s finished (exit 0)", task.spec.name)
+            self.output.report_after_output(
+                logging.INFO, "task %s finished (exit 0)", task.spec.name
+            )
             return
         task.move(AttemptState.FAILED)
         if code == 0:

@@ -109,7 +109,7 @@ class OutputRouter:
                 lines.append(line)
         return b"\n".join(lines)
 
-    def say_after_output(self, level: int, message: str, *args: object) -> None:
+    def report_after_output(self, level: int, message: str, *args: object) -> None:
         """Log ``message`` once the tasks' output printed so far is out: the
         output goes to stdout from the console's thread, logging writes to
         stderr at once, and on a terminal a task's "finished" must come after

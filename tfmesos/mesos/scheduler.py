@@ -353,9 +353,9 @@ class SchedulerClient:
                     fatal, last_error = subscribe_refused(master.url, response.status, text)
                     if fatal:
                         raise SchedulerError(last_error)
-                    said = not_a_master(master.url, response.status, text)
-                    if said is not None and len(chain) == 1:
-                        not_masters.append(said)
+                    not_master = not_a_master(master.url, response.status, text)
+                    if not_master is not None and len(chain) == 1:
+                        not_masters.append(not_master)
                     break
                 if len(chain) > 1:  # said once it took SUBSCRIBE: a failure is one line
                     logger.info("Mesos: redirected to the leading master %s", master.url)

@@ -1,18 +1,11 @@
 """The remote tasks' output, kept on the launcher's machine.
 
-A Mesos task's agent writes everything the task prints to its sandbox, on
-its agent's host, and sends it to the launcher too, forwarded or not (the
-launcher keeps a tail of every task for a failure's report). Sandboxes go
-when their agent's garbage collection, or a test master's stop, removes them:
-what reaches the launcher is written here, as it comes, to ``worker.1.log`` in
-the run's directory, beside the chief's log, so that the run directory tfrun
-names holds every task's output whatever the backend.
-
-Each log is capped as the local backend's are (``TFMESOS_TASK_LOG_MAX``):
-past half the cap ``worker.1.log`` becomes ``worker.1.log.1`` and a new one is
-begun. A log that cannot be written (a full disk) is given up on with one
-warning naming it; the job goes on.
-"""
+A Mesos task's output also lives in its sandbox, but sandboxes are garbage
+collected: what reaches the launcher is written as it comes to
+``worker.1.log`` in the run's directory, so that the directory tfrun names
+holds every task's output whatever the backend. Logs are capped and rotated
+as the local backend's are (``TFMESOS_TASK_LOG_MAX``); a log that cannot be
+written (a full disk) is given up on with one warning, and the job goes on."""
 
 from __future__ import annotations
 

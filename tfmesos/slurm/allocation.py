@@ -1,24 +1,14 @@
 """A detached Slurm job is one Slurm job: its launcher inside its allocation.
 
-``tfrun --detach --backend slurm`` sbatches one allocation for the whole
-job (:func:`sbatch_argv`): a slot for the launcher and the chief beside it
-(the chief's CPUs and GPUs, its memory and :data:`LAUNCHER_MEM` more) and one
-for each other task. Its batch script runs the launcher, an attached tfrun
-told (:data:`ENV_ALLOCATION`) that it is inside: its Slurm backend then
-sbatches nothing, and starts each round of tasks with the job script
-(:mod:`tfmesos.slurm.jobscript`) as a process of its own, whose ``srun``
-steps (``--exact``, each asking for its task's own shape) run in this
-allocation.
+``tfrun --detach --backend slurm`` sbatches one allocation for the whole job
+(:func:`sbatch_argv`): a slot for the launcher beside the chief and one for
+each other task. The launcher, told it is inside (:data:`ENV_ALLOCATION`),
+sbatches nothing and runs each round's job script itself, its ``srun``
+steps in this allocation. Every slot has the largest shape asked for, not a
+heterogeneous job's parts: Slurm puts those on distinct nodes, so on a
+cluster of fewer nodes the job would never start.
 
-It is a plain job, every slot of one shape, the largest of them all (the
-most CPUs, memory per CPU and GPUs any asks for), not a heterogeneous one:
-Slurm puts a heterogeneous job's parts on distinct nodes, so that on a
-cluster of fewer nodes than parts it never starts (one node here: pending
-for ever, "Resources"). A job of tasks of several shapes asks for more than
-it uses; one of a single shape for :data:`LAUNCHER_MEM` per slot more.
-
-Standard library and :mod:`tfmesos.slurm.commands` only.
-"""
+Standard library and :mod:`tfmesos.slurm.commands` only."""
 
 from __future__ import annotations
 

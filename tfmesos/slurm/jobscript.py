@@ -1,22 +1,11 @@
 """The Slurm job's own script: it runs in the allocation, as the batch step.
 
-Standard library only. tfrun submits a shell script that runs this module
-with the job's plan on its stdin (a here-document: the plan holds the job's
-secret, so it travels inside the script, which Slurm shows only to its owner
-and administrators, never on a command line). It
-
-1. dials tfrun's rendezvous and registers as the job's own helper, proving
-   the job's secret; if tfrun is gone (it was killed while the job waited in
-   the queue) it ends the job at once, having started nothing;
-2. starts each task's agent as a job step (``srun``, one task on one node),
-   handing it the secret on its stdin, never in its environment;
-3. tells tfrun when each step ends, with its exit status: how tfrun learns of
-   a task whose agent could not even start; and
-4. ends the job (by exiting) as soon as its connection to tfrun closes:
-   tfrun stopped the job, or died. TCP keepalive notices a launcher whose
-   machine vanished without closing it, within ``KEEPALIVE_IDLE`` +
-   ``KEEPALIVE_INTERVAL`` x ``KEEPALIVE_COUNT`` seconds.
-"""
+Standard library only. It reads the job's plan on its stdin (the plan holds
+the job's secret, which a command line would show), registers with tfrun's
+rendezvous, starts each task's agent as a job step (``srun``), tells tfrun
+when each step ends and with what status, and ends the job as soon as its
+connection to tfrun closes: tfrun stopped the job, or died. A tfrun gone
+before the job starts ends it at once, with nothing started."""
 
 from __future__ import annotations
 
@@ -59,7 +48,7 @@ END_ROUNDS = 50
 """At most this many rounds of SIGKILL for what a task left behind."""
 
 
-def say(text: str) -> None:
+def report(text: str) -> None:
     """A line in the job's output file (``slurm-JOBID.out`` in tfrun's log
     directory). A file that cannot take it (its disk full) costs the job
     nothing: the script's later lines, and its exit's flush, go nowhere."""
@@ -89,14 +78,14 @@ def main() -> int:
     try:
         channel = helper.connect()
     except (AgentError, OSError) as exc:
-        say(f"cannot reach tfrun ({exc}): it is gone; ending the job, having started nothing")
+        report(f"cannot reach tfrun ({exc}): it is gone; ending the job, having started nothing")
         return 1
     keepalive(channel.sock)
     log_dir = str(plan["log_dir"])
     try:
         os.makedirs(log_dir, mode=0o700, exist_ok=True)
     except OSError as exc:
-        say(f"cannot make {shown_path(log_dir)} for the tasks' logs: {exc}")
+        report(f"cannot make {shown_path(log_dir)} for the tasks' logs: {exc}")
     # The job's output file, which Slurm made with the submitter's umask: a
     # job's output is its user's alone, as every log of it.
     with contextlib.suppress(OSError, KeyError):
@@ -116,7 +105,7 @@ def main() -> int:
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=step_env)
         except OSError as exc:
-            say(f"cannot start task {name}'s step: {exc}")
+            report(f"cannot start task {name}'s step: {exc}")
             channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": 127})
             continue
         assert proc.stdin is not None
@@ -128,14 +117,16 @@ def main() -> int:
         except OSError:
             pass
         steps[proc.pid] = (task_id, proc)
-    say(f"started {len(steps)} task(s) as job steps")
+    report(f"started {len(steps)} task(s) as job steps")
     selector = selectors.DefaultSelector()
     selector.register(channel.sock, selectors.EVENT_READ)
     while steps:
         for _ in selector.select(timeout=0.2):
             channel.receive_available()
             if channel.closed:
-                say("tfrun's connection closed (the job is over, or tfrun is gone): ending the job")
+                report(
+                    "tfrun's connection closed (the job is over, or tfrun is gone): ending the job"
+                )
                 return 0
         for pid, (task_id, proc) in list(steps.items()):
             code = proc.poll()
@@ -146,18 +137,18 @@ def main() -> int:
             try:
                 channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": code})
             except OSError:
-                say("tfrun's connection is gone: ending the job")
+                report("tfrun's connection is gone: ending the job")
                 return 0
-    say("every task's step has ended")
+    report("every task's step has ended")
     return 0
 
 
 def end_task_processes(task_id: str) -> None:
     """Kill what is left on this node of a task whose step has ended: every
-    process that carries its id in its environment (the agent hands it to
-    its commands). Slurm's proctrack/linuxproc follows parents only, so the
-    command's ``setsid`` children of an agent killed outright lived on under
-    pid 1 after the step and the job. Other nodes' are their proctrack's."""
+    process that carries its id in its environment. Slurm's
+    proctrack/linuxproc follows parents only, so the ``setsid`` children of
+    an agent killed outright would outlive the step. Other nodes' are their
+    proctrack's."""
 
     def find() -> list[int]:
         try:
@@ -173,14 +164,11 @@ STEP_LOG = 'exec >>"$TFMESOS_AGENT_LOG_FILE" 2>&1 && exec "$@"'
 """How each step's agent is started: its stdout and stderr the task's log
 file itself, as the local backend gives it, not srun's --output.
 
-Through srun, a log disk that filled up lost the rest of the task's output
-without a word (srun writes the file, the agent only a pipe to it), and the
-last line said the output was all there; written by the agent, the disk's
-failure is its own (:class:`tfmesos.common.tasklog.TaskLog`): said once, naming the
-task, the log and the disk. No file name goes through srun's patterns either
-(srun 22.05 misread a per-task one after another, as in ``v%j%t``: every
-step failed, "Slurmd could not connect IO"). A log the node cannot open
-ends the step with the shell's word, in the job's own output."""
+Written by the agent, a full log disk is a failure it reports once, naming
+the task, the log and the disk (:class:`tfmesos.common.tasklog.TaskLog`);
+through srun that output was lost silently. No file name goes through srun's
+patterns either, which some srun versions misread. A log the node cannot
+open ends the step with the shell's own message, in the job's output."""
 
 
 def logged(agent: list[str]) -> list[str]:

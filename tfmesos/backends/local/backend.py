@@ -1,20 +1,12 @@
 """The local backend: every task a child process of the launcher, on this machine.
 
 A plain replica-mode task is run by the launcher itself, with no agent
-(:mod:`tfmesos.backends.local.directtask`; the sweeper, :mod:`tfmesos.agent.sweeper`,
-ends its commands should the launcher die outright). Any other task (fine-
-grained mode's servers, an initializer or finalizer, ``TFMESOS_LOCAL_AGENTS``)
-has an agent, as on a cluster.
-
-Each agent runs in a process group of its own, so a signal to that group reaches
-only that task; the agent puts the user's command in a group of its own, and
-both are bound to their parent's life (see :mod:`tfmesos.common.proctree`).
-
-An agent killed outright cannot end what its commands started: its death
-hands those processes to the fork server (a subreaper), which kills them, and
-the backend kills what is left in the agent's group and every process that
-carries the task's id in its environment.
-"""
+(:mod:`tfmesos.backends.local.directtask`; the sweeper ends its commands
+should the launcher die); any other task has an agent, as on a cluster.
+Each agent and each command runs in a process group of its own, bound to
+its parent's life (:mod:`tfmesos.common.proctree`), so that a signal
+reaches one task only. What an agent killed outright leaves, the fork server
+(a subreaper) and the backend kill."""
 
 from __future__ import annotations
 

@@ -570,9 +570,9 @@ class MesosBackend(Backend):
 
     def _on_subscribed(self, subscribed: dict[str, Any]) -> None:
         framework_id = subscribed.get("framework_id", {}).get("value")
-        saying = self._subscriptions.subscribed(str(framework_id))
-        if saying is not None:
-            self._track(saying)
+        report = self._subscriptions.subscribed(str(framework_id))
+        if report is not None:
+            self._track(report)
         if self._resubscribed:
             # We may have missed updates while away: ask for the current state.
             # Tasks written off as unreachable are asked about too: one that

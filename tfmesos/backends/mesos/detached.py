@@ -1,21 +1,14 @@
 """``tfrun --detach`` on Mesos: the launcher as a task of the job's own framework.
 
-The submitting tfrun subscribes as the job's framework (labelled with the
-job's id, :data:`LABEL_JOB`; a failover timeout that covers the handover),
-launches one *launcher task* with the chief's resources and the launcher's
-own (:data:`LAUNCHER_CPUS`, :data:`LAUNCHER_MEM`), hands it what it needs
-over an authenticated, sealed connection (:mod:`.handover`: never in the
-``TaskInfo``), and leaves without tearing the framework down. The launcher
-task (:func:`launcher_main`) runs an attached tfrun that subscribes with the
-same ``FrameworkID``: Mesos's scheduler failover
-(``docs/high-availability-framework-guide.md``). That tfrun reconciles, runs
-the chief beside itself (inside the launcher task, as an attached tfrun runs
-it beside itself), launches the other tasks, keeps their output and the
-event stream in its sandbox (:data:`SANDBOX_LOGS`, :data:`SANDBOX_EVENTS`),
-and at the end tears the framework down. ``tfrun list``, ``status``,
-``logs``, ``wait`` and ``stop`` find the job by its label on the master and
-read that sandbox through the agents' files API (tfmesos.cli.mesos_jobs).
-"""
+The submitting tfrun subscribes as the job's framework (labelled with its
+id, :data:`LABEL_JOB`), launches one *launcher task* with the chief's
+resources and the launcher's own, hands it what it needs over a sealed
+connection (:mod:`.handover`: secrets are never put in a ``TaskInfo``), and
+leaves the framework up. The launcher task (:func:`launcher_main`) is an
+attached tfrun that takes the framework over by Mesos's scheduler failover,
+runs the job with the chief beside it, keeps the logs and events in its
+sandbox, and tears the framework down at the end. ``tfrun list`` and the
+other job commands find the job by its label (:mod:`tfmesos.cli.mesos_jobs`)."""
 
 from __future__ import annotations
 
@@ -329,10 +322,10 @@ async def _submit(args: Any, argv: Sequence[str], spec: ClusterSpec, job: str) -
                     client.submit(calls.acknowledge(status))
                 state = str(status.get("state", ""))
                 if state not in ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"):
-                    said = status.get("message") or status.get("reason") or ""
+                    message = status.get("message") or status.get("reason") or ""
                     raise TFMesosError(
                         f"the detached job's launcher task ended before it took the job "
-                        f"over: {state}{': ' + said if said else ''}"
+                        f"over: {state}{': ' + message if message else ''}"
                     )
             elif kind == "ERROR":
                 message = event.get("error", {}).get("message", "no message")

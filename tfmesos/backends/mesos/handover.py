@@ -1,16 +1,12 @@
 """The handover of a detached Mesos job: what its launcher task needs of the
 submitting tfrun, carried so that no ``/state`` shows it.
 
-The launcher task's ``TaskInfo`` holds only a one-time key (as every task's
-holds the rendezvous secret) and where to dial the submitter. The launcher
-task dials; each side proves the key over the other's nonce (as on the
-rendezvous, tfmesos.wire); the submitter then sends the handover (the job's
-flags, the environment tfrun would carry, the principal's secret, the CA and
-TLS files) sealed under that key: encrypted with an HMAC-SHA256 keystream and
-authenticated, so that neither the master, the agents nor the network see
-it. The submitter serves one launcher and leaves: the key is worth nothing
-after. Standard library only.
-"""
+The launcher task's ``TaskInfo`` holds only a one-time key and where to
+dial the submitter. Each side proves the key over the other's nonce (as on
+the rendezvous), and the submitter sends the job's flags and secrets sealed
+under that key (an HMAC-SHA256 keystream, authenticated), so that neither
+the master, the agents nor the network see them. The submitter serves one
+launcher and leaves: the key is worth nothing after. Standard library only."""
 
 from __future__ import annotations
 

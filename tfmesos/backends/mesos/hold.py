@@ -1,19 +1,15 @@
 """The offer hold: which offers the Mesos backend keeps, accepts or declines,
 and when it stops or starts asking for more.
 
-Gang placement: a job's tasks are launched together or not at all. A job
-that took each offer as it came could hold half a cluster while another job
-held the other half, both waiting for ever (the allocator hands agents out in
-turn, by dominant share: hierarchical.cpp). Offers that fit part of the job
-are held until the whole of what is waiting fits; a hold that lasts
-GANG_HOLD_SECONDS gives them all back and asks again later, at random, so
-that another job can run meanwhile.
+Gang placement: a job's tasks are launched together or not at all, since
+two jobs that each took offers as they came could each hold half a cluster
+and wait for ever. Offers that fit part of the job are held until the whole
+fits; a hold that lasts ``GANG_HOLD_SECONDS`` gives them back and asks again
+later, at random, so that another job can run meanwhile.
 
-:class:`OfferHold` sends nothing and starts no timer: each of its methods
-returns the decisions it made (:data:`Decision`), in order, for the backend
-to carry out: calls to the master, timers to start or stop. So it is tested
-without a master or an event loop.
-"""
+:class:`OfferHold` sends nothing and starts no timer: its methods return
+their decisions (:data:`Decision`) for the backend to carry out, so it is
+tested without a master or an event loop."""
 
 from __future__ import annotations
 
