@@ -84,7 +84,10 @@ def is_agent(proc: psutil.Process) -> bool:
         if proc.name() == "tfmesos-agent":
             parent = proc.parent()
             return parent is not None and parent.name() == "tfmesos-forks"
-        return "tfmesos.agent" in " ".join(proc.cmdline())
+        command = " ".join(proc.cmdline())
+        # Bootstrapped (locally, on Slurm) or python -m tfmesos.agent (on
+        # Mesos); not the fork server, whose module is tfmesos.agent.forkserver.
+        return "tfmesos.agent.main" in command or command.endswith("-m tfmesos.agent")
     except psutil.Error:
         return False
 
