@@ -15,8 +15,9 @@ from typing import ClassVar
 
 from tfmesos.backends.options import BackendOptions
 from tfmesos.common.advertise import advertised_host
+from tfmesos.common.pathtext import shown_path
 from tfmesos.common.proctree import bootstrap_command
-from tfmesos.errors import EXIT_TFRUN_FAILED
+from tfmesos.errors import EXIT_TFRUN_FAILED, SpecError
 from tfmesos.rendezvous import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
 
@@ -34,6 +35,7 @@ __all__ = [
     "TaskPlaced",
     "advertised_host",
     "agent_command",
+    "make_log_dir",
 ]
 
 
@@ -42,6 +44,17 @@ def agent_command() -> list[str]:
     (the agent needs only the standard library and its own package): how
     the local and Slurm backends start one."""
     return bootstrap_command("tfmesos.agent.main")
+
+
+def make_log_dir(log_dir: Path) -> None:
+    """Make the run's directory for the tasks' logs, the user's alone (0700);
+    :class:`SpecError` (bad usage) where it cannot be."""
+    try:
+        log_dir.mkdir(0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(
+            f"cannot use {shown_path(log_dir)} for the tasks' logs: {exc.strerror}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

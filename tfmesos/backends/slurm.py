@@ -38,6 +38,7 @@ from tfmesos.backends.base import (
     TaskPlaced,
     advertised_host,
     agent_command,
+    make_log_dir,
 )
 from tfmesos.common import exported, rundirs
 from tfmesos.common.aio import reap
@@ -180,12 +181,7 @@ class SlurmBackend(Backend):
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
-        try:
-            self.log_dir.mkdir(0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SpecError(
-                f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
-            ) from None
+        make_log_dir(self.log_dir)
         if self._inside is None:  # inside, the allocation ends with this launcher
             self._watchdog = _start_watchdog()
             self._poller = asyncio.create_task(self._poll())

@@ -31,6 +31,7 @@ __all__ = [
     "end_groups",
     "exit_with_parent",
     "group_has_live_members",
+    "kill_carriers",
     "kill_until_gone",
     "live_descendants",
     "open_pidfd",
@@ -258,6 +259,22 @@ def kill_until_gone(find: Callable[[], list[int]], rounds: int | None = None) ->
         done += 1
         time.sleep(0.01)
         live = find()
+
+
+def kill_carriers(name: str, value: str, rounds: int) -> None:
+    """SIGKILL every process whose environment has ``name=value`` (a task's
+    id, which its agent hands to its commands and they to theirs), until
+    none is left: what a task started, in whatever group or session. One
+    that cleared its environment escapes this."""
+
+    def find() -> list[int]:
+        try:
+            found = procfs.with_environment(name, value)
+        except OSError:  # no /proc
+            return []
+        return [pid for pid in found if pid != os.getpid()]
+
+    kill_until_gone(find, rounds=rounds)
 
 
 def live_descendants(pid: int) -> list[int]:

@@ -29,9 +29,8 @@ from tfmesos.agent.rendezvous import (
     RendezvousClient,
     keepalive,
 )
-from tfmesos.common import procfs
 from tfmesos.common.pathtext import shown_path
-from tfmesos.common.proctree import kill_until_gone
+from tfmesos.common.proctree import kill_carriers
 from tfmesos.common.tasklog import log_name
 
 __all__ = [
@@ -150,14 +149,7 @@ def end_task_processes(task_id: str) -> None:
     an agent killed outright would outlive the step. Other nodes' are their
     proctrack's."""
 
-    def find() -> list[int]:
-        try:
-            found = procfs.with_environment(wire.ENV_TASK_ID, task_id)
-        except OSError:  # no /proc
-            return []
-        return [pid for pid in found if pid != os.getpid()]
-
-    kill_until_gone(find, rounds=END_ROUNDS)
+    kill_carriers(wire.ENV_TASK_ID, task_id, END_ROUNDS)
 
 
 STEP_LOG = 'exec >>"$TFMESOS_AGENT_LOG_FILE" 2>&1 && exec "$@"'

@@ -29,6 +29,7 @@ from tfmesos.backends.base import (
     Launch,
     TaskEnded,
     TaskPlaced,
+    make_log_dir,
 )
 from tfmesos.backends.base import agent_command as default_agent_command
 from tfmesos.backends.local.directtask import DirectTask, Sweeper, end_strays
@@ -45,17 +46,17 @@ from tfmesos.backends.local.forkstart import (
     runs_tasks_itself,
 )
 from tfmesos.backends.options import LocalOptions
-from tfmesos.common import exported, procfs, rundirs
+from tfmesos.common import exported, rundirs
 from tfmesos.common.pathtext import shown_path
 from tfmesos.common.ports import PortAllocator
 from tfmesos.common.proctree import (
     become_subreaper,
-    kill_until_gone,
+    kill_carriers,
     signal_group,
 )
 from tfmesos.common.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
 from tfmesos.common.tasklog import describe_failure, log_name
-from tfmesos.errors import ResourceError, SpecError
+from tfmesos.errors import ResourceError
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["LocalBackend", "LocalOptions"]
@@ -232,12 +233,7 @@ class LocalBackend(Backend):
 
     async def start(self, sink: EventSink) -> None:
         self._sink = sink
-        try:
-            self.log_dir.mkdir(0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SpecError(
-                f"cannot use {shown_path(self.log_dir)} for the tasks' logs: {exc.strerror}"
-            ) from None
+        make_log_dir(self.log_dir)
         raise_open_file_limit()
         self._runs_tasks_itself = self._decide_runs_tasks_itself()
         if self._runs_tasks_itself:
@@ -581,14 +577,7 @@ def _end_task_processes(task_id: str) -> None:
     process group or session. One that cleared its environment escapes this;
     the fork server, their subreaper, still gets it."""
 
-    def find() -> list[int]:
-        try:
-            found = procfs.with_environment(wire.ENV_TASK_ID, task_id)
-        except OSError:  # no /proc
-            return []
-        return [pid for pid in found if pid != os.getpid()]
-
-    kill_until_gone(find, rounds=END_ROUNDS)
+    kill_carriers(wire.ENV_TASK_ID, task_id, END_ROUNDS)
 
 
 def _private(path: str, flags: int) -> int:
