@@ -62,3 +62,47 @@ def test_the_submitters_own_flags_stay_behind() -> None:
     kept, values = _flag_values(flags, ("--detach", "--events", "--log-dir", "--ssl-ca"))
     assert kept == ["-m", "m:5050"]
     assert values == {"--events": "e.jsonl", "--log-dir": "d", "--ssl-ca": "ca"}
+
+
+def test_a_proof_or_seal_that_is_not_ascii_is_refused_not_a_traceback() -> None:
+    from tfmesos import wire
+
+    assert not wire.proof_matches("ab", "é")
+    assert not wire.proof_matches("ab", "\ud800")
+    with pytest.raises(handover.HandoverError):
+        handover.unseal(os.urandom(32), "a b", {"sealed": "", "mac": "é"})
+
+
+async def _two_provers() -> tuple[object, object]:
+    """A first launcher proves the key and takes its time to say "taken";
+    a second proves it meanwhile."""
+    from tfmesos import wire
+
+    key = os.urandom(32)
+    given = {"secret": "s3cret"}
+    server, port, _ = await handover.serve_one(key, "job.launcher", given, "127.0.0.1")
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        decoder = wire.FrameDecoder()
+        hello = await handover._read(reader, decoder)
+        nonce = os.urandom(16).hex()
+        proof = wire.proof(key, handover.PURPOSE, "launcher", hello["nonce"], nonce, "job.launcher")
+        writer.write(wire.encode_json({"type": "proof", "nonce": nonce, "proof": proof}))
+        first: object = await handover._read(reader, decoder)
+        try:
+            second: object = await asyncio.to_thread(
+                handover.receive, f"127.0.0.1:{port}", key, "job.launcher"
+            )
+        except (handover.HandoverError, OSError) as exc:
+            second = exc
+        writer.close()
+        return first, second
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_the_handover_goes_to_one_launcher_only() -> None:
+    first, second = asyncio.run(_two_provers())
+    assert isinstance(first, dict) and first.get("type") == "handover"
+    assert isinstance(second, handover.HandoverError), second

@@ -83,6 +83,9 @@ async def serve_one(
     gone to the one that proved ``key``. Connections that do not prove it
     are dropped."""
     done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    served: list[bool] = []
+    """Set before the handover is written: a second prover, even one that
+    proves the key while the first has not said "taken", gets nothing."""
 
     async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -92,8 +95,9 @@ async def serve_one(
             hello = await asyncio.wait_for(_read(reader, decoder), TIMEOUT)
             theirs = str(hello.get("nonce", ""))
             expected = wire.proof(key, PURPOSE, "launcher", nonce, theirs, task_id)
-            if done.done() or not wire.proof_matches(expected, hello.get("proof")):
+            if served or not wire.proof_matches(expected, hello.get("proof")):
                 return
+            served.append(True)
             nonces = f"{nonce} {theirs}"
             ours = wire.proof(key, PURPOSE, "submitter", theirs, nonce, task_id)
             writer.write(
@@ -101,7 +105,7 @@ async def serve_one(
             )
             await writer.drain()
             ack = await asyncio.wait_for(_read(reader, wire.FrameDecoder()), TIMEOUT)
-            if ack.get("type") == "taken" and not done.done():
+            if ack.get("type") == "taken":
                 peer = writer.get_extra_info("peername")
                 done.set_result(str(peer[0]) if peer else "")
         except (OSError, asyncio.TimeoutError, HandoverError, wire.FrameError):
