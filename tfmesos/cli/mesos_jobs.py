@@ -103,7 +103,9 @@ class MesosJobs:
 
             context = client_tls(self.ssl_ca).context
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT, context=context) as answer:
-            return json.loads(answer.read())
+            # surrogateescape: /files/read's data is the file's bytes as they
+            # are, a chunk may end inside a character; _copy encodes them back.
+            return json.loads(answer.read().decode("utf-8", "surrogateescape"))
 
     def _leader(self) -> tuple[str, dict[str, Any] | None]:
         """The leading master's URL, and its ``/state`` where that was read."""
