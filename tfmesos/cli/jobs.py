@@ -239,7 +239,7 @@ def store_for(backend: str | None, args: argparse.Namespace | None = None) -> Jo
     if backend not in (None, "local", "slurm"):
         raise JobError(
             f"detached jobs are not yet kept on the {backend} backend: "
-            "only the local and Slurm backends' (tfrun --detach -w N -- command)"
+            "only the local, Slurm and Mesos backends' (tfrun --detach -w N -- command)"
         )
     return LocalJobs()
 

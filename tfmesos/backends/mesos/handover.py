@@ -4,9 +4,12 @@ submitting tfrun, carried so that no ``/state`` shows it.
 The launcher task's ``TaskInfo`` holds only a one-time key and where to
 dial the submitter. Each side proves the key over the other's nonce (as on
 the rendezvous), and the submitter sends the job's flags and secrets sealed
-under that key (an HMAC-SHA256 keystream, authenticated), so that neither
-the master, the agents nor the network see them. The submitter serves one
-launcher and leaves: the key is worth nothing after. Standard library only."""
+under that key (an HMAC-SHA256 keystream, authenticated), so that no
+``/state`` and no onlooker of the network sees them. The submitter serves one
+launcher and leaves. The key itself stays in the ``TaskInfo`` and the
+launcher's environment, and there is no forward secrecy: whoever recorded
+the traffic and later reads the key can open it (docs/security.md).
+Standard library only."""
 
 from __future__ import annotations
 
