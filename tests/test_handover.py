@@ -128,6 +128,8 @@ def test_the_launcher_is_given_the_master_and_principal_of_the_environment(
     (tmp_path / "zk").write_text("zk://127.0.0.1:2181/mesos\n")
     monkeypatch.setenv("MESOS_MASTER", f"file://{tmp_path}/zk")
     monkeypatch.setenv("MESOS_PRINCIPAL", "alice")
+    monkeypatch.delenv("LIBPROCESS_SSL_ENABLED", raising=False)
+    monkeypatch.delenv("SSL_ENABLED", raising=False)
     flags, _, given = _launcher_words(["--detach", "-w", "1", "--", "true"], monkeypatch, tmp_path)
     assert flags[flags.index("-m") + 1] == "zk://127.0.0.1:2181/mesos"
     assert flags[flags.index("--principal") + 1] == "alice"
@@ -137,12 +139,13 @@ def test_the_launcher_is_given_the_master_and_principal_of_the_environment(
 def test_a_master_file_given_with_m_is_read_here(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    (tmp_path / "master").write_text("10.0.0.1:5050\n")
+    (tmp_path / "master").write_text("10.0.0.1:5050,http://10.0.0.2:5050\n")
     monkeypatch.delenv("MESOS_MASTER", raising=False)
+    monkeypatch.setenv("LIBPROCESS_SSL_ENABLED", "1")  # which the launcher's environment lacks
     argv = ["--detach", "-m", f"file://{tmp_path}/master", "-w", "1", "--", "true"]
     flags, _, _ = _launcher_words(argv, monkeypatch, tmp_path)
     assert flags.count("-m") == 1
-    assert flags[flags.index("-m") + 1] == "10.0.0.1:5050"
+    assert flags[flags.index("-m") + 1] == "https://10.0.0.1:5050,http://10.0.0.2:5050"
 
 
 def test_an_attached_extra_config_is_carried_and_the_command_left_alone(

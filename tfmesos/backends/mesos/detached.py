@@ -41,7 +41,7 @@ from tfmesos.backends.mesos_options import (
 from tfmesos.common.exported import IMAGE, carried, parse_export, task_base
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, TFMesosError
 from tfmesos.mesos import calls
-from tfmesos.mesos.masters import read_master_files
+from tfmesos.mesos.masters import default_scheme, read_master_files
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient
 from tfmesos.spec import ClusterSpec
@@ -199,6 +199,18 @@ def _flag_values(flags: Sequence[str], names: Sequence[str]) -> tuple[list[str],
     return kept, values
 
 
+def _master_url(given: str) -> str:
+    """The master spec ``given`` as this machine reads it, for a launcher
+    elsewhere: each ``file://`` read, each address given its scheme (this
+    environment's libprocess SSL setting, which the launcher's lacks)."""
+    master = read_master_files(given)
+    if master.startswith("zk://"):
+        return master
+    scheme = default_scheme()
+    parts = [part.strip() for part in master.split(",") if part.strip()]
+    return ",".join(part if "://" in part else f"{scheme}://{part}" for part in parts)
+
+
 def _handover(args: Any, argv: Sequence[str], job: str, secret: str | None) -> dict[str, Any]:
     flags, command = _split(argv, getattr(args, "command", None) or [])
     flags, values = _flag_values(flags, (*_DROPPED, *_CARRIED_FILES, *_GIVEN))
@@ -215,7 +227,7 @@ def _handover(args: Any, argv: Sequence[str], job: str, secret: str | None) -> d
     # Given whatever way on this machine ($MESOS_MASTER, $MESOS_PRINCIPAL,
     # -m file://PATH): the launcher's environment carries no MESOS_*, and
     # its host may lack the file.
-    master = read_master_files(options.master or os.environ.get("MESOS_MASTER") or "")
+    master = _master_url(options.master or os.environ.get("MESOS_MASTER") or "")
     flags += ["-m", master]
     principal = options.principal or os.environ.get(PRINCIPAL_VARIABLE)
     if principal:
