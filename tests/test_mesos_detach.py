@@ -62,7 +62,8 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
     id once its launcher task has the handover; ``wait`` exits 0, ``logs
     --task worker:1`` shows that task's output, ``list`` and ``status``
     agree with its events; the environment carried and the TLS key are in
-    no ``/state``. A second, endless one is stopped: no framework, task or
+    no ``/state``. A second, endless one, its master given as $MESOS_MASTER
+    only, runs and is stopped: no framework, task or
     executor is left, ``wait`` says it was stopped, and a second ``stop``
     is a no-op."""
     cert, key = _key_pair(tmp_path)
@@ -106,16 +107,17 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
         assert token not in seen
         assert key.read_text().splitlines()[1] not in seen
 
+        # Its master from $MESOS_MASTER, which the launcher task's environment
+        # does not carry: the launcher is given it as -m.
         endless = run_tfrun(
             "--detach",
-            *master,
             "-w",
             "2",
             "-s",
             "1",
             "--",
             *py(SAY),
-            env=job_procs.env(DETACH_FOREVER="1"),
+            env=job_procs.env(DETACH_FOREVER="1", MESOS_MASTER=real.address),
             timeout=180,
         )
         assert endless.returncode == 0, endless.stderr
@@ -270,7 +272,8 @@ def test_a_detached_job_whose_launcher_host_is_lost_fails_without_a_verdict(
     saying the launcher is gone without a verdict, and the job's other
     tasks stop themselves once they cannot hear their launcher
     (``SILENCE_LIMIT``): nothing of the job runs on the other agent. The
-    launcher is not relaunched."""
+    launcher is not relaunched; ``stop`` tears the framework down, which
+    the master would otherwise keep until its failover timeout."""
     from tests.mesos_clusters import open_hosts
     from tests.test_real_mesos_hosts import TWO_TASKS
 
@@ -323,5 +326,14 @@ def test_a_detached_job_whose_launcher_host_is_lost_fails_without_a_verdict(
                 timeout=120,
                 poll=0.5,
             )
+            stopped = on_client("stop", *master, job)
+            assert stopped.returncode == 0, stopped.stderr
+            assert "over already" not in stopped.stderr, stopped.stderr
+            labelled = [
+                f
+                for f in real.state()["frameworks"]
+                if {"key": "tfmesos.job", "value": job} in f.get("labels", [])
+            ]
+            assert not labelled, "the job's framework is still registered after stop"
         finally:
             real.rejoin(f"agent{lost}")

@@ -319,4 +319,10 @@ def digest(message: dict[str, Any]) -> str:
 
 
 def proof_matches(expected: str, given: object) -> bool:
-    return isinstance(given, str) and hmac.compare_digest(expected, given)
+    """Whether ``given`` (from the network: any JSON) is ``expected``;
+    compared as bytes, since ``compare_digest`` refuses a str that is not ASCII."""
+    if not isinstance(given, str):
+        return False
+    return hmac.compare_digest(
+        expected.encode("utf-8", "surrogatepass"), given.encode("utf-8", "surrogatepass")
+    )

@@ -118,9 +118,9 @@ class LocalJobs:
     def console(self, run: Run) -> Path:
         return run.where / detach.CONSOLE
 
-    def stop(self, run: Run) -> None:
+    def stop(self, run: Run) -> bool:
         if not self.running(run):
-            return
+            return False
         detach.record_stop(run.where)
         handle = _HANDLES.get(run.backend, _LOCAL)
         handle.signal(run)
@@ -130,6 +130,7 @@ class LocalJobs:
             # Stopped before its launcher ran (a Slurm job still pending):
             # nobody else says the verdict.
             handle.verdict_for_never_started(run)
+        return True
 
 
 class LauncherHandle:
@@ -238,7 +239,7 @@ def store_for(backend: str | None, args: argparse.Namespace | None = None) -> Jo
     if backend not in (None, "local", "slurm"):
         raise JobError(
             f"detached jobs are not yet kept on the {backend} backend: "
-            "only the local and Slurm backends' (tfrun --detach -w N -- command)"
+            "only the local, Slurm and Mesos backends' (tfrun --detach -w N -- command)"
         )
     return LocalJobs()
 
@@ -641,6 +642,10 @@ def _stop(store: JobStore, args: argparse.Namespace) -> int:
     run = store.find(args.id)
     state = store.state(run)
     if state.verdict is not None or not state.running:
+        # Gone without a verdict (its launcher lost): what it left is ended
+        # (a Mesos framework the master still lists, and its tasks).
+        if state.verdict is None and store.stop(run):
+            return 0
         if state.state != "stopped":
             print(
                 f"tfrun stop: job {run.id} is over already ({state.state}"

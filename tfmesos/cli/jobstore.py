@@ -64,6 +64,8 @@ class JobStore(Protocol):
         """What the job's tfrun says, as an attached tfrun's terminal shows it."""
         ...
 
-    def stop(self, run: Run) -> None:
-        """End the job as Ctrl-C ends an attached one; return once it is over."""
+    def stop(self, run: Run) -> bool:
+        """End the job as Ctrl-C ends an attached one, or what an ended job
+        left behind (a Mesos framework whose launcher was lost); return once
+        it is over, with whether there was anything to end."""
         ...

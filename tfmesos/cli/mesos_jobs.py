@@ -103,7 +103,9 @@ class MesosJobs:
 
             context = client_tls(self.ssl_ca).context
         with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT, context=context) as answer:
-            return json.loads(answer.read())
+            # surrogateescape: /files/read's data is the file's bytes as they
+            # are, a chunk may end inside a character; _copy encodes them back.
+            return json.loads(answer.read().decode("utf-8", "surrogateescape"))
 
     def _leader(self) -> tuple[str, dict[str, Any] | None]:
         """The leading master's URL, and its ``/state`` where that was read."""
@@ -280,10 +282,12 @@ class MesosJobs:
         path.touch(mode=0o600)
         return path
 
-    def stop(self, run: Run) -> None:
-        framework, running = self._framework(run)
-        if not running:
-            return
+    def stop(self, run: Run) -> bool:
+        # Torn down while the master lists it, whatever its launcher's state
+        # (lost, unreachable): nobody else would before its failover timeout.
+        framework, listed = self._framework(run)
+        if not listed:
+            return False
         by = f"{getpass.getuser()}@{socket.gethostname()} (pid {os.getpid()})"
         info: dict[str, Any] = {
             key: framework[key]
@@ -320,9 +324,16 @@ class MesosJobs:
         if problem is not None:
             raise self._error(f"cannot stop job {run.id}: {problem}", EXIT_TFRUN_FAILED)
         deadline = time.monotonic() + STOP_TIMEOUT
-        while self._framework(run)[1] and time.monotonic() < deadline:
+        while self._framework(run)[1]:
+            if time.monotonic() >= deadline:
+                raise self._error(
+                    f"cannot stop job {run.id}: its framework {framework['id']} is still "
+                    f"registered {STOP_TIMEOUT:g}s after its teardown",
+                    EXIT_TFRUN_FAILED,
+                )
             time.sleep(0.2)
             self._state = None
+        return True
 
     # -- the launcher's sandbox ---------------------------------------------------
 

@@ -24,6 +24,7 @@ __all__ = [
     "host_problem",
     "parse_masters",
     "port_problem",
+    "read_master_files",
     "redirect_failure",
 ]
 
@@ -264,21 +265,26 @@ def _read_master_file(text: str) -> str:
     return content
 
 
+def read_master_files(text: str) -> str:
+    """The master spec ``text`` names, each ``file://PATH`` read (here, on
+    this machine)."""
+    text = text.strip()
+    for _ in range(MAX_FILE_DEPTH):
+        if not text.startswith("file://"):
+            return text
+        text = _read_master_file(text)
+    raise SpecError(
+        f"Mesos master: more than {MAX_FILE_DEPTH} file:// in a row (does a file name itself?)"
+    )
+
+
 def parse_masters(
     text: str, environ: Mapping[str, str] | None = None
 ) -> list[MasterAddress] | ZooKeeperSource:
     """``-m``'s masters; those given without a scheme, and a ``zk://``
     leader, are dialled with :func:`default_scheme`. ``file://PATH`` is read
     once, here, and its content parsed in its place."""
-    text = text.strip()
-    for _ in range(MAX_FILE_DEPTH):
-        if not text.startswith("file://"):
-            break
-        text = _read_master_file(text)
-    else:
-        raise SpecError(
-            f"Mesos master: more than {MAX_FILE_DEPTH} file:// in a row (does a file name itself?)"
-        )
+    text = read_master_files(text)
     if text.startswith("zk://"):
         return _parse_zk(text, environ)
     parts = [part for part in text.split(",") if part.strip()]

@@ -33,10 +33,15 @@ from tfmesos import wire
 from tfmesos.backends.base import Launch, advertised_host
 from tfmesos.backends.mesos import handover
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
-from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
+from tfmesos.backends.mesos_options import (
+    PRINCIPAL_VARIABLE,
+    MesosOptions,
+    framework_credentials,
+)
 from tfmesos.common.exported import IMAGE, carried, parse_export, task_base
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, TFMesosError
 from tfmesos.mesos import calls
+from tfmesos.mesos.masters import default_scheme, read_master_files
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient
 from tfmesos.spec import ClusterSpec
@@ -89,6 +94,8 @@ _CARRIED_FILES = {
 }
 """Flags naming files of the submitting machine that the launcher needs:
 their contents go in the handover, and the launcher's own copies replace them."""
+_GIVEN = ("-m", "--master", "--principal")
+"""Flags the launcher is given as this machine resolved them (:func:`_handover`)."""
 _DROPPED = ("--detach", "--events", "--log-dir", "--secret-file")
 """Flags of the submitter's alone: the launcher keeps its events and logs in
 its sandbox, and has the principal's secret in its environment."""
@@ -158,19 +165,29 @@ def new_job_id() -> str:
     return f"mesos-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def _split(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    split = list(argv).index("--") if "--" in argv else len(argv)
-    return list(argv[:split]), list(argv[split:])
+def _split(argv: Sequence[str], command: Sequence[str]) -> tuple[list[str], list[str]]:
+    """tfrun's flags in ``argv``, and the job's command from its ``--`` on;
+    ``command``: the parsed one (``args.command``), which is the end of
+    ``argv`` when there is no ``--``, so that none of its words is taken
+    for a flag of tfrun's."""
+    argv = list(argv)
+    if "--" in argv:
+        split = argv.index("--")
+        return argv[:split], argv[split:]
+    split = len(argv) - len(command)
+    return argv[:split], ["--", *argv[split:]]
 
 
 def _flag_values(flags: Sequence[str], names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """``flags`` less each of ``names`` (``--x V``, ``--x=V``, a bare
-    ``--detach``), and the values those had."""
+    """``flags`` less each of ``names`` (``--x V``, ``--x=V``, ``-xV``, a
+    bare ``--detach``), and the values those had."""
     kept: list[str] = []
     values: dict[str, str] = {}
     words = iter(flags)
     for word in words:
         name, equals, value = word.partition("=")
+        if not word.startswith("--") and len(word) > 2 and word[:2] in names:
+            name, equals, value = word[:2], "=", word[2:]  # -eFILE, as argparse takes it
         if name not in names:
             kept.append(word)
         elif name == "--detach":
@@ -182,9 +199,21 @@ def _flag_values(flags: Sequence[str], names: Sequence[str]) -> tuple[list[str],
     return kept, values
 
 
+def _master_url(given: str) -> str:
+    """The master spec ``given`` as this machine reads it, for a launcher
+    elsewhere: each ``file://`` read, each address given its scheme (this
+    environment's libprocess SSL setting, which the launcher's lacks)."""
+    master = read_master_files(given)
+    if master.startswith("zk://"):
+        return master
+    scheme = default_scheme()
+    parts = [part.strip() for part in master.split(",") if part.strip()]
+    return ",".join(part if "://" in part else f"{scheme}://{part}" for part in parts)
+
+
 def _handover(args: Any, argv: Sequence[str], job: str, secret: str | None) -> dict[str, Any]:
-    flags, command = _split(argv)
-    flags, values = _flag_values(flags, (*_DROPPED, *_CARRIED_FILES))
+    flags, command = _split(argv, getattr(args, "command", None) or [])
+    flags, values = _flag_values(flags, (*_DROPPED, *_CARRIED_FILES, *_GIVEN))
     files = {}
     for flag, name in _CARRIED_FILES.items():
         if flag in values:
@@ -195,9 +224,17 @@ def _handover(args: Any, argv: Sequence[str], job: str, secret: str | None) -> d
     options: MesosOptions = args.options
     if "--user" not in flags and options.user is None:
         flags += ["--user", getpass.getuser()]  # the framework's user, which a failover keeps
+    # Given whatever way on this machine ($MESOS_MASTER, $MESOS_PRINCIPAL,
+    # -m file://PATH): the launcher's environment carries no MESOS_*, and
+    # its host may lack the file.
+    master = _master_url(options.master or os.environ.get("MESOS_MASTER") or "")
+    flags += ["-m", master]
+    principal = options.principal or os.environ.get(PRINCIPAL_VARIABLE)
+    if principal:
+        flags += ["--principal", principal]
     environment = carried(os.environ, parse_export("ALL"))
     return {
-        "master": options.master or os.environ.get("MESOS_MASTER"),
+        "master": master,
         "job": job,
         "flags": flags,
         "command": command,

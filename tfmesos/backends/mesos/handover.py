@@ -4,9 +4,12 @@ submitting tfrun, carried so that no ``/state`` shows it.
 The launcher task's ``TaskInfo`` holds only a one-time key and where to
 dial the submitter. Each side proves the key over the other's nonce (as on
 the rendezvous), and the submitter sends the job's flags and secrets sealed
-under that key (an HMAC-SHA256 keystream, authenticated), so that neither
-the master, the agents nor the network see them. The submitter serves one
-launcher and leaves: the key is worth nothing after. Standard library only."""
+under that key (an HMAC-SHA256 keystream, authenticated), so that no
+``/state`` and no onlooker of the network sees them. The submitter serves one
+launcher and leaves. The key itself stays in the ``TaskInfo`` and the
+launcher's environment, and there is no forward secrecy: whoever recorded
+the traffic and later reads the key can open it (docs/security.md).
+Standard library only."""
 
 from __future__ import annotations
 
@@ -83,6 +86,9 @@ async def serve_one(
     gone to the one that proved ``key``. Connections that do not prove it
     are dropped."""
     done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    served: list[bool] = []
+    """Set before the handover is written: a second prover, even one that
+    proves the key while the first has not said "taken", gets nothing."""
 
     async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -92,8 +98,9 @@ async def serve_one(
             hello = await asyncio.wait_for(_read(reader, decoder), TIMEOUT)
             theirs = str(hello.get("nonce", ""))
             expected = wire.proof(key, PURPOSE, "launcher", nonce, theirs, task_id)
-            if done.done() or not wire.proof_matches(expected, hello.get("proof")):
+            if served or not wire.proof_matches(expected, hello.get("proof")):
                 return
+            served.append(True)
             nonces = f"{nonce} {theirs}"
             ours = wire.proof(key, PURPOSE, "submitter", theirs, nonce, task_id)
             writer.write(
@@ -101,7 +108,7 @@ async def serve_one(
             )
             await writer.drain()
             ack = await asyncio.wait_for(_read(reader, wire.FrameDecoder()), TIMEOUT)
-            if ack.get("type") == "taken" and not done.done():
+            if ack.get("type") == "taken":
                 peer = writer.get_extra_info("peername")
                 done.set_result(str(peer[0]) if peer else "")
         except (OSError, asyncio.TimeoutError, HandoverError, wire.FrameError):
