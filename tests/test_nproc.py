@@ -649,6 +649,29 @@ def test_a_failing_process_fails_its_task_and_the_job_and_is_named(
     assert job_procs.wait_gone(5) == []
 
 
+def test_a_process_killed_by_sigkill_ends_its_task_as_killed_by_it(
+    job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    # How the kernel's OOM killer ends a process. The runner cannot take
+    # SIGKILL's handler back, and must still end as its process did.
+    program = tmp_path / "killed.py"
+    program.write_text(
+        "import os, signal, time\n"
+        "if os.environ['RANK'] == '3':\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "time.sleep(120)\n"
+    )
+    result = run_tfrun(
+        *("-w", "2", "--nproc-per-task", "2", "--", PY, str(program)),
+        env=job_procs.env(),
+        timeout=60,
+    )
+    assert result.returncode == 137, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "task worker:1 on 127.0.0.1 killed by SIGKILL" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert job_procs.wait_gone(5) == []
+
+
 # -- Mesos: the test master and real Mesos -------------------------------------------
 
 

@@ -371,8 +371,10 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     returncode = run(dict(os.environ))
     if returncode < 0:
-        # Ended as the process that failed did: killed by its signal.
-        signal.signal(-returncode, signal.SIG_DFL)
+        # Ended as the process that failed did: killed by its signal. SIGKILL's
+        # disposition cannot be changed (signal.signal raises), nor needs to be.
+        if -returncode != signal.SIGKILL:
+            signal.signal(-returncode, signal.SIG_DFL)
         sys.stdout.flush()
         os.kill(os.getpid(), -returncode)
         return 128 - returncode
