@@ -317,12 +317,14 @@ class CuttableProxy:
 
 class BlackholeProxy:
     """A TCP forwarder to 127.0.0.1:``target`` whose :meth:`cut` is a black
-    hole: both directions stop being forwarded, yet no socket is closed, so
-    each end's kernel goes on accepting bytes (until the windows fill) that
-    never arrive, as on a network that drops every packet. :meth:`heal`
-    forwards again, what was held first. ``cut(only=...)`` cuts only the
-    connections whose first bytes from the client hold ``only`` (a
-    rendezvous registration names its task id: ``b'"task_id":"worker.1.'``)."""
+    hole, as on a network that drops every packet: both directions stop
+    being forwarded, no socket is closed, and an ``nft`` rule drops every
+    packet of the cut connections, so that no kernel acknowledges what the
+    other end sends (a proxy that only stopped forwarding would still be
+    acknowledged, as a frozen process is). :meth:`heal` forwards again, what
+    was held first. ``cut(only=...)`` cuts only the connections whose first
+    bytes from the client hold ``only`` (a rendezvous registration names its
+    task id: ``b'"task_id":"worker.1.'``). Needs root and ``nft``."""
 
     def __init__(self, target: int) -> None:
         self.target = target
@@ -337,17 +339,36 @@ class BlackholeProxy:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def _table(self) -> str:
+        return f"tfmesos_cut_{self.port}"
+
     def cut(self, only: bytes = b"") -> int:
         """Cut the connections that match; return how many."""
-        cut = 0
+        ports = []
         with self._lock:
-            for flowing, first, _ in self._connections:
+            for flowing, first, sock in self._connections:
                 if only in first:
                     flowing.clear()
-                    cut += 1
-        return cut
+                    ours, theirs = sock.getsockname()[1], sock.getpeername()[1]
+                    # The port that is not the proxy's listener or the target
+                    # names the connection on loopback.
+                    ports.append(theirs if ours == self.port else ours)
+        if ports:
+            table, listed = self._table, ", ".join(str(p) for p in ports)
+            for rule in (
+                f"add table inet {table}",
+                f"add chain inet {table} out {{ type filter hook output priority 0 ; }}",
+                f"add rule inet {table} out tcp sport {{ {listed} }} drop",
+                f"add rule inet {table} out tcp dport {{ {listed} }} drop",
+            ):
+                subprocess.run(["nft", rule], check=True, capture_output=True)
+        return len(ports)
 
     def heal(self) -> None:
+        subprocess.run(
+            ["nft", f"delete table inet {self._table}"], check=False, capture_output=True
+        )
         with self._lock:
             for flowing, _, _ in self._connections:
                 flowing.set()
@@ -397,6 +418,9 @@ class BlackholeProxy:
 
     def close(self) -> None:
         self._stopped = True
+        subprocess.run(
+            ["nft", f"delete table inet {self._table}"], check=False, capture_output=True
+        )
         self._listener.close()
         with self._lock:
             connections, self._connections = self._connections, []

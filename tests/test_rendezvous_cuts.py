@@ -5,7 +5,9 @@ directory once the cut heals, even after the task's end; where it never
 does, the verdict names the task and where its full output is; and a task
 that cannot hear tfrun stops itself within a documented bound.
 
-The cut is a black hole (:class:`tests.mesos_clusters.BlackholeProxy`):
+The cut is a black hole (:class:`tests.mesos_clusters.BlackholeProxy`,
+whose ``nft`` rule drops the connection's packets, so that no kernel
+acknowledges them, as on a failed network):
 tfrun's rendezvous listens on a port the test chooses
 (``TFMESOS_RENDEZVOUS_PORT``), the tasks dial the proxy in front of it
 (``TFMESOS_RENDEZVOUS_VIA``), and the proxy stops forwarding worker:1's
@@ -18,6 +20,8 @@ worker:0, the chief, runs beside tfrun and is not cut.
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -63,6 +67,10 @@ def free_port() -> int:
 
 @pytest.fixture
 def proxy() -> Iterator[BlackholeProxy]:
+    if os.geteuid() != 0 or shutil.which("nft") is None:
+        pytest.skip(
+            "a cut drops packets with nft, which needs root and nftables (.ci/run has both)"
+        )
     cut = BlackholeProxy(free_port())
     yield cut
     cut.close()

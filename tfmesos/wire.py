@@ -217,12 +217,14 @@ UNHEARD_AFTER = 3 * BEAT_INTERVAL
 """The launcher says it cannot hear a task once nothing (output, a message,
 a heartbeat) has come from it for this long, and says when it hears it again."""
 SILENCE_LIMIT = 30.0
-"""How long an agent goes without hearing the launcher before it takes it for
-gone: it stops its command as a stop from tfrun would (SIGTERM to its group,
-SIGKILL after ``STOP_GRACE``) and exits. It is also how long an agent whose
-command has ended keeps trying to deliver what the launcher has not taken of
-its output and its exit status, the agent's socket's ``TCP_USER_TIMEOUT``,
-and how long the launcher waits, after a backend says a task ended, for what
+"""How long the launcher's host may acknowledge nothing of an agent's
+connection (the socket's ``TCP_USER_TIMEOUT``; keepalive when idle) before
+the kernel fails it and the agent takes the launcher for gone: it stops its
+command as a stop from tfrun would (SIGTERM to its group, SIGKILL after
+``STOP_GRACE``) and exits. Mere silence that long (a frozen launcher, whose
+kernel still answers) gets a warning. The same bound ends an agent's delivery
+of the rest of its output and its exit status once its command has ended,
+and it is how long the launcher waits, after a backend says a task ended, for what
 that task's agent has still to deliver. ``ENV_SILENCE_LIMIT`` changes it."""
 UNSENT_MAX = 4 << 20
 """The most a task's agent holds of its output that the launcher has not

@@ -6,8 +6,9 @@ waits for the cluster definition, runs the user's command (or a TensorFlow
 server) in its own process group, streams its output back, and reports the exit
 status.
 
-It exits, taking its child with it, when the connection closes or the launcher
-is silent for ``wire.SILENCE_LIMIT``. Output the launcher cannot take waits
+It exits, taking its child with it, when the connection closes or fails (the
+launcher's host acknowledged nothing for ``wire.SILENCE_LIMIT``); a launcher
+that is only silent, its host answering, is waited for. Output the launcher cannot take waits
 here (up to ``wire.UNSENT_MAX``). The parts live beside it
 (:mod:`tfmesos.agent.rendezvous`, :mod:`tfmesos.agent.supervisor`); the
 contract is :mod:`tfmesos.wire`.
@@ -84,8 +85,12 @@ class Agent:
             config, self.selector, lambda: self.signal_received, queued=True
         )
         self.launcher_lost = False
-        """Nothing came from the launcher for ``config.silence_limit``: it is
-        taken for gone."""
+        """The connection to the launcher failed (its host acknowledged
+        nothing for ``config.silence_limit``, or reset it): it is taken for
+        gone. Silence alone never is: a frozen launcher's kernel, or this
+        agent's after a freeze of its own, still answers."""
+        self._silence_said = False
+        """The silence now going on has been warned of."""
         self._children: list[subprocess.Popen[bytes] | Spawned] = []
         """Commands that have exited, not yet reaped (see finish())."""
         self.stop_requested = False
@@ -161,7 +166,7 @@ class Agent:
                     command.stop()
                 elif key.data == "launcher" and self.client.channel is not None:
                     self._from_launcher(mask)
-            self._keep_in_touch()
+            self.keep_in_touch()
             if self.stop_requested:
                 command.stop()
         returncode = command.close()
@@ -182,21 +187,42 @@ class Agent:
             if self.client.closed or any(m["type"] == wire.STOP for m in messages):
                 self.stop_requested = True
 
-    def _keep_in_touch(self) -> None:
-        """Send heartbeats; after ``SILENCE_LIMIT`` without the launcher, stop the
-        command."""
+    def keep_in_touch(self) -> None:
+        """Send heartbeats; say once when the launcher has been silent for
+        ``silence_limit`` while its connection stands, and stop the command
+        once the connection has failed."""
         self.client.beat()
+        if self.client.closed:
+            self._lost_launcher()
+            return
         silent = self.client.silent_for()
-        if not self.launcher_lost and silent >= self.config.silence_limit:
-            self.launcher_lost = self.stop_requested = True
-            host, port = self.config.launcher
+        if silent < self.config.silence_limit:
+            self._silence_said = False
+        elif not self._silence_said:
+            self._silence_said = True
             print(
-                f"[tfmesos agent] heard nothing from tfrun (its rendezvous at {host}:{port}) "
-                f"for {silent:.0f}s: taking it for gone, and stopping the task (SIGTERM to its "
-                f"processes, SIGKILL after {wire.STOP_GRACE:g}s)",
+                f"[tfmesos agent] heard nothing from tfrun for {silent:.0f}s, but its host "
+                "still acknowledges this connection: tfrun (or this task) was paused or is "
+                "busy, so the task goes on; it stops if tfrun's host stops answering for "
+                f"{self.config.silence_limit:g}s",
                 file=sys.stderr,
                 flush=True,
             )
+
+    def _lost_launcher(self) -> None:
+        """The connection failed rather than closed: say why, once, and stop."""
+        channel = self.client.channel
+        if self.launcher_lost or channel is None or channel.failure is None:
+            return
+        self.launcher_lost = self.stop_requested = True
+        host, port = self.config.launcher
+        print(
+            f"[tfmesos agent] lost tfrun (its rendezvous at {host}:{port}): "
+            f"{self.client.lost_because()}; stopping the task (SIGTERM to its processes, "
+            f"SIGKILL after {wire.STOP_GRACE:g}s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _wait_for_room(self) -> None:
         """Too much waits for the launcher: let the command wait (its output
@@ -218,13 +244,13 @@ class Agent:
             )
             if mask:
                 self._from_launcher(mask)
-            self._keep_in_touch()
+            self.keep_in_touch()
 
     def deliver(self) -> None:
         """Once the exit report is queued: send what waits, close the sending
         side, and wait until the launcher's host has acknowledged it all, for
-        as long as the launcher is heard from within the limit (TCP resends
-        meanwhile)."""
+        as long as the connection stands (TCP resends meanwhile; the kernel
+        fails it once the host has acknowledged nothing for the limit)."""
         client = self.client
         shut = False
         signalled = False
@@ -236,13 +262,8 @@ class Agent:
             sock = client.channel.sock.fileno()
             if shut and _unacknowledged(sock) == 0:
                 return
-            silent = client.silent_for()
-            if silent >= self.config.silence_limit or signalled:
-                why = (
-                    f"stopped by signal {self.signal_received}"
-                    if signalled
-                    else f"heard nothing from tfrun for {silent:.0f}s"
-                )
+            if signalled:
+                why = f"stopped by signal {self.signal_received}"
                 print(
                     f"[tfmesos agent] {why}: gave up delivering the rest of the task's output "
                     f"and its exit status to tfrun ({client.unsent} bytes not sent yet; all of "
@@ -251,12 +272,11 @@ class Agent:
                     flush=True,
                 )
                 return
-            left = self.config.silence_limit - silent
             if shut:
-                left = min(left, ACK_POLL)  # no descriptor wakes on an acknowledgement
+                left = ACK_POLL  # no descriptor wakes on an acknowledgement
             else:
                 client.beat()
-                left = min(left, client.beat_due())
+                left = client.beat_due()
             readable, writable, _ = select.select(
                 [sock, self._wakeup_r], [sock] if client.unsent else [], [], max(left, 0.0)
             )
@@ -268,6 +288,15 @@ class Agent:
                 client.flush()
             if readable:
                 client.receive()
+        channel = client.channel
+        if channel is not None and channel.failure is not None:
+            print(
+                f"[tfmesos agent] lost tfrun: {client.lost_because()}; gave up delivering the "
+                f"rest of the task's output and its exit status ({client.unsent} bytes not sent "
+                "yet; all of the output is in this task's log)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def finish(self) -> None:
         """End whatever the commands left running below this agent (its

@@ -9,6 +9,7 @@ registers as the job's own helper). Standard library only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import socket
@@ -107,7 +108,9 @@ class AgentConfig:
         self.parent_pid = parent_pid
         self.tls_cert = tls_cert
         self.silence_limit = silence_limit
-        """How long the launcher may say nothing before it is taken for gone."""
+        """How long the launcher's host may acknowledge nothing of this
+        connection (``TCP_USER_TIMEOUT``) before it is taken for gone; mere
+        silence that long (a frozen launcher) gets a warning."""
         self.port_count = port_count
         """Consecutive ports the task takes from ``port`` on (``--nproc-per-task``)."""
 
@@ -245,6 +248,10 @@ class Channel:
         self.last_heard = now
         """When anything last came from the launcher (``time.monotonic()``)."""
         self.last_sent = now
+        self.failure: OSError | None = None
+        """Why the connection failed, where it did not simply close: a reset,
+        or ``ETIMEDOUT`` once the launcher's host has acknowledged nothing for
+        the ``TCP_USER_TIMEOUT`` (or the keepalive probes went unanswered)."""
 
     def queue(self) -> None:
         """From now on, sends wait in ``unsent`` rather than block."""
@@ -282,6 +289,7 @@ class Channel:
             if _would_block(exc):
                 return []
             data = b""  # reset, or TCP_USER_TIMEOUT's ETIMEDOUT
+            self.failure = exc
         if not data:
             self.closed = True
             return []
@@ -460,11 +468,6 @@ class RendezvousClient:
         heard = False
         while True:
             self.beat()
-            silent = self.silent_for()
-            if silent >= self.config.silence_limit:
-                raise AgentError(
-                    f"heard nothing from the launcher for {silent:.0f}s before the cluster was up"
-                )
             for key, mask in self.selector.select(self.beat_due()):
                 if key.data == "signal":
                     raise AgentError(
@@ -494,6 +497,11 @@ class RendezvousClient:
                             f"the launcher stopped this task: {message.get('reason', '')}"
                         )
                 if self.channel.closed:
+                    failure = self.channel.failure
+                    if failure is not None and failure.errno == errno.ETIMEDOUT:
+                        raise AgentError(
+                            f"lost the launcher before the cluster was up: {self.lost_because()}"
+                        )
                     if not heard:
                         # Closed with not a word since the registration: a
                         # flood's eviction (or the launcher's end, which a
@@ -521,8 +529,9 @@ class RendezvousClient:
         if self.channel is not None and not self.channel.closed:
             try:
                 self.channel.send(frame)
-            except OSError:
+            except OSError as exc:
                 self.channel.closed = True
+                self.channel.failure = exc
             self._watch_writes()
 
     def flush(self) -> None:
@@ -530,8 +539,9 @@ class RendezvousClient:
         if self.channel is not None and not self.channel.closed:
             try:
                 self.channel.flush()
-            except OSError:
+            except OSError as exc:
                 self.channel.closed = True
+                self.channel.failure = exc
             self._watch_writes()
 
     @property
@@ -570,6 +580,19 @@ class RendezvousClient:
         if self.channel is None:
             return wire.BEAT_INTERVAL
         return max(0.0, self.channel.last_sent + wire.BEAT_INTERVAL - time.monotonic())
+
+    def lost_because(self) -> str:
+        """Why the connection failed, in words: the kernel's, as it is the
+        kernel that decides (a peer whose process is frozen still answers)."""
+        failure = self.channel.failure if self.channel is not None else None
+        if failure is None:
+            return "tfrun closed the connection"
+        if failure.errno == errno.ETIMEDOUT:
+            return (
+                f"its host acknowledged nothing for {self.config.silence_limit:g}s "
+                "(the connection timed out: the host is gone or cut off)"
+            )
+        return f"the connection failed: {failure.strerror or failure}"
 
     def silent_for(self) -> float:
         """Seconds since anything came from the launcher."""
