@@ -5,8 +5,9 @@ the kernel: a frozen process's host still acknowledges its connections, a
 vanished host does not (tests/test_rendezvous_cuts.py cuts the network for
 real and holds that bound).
 
-The tasks are real agent processes of the test master; each waits for a
-file the test makes only after the freeze, so the job cannot end during it.
+The tasks are real agent processes, on the test master and on real Mesos;
+each waits for a file the test makes only after the freeze, so the job
+cannot end during it.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 from tests.conftest import JobProcesses, Tfrun, is_agent, popen_tfrun, py, wait_until
+from tests.mesos_clusters import MesosUnderTest
 from tfmesos import wire
 from tfmesos.agent.main import Agent
 from tfmesos.agent.rendezvous import AgentConfig, Channel
@@ -39,10 +40,12 @@ WAITS = (
 
 
 @pytest.fixture
-def waiting_job(master: Any, job_procs: JobProcesses, tmp_path: Path) -> tuple[Tfrun, Path]:
+def waiting_job(
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
+) -> tuple[Tfrun, Path]:
     release = tmp_path / "release"
     tfrun = popen_tfrun(
-        *("-v", "-m", master.url, "-w", "2", "-s", "0", "--", *py(WAITS), str(release)),
+        *("-v", "-m", mesos.url, "-w", "2", "-s", "0", "--", *py(WAITS), str(release)),
         env=job_procs.env(**{wire.ENV_SILENCE_LIMIT: str(LIMIT)}),
     )
     wait_until(lambda: tfrun.events.of("cluster_up"), "the cluster up", 120, explain=tfrun.said)
