@@ -122,6 +122,8 @@ class TaskFailure:
     host: str = ""
     output_tail: tuple[str, ...] = field(default=())
     """The last lines the task printed, oldest first."""
+    drained: bool = False
+    """The operator's drain of its host ended it, not a fault of its own."""
 
     def describe(self, context: str = "") -> str:
         """What happened, then ``context``, then the task's last output."""

@@ -93,6 +93,9 @@ class TaskEnded:
     limited: bool = False
     """Its container's limit ended it (Mesos: a memory or disk limitation):
     a better account of a SIGKILLed command than the signal."""
+    drained: bool = False
+    """The operator's drain of its host ended it (Mesos's ``DRAIN_AGENT``):
+    no fault of the task's, so a restart it causes is not counted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ EVENTS = frozenset(
         "task_ready",
         "task_unheard",
         "task_heard",
+        "task_drained",
         "task_exited",
         "task_relaunched",
         "job_restart",

@@ -346,9 +346,10 @@ class Loop:
     def _on_exited(self, task: Attempt, event: Exited) -> None:
         task.reported = event.output_bytes
         wait = self.backend_for(task.spec).kill_reason_timeout
-        if event.signal == signal.SIGKILL and task.ended is None and wait:
-            # SIGKILL is also how a memory limit ends a command: its
-            # backend's word, which names the limit, may be behind.
+        if (event.signal == signal.SIGKILL or event.agent_signal) and task.ended is None and wait:
+            # SIGKILL is also how a memory limit ends a command, and a signal
+            # to the agent how an operator's drain ends a task: its backend's
+            # word, which names the limit or the drain, may be behind.
             task.held_exit = event
             self._wait_until(time.monotonic() + wait, task)
             return
@@ -370,8 +371,16 @@ class Loop:
         task.ended = event
         task.ended_at = time.monotonic()
         task.host = task.host or event.host
+        if event.drained:
+            self.emit("task_drained", task, host=task.host, action="DRAIN_AGENT")
+            logger.warning(
+                "task %s%s: the operator is draining its agent (Mesos DRAIN_AGENT), which "
+                "stops its tasks",
+                task.spec.name,
+                f" on {task.host}" if task.host else "",
+            )
         held = task.held_exit
-        if held is not None and not event.limited:
+        if held is not None and not (event.limited or event.drained):
             # Nothing said beyond the signal: the task's own report.
             self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
         elif task.connection is None or task.disconnected or held is not None:
@@ -566,7 +575,8 @@ class Loop:
         # The task's own log (the backend's tail) has all it printed; what
         # came over the connection may stop short of the end.
         tail = (task.ended.output_tail if task.ended else ()) or task.tail_lines()
-        failure = TaskFailure(task.spec.name, reason, task.host, tail)
+        drained = task.ended is not None and task.ended.drained
+        failure = TaskFailure(task.spec.name, reason, task.host, tail, drained)
         if action in (Action.RELAUNCH, Action.GIVE_UP):
             task.move(AttemptState.FAILED)
             if action is Action.GIVE_UP:

@@ -207,6 +207,8 @@ class _RunEnd:
     result: str = "succeeded"
     again: bool = False
     """Whether the job starts again (--max-restarts)."""
+    moved: bool = False
+    """It starts again off an agent the operator drains: not counted."""
     cause: str = ""
     """Why a run that is restarted ended, in one line."""
 
@@ -220,11 +222,14 @@ async def _run_with_restarts(
     signals.install(asyncio.get_running_loop())
     causes: list[str] = []
     """Why each run of the job that was restarted ended (--max-restarts)."""
-    for restart in range(spec.max_restarts + 1):
+    restart = counted = 0
+    """Runs started again, and those that spent --max-restarts (a move off a
+    drained agent does not)."""
+    while True:
         launcher = signals.launcher = make_launcher(restart)
         end = _RunEnd()
         try:
-            end = await _run_once(launcher, spec, restart, events)
+            end = await _run_once(launcher, spec, restart, counted, events)
         except asyncio.CancelledError:
             if not signals.received:
                 raise
@@ -239,6 +244,8 @@ async def _run_with_restarts(
                 await asyncio.shield(launcher.stop(drop_stalled_output=drop))
         if end.again:
             causes.append(end.cause)
+            restart += 1
+            counted += not end.moved
         if end.again and signals.received:
             # Stopped on the way to a restart: Ctrl-C or SIGTERM is never
             # restarted, whenever it comes (before, one during the restart's
@@ -252,29 +259,40 @@ async def _run_with_restarts(
     return _report_verdict(signals.launcher, end, causes, interrupted, started, events)
 
 
-async def _run_once(launcher: Launcher, spec: ClusterSpec, restart: int, events: Events) -> _RunEnd:
-    """One run of the job, up to its workers' end or its failure."""
+async def _run_once(
+    launcher: Launcher, spec: ClusterSpec, restart: int, counted: int, events: Events
+) -> _RunEnd:
+    """One run of the job, up to its workers' end or its failure; ``counted``
+    of the restarts before it spent --max-restarts."""
     try:
         await launcher.start()
         await launcher.wait_for_workers()
     except JobFailedError as exc:
         where = f" on {exc.failure.host}" if exc.failure.host else ""
         summary = f"task {exc.failure.task}{where} {exc.failure.reason}"
-        again = restart < spec.max_restarts
+        # A job that may restart (its program resumes from a checkpoint)
+        # moves off a drained agent whatever its budget has left: the
+        # operator's maintenance is no failure of the job's.
+        moved = exc.failure.drained and spec.max_restarts > 0
+        again = moved or counted < spec.max_restarts
+        if moved:
+            how = f" to start the job again on agents not draining (restart {restart + 1}, not counted against --max-restarts {spec.max_restarts})"
+        elif again:
+            how = f" to start the job again (restart {counted + 1} of {spec.max_restarts})"
+        else:
+            how = ""
         # Said at once, in one line; the full verdict, with the task's last
         # output, comes after every task's output is out.
-        logger.warning(
-            "%s: stopping every task%s",
-            summary,
-            f" to start the job again (restart {restart + 1} of {spec.max_restarts})"
-            if again
-            else "",
-        )
+        logger.warning("%s: stopping every task%s", summary, how)
         if again:
             events.emit(
-                "job_restart", restart=restart + 1, max_restarts=spec.max_restarts, cause=summary
+                "job_restart",
+                restart=restart + 1,
+                max_restarts=spec.max_restarts,
+                cause=summary,
+                counted=not moved,
             )
-        return _RunEnd(exc.exit_code, f"job failed: {exc}", "failed", again, summary)
+        return _RunEnd(exc.exit_code, f"job failed: {exc}", "failed", again, moved, summary)
     except ClusterStartError as exc:
         message = str(exc)
         # "the cluster did not come up within 20s: still waiting for ..."

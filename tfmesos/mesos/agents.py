@@ -22,6 +22,7 @@ __all__ = [
     "AGENTS_CALL",
     "AgentTotal",
     "agent_totals",
+    "all_draining",
     "never_held",
 ]
 
@@ -38,6 +39,9 @@ class AgentTotal:
     mem: float = 0.0
     gpus: float = 0.0
     ports: int = 0
+    draining: str = ""
+    """``DRAINING`` or ``DRAINED`` while the operator drains it (``DRAIN_AGENT``):
+    the master offers nothing of it."""
 
     def holds(self, task: TaskSpec) -> bool:
         return (
@@ -104,9 +108,25 @@ def agent_totals(answer: dict[str, Any], roles: Sequence[str]) -> list[AgentTota
                 amounts.get("mem", 0.0),
                 amounts.get("gpus", 0.0),
                 ports,
+                str((agent.get("drain_info") or {}).get("state", "")),
             )
         )
     return totals
+
+
+def all_draining(task: TaskSpec, agents: Sequence[AgentTotal]) -> str | None:
+    """Why ``task`` waits, where every agent that could hold it is being
+    drained by the operator: the agents and their drain states, in words;
+    None where one that could is not draining (or none could)."""
+    able = [agent for agent in agents if agent.holds(task)]
+    if not able or any(not agent.draining for agent in able):
+        return None
+    named = ", ".join(f"{agent.hostname} {agent.draining}" for agent in able[:5])
+    more = f" and {len(able) - 5} more" if len(able) > 5 else ""
+    return (
+        f"every agent that could hold it is being drained by the operator ({named}{more}): "
+        "tfrun waits for one that is not"
+    )
 
 
 def never_held(task: TaskSpec, agents: Sequence[AgentTotal], roles: Sequence[str]) -> str | None:

@@ -119,7 +119,14 @@ _REASONS = {
     "REASON_CONTAINER_LAUNCH_FAILED": "its container could not be started",
     "REASON_TASK_INVALID": "the master found the task invalid",
     "REASON_TASK_UNAUTHORIZED": "the framework may not launch it (as this user or role)",
+    "REASON_AGENT_DRAINING": "its agent is being drained by the operator (DRAIN_AGENT)",
+    "REASON_SLAVE_DRAINING": "its agent is being drained by the operator (DRAIN_AGENT)",
 }
+
+DRAIN_REASONS = frozenset({"REASON_AGENT_DRAINING", "REASON_SLAVE_DRAINING"})
+"""The reasons an agent gives the tasks it kills while the operator drains it
+(``Slave::statusUpdate``: ``TASK_KILLED``, or ``TASK_GONE_BY_OPERATOR`` where
+the drain marks the agent gone); the v1 API names it ``AGENT``, v0 ``SLAVE``."""
 
 
 def describe_reason(reason: str | None) -> str:

@@ -12,6 +12,7 @@ Talking to the master lives in :mod:`tfmesos.mesos.scheduler`, the calls in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import json
 import logging
@@ -58,7 +59,7 @@ from tfmesos.common.aio import reap
 from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import EXIT_TFRUN_FAILED, ResourceError, SpecError, TFMesosError
 from tfmesos.mesos import calls
-from tfmesos.mesos.agents import AGENTS_CALL, agent_totals, never_held
+from tfmesos.mesos.agents import AGENTS_CALL, AgentTotal, agent_totals, all_draining, never_held
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.tasklogs import TaskLogs
@@ -153,6 +154,8 @@ class MesosBackend(Backend):
         self._agents_unknown: str | None = None
         """Why whether an agent could ever hold the tasks is not known, if it is not."""
         self._agents_held = False
+        self._agents: list[AgentTotal] = []
+        """The master's last agent list, while tasks wait (their drains)."""
         """An agent registered with the master could hold each task handed so far."""
         self._waiting_since: float | None = None
         self._wait_noted = False
@@ -341,6 +344,9 @@ class MesosBackend(Backend):
         waiting = pending[0].task
         text += f"; {waiting.name} needs {describe_need(waiting)}"
         self._note_wait(waiting)
+        draining = all_draining(waiting, self._agents)
+        if draining is not None:
+            return text + f"; {draining}"
         if self._largest_offer is None:
             return text + "; no offer received yet"
         offer = self._largest_offer
@@ -389,7 +395,8 @@ class MesosBackend(Backend):
             await self.client.subscribed.wait()
             self._shape_added.clear()
             unchecked = {k: v for k, v in self._shapes.items() if k not in checked}
-            if not unchecked:
+            if not unchecked and not self.hold.pending:
+                self._agents = []
                 await self._shape_added.wait()
                 continue
             status, text = await self._agent_list()
@@ -413,6 +420,11 @@ class MesosBackend(Backend):
                 await asyncio.sleep(AGENTS_RECHECK)
                 continue
             self._agents_unknown = None
+            self._agents = agents
+            if not unchecked:  # tasks wait: look again soon, for drains
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._shape_added.wait(), AGENTS_RECHECK)
+                continue
             for shape, task in unchecked.items():
                 why = never_held(task, agents, self.roles)
                 if why is not None:

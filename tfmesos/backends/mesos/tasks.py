@@ -14,7 +14,7 @@ from typing import Any
 
 from tfmesos.backends.base import Launch, TaskEnded
 from tfmesos.mesos import calls
-from tfmesos.mesos.states import TaskState, describe_update, exit_status
+from tfmesos.mesos.states import DRAIN_REASONS, TaskState, describe_update, exit_status
 
 __all__ = ["Placed", "PlacedTasks"]
 
@@ -71,14 +71,15 @@ class PlacedTasks:
         message = status.get("message", "")
         task = placed.launch.task
         detail = describe_update(status, task.job_name, task.mem)
-        limited = str(status.get("reason", "")).startswith("REASON_CONTAINER_LIMITATION")
+        reason = str(status.get("reason", ""))
         ended = TaskEnded(
             task_id,
             state.value,
             exit_status(state, message),
             detail,
             placed.host,
-            limited=limited,
+            limited=reason.startswith("REASON_CONTAINER_LIMITATION"),
+            drained=reason in DRAIN_REASONS,
         )
         return ended, None
 
