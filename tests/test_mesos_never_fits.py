@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import JobProcesses, marked_master, popen_tfrun, run_tfrun
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, open_cluster
-from tfmesos.mesos.agents import AgentTotal, agent_totals, never_held
+from tfmesos.mesos.agents import AgentTotal, agent_totals, never_held, never_held_together
 from tfmesos.spec import TaskSpec
 from tfmesos.testing.real_mesos import AgentSpec
 
@@ -272,3 +272,24 @@ def test_among_agents_that_come_as_near_the_largest_is_named() -> None:
     agents = [AgentTotal("reserved"), AgentTotal("big", cpus=4, mem=8192, ports=500)]
     said = never_held(task, agents, ["*"])
     assert said is not None and "the largest, on big, has cpus 4, mem 8 GiB" in said, said
+
+
+def _workers(count: int, cpus: float, mem: float = 1024) -> list[TaskSpec]:
+    return [TaskSpec("worker", i, cpus, mem, 0, None) for i in range(1, count + 1)]
+
+
+def test_a_job_whose_tasks_never_fit_at_once_is_told_apart_from_one_that_might() -> None:
+    two = [AgentTotal("a", 4, 8192, 0, 100), AgentTotal("b", 4, 8192, 0, 100)]
+    # The issue's: -w 5 -Cw 3 on two agents of 4 CPUs, four tasks on Mesos.
+    said = never_held_together(_workers(4, 3), two)
+    assert said is not None
+    assert "the job's 4 tasks of cpus 3" in said and "hold at most 2 of them" in said
+    assert never_held_together(_workers(2, 3), two) is None
+    assert never_held_together(_workers(4, 2), two) is None  # two a piece
+    # Mixed shapes that no one count refuses, but the total does.
+    mixed = [*_workers(3, 2), TaskSpec("ps", 0, 3, 1024, 0, None)]
+    said = never_held_together(mixed, two)
+    assert said is not None and "need cpus 9 at once" in said and "(8)" in said
+    # What might fit is never refused: 3 + 1 and 2 + 2 CPUs fill both agents.
+    fits = [TaskSpec("ps", 0, 3, 1024, 0, None), *_workers(3, 1)]
+    assert never_held_together(fits, two) is None

@@ -24,6 +24,7 @@ __all__ = [
     "agent_totals",
     "all_draining",
     "never_held",
+    "never_held_together",
 ]
 
 AGENTS_CALL: dict[str, Any] = {"type": "GET_AGENTS"}
@@ -112,6 +113,46 @@ def agent_totals(answer: dict[str, Any], roles: Sequence[str]) -> list[AgentTota
             )
         )
     return totals
+
+
+def never_held_together(tasks: Sequence[TaskSpec], agents: Sequence[AgentTotal]) -> str | None:
+    """Why ``agents`` (not empty) could never hold all of ``tasks`` at once,
+    as gang placement needs, though each could hold any one; None if they
+    might. Only what every placement must satisfy is checked, so a job that
+    might fit is never refused: for each shape of task, the agents' room for
+    that many (each agent's whole count of them, by its scarcest resource),
+    and the job's total of each resource against the agents'."""
+    shapes: dict[tuple[float, float, int], list[TaskSpec]] = {}
+    for task in tasks:
+        shapes.setdefault((task.cpus, task.mem, task.gpus), []).append(task)
+    for alike in shapes.values():
+        room = sum(_room_for(alike[0], agent) for agent in agents)
+        if room < len(alike):
+            return (
+                f"the job's {len(alike)} tasks of {describe_need(alike[0])} ({alike[0].name}, ...) "
+                f"never fit at once: the {len(agents)} agents registered with the Mesos master "
+                f"hold at most {room} of them"
+            )
+    for resource in ("cpus", "mem", "gpus"):
+        needed = sum(getattr(task, resource) for task in tasks)
+        have = sum(getattr(agent, resource) for agent in agents)
+        if needed > have + _EPSILON:
+            shown = format_mib if resource == "mem" else (lambda value: f"{value:g}")
+            return (
+                f"the job's {len(tasks)} tasks need {resource} {shown(needed)} at once, more than "
+                f"the {len(agents)} agents registered with the Mesos master have in all "
+                f"({shown(have)})"
+            )
+    return None
+
+
+def _room_for(task: TaskSpec, agent: AgentTotal) -> int:
+    """How many tasks like ``task`` ``agent`` could hold at once."""
+    counts = [agent.ports // max(task.ports, 1)]
+    for have, need in ((agent.cpus, task.cpus), (agent.mem, task.mem), (agent.gpus, task.gpus)):
+        if need > _EPSILON:
+            counts.append(int((have + _EPSILON) // need))
+    return min(counts)
 
 
 def all_draining(task: TaskSpec, agents: Sequence[AgentTotal]) -> str | None:
