@@ -72,7 +72,8 @@ def layer_of(module: str) -> int | None:
 
 def imported(module: str, path: Path) -> set[str]:
     """The tfmesos modules ``module`` imports, type-checking imports included:
-    ``from tfmesos import wire`` is ``tfmesos.wire``, not the package."""
+    ``from tfmesos.rendezvous import protocol`` is ``tfmesos.rendezvous.protocol``,
+    not the package."""
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()

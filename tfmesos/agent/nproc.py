@@ -20,9 +20,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import wire
 from tfmesos.common import clusterfile, proctree, taskenv
 from tfmesos.common.tasklog import TaskLog
+from tfmesos.rendezvous import protocol
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -359,7 +359,7 @@ def _stop_others(processes: list[_Process], failed: _Process, name: str, report_
     )
     if others:
         proctree.signal_group(os.getpgrp(), signal.SIGTERM)
-    return time.monotonic() + wire.STOP_GRACE
+    return time.monotonic() + protocol.STOP_GRACE
 
 
 def main() -> int:

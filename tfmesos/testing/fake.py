@@ -37,7 +37,7 @@ from tfmesos.backends.base import (
 from tfmesos.errors import ResourceError
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import NO_EVENTS, Events
-from tfmesos.rendezvous import (
+from tfmesos.rendezvous.server import (
     Connection,
     Disconnected,
     Exited,
