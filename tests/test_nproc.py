@@ -41,7 +41,7 @@ from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.output import OutputRouter
 from tfmesos.launcher.verdict import describe_exit
 from tfmesos.mesos.placement import OfferCapacity
-from tfmesos.rendezvous.server import Exited
+from tfmesos.rendezvous.reports import Exited
 from tfmesos.spec import ClusterSpec, Job
 
 PY = sys.executable

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 import pytest
 
 from tfmesos.rendezvous import protocol
-from tfmesos.rendezvous.server import Exited, Output, Registered, RendezvousEvent, RendezvousServer
+from tfmesos.rendezvous.reports import Exited, Output, Registered, RendezvousEvent
+from tfmesos.rendezvous.server import RendezvousServer
 
 SECRET = bytes(range(32))
 T = TypeVar("T")

@@ -46,7 +46,7 @@ from tfmesos.common.proctree import STARTED_HERE, bootstrap_command
 from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
 from tfmesos.rendezvous import protocol
-from tfmesos.rendezvous.server import Disconnected, Message, Registered, RendezvousEvent
+from tfmesos.rendezvous.reports import Disconnected, Message, Registered, RendezvousEvent
 from tfmesos.slurm import allocation as slurm_allocation
 from tfmesos.slurm.commands import (
     ENDS,

@@ -61,7 +61,7 @@ from tfmesos.launcher.policy import (
 )
 from tfmesos.rendezvous import protocol
 from tfmesos.rendezvous.client import UNRESOLVED_STATUS
-from tfmesos.rendezvous.server import (
+from tfmesos.rendezvous.reports import (
     Disconnected,
     Exited,
     Heard,
@@ -70,9 +70,9 @@ from tfmesos.rendezvous.server import (
     Ready,
     Registered,
     RendezvousEvent,
-    RendezvousServer,
     Unheard,
 )
+from tfmesos.rendezvous.server import RendezvousServer
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:

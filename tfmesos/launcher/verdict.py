@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from tfmesos.backends.base import NOT_PLACED, TaskEnded
 from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.rendezvous.protocol import SILENCE_LIMIT
-from tfmesos.rendezvous.server import Exited
+from tfmesos.rendezvous.reports import Exited
 
 __all__ = [
     "describe_end",

@@ -24,7 +24,7 @@ from tfmesos.backends.local.forkstart import OWN_PROCESS_GROUP
 from tfmesos.common import procfs, proctree
 from tfmesos.common.tasklog import TaskLog
 from tfmesos.rendezvous import protocol
-from tfmesos.rendezvous.server import Connection, Disconnected, Exited, Message, Output, Registered
+from tfmesos.rendezvous.reports import Connection, Disconnected, Exited, Message, Output, Registered
 
 __all__ = ["DirectTask", "Sweeper"]
 
