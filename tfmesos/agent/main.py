@@ -31,7 +31,6 @@ from tfmesos.common.ports import NoFreePort, port_is_free, reserve_ports
 from tfmesos.common.tasklog import TaskLog
 from tfmesos.rendezvous import protocol
 from tfmesos.rendezvous.client import (
-    UNRESOLVED_STATUS,
     AgentConfig,
     AgentError,
     NoHello,
@@ -429,7 +428,7 @@ def main(environ: dict[str, str] | None = None) -> int:
         return run(config, environ)
     except Unresolvable as exc:
         print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)
-        return UNRESOLVED_STATUS
+        return protocol.UNRESOLVED_STATUS
     except (AgentError, NoFreePort) as exc:
         print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)
         return 1

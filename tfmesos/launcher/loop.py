@@ -60,7 +60,6 @@ from tfmesos.launcher.policy import (
     on_task_end,
 )
 from tfmesos.rendezvous import protocol
-from tfmesos.rendezvous.client import UNRESOLVED_STATUS
 from tfmesos.rendezvous.reports import (
     Disconnected,
     Exited,
@@ -523,7 +522,7 @@ class Loop:
     ) -> None:
         if task.state.over:
             return
-        if code == UNRESOLVED_STATUS and not task.addr:
+        if code == protocol.UNRESOLVED_STATUS and not task.addr:
             # Its in-task agent could not resolve the name it dials, and its
             # backend heard only the status: name the name.
             reason = (

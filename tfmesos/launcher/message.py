@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tfmesos.agent.nproc import ENV_COMMAND
 from tfmesos.common import clusterfile, taskenv
 from tfmesos.common.shell import exec_if_simple
 from tfmesos.errors import ClusterStartError, SpecError
@@ -96,7 +95,7 @@ def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -
             continue
         values = taskenv.placeholder_values(cluster_def, job.name, job.num - 1, spec.nproc)
         line = exec_if_simple(taskenv.fill_placeholders(job.cmd, values))
-        size = _size(line) + (len(ENV_COMMAND) + 1 if spec.nproc > 1 else 0)
+        size = _size(line) + (len(protocol.ENV_COMMAND) + 1 if spec.nproc > 1 else 0)
         if size > MAX_COMMAND_LINE:
             used = ", ".join(
                 dict.fromkeys(

@@ -34,7 +34,6 @@ __all__ = [
 ]
 
 READ_SIZE = 1 << 16
-SEND_BUFFER = 1 << 18
 SEND_CHUNK = 1 << 16
 """The most one send hands the socket of what a queued channel holds."""
 KEEPALIVE_IDLE = 10
@@ -49,13 +48,9 @@ class AgentError(Exception):
 
 
 class Unresolvable(AgentError):
-    """The launcher's host name does not resolve on this host: no retry helps."""
+    """The launcher's host name does not resolve on this host: no retry helps
+    (the agent exits with :data:`tfmesos.rendezvous.protocol.UNRESOLVED_STATUS`)."""
 
-
-UNRESOLVED_STATUS = 68
-"""The agent's exit status when the launcher's host name does not resolve on
-its host (``EX_NOHOST`` of sysexits.h). A backend that hears only the status
-(Mesos) has tfrun name the task's host and the name it could not resolve."""
 
 _NO_SUCH_NAME = frozenset(
     getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
@@ -362,7 +357,7 @@ class RendezvousClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # Caps what a task can have in flight when the launcher reads slowly
             # (Linux would otherwise grow the buffer to several MiB).
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, protocol.SOCKET_BUFFER)
             if self.config.tls_cert is not None:
                 sock = self._wrap_tls(sock)
             channel = Channel(sock)

@@ -52,7 +52,6 @@ FIRST_BYTE_TIMEOUT = 5.0
 """A task answers the hello at once: a connection that has sent nothing this
 long after it is dropped, long before the whole handshake's deadline."""
 READ_SIZE = 1 << 16
-RECEIVE_BUFFER = 1 << 18
 MAX_UNPROVEN = 4096
 """Connections allowed in their handshake at once, at most a quarter of the
 launcher's descriptor limit (see ``unproven_cap``): room for every task of a
@@ -402,7 +401,7 @@ class RendezvousServer:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             # With the agent's send buffer, bounds a task's output in flight.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, protocol.SOCKET_BUFFER)
         connection = Connection(writer, self._secret, client_nonce, nonce)
         handler = asyncio.current_task()
         if handler is not None:  # proven: no longer counted
