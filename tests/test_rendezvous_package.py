@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_layers import MODULES, PACKAGE
+from tests.test_layers import AGENT, MODULES, PACKAGE, layer_of
 
 AGENT_SIDE = ("tfmesos.agent", "tfmesos.rendezvous.client")
 """The task's end: what runs in a task, and its end of the rendezvous."""
@@ -63,6 +63,17 @@ def constants_read(path: Path) -> set[tuple[str, str]]:
         ):
             found.add((modules[node.value.id], node.attr))
     return found
+
+
+@pytest.mark.unit
+def test_the_agent_may_import_the_protocol_and_the_client_and_nothing_else() -> None:
+    # The layer table places the package's modules apart, so that
+    # tests/test_layers.py refuses an import of the server by the client or
+    # by anything the agent imports.
+    layers = {m: layer_of(m) for m in MODULES if m.startswith("tfmesos.rendezvous.")}
+    below = {"tfmesos.rendezvous.protocol", "tfmesos.rendezvous.client"}
+    assert below <= layers.keys()
+    assert {m for m, layer in layers.items() if layer is not None and layer <= AGENT} == below
 
 
 @pytest.mark.unit
