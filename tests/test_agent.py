@@ -14,10 +14,10 @@ from typing import Any
 import psutil
 
 from tests.conftest import ROOT, JobProcesses
-from tfmesos import wire
+from tfmesos.rendezvous import protocol
 
 
-def _receive(sock: socket.socket, decoder: wire.FrameDecoder) -> list[tuple[bytes, bytes]]:
+def _receive(sock: socket.socket, decoder: protocol.FrameDecoder) -> list[tuple[bytes, bytes]]:
     while True:
         data = sock.recv(1 << 16)
         assert data, "the agent closed the connection"
@@ -39,11 +39,11 @@ class FakeLauncher:
             self.task_port = probe.getsockname()[1]
         env = job_procs.env(
             **{
-                wire.ENV_LAUNCHER: f"127.0.0.1:{self.listener.getsockname()[1]}",
-                wire.ENV_TASK_ID: "worker.0.1.test",
-                wire.ENV_SECRET: self.secret.hex(),
-                wire.ENV_HOST: "127.0.0.1",
-                wire.ENV_PORT: str(self.task_port),
+                protocol.ENV_LAUNCHER: f"127.0.0.1:{self.listener.getsockname()[1]}",
+                protocol.ENV_TASK_ID: "worker.0.1.test",
+                protocol.ENV_SECRET: self.secret.hex(),
+                protocol.ENV_HOST: "127.0.0.1",
+                protocol.ENV_PORT: str(self.task_port),
             }
         )
         self.proc = subprocess.Popen(
@@ -53,20 +53,20 @@ class FakeLauncher:
             stdout=stdout,
             stderr=subprocess.STDOUT,
         )
-        self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
+        self.decoder = protocol.FrameDecoder(protocol.MAX_FRAME)
         try:
             self.listener.settimeout(30)  # a hang guard, should the agent never dial
             self.conn, _ = self.listener.accept()
             self.conn.settimeout(30)
             self.nonce = os.urandom(16).hex()
             self.conn.sendall(
-                wire.encode_json(
-                    {"type": "hello", "version": wire.PROTOCOL_VERSION, "nonce": self.nonce}
+                protocol.encode_json(
+                    {"type": "hello", "version": protocol.PROTOCOL_VERSION, "nonce": self.nonce}
                 )
             )
             kind, payload = _receive(self.conn, self.decoder)[0]
-            self.register: dict[str, Any] = wire.parse_json(payload)
-            assert kind == wire.JSON and self.register["type"] == "register"
+            self.register: dict[str, Any] = protocol.parse_json(payload)
+            assert kind == protocol.JSON and self.register["type"] == "register"
         except BaseException:
             self.close()  # no test holds this launcher to close it
             raise
@@ -83,14 +83,16 @@ class FakeLauncher:
 
     def sealed(self, message: dict[str, Any]) -> dict[str, Any]:
         nonces = (self.register["nonce"], self.nonce)
-        proof = wire.proof(self.secret, "cluster", *nonces, wire.digest(message))
+        proof = protocol.proof(self.secret, "cluster", *nonces, protocol.digest(message))
         return {**message, "proof": proof}
 
     def messages_until_closed(self) -> list[dict[str, Any]]:
         messages = []
         self.conn.settimeout(10)
         while data := self.conn.recv(1 << 16):
-            messages += [wire.parse_json(p) for k, p in self.decoder.feed(data) if k == wire.JSON]
+            messages += [
+                protocol.parse_json(p) for k, p in self.decoder.feed(data) if k == protocol.JSON
+            ]
         return messages
 
     def close(self) -> None:
@@ -107,8 +109,8 @@ def test_a_stop_in_the_same_read_as_the_cluster_is_not_lost(job_procs: JobProces
     try:
         # Both in one write: the agent reads them together.
         launcher.conn.sendall(
-            wire.encode_json(launcher.sealed(launcher.cluster))
-            + wire.encode_json({"type": "stop", "reason": "test"})
+            protocol.encode_json(launcher.sealed(launcher.cluster))
+            + protocol.encode_json({"type": "stop", "reason": "test"})
         )
         code = launcher.proc.wait(timeout=30)  # a hang guard: SIGTERM ends it at once
         exits = [m for m in launcher.messages_until_closed() if m["type"] == "exit"]
@@ -129,7 +131,7 @@ def test_a_cluster_message_changed_on_the_way_runs_nothing(
     try:
         sealed = launcher.sealed(launcher.cluster)
         tampered = {**sealed, "cmd": f"touch {marker}"}  # the proof is the original's
-        launcher.conn.sendall(wire.encode_json(tampered))
+        launcher.conn.sendall(protocol.encode_json(tampered))
         code = launcher.proc.wait(timeout=30)
         assert launcher.proc.stdout is not None
         said = launcher.proc.stdout.read().decode()
@@ -168,7 +170,7 @@ def test_an_agent_whose_launcher_does_not_read_still_obeys_its_stop(
     with log.open("wb") as stdout:  # the agent's log: its stdout
         launcher = FakeLauncher(job_procs, "yes 'a line of output'", stdout)
     try:
-        launcher.conn.sendall(wire.encode_json(launcher.sealed(launcher.cluster)))
+        launcher.conn.sendall(protocol.encode_json(launcher.sealed(launcher.cluster)))
         # The launcher reads nothing: the log grows until the agent lets
         # the command wait, past what it holds and the sockets do.
         deadline = time.monotonic() + 60
@@ -176,11 +178,11 @@ def test_an_agent_whose_launcher_does_not_read_still_obeys_its_stop(
         while size != (size := log.stat().st_size if log.exists() else 0) or size == 0:
             assert time.monotonic() < deadline, "the log never stopped growing"
             time.sleep(0.5)
-        assert size > wire.UNSENT_MAX, size
+        assert size > protocol.UNSENT_MAX, size
         yes = [p for p in job_procs.alive() if p.name() == "yes"]
         assert len(yes) == 1, yes
-        launcher.conn.sendall(wire.encode_json({"type": "stop", "reason": "test"}))
-        gone, _ = psutil.wait_procs(yes, timeout=wire.STOP_GRACE + 10)
+        launcher.conn.sendall(protocol.encode_json({"type": "stop", "reason": "test"}))
+        gone, _ = psutil.wait_procs(yes, timeout=protocol.STOP_GRACE + 10)
         assert gone == yes, "the command was not stopped while its output waited"
         exits = [m for m in launcher.messages_until_closed() if m["type"] == "exit"]
     finally:

@@ -392,12 +392,12 @@ def test_volume_parsing_is_a_volume_or_a_spec_error(text: str) -> None:
 
 @pytest.mark.e2e
 def test_version_names_the_release_and_the_protocol() -> None:
-    from tfmesos import wire
+    from tfmesos.rendezvous import protocol
 
     result = run_tfrun("--version")
     assert result.returncode == 0
     assert re.fullmatch(
-        rf"tfrun \S+, rendezvous protocol {wire.PROTOCOL_VERSION}\n", result.stdout
+        rf"tfrun \S+, rendezvous protocol {protocol.PROTOCOL_VERSION}\n", result.stdout
     ), result.stdout
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from tfmesos.backends.base import InProcessRendezvous
 from tfmesos.backends.local.directtask import DirectTask
-from tfmesos.rendezvous import Exited, Output, Registered, RendezvousEvent
+from tfmesos.rendezvous.reports import Exited, Output, Registered, RendezvousEvent
 
 
 class Launcher:

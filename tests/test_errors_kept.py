@@ -16,7 +16,7 @@ from tfmesos.backends.mesos import MesosBackend, MesosOptions
 from tfmesos.common import advertise
 from tfmesos.common.aio import reap
 from tfmesos.mesos.scheduler import MasterLostError
-from tfmesos.rendezvous import RendezvousServer
+from tfmesos.rendezvous.server import RendezvousServer
 
 SPEC = ClusterSpec((Job("worker", 1, cmd="true"),), replica=True)
 

@@ -18,7 +18,6 @@ import pytest
 from tests.conftest import JobProcesses, guide_section, popen_tfrun, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_slurm_jobs import slurm  # noqa: F401 - the Slurm tests' fixture
-from tfmesos import wire
 from tfmesos.agent import supervisor
 from tfmesos.backends.base import Launch
 from tfmesos.backends.mesos.taskinfo import task_info
@@ -34,6 +33,7 @@ from tfmesos.common.exported import (
 )
 from tfmesos.errors import SpecError
 from tfmesos.launcher.message import cluster_message
+from tfmesos.rendezvous import protocol
 from tfmesos.spec import ClusterSpec, Job
 
 PY = sys.executable
@@ -227,7 +227,7 @@ def test_the_environment_reaches_every_mesos_task_and_never_its_state(
                 url = mesos.real.agent_url(index)
                 shown[f"agent{index} GET_STATE"] = _operator(url, "GET_STATE")
             # The check can see a TaskInfo's environment where it is shown.
-            assert any(wire.ENV_LAUNCHER in text for text in shown.values()), shown.keys()
+            assert any(protocol.ENV_LAUNCHER in text for text in shown.values()), shown.keys()
         for where, text in shown.items():
             assert secret not in text, f"{where} shows a value tfrun carried"
             assert "carried to every task" not in text, where
@@ -406,12 +406,12 @@ def test_a_mesos_taskinfo_holds_no_carried_variable_and_says_where_an_image_is(
     spec = _spec(monkeypatch, MY_SECRET_TOKEN="s3cr3t")
     offer = {"hostname": "h", "agent_id": {"value": "a"}}
     (task,) = [t for t in spec.tasks() if t.index == 1]
-    launch = Launch("worker.1.0.x", task, {wire.ENV_LAUNCHER: "h:1", wire.ENV_TASK_ID: "w"})
+    launch = Launch("worker.1.0.x", task, {protocol.ENV_LAUNCHER: "h:1", protocol.ENV_TASK_ID: "w"})
     for image, base in ((None, None), ("tfmesos-cpu", exported.IMAGE)):
         info = task_info(launch, spec, MesosOptions(image=image), offer, [], 31000, None)
         variables = {v["name"]: v["value"] for v in info["command"]["environment"]["variables"]}
         assert "MY_SECRET_TOKEN" not in variables and "s3cr3t" not in json.dumps(info)
-        assert variables.get(wire.ENV_BASE) == base
+        assert variables.get(protocol.ENV_BASE) == base
 
 
 def _spec(monkeypatch: pytest.MonkeyPatch, export: str = "ALL", **env: str) -> ClusterSpec:
@@ -446,12 +446,14 @@ def test_the_cluster_message_carries_the_environment_and_the_agent_layers_it(
     )
     assert message["exported"] == spec.exported
     # Through the wire as the agent gets it, then the agent's layers.
-    decoded = wire.parse_json(wire.encode_json({**message, "exported": {"B": "\udcff"}})[5:])
+    decoded = protocol.parse_json(
+        protocol.encode_json({**message, "exported": {"B": "\udcff"}})[5:]
+    )
     agent_env = {
         "PATH": "/agent/bin",
         "OMP_NUM_THREADS": "7",
-        wire.ENV_BASE: exported.HERE,
-        wire.ENV_LAUNCHER: "h:9",
+        protocol.ENV_BASE: exported.HERE,
+        protocol.ENV_LAUNCHER: "h:9",
         "TFMESOS_TASK_ID": "worker.1.0.x",
         "RANK": "99",
     }
@@ -461,12 +463,12 @@ def test_the_cluster_message_carries_the_environment_and_the_agent_layers_it(
     assert env["MY_JOB_VAR"] == "from -e"
     assert env["RANK"] == "1"  # the launcher's own wins
     assert env["TFMESOS_TASK_ID"] == "worker.1.0.x"
-    assert wire.ENV_BASE not in env and wire.ENV_LAUNCHER not in env
+    assert protocol.ENV_BASE not in env and protocol.ENV_LAUNCHER not in env
     assert env["PATH"] == spec.exported.get("PATH")  # tfrun's, not the agent's copy of it
     _, env = supervisor.task_command({**decoded}, dict(agent_env))
     assert env["B"] == "\udcff" and "MY_OTHER_VAR" not in env
     # A Mesos agent's environment is its host's: kept, under what is carried.
-    del agent_env[wire.ENV_BASE]
+    del agent_env[protocol.ENV_BASE]
     _, env = supervisor.task_command({**message, "exported": {}}, dict(agent_env))
     assert env["PATH"] == "/agent/bin" and env["OMP_NUM_THREADS"] == "7"
 

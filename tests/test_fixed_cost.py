@@ -71,7 +71,7 @@ def test_the_fork_server_holds_what_its_agents_would_import() -> None:
     code = (
         "import socket, sys\n"
         "import tfmesos.agent.forkserver\n"
-        "from tfmesos.agent.rendezvous import _dialled\n"
+        "from tfmesos.rendezvous.client import _dialled\n"
         "listener = socket.create_server(('127.0.0.1', 0))\n"
         "socket.create_connection((_dialled('127.0.0.1'), listener.getsockname()[1])).close()\n"
         "unused = {'ssl', 'traceback', 'encodings.idna'}\n"

@@ -66,10 +66,10 @@ def test_the_submitters_own_flags_stay_behind() -> None:
 
 
 def test_a_proof_or_seal_that_is_not_ascii_is_refused_not_a_traceback() -> None:
-    from tfmesos import wire
+    from tfmesos.rendezvous import protocol
 
-    assert not wire.proof_matches("ab", "é")
-    assert not wire.proof_matches("ab", "\ud800")
+    assert not protocol.proof_matches("ab", "é")
+    assert not protocol.proof_matches("ab", "\ud800")
     with pytest.raises(handover.HandoverError):
         handover.unseal(os.urandom(32), "a b", {"sealed": "", "mac": "é"})
 
@@ -77,18 +77,20 @@ def test_a_proof_or_seal_that_is_not_ascii_is_refused_not_a_traceback() -> None:
 async def _two_provers() -> tuple[object, object]:
     """A first launcher proves the key and takes its time to say "taken";
     a second proves it meanwhile."""
-    from tfmesos import wire
+    from tfmesos.rendezvous import protocol
 
     key = os.urandom(32)
     given = {"secret": "s3cret"}
     server, port, _ = await handover.serve_one(key, "job.launcher", given, "127.0.0.1")
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        decoder = wire.FrameDecoder()
+        decoder = protocol.FrameDecoder()
         hello = await handover._read(reader, decoder)
         nonce = os.urandom(16).hex()
-        proof = wire.proof(key, handover.PURPOSE, "launcher", hello["nonce"], nonce, "job.launcher")
-        writer.write(wire.encode_json({"type": "proof", "nonce": nonce, "proof": proof}))
+        proof = protocol.proof(
+            key, handover.PURPOSE, "launcher", hello["nonce"], nonce, "job.launcher"
+        )
+        writer.write(protocol.encode_json({"type": "proof", "nonce": nonce, "proof": proof}))
         first: object = await handover._read(reader, decoder)
         try:
             second: object = await asyncio.to_thread(

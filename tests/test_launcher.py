@@ -20,6 +20,7 @@ from tfmesos.errors import JobFailedError, ResourceError, TFMesosError
 from tfmesos.launcher import MAX_ATTEMPTS, AttemptState, Launcher
 from tfmesos.launcher.events import EventRecorder
 from tfmesos.launcher.run import run_with_restarts
+from tfmesos.rendezvous.protocol import ENV_TASK_ID
 from tfmesos.testing.fake import (
     BreaksBackend,
     DiesEarly,
@@ -32,7 +33,6 @@ from tfmesos.testing.fake import (
     Plan,
     Runs,
 )
-from tfmesos.wire import ENV_TASK_ID
 
 OK = f"{sys.executable} -c \"print('ran {{job_name}}:{{task_index}}')\""
 

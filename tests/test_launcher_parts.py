@@ -17,7 +17,7 @@ from tfmesos.errors import ClusterStartError, TaskFailure
 from tfmesos.launcher import message, relaunch, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState, IllegalMove
 from tfmesos.launcher.output import OutputRouter, human_size
-from tfmesos.rendezvous import Exited
+from tfmesos.rendezvous.reports import Exited
 
 pytestmark = pytest.mark.unit
 

@@ -41,7 +41,8 @@ from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.output import OutputRouter
 from tfmesos.launcher.verdict import describe_exit
 from tfmesos.mesos.placement import OfferCapacity
-from tfmesos.rendezvous import Exited
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.reports import Exited
 from tfmesos.spec import ClusterSpec, Job
 
 PY = sys.executable
@@ -227,7 +228,7 @@ def test_the_runners_own_variables_stay_with_it() -> None:
     env = dict(task)
     argv = runner.runner_environment(env, 2, "python train.py", "worker:0", "", "0")
     assert "tfmesos.agent.nproc" in argv[-1]
-    assert env[runner.ENV_COMMAND] == "python train.py"
+    assert env[protocol.ENV_COMMAND] == "python train.py"
     assert not any(name.startswith("TFMESOS_NPROC") for name in runner.process_environment(env, 1))
 
 

@@ -23,9 +23,9 @@ import pytest
 
 from tests.conftest import JobProcesses, Tfrun, is_agent, popen_tfrun, py, wait_until
 from tests.mesos_clusters import MesosUnderTest
-from tfmesos import wire
 from tfmesos.agent.main import Agent
-from tfmesos.agent.rendezvous import AgentConfig, Channel
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.client import AgentConfig, Channel
 
 LIMIT = 3.0
 """The silence limit of these jobs: far below the freezes."""
@@ -46,7 +46,7 @@ def waiting_job(
     release = tmp_path / "release"
     tfrun = popen_tfrun(
         *("-v", "-m", mesos.url, "-w", "2", "-s", "0", "--", *py(WAITS), str(release)),
-        env=job_procs.env(**{wire.ENV_SILENCE_LIMIT: str(LIMIT)}),
+        env=job_procs.env(**{protocol.ENV_SILENCE_LIMIT: str(LIMIT)}),
     )
     wait_until(lambda: tfrun.events.of("cluster_up"), "the cluster up", 120, explain=tfrun.said)
     return tfrun, release
@@ -89,7 +89,7 @@ def test_a_frozen_agent_costs_its_job_nothing(
     def worker_1_agent() -> psutil.Process | None:
         for proc in job_procs.alive():
             try:
-                task = proc.environ().get(wire.ENV_TASK_ID, "")
+                task = proc.environ().get(protocol.ENV_TASK_ID, "")
             except psutil.Error:
                 continue
             if is_agent(proc) and task.startswith("worker.1."):
@@ -105,7 +105,7 @@ def test_a_frozen_agent_costs_its_job_nothing(
             "tfrun says it cannot hear worker:1",
             explain=tfrun.said,
         )
-        assert wire.UNHEARD_AFTER > LIMIT  # so the agent's silence passed its limit
+        assert protocol.UNHEARD_AFTER > LIMIT  # so the agent's silence passed its limit
     finally:
         agent.send_signal(signal.SIGCONT)
     wait_until(

@@ -26,8 +26,8 @@ from tests.mesos_clusters import open_hosts, wait_for
 from tests.test_real_mesos_ha import back_on, ended_once, framework_in
 from tests.test_real_mesos_hosts import ONE_TASK
 from tests.test_zookeeper import ZK_HOSTS
-from tfmesos.agent.rendezvous import UNRESOLVED_STATUS
 from tfmesos.errors import EXIT_NEVER_UP, EXIT_TASK_FAILED, EXIT_TFRUN_FAILED
+from tfmesos.rendezvous.protocol import UNRESOLVED_STATUS
 from tfmesos.testing.real_mesos import RealMesos
 
 pytestmark = pytest.mark.e2e

@@ -24,9 +24,9 @@ import pytest
 
 from tests.conftest import PY, ROOT, JobProcesses, popen_tfrun, py, start_tfrun
 from tests.mesos_clusters import open_hosts, wait_for
+from tfmesos.rendezvous.protocol import STOP_GRACE
 from tfmesos.testing import netns
 from tfmesos.testing.real_mesos import AgentSpec, RealMesos
-from tfmesos.wire import STOP_GRACE
 
 pytestmark = pytest.mark.e2e
 

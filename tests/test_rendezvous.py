@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tfmesos import wire
-from tfmesos.rendezvous import Exited, Output, Registered, RendezvousEvent, RendezvousServer
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.reports import Exited, Output, Registered, RendezvousEvent
+from tfmesos.rendezvous.server import RendezvousServer
 
 SECRET = bytes(range(32))
 T = TypeVar("T")
@@ -26,7 +27,7 @@ class Client:
 
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.decoder = wire.FrameDecoder()
+        self.decoder = protocol.FrameDecoder()
         try:
             self.nonce = self.receive()["nonce"]
         except BaseException:
@@ -46,7 +47,7 @@ class Client:
                 raise ConnectionError("closed")
             frames = self.decoder.feed(data)
             if frames:
-                return wire.parse_json(frames[0][1])
+                return protocol.parse_json(frames[0][1])
 
     def register(
         self,
@@ -55,18 +56,20 @@ class Client:
         *,
         addr: str = "h:1",
         proven_addr: str | None = None,
-        version: int = wire.PROTOCOL_VERSION,
+        version: int = protocol.PROTOCOL_VERSION,
     ) -> None:
         proven = addr if proven_addr is None else proven_addr
         self.sock.sendall(
-            wire.encode_json(
+            protocol.encode_json(
                 {
                     "type": "register",
                     "version": version,
                     "task_id": task_id,
                     "addr": addr,
                     "nonce": "cn",
-                    "proof": wire.proof(secret, "register", str(self.nonce), task_id, "cn", proven),
+                    "proof": protocol.proof(
+                        secret, "register", str(self.nonce), task_id, "cn", proven
+                    ),
                 }
             )
         )
@@ -115,8 +118,8 @@ def test_a_task_with_the_secret_registers_and_streams() -> None:
         def client() -> None:
             c = Client(server.port)
             c.register("t1")
-            c.sock.sendall(wire.encode_frame(wire.OUTPUT, b"hello\n"))
-            c.sock.sendall(wire.encode_json({"type": "exit", "code": 7}))
+            c.sock.sendall(protocol.encode_frame(protocol.OUTPUT, b"hello\n"))
+            c.sock.sendall(protocol.encode_json({"type": "exit", "code": 7}))
             c.sock.close()
 
         await in_thread(client)
@@ -206,7 +209,7 @@ def test_a_task_registers_only_once() -> None:
         struct.pack(">I", 1 << 31),
         struct.pack(">I", 100) + b"J" + b"x" * 99,
         b"\x00" * 10000,
-        wire.encode_frame(wire.OUTPUT, b"output before registering\n"),
+        protocol.encode_frame(protocol.OUTPUT, b"output before registering\n"),
     ],
 )
 def test_garbage_costs_one_connection_and_the_server_goes_on(garbage: bytes) -> None:
@@ -283,7 +286,7 @@ def test_a_flood_of_silent_connections_is_capped_and_real_tasks_still_get_in() -
         c = await in_thread(Client, server.port)
         try:
             await in_thread(c.register, "t1")
-            await in_thread(c.sock.sendall, wire.encode_json({"type": "exit", "code": 0}))
+            await in_thread(c.sock.sendall, protocol.encode_json({"type": "exit", "code": 0}))
             await until(lambda: len(events) >= 2, "the real task's registration and exit")
         finally:
             c.sock.close()
@@ -317,7 +320,7 @@ def test_past_the_cap_the_oldest_silent_connection_makes_room_for_a_real_task() 
         def real_task() -> None:
             c = Client(server.port)
             c.register("t1")
-            c.sock.sendall(wire.encode_json({"type": "exit", "code": 0}))
+            c.sock.sendall(protocol.encode_json({"type": "exit", "code": 0}))
             assert silent[0].recv(4096) == b""  # the oldest, closed to make room
             for sock in silent[1:]:  # the others are still held
                 sock.setblocking(False)
@@ -372,12 +375,12 @@ def test_a_flood_of_bad_proofs_is_said_once_with_a_count(
 ) -> None:
     import re
 
-    from tfmesos import rendezvous
+    from tfmesos.rendezvous import server as rendezvous_server
 
     # Said at most every REFUSAL_LOG_INTERVAL; short here, so that the count
     # comes soon.
-    monkeypatch.setattr(rendezvous, "REFUSAL_LOG_INTERVAL", 0.3, raising=False)
-    caplog.set_level("WARNING", logger="tfmesos.rendezvous")
+    monkeypatch.setattr(rendezvous_server, "REFUSAL_LOG_INTERVAL", 0.3, raising=False)
+    caplog.set_level("WARNING", logger="tfmesos.rendezvous.server")
 
     def said() -> list[str]:
         return [r.getMessage() for r in caplog.records if "bad proof" in r.getMessage()]
@@ -455,7 +458,7 @@ def test_real_tasks_register_while_a_flood_of_silent_connections_is_held() -> No
             def real_task(index: int) -> None:
                 c = Client(server.port)
                 c.register(f"t{index}")
-                c.sock.sendall(wire.encode_json({"type": "exit", "code": 0}))
+                c.sock.sendall(protocol.encode_json({"type": "exit", "code": 0}))
                 c.sock.close()
 
             await asyncio.gather(*(in_thread(real_task, i) for i in range(REAL_TASKS)))
@@ -519,8 +522,8 @@ def test_out_of_descriptors_with_nothing_to_evict_pauses_accepting_instead_of_sp
             for fd in filler:
                 os.close(fd)
         client.settimeout(10)
-        hello = wire.FrameDecoder().feed(await in_thread(client.recv, 65536))
-        assert wire.parse_json(hello[0][1])["type"] == "hello"
+        hello = protocol.FrameDecoder().feed(await in_thread(client.recv, 65536))
+        assert protocol.parse_json(hello[0][1])["type"] == "hello"
         client.close()
         await server.close()
         assert calls_while_out <= 2, calls_while_out
@@ -588,7 +591,7 @@ def test_the_launcher_tells_its_rendezvous_that_the_job_is_stopping_before_it_ki
     """Ctrl-C while tasks register: the launcher kills those not registered
     yet, and their agents may dial in meanwhile; the rendezvous must know
     from the first moment of the stop."""
-    from tfmesos.rendezvous import RendezvousServer
+    from tfmesos.rendezvous.server import RendezvousServer
     from tfmesos.spec import ClusterSpec, Job
     from tfmesos.testing.fake import FakeBackend, Hangs
 

@@ -1,4 +1,4 @@
-"""The agent's end of the rendezvous (tfmesos.agent.rendezvous): how it
+"""The agent's end of the rendezvous (tfmesos.rendezvous.client): how it
 names the launcher's host to the resolver. In-process sockets, no process."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from tfmesos.agent.rendezvous import _dialled
+from tfmesos.rendezvous.client import _dialled
 
 pytestmark = pytest.mark.unit
 

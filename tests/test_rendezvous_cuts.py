@@ -35,7 +35,7 @@ import pytest
 
 from tests.conftest import JobProcesses, Tfrun, popen_tfrun
 from tests.mesos_clusters import BlackholeProxy, MesosUnderTest
-from tfmesos import wire
+from tfmesos.rendezvous import protocol
 
 PY = sys.executable
 WORKER_1 = b'"task_id":"worker.1.'
@@ -88,11 +88,11 @@ def start_job(
     silence_limit: float | None = None,
 ) -> Tfrun:
     extra = {
-        wire.ENV_RENDEZVOUS_PORT: str(proxy.target),
-        wire.ENV_RENDEZVOUS_VIA: proxy.address,
+        protocol.ENV_RENDEZVOUS_PORT: str(proxy.target),
+        protocol.ENV_RENDEZVOUS_VIA: proxy.address,
     }
     if silence_limit is not None:
-        extra[wire.ENV_SILENCE_LIMIT] = str(silence_limit)
+        extra[protocol.ENV_SILENCE_LIMIT] = str(silence_limit)
     return popen_tfrun(
         *("-v", "-m", mesos.url, "-w", "2", "-s", "0", "--", PY, "-c", PRINTS),
         *("{task_index}", str(shared), str(code), str(lines), str(pause)),
@@ -151,7 +151,7 @@ def test_a_cut_mid_task_is_said_and_its_output_all_kept(
     tfrun = start_job(mesos, proxy, job_procs, tmp_path, lines=50, pause=0.3)
     cut_at = cut_after(tfrun, proxy, 5)
     said_at = wait_until(lambda: said_unheard(tfrun), 30, "tfrun says it cannot hear", tfrun)
-    assert said_at - cut_at <= wire.UNHEARD_AFTER + 2 * wire.BEAT_INTERVAL + 2, tfrun.said()
+    assert said_at - cut_at <= protocol.UNHEARD_AFTER + 2 * protocol.BEAT_INTERVAL + 2, tfrun.said()
     time.sleep(max(0.0, cut_at + 8 - time.monotonic()))  # the cut's length: the scenario
     proxy.heal()
     said = finish(tfrun)
@@ -229,13 +229,13 @@ def test_d_a_task_that_cannot_hear_tfrun_stops_within_the_bound(
 
     gone_at = wait_until(
         gone,
-        limit + wire.STOP_GRACE + 60,
+        limit + protocol.STOP_GRACE + 60,
         "worker:1's command gone",
         tfrun,
     )
     took = gone_at - cut_at
     print(f"worker:1's command gone {took:.1f}s after the cut (limit {limit:g}s)")
-    assert limit - 1 <= took <= limit + wire.STOP_GRACE + 5, took
+    assert limit - 1 <= took <= limit + protocol.STOP_GRACE + 5, took
     said = finish(tfrun)
     assert tfrun.returncode != 0, said
     assert said_unheard(tfrun), said
@@ -263,6 +263,9 @@ def test_d_a_task_whose_tfrun_is_killed_behind_a_cut_stops_within_the_bound(
         except psutil.NoSuchProcess:
             return True
 
-    took = wait_until(gone, limit + wire.STOP_GRACE + 60, "worker:1's command gone", tfrun) - cut_at
+    took = (
+        wait_until(gone, limit + protocol.STOP_GRACE + 60, "worker:1's command gone", tfrun)
+        - cut_at
+    )
     print(f"worker:1's command gone {took:.1f}s after the cut and tfrun's SIGKILL")
-    assert took <= limit + wire.STOP_GRACE + 5, took
+    assert took <= limit + protocol.STOP_GRACE + 5, took

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import ROOT
-from tfmesos import wire
 from tfmesos.agent.supervisor import CommandRun
 from tfmesos.common import proctree
+from tfmesos.rendezvous import protocol
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e  # every test here starts processes
 # then serves until stopped.
 SERVER = (
     "import os, signal; print('starting', flush=True); print('listening', flush=True); "
-    f"fd = int(os.environ.pop({wire.ENV_READY_FD!r})); os.write(fd, b'1'); os.close(fd); "
+    f"fd = int(os.environ.pop({protocol.ENV_READY_FD!r})); os.write(fd, b'1'); os.close(fd); "
     "signal.pause()"
 )
 DIES_FIRST = "print('cannot bind', flush=True); raise SystemExit(3)"

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from tfmesos import wire
 from tfmesos.common import taskenv
 from tfmesos.common.exported import carried, parse_export
 from tfmesos.errors import SpecError
+from tfmesos.rendezvous import protocol
 
 __all__ = [
     "CHIEF",
@@ -435,13 +435,13 @@ class ClusterSpec:
         }
         size = len(json.dumps(content, separators=(",", ":")))
         tasks = sum(job.num - job.start for job in self.jobs)
-        if size + tasks * ADDRESS_ALLOWANCE + MESSAGE_ALLOWANCE > wire.MAX_FRAME:
+        if size + tasks * ADDRESS_ALLOWANCE + MESSAGE_ALLOWANCE > protocol.MAX_FRAME:
             carried_size = len(json.dumps(content["exported"], separators=(",", ":")))
             raise SpecError(
                 f"the command, environment, initializer and finalizer take {size} bytes of the "
                 f"message each task receives ({carried_size} of them the variables of this "
                 "environment every task is sent: --export), which with the addresses of the "
-                f"job's {tasks} tasks must fit in 1 MiB ({wire.MAX_FRAME} bytes): pass large "
+                f"job's {tasks} tasks must fit in 1 MiB ({protocol.MAX_FRAME} bytes): pass large "
                 "data in a file, or narrow --export"
             )
 

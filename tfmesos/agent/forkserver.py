@@ -28,9 +28,9 @@ import signal
 import sys
 from typing import TYPE_CHECKING
 
-from tfmesos import wire
 from tfmesos.agent.main import main as agent_main
 from tfmesos.common import procfs, proctree
+from tfmesos.rendezvous import protocol
 
 if TYPE_CHECKING:
     from typing import Any
@@ -83,7 +83,7 @@ def main(launcher_pid: int) -> int:
 def _start(request: dict[str, Any], server_fds: tuple[int, int]) -> int | None:
     task_id = str(request["task_id"])
     env = {str(k): str(v) for k, v in request["env"].items()}
-    env[wire.ENV_PARENT_PID] = str(os.getpid())  # the child's parent is this server
+    env[protocol.ENV_PARENT_PID] = str(os.getpid())  # the child's parent is this server
     # What the server holds goes to the collector's permanent generation: a
     # child's collections then never touch (and copy) the pages of the
     # objects it inherited. ~5 ms of CPU per agent (docs/benchmarks.md, "The

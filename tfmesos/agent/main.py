@@ -7,11 +7,11 @@ server) in its own process group, streams its output back, and reports the exit
 status.
 
 It exits, taking its child with it, when the connection closes or fails (the
-launcher's host acknowledged nothing for ``wire.SILENCE_LIMIT``); a launcher
-that is only silent, its host answering, is waited for. Output the launcher cannot take waits
-here (up to ``wire.UNSENT_MAX``). The parts live beside it
-(:mod:`tfmesos.agent.rendezvous`, :mod:`tfmesos.agent.supervisor`); the
-contract is :mod:`tfmesos.wire`.
+launcher's host acknowledged nothing for ``protocol.SILENCE_LIMIT``); a launcher
+that is only silent, its host answering, is waited for. Output the launcher
+cannot take waits here (up to ``protocol.UNSENT_MAX``). The parts live beside it
+(:mod:`tfmesos.rendezvous.client`, :mod:`tfmesos.agent.supervisor`); the
+contract is :mod:`tfmesos.rendezvous.protocol`.
 """
 
 from __future__ import annotations
@@ -26,19 +26,18 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import wire
-from tfmesos.agent.rendezvous import (
-    UNRESOLVED_STATUS,
+from tfmesos.agent.supervisor import CommandRun, Spawned, task_command
+from tfmesos.common import proctree
+from tfmesos.common.ports import NoFreePort, port_is_free, reserve_ports
+from tfmesos.common.tasklog import TaskLog
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.client import (
     AgentConfig,
     AgentError,
     NoHello,
     RendezvousClient,
     Unresolvable,
 )
-from tfmesos.agent.supervisor import CommandRun, Spawned, task_command
-from tfmesos.common import proctree
-from tfmesos.common.ports import NoFreePort, port_is_free, reserve_ports
-from tfmesos.common.tasklog import TaskLog
 
 if TYPE_CHECKING:
     import socket
@@ -146,9 +145,9 @@ class Agent:
             self.selector,
             emit=self.emit,
             note=self.note,
-            on_ready=(lambda: self.client.send_json({"type": wire.READY})) if server else None,
+            on_ready=(lambda: self.client.send_json({"type": protocol.READY})) if server else None,
         )
-        if any(m["type"] == wire.STOP for m in self.client.backlog):
+        if any(m["type"] == protocol.STOP for m in self.client.backlog):
             self.stop_requested = True
         self.client.backlog.clear()
         # A stop that came while an earlier command (the initializer) ran
@@ -184,7 +183,7 @@ class Agent:
             self.client.flush()
         if mask & selectors.EVENT_READ and self.client.channel is not None:
             messages = self.client.receive()
-            if self.client.closed or any(m["type"] == wire.STOP for m in messages):
+            if self.client.closed or any(m["type"] == protocol.STOP for m in messages):
                 self.stop_requested = True
 
     def keep_in_touch(self) -> None:
@@ -219,7 +218,7 @@ class Agent:
         print(
             f"[tfmesos agent] lost tfrun (its rendezvous at {host}:{port}): "
             f"{self.client.lost_because()}; stopping the task (SIGTERM to its processes, "
-            f"SIGKILL after {wire.STOP_GRACE:g}s)",
+            f"SIGKILL after {protocol.STOP_GRACE:g}s)",
             file=sys.stderr,
             flush=True,
         )
@@ -228,7 +227,7 @@ class Agent:
         """Too much waits for the launcher: let the command wait (its output
         unread) until the launcher takes some, is gone, or says stop."""
         while (
-            self.client.unsent > wire.UNSENT_MAX
+            self.client.unsent > protocol.UNSENT_MAX
             and not self.client.closed
             and not self.launcher_lost
             and not self.stop_requested
@@ -237,7 +236,7 @@ class Agent:
             channel = self.client.channel
             assert channel is not None
             readable, writable, _ = select.select(
-                [channel.sock], [channel.sock], [], wire.BEAT_INTERVAL
+                [channel.sock], [channel.sock], [], protocol.BEAT_INTERVAL
             )
             mask = (selectors.EVENT_READ if readable else 0) | (
                 selectors.EVENT_WRITE if writable else 0
@@ -322,8 +321,8 @@ class Agent:
         problem = self.log.write(data)
         self.client.send_output(data)
         if problem is not None:
-            self.client.send_json({"type": wire.LOG_FAILED, "problem": problem})
-        if self.client.unsent > wire.UNSENT_MAX:
+            self.client.send_json({"type": protocol.LOG_FAILED, "problem": problem})
+        if self.client.unsent > protocol.UNSENT_MAX:
             self._wait_for_room()
 
     def note(self, text: str) -> None:
@@ -343,7 +342,7 @@ class Agent:
         container an OOM kill waits ``OOM_LINGER`` so the containerizer's
         update, naming the limit, comes first."""
         message: dict[str, Any] = {
-            "type": wire.EXIT,
+            "type": protocol.EXIT,
             "code": code,
             "output_bytes": self.client.output_bytes,
         }
@@ -383,7 +382,7 @@ def run(config: AgentConfig, environ: dict[str, str]) -> int:
             if not port_is_free(port):
                 # Fail before registering, so that the launcher retries us elsewhere.
                 raise AgentError(f"port {port} on {config.host} is already in use")
-    deadline = time.monotonic() + wire.CONNECT_TIMEOUT
+    deadline = time.monotonic() + protocol.CONNECT_TIMEOUT
     redial = False
     while True:
         agent.client.connect(redial)
@@ -458,11 +457,11 @@ def main(environ: dict[str, str] | None = None) -> int:
         return run(config, environ)
     except Unresolvable as exc:
         print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)
-        return UNRESOLVED_STATUS
+        return protocol.UNRESOLVED_STATUS
     except (AgentError, NoFreePort) as exc:
         print(f"[tfmesos agent] {exc}", file=sys.stderr, flush=True)
         return 1
-    except wire.FrameError as exc:
+    except protocol.FrameError as exc:
         print(
             f"[tfmesos agent] protocol error from the launcher: {exc}", file=sys.stderr, flush=True
         )

@@ -20,15 +20,14 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import wire
 from tfmesos.common import clusterfile, proctree, taskenv
 from tfmesos.common.tasklog import TaskLog
+from tfmesos.rendezvous import protocol
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
-    "ENV_COMMAND",
     "ENV_INDEX_MARK",
     "ENV_LOGS",
     "ENV_LOG_MAX",
@@ -45,10 +44,8 @@ __all__ = [
 
 ENV_NPROC = "TFMESOS_NPROC"
 """How many processes the task runs: set for the runner alone."""
-ENV_COMMAND = "TFMESOS_NPROC_COMMAND"
-"""The command line each process runs (placeholders filled)."""
 ENV_INDEX_MARK = "TFMESOS_NPROC_INDEX_MARK"
-"""What stands for ``{task_index}`` in :data:`ENV_COMMAND`: each process's
+"""What stands for ``{task_index}`` in :data:`~tfmesos.rendezvous.protocol.ENV_COMMAND`: each process's
 own TensorFlow task index replaces it (a random word, which no command
 holds by chance)."""
 ENV_NAME = "TFMESOS_NPROC_TASK"
@@ -62,7 +59,7 @@ ENV_REPORT_FD = "TFMESOS_NPROC_REPORT_FD"
 """A pipe the runner writes the local rank of the process that failed to."""
 _RUNNER_ONLY = (
     ENV_NPROC,
-    ENV_COMMAND,
+    protocol.ENV_COMMAND,
     ENV_INDEX_MARK,
     ENV_NAME,
     ENV_LOGS,
@@ -109,7 +106,7 @@ def process_environment(task_env: Mapping[str, str], local_rank: int) -> dict[st
 def process_command(task_env: Mapping[str, str], local_rank: int) -> str:
     """The command line of the task's process of ``local_rank``: the task's,
     its ``{task_index}`` (:data:`ENV_INDEX_MARK`) the process's own."""
-    command = task_env[ENV_COMMAND]
+    command = task_env[protocol.ENV_COMMAND]
     mark = task_env.get(ENV_INDEX_MARK)
     if mark:
         index = int(task_env.get("TFMESOS_TASK_INDEX") or 0) + local_rank
@@ -140,7 +137,7 @@ def runner_environment(
 ) -> list[str]:
     """Set what the runner reads in ``env``; return its argv."""
     env[ENV_NPROC] = str(nproc)
-    env[ENV_COMMAND] = command
+    env[protocol.ENV_COMMAND] = command
     if index_mark:
         env[ENV_INDEX_MARK] = index_mark
     env[ENV_NAME] = task_name
@@ -359,7 +356,7 @@ def _stop_others(processes: list[_Process], failed: _Process, name: str, report_
     )
     if others:
         proctree.signal_group(os.getpgrp(), signal.SIGTERM)
-    return time.monotonic() + wire.STOP_GRACE
+    return time.monotonic() + protocol.STOP_GRACE
 
 
 def main() -> int:

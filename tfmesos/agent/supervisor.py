@@ -22,11 +22,11 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import wire
 from tfmesos.agent import nproc as nproc_runner
 from tfmesos.agent import oomkills
 from tfmesos.common import clusterfile, exported, proctree, taskenv
 from tfmesos.common.shell import exec_if_simple, plain_argv, shell_environment
+from tfmesos.rendezvous import protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -65,8 +65,8 @@ def task_command(
     job_nproc = int(message.get("nproc") or 1)
     nproc = taskenv.processes_of(job_name, job_nproc)
     env = dict(environ)
-    base = env.get(wire.ENV_BASE)
-    for name in wire.AGENT_ONLY:
+    base = env.get(protocol.ENV_BASE)
+    for name in protocol.AGENT_ONLY:
         env.pop(name, None)
     # What the task's host gives with what tfrun's environment carried
     # (--export), then the job's own (-e, env=), then the launcher's.
@@ -95,10 +95,10 @@ def task_command(
         # environment (tfmesos.common.clusterfile).
         # With several processes, a file each (each its own task index).
         clusterfile.move_to_file(
-            env, environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"), nproc
+            env, environ.get(protocol.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"), nproc
         )
     if command is None:
-        env[wire.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
+        env[protocol.ENV_SERVER_DEF] = json.dumps(message.get("server") or {})
         return [sys.executable, "-m", "tfmesos.agent.tfserver"], env
     env.setdefault(ERROR_FILE, new_error_file())
     values = taskenv.placeholder_values(cluster, job_name, task_index, job_nproc)
@@ -110,9 +110,11 @@ def task_command(
     if nproc > 1:
         # Several processes, each a TensorFlow worker of its own: the runner
         # starts them (tfmesos.agent.nproc), each with its own TF_CONFIG index.
-        logs = nproc_runner.log_path(environ.get(wire.ENV_LOG_FILE), environ.get("MESOS_SANDBOX"))
+        logs = nproc_runner.log_path(
+            environ.get(protocol.ENV_LOG_FILE), environ.get("MESOS_SANDBOX")
+        )
         name = f"{job_name}:{task_index}"
-        cap = environ.get(wire.ENV_LOG_MAX, "")
+        cap = environ.get(protocol.ENV_LOG_MAX, "")
         argv = nproc_runner.runner_environment(env, nproc, line, name, logs, cap, mark)
         return argv, env
     return line, env
@@ -292,7 +294,7 @@ class CommandRun:
 
     ``on_ready``: fine-grained mode, where the command is ``tfmesos.agent.tfserver``;
     called once the server listens (it writes a byte down a pipe it inherits,
-    :data:`tfmesos.wire.ENV_READY_FD`), unless the command has exited by then.
+    :data:`tfmesos.rendezvous.protocol.ENV_READY_FD`), unless the command has exited by then.
     ``death_signal``: as :func:`_start` says. ``selector``: anything that
     registers and unregisters descriptors as a selector does (the launcher's
     event loop, for the tasks it runs itself).
@@ -324,7 +326,7 @@ class CommandRun:
         """The read end of the readiness pipe, until the server writes to it or exits."""
         if on_ready is not None:
             self._ready, ready_write = os.pipe()
-            child_env[wire.ENV_READY_FD] = str(ready_write)
+            child_env[protocol.ENV_READY_FD] = str(ready_write)
         self.failed_process: int | None = None
         """After :meth:`close`: the local rank of the task's process that
         failed first, where the command is several (:mod:`tfmesos.agent.nproc`)."""
@@ -384,7 +386,7 @@ class CommandRun:
         """SIGTERM the command's group, once; SIGKILL follows after ``STOP_GRACE``."""
         if self.stop_deadline is None:
             proctree.signal_group(self.pid, signal.SIGTERM)
-            self.stop_deadline = time.monotonic() + wire.STOP_GRACE
+            self.stop_deadline = time.monotonic() + protocol.STOP_GRACE
 
     def poll(self) -> bool:
         """Do what time has made due (SIGKILL after the grace), then say
@@ -396,7 +398,7 @@ class CommandRun:
             self.killed = True
             if self.exited_at is None:
                 self._note(
-                    f"the command did not stop within {wire.STOP_GRACE:g}s of SIGTERM: killed"
+                    f"the command did not stop within {protocol.STOP_GRACE:g}s of SIGTERM: killed"
                 )
         if self.exited_at is None and proctree.peek_exit_status(self.pid) is not None:
             self.exited_at = now

@@ -10,13 +10,13 @@ import json
 import os
 import sys
 
-from tfmesos import wire
 from tfmesos.common import clusterfile
+from tfmesos.rendezvous import protocol
 
 
 def main() -> int:
-    settings = json.loads(os.environ.get(wire.ENV_SERVER_DEF) or "{}")
-    ready = os.environ.pop(wire.ENV_READY_FD, None)
+    settings = json.loads(os.environ.get(protocol.ENV_SERVER_DEF) or "{}")
+    ready = os.environ.pop(protocol.ENV_READY_FD, None)
     cluster = json.loads(clusterfile.tf_config(os.environ))["cluster"]
     job_name = os.environ["TFMESOS_JOB_NAME"]
     task_index = int(os.environ["TFMESOS_TASK_INDEX"])

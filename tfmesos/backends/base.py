@@ -18,7 +18,7 @@ from tfmesos.common.advertise import advertised_host
 from tfmesos.common.pathtext import shown_path
 from tfmesos.common.proctree import bootstrap_command
 from tfmesos.errors import EXIT_TFRUN_FAILED, SpecError
-from tfmesos.rendezvous import RendezvousEvent
+from tfmesos.rendezvous.reports import RendezvousEvent
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = [

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfmesos import wire
 from tfmesos.backends import slurm_options
 from tfmesos.backends.base import (
     Backend,
@@ -46,7 +45,8 @@ from tfmesos.common.pathtext import shown_path
 from tfmesos.common.proctree import STARTED_HERE, bootstrap_command
 from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_USAGE, ResourceError, SpecError, TFMesosError
-from tfmesos.rendezvous import Disconnected, Message, Registered, RendezvousEvent
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.reports import Disconnected, Message, Registered, RendezvousEvent
 from tfmesos.slurm import allocation as slurm_allocation
 from tfmesos.slurm.commands import (
     ENDS,
@@ -204,20 +204,20 @@ class SlurmBackend(Backend):
                 launch = launches[position]
                 steps.append([launch.task_id, launch.task.name, group])
         env = dict(launches[0].env)
-        secret = env.pop(wire.ENV_SECRET)
-        env.pop(wire.ENV_TASK_ID, None)
-        tls_cert = env.get(wire.ENV_TLS_CERT)
+        secret = env.pop(protocol.ENV_SECRET)
+        env.pop(protocol.ENV_TASK_ID, None)
+        tls_cert = env.get(protocol.ENV_TLS_CERT)
         env.update(
             {
-                wire.ENV_PORT: "0",  # each agent takes a port of its own on its node
+                protocol.ENV_PORT: "0",  # each agent takes a port of its own on its node
                 # ... or a block, its processes' (--nproc-per-task): every
                 # agent of the job takes as many as its largest task needs.
-                wire.ENV_PORT_COUNT: str(max(task.ports for task in tasks)),
-                wire.ENV_SECRET_FD: "0",  # the secret comes on its stdin
-                wire.ENV_LOG_MAX: str(self.log_max),
+                protocol.ENV_PORT_COUNT: str(max(task.ports for task in tasks)),
+                protocol.ENV_SECRET_FD: "0",  # the secret comes on its stdin
+                protocol.ENV_LOG_MAX: str(self.log_max),
                 # sbatch carried tfrun's environment to the node: the task
                 # keeps Slurm's word of it; the rest comes as --export says.
-                wire.ENV_BASE: exported.ELSEWHERE,
+                protocol.ENV_BASE: exported.ELSEWHERE,
             }
         )
         srun = [
@@ -227,7 +227,7 @@ class SlurmBackend(Backend):
             for group, (shape, _) in enumerate(groups)
         ]
         plan = {
-            "launcher": env[wire.ENV_LAUNCHER],
+            "launcher": env[protocol.ENV_LAUNCHER],
             "peer_id": peer_id,
             "secret": secret,
             "tls_cert": tls_cert,
@@ -450,7 +450,7 @@ class SlurmBackend(Backend):
             job.script_connected = job.script_seen = True
             logger.debug("Slurm: job %s's script dialled in", job.job_id)
             self._placed(job, job.status)
-        elif isinstance(event, Message) and event.message.get("type") == wire.STEP_ENDED:
+        elif isinstance(event, Message) and event.message.get("type") == protocol.STEP_ENDED:
             task_id = str(event.message.get("task_id"))
             code = event.message.get("code")
             launch = next((t for t in job.launches if t.task_id == task_id), None)

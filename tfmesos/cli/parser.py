@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from tfmesos import wire
 from tfmesos.backends import BACKENDS, choose_backend, options_class
 from tfmesos.common import rundirs
 from tfmesos.common.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
@@ -23,6 +22,7 @@ from tfmesos.errors import (
     EXIT_USAGE,
     SpecError,
 )
+from tfmesos.rendezvous import protocol
 from tfmesos.spec import (
     MAX_NPROC,
     MAX_RESTARTS,
@@ -190,7 +190,7 @@ class _VersionAction(argparse.Action):
         except PackageNotFoundError:  # run from a source tree
             release = "(not installed)"
         # The protocol is what a task image's tfmesos must match (docs/failures.md).
-        sys.stdout.write(f"tfrun {release}, rendezvous protocol {wire.PROTOCOL_VERSION}\n")
+        sys.stdout.write(f"tfrun {release}, rendezvous protocol {protocol.PROTOCOL_VERSION}\n")
         parser.exit()
 
 

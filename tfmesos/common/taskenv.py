@@ -42,7 +42,7 @@ ENV_RESTART = "TFMESOS_RESTART"
 
 OWN_PREFIX = "TFMESOS_"
 """Every variable named so is tfmesos's own: the agent's settings
-(:mod:`tfmesos.wire`), the task's id, the original's ``TFMESOS_*``."""
+(:mod:`tfmesos.rendezvous.protocol`), the task's id, the original's ``TFMESOS_*``."""
 CLUSTER_VARIABLES = (
     "TF_CONFIG",
     "RANK",

@@ -1,5 +1,5 @@
 """The task's log: the agent's stdout, rotated under a cap where the backend
-sets one (:data:`tfmesos.wire.ENV_LOG_MAX`).
+sets one (:data:`tfmesos.rendezvous.protocol.ENV_LOG_MAX`).
 
 Standard library only: the agent imports it.
 """
@@ -11,7 +11,7 @@ import errno
 import os
 from typing import TYPE_CHECKING
 
-from tfmesos import wire
+from tfmesos.rendezvous import protocol
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -79,8 +79,8 @@ class TaskLog:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> TaskLog:
-        cap = environ.get(wire.ENV_LOG_MAX, "")
-        return cls(environ.get(wire.ENV_LOG_FILE) or None, int(cap) if cap.isdigit() else 0)
+        cap = environ.get(protocol.ENV_LOG_MAX, "")
+        return cls(environ.get(protocol.ENV_LOG_FILE) or None, int(cap) if cap.isdigit() else 0)
 
     def write(self, data: bytes) -> str | None:
         """Append ``data``; where the log cannot take it, give the log up and

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tfmesos.backends.base import TaskEnded
-from tfmesos.rendezvous import Connection, Exited
+from tfmesos.rendezvous.reports import Connection, Exited
 from tfmesos.spec import TaskSpec
 
 __all__ = ["TAIL_BYTES", "TAIL_LINES", "Attempt", "AttemptState", "Attempts", "IllegalMove"]
@@ -98,7 +98,7 @@ class Attempt:
     closed_by_task: bool = False
     """Its agent closed its connection: everything it sent came."""
     unheard: bool = False
-    """Nothing comes from it (:class:`tfmesos.rendezvous.Unheard`) and has
+    """Nothing comes from it (:class:`tfmesos.rendezvous.reports.Unheard`) and has
     not since: a stop sent now may never reach it."""
     left_unreached: bool = False
     """The job ended with it unheard and no word of its end: tfrun could not

@@ -15,7 +15,6 @@ import os
 import time
 from typing import TYPE_CHECKING, BinaryIO
 
-from tfmesos import wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
 from tfmesos.common import taskenv
 from tfmesos.common.tasklog import new_task_id
@@ -32,6 +31,7 @@ from tfmesos.launcher.loop import (
     real_rendezvous,
 )
 from tfmesos.launcher.policy import Phase
+from tfmesos.rendezvous import protocol
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class Launcher:
         tasks = self.spec.tasks()
         for backend in self.loop.backends():
             backend.check([t for t in tasks if self.loop.backend_for(t) is backend])
-        port = os.environ.get(wire.ENV_RENDEZVOUS_PORT, "")
+        port = os.environ.get(protocol.ENV_RENDEZVOUS_PORT, "")
         await self.loop.rendezvous.start(
             self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, self._tls_context()
         )
@@ -224,7 +224,7 @@ class Launcher:
         live = self.loop.attempts.live()
         for task in live:
             if task.connection is not None:
-                task.connection.send({"type": wire.STOP, "reason": "the job is ending"})
+                task.connection.send({"type": protocol.STOP, "reason": "the job is ending"})
         try:
             unregistered = [t for t in live if t.connection is None]
             await asyncio.gather(
@@ -367,17 +367,17 @@ class Launcher:
         env = dict(self.spec.env)
         env.update(
             {
-                wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
+                protocol.ENV_LAUNCHER: os.environ.get(protocol.ENV_RENDEZVOUS_VIA)
                 or f"{self.backend.rendezvous_host}:{self.loop.rendezvous.port}",
-                wire.ENV_TASK_ID: task.task_id,
-                wire.ENV_SECRET: self.loop.secret.hex(),
+                protocol.ENV_TASK_ID: task.task_id,
+                protocol.ENV_SECRET: self.loop.secret.hex(),
                 taskenv.ENV_RESTART: str(self.restart),
             }
         )
         if self.loop.tls_pem is not None:
-            env[wire.ENV_TLS_CERT] = self.loop.tls_pem
-        if wire.ENV_SILENCE_LIMIT in os.environ:
-            env[wire.ENV_SILENCE_LIMIT] = f"{self.loop.silence_limit:g}"
+            env[protocol.ENV_TLS_CERT] = self.loop.tls_pem
+        if protocol.ENV_SILENCE_LIMIT in os.environ:
+            env[protocol.ENV_SILENCE_LIMIT] = f"{self.loop.silence_limit:g}"
         return Launch(task.task_id, task.spec, env)
 
     def _deliver_cluster(self) -> None:

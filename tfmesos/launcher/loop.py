@@ -25,8 +25,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from tfmesos import wire
-from tfmesos.agent.rendezvous import UNRESOLVED_STATUS
 from tfmesos.backends.base import (
     Backend,
     BackendAttached,
@@ -61,7 +59,8 @@ from tfmesos.launcher.policy import (
     on_registered,
     on_task_end,
 )
-from tfmesos.rendezvous import (
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.reports import (
     Disconnected,
     Exited,
     Heard,
@@ -70,9 +69,9 @@ from tfmesos.rendezvous import (
     Ready,
     Registered,
     RendezvousEvent,
-    RendezvousServer,
     Unheard,
 )
+from tfmesos.rendezvous.server import RendezvousServer
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
@@ -89,8 +88,8 @@ OUTPUT_LINGER = 2.0
 """At teardown, how long the tasks' connections get to deliver their last output."""
 DISCONNECT_GRACE = 2.0
 """After a backend says a task ended, how long to wait for its last output."""
-KILL_WAIT = wire.STOP_GRACE + 3.0
-BEAT_OVERDUE = 1.5 * wire.BEAT_INTERVAL
+KILL_WAIT = protocol.STOP_GRACE + 3.0
+BEAT_OVERDUE = 1.5 * protocol.BEAT_INTERVAL
 """Silence after which a task's heartbeat is overdue: the launcher cannot hear it."""
 
 
@@ -172,9 +171,9 @@ class Loop:
             processes=spec.nproc > 1,
         )
         self.secret = secret or os.urandom(32)
-        self.silence_limit = wire.silence_limit(os.environ)
+        self.silence_limit = protocol.silence_limit(os.environ)
         """How long a task's agent goes on without hearing the launcher, and
-        so how long its last output may take to come (``wire.SILENCE_LIMIT``)."""
+        so how long its last output may take to come (``protocol.SILENCE_LIMIT``)."""
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self._held: collections.deque[Event] = collections.deque()
         """Events taken off the queue when the pump was cancelled (_next_event)."""
@@ -312,7 +311,7 @@ class Loop:
         raise error
 
     def _on_message(self, task: Attempt, event: Message) -> None:
-        if event.message.get("type") == wire.LOG_FAILED:  # its agent's log; it goes on
+        if event.message.get("type") == protocol.LOG_FAILED:  # its agent's log; it goes on
             where = f" on {task.host}" if task.host else ""
             logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
             self.lost_logs.append(task.spec.name)
@@ -335,7 +334,7 @@ class Loop:
         if action is Action.REJOIN:
             self._rejoin(task)
         elif action is Action.STOP:
-            event.connection.send({"type": wire.STOP, "reason": "superseded"})
+            event.connection.send({"type": protocol.STOP, "reason": "superseded"})
 
     def _on_ready(self, task: Attempt) -> None:
         task.ready = True
@@ -532,7 +531,7 @@ class Loop:
     ) -> None:
         if task.state.over:
             return
-        if code == UNRESOLVED_STATUS and not task.addr:
+        if code == protocol.UNRESOLVED_STATUS and not task.addr:
             # Its in-task agent could not resolve the name it dials, and its
             # backend heard only the status: name the name.
             reason = (

@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tfmesos import wire
-from tfmesos.agent.nproc import ENV_COMMAND
 from tfmesos.common import clusterfile, taskenv
 from tfmesos.common.shell import exec_if_simple
 from tfmesos.errors import ClusterStartError, SpecError
 from tfmesos.launcher.attempts import Attempt
+from tfmesos.rendezvous import protocol
 from tfmesos.spec import EVALUATOR_JOB, MAX_COMMAND_LINE, ClusterSpec
 
 __all__ = ["check_environment", "check_size", "cluster_def_of", "cluster_message", "summary"]
@@ -39,7 +38,7 @@ def cluster_message(
 ) -> dict[str, object]:
     """What ``task`` runs, with the cluster's definition."""
     return {
-        "type": wire.CLUSTER,
+        "type": protocol.CLUSTER,
         "job_name": task.spec.job_name,
         "task_index": task.spec.index,
         "run_id": run_id,
@@ -71,11 +70,11 @@ def check_size(sealed: dict[str, Any]) -> None:
     """Refuse a sealed message over the rendezvous's frame. The spec's check
     allowed for the addresses; this is the real message (the same size for
     every task, give or take)."""
-    size = len(wire.encode_json(sealed)) - 5
-    if size > wire.MAX_FRAME:
+    size = len(protocol.encode_json(sealed)) - 5
+    if size > protocol.MAX_FRAME:
         raise ClusterStartError(
             f"the message each task receives would be {size} bytes, more than "
-            f"the rendezvous's 1 MiB ({wire.MAX_FRAME} bytes): shorten the command "
+            f"the rendezvous's 1 MiB ({protocol.MAX_FRAME} bytes): shorten the command "
             "or its environment"
         )
 
@@ -96,7 +95,7 @@ def check_environment(spec: ClusterSpec, cluster_def: Mapping[str, list[str]]) -
             continue
         values = taskenv.placeholder_values(cluster_def, job.name, job.num - 1, spec.nproc)
         line = exec_if_simple(taskenv.fill_placeholders(job.cmd, values))
-        size = _size(line) + (len(ENV_COMMAND) + 1 if spec.nproc > 1 else 0)
+        size = _size(line) + (len(protocol.ENV_COMMAND) + 1 if spec.nproc > 1 else 0)
         if size > MAX_COMMAND_LINE:
             used = ", ".join(
                 dict.fromkeys(

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 from tfmesos.backends.base import NOT_PLACED, TaskEnded
 from tfmesos.launcher.attempts import Attempt, AttemptState
-from tfmesos.rendezvous import Exited
-from tfmesos.wire import SILENCE_LIMIT
+from tfmesos.rendezvous.protocol import SILENCE_LIMIT
+from tfmesos.rendezvous.reports import Exited
 
 __all__ = [
     "describe_end",

@@ -19,8 +19,11 @@ import subprocess
 import sys
 import time
 
-from tfmesos import wire
-from tfmesos.agent.rendezvous import (
+from tfmesos.common.pathtext import shown_path
+from tfmesos.common.proctree import kill_carriers
+from tfmesos.common.tasklog import log_name
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.client import (
     KEEPALIVE_COUNT,
     KEEPALIVE_IDLE,
     KEEPALIVE_INTERVAL,
@@ -29,9 +32,6 @@ from tfmesos.agent.rendezvous import (
     RendezvousClient,
     keepalive,
 )
-from tfmesos.common.pathtext import shown_path
-from tfmesos.common.proctree import kill_carriers
-from tfmesos.common.tasklog import log_name
 
 __all__ = [
     "KEEPALIVE_COUNT",
@@ -99,13 +99,13 @@ def main() -> int:
             os.close(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         argv = [*plan["srun"][group], f"--job-name={name}", *logged(plan["agent"])]
         step_env = dict(env)
-        step_env[wire.ENV_TASK_ID] = task_id
-        step_env[wire.ENV_LOG_FILE] = log
+        step_env[protocol.ENV_TASK_ID] = task_id
+        step_env[protocol.ENV_LOG_FILE] = log
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=step_env)
         except OSError as exc:
             report(f"cannot start task {name}'s step: {exc}")
-            channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": 127})
+            channel.send_json({"type": protocol.STEP_ENDED, "task_id": task_id, "code": 127})
             continue
         assert proc.stdin is not None
         # The secret on the step's stdin: srun hands it to the agent, which
@@ -134,7 +134,7 @@ def main() -> int:
             del steps[pid]
             end_task_processes(task_id)
             try:
-                channel.send_json({"type": wire.STEP_ENDED, "task_id": task_id, "code": code})
+                channel.send_json({"type": protocol.STEP_ENDED, "task_id": task_id, "code": code})
             except OSError:
                 report("tfrun's connection is gone: ending the job")
                 return 0
@@ -149,7 +149,7 @@ def end_task_processes(task_id: str) -> None:
     an agent killed outright would outlive the step. Other nodes' are their
     proctrack's."""
 
-    kill_carriers(wire.ENV_TASK_ID, task_id, END_ROUNDS)
+    kill_carriers(protocol.ENV_TASK_ID, task_id, END_ROUNDS)
 
 
 STEP_LOG = 'exec >>"$TFMESOS_AGENT_LOG_FILE" 2>&1 && exec "$@"'

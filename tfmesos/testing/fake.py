@@ -37,7 +37,7 @@ from tfmesos.backends.base import (
 from tfmesos.errors import ResourceError
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.events import NO_EVENTS, Events
-from tfmesos.rendezvous import (
+from tfmesos.rendezvous.reports import (
     Connection,
     Disconnected,
     Exited,
@@ -45,8 +45,8 @@ from tfmesos.rendezvous import (
     Ready,
     Registered,
     RendezvousEvent,
-    RendezvousServer,
 )
+from tfmesos.rendezvous.server import RendezvousServer
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = [

@@ -20,7 +20,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos import wire
 from tfmesos.backends.base import (
     NOT_PLACED,
     Backend,
@@ -57,13 +56,14 @@ from tfmesos.common.proctree import (
 from tfmesos.common.resources import GpuAllocator, format_mib, local_task_limit, machine_resources
 from tfmesos.common.tasklog import describe_failure, log_name
 from tfmesos.errors import ResourceError
+from tfmesos.rendezvous import protocol
 from tfmesos.spec import ClusterSpec, TaskSpec
 
 __all__ = ["LocalBackend", "LocalOptions"]
 
 logger = logging.getLogger("tfmesos")
 
-KILL_GRACE = wire.STOP_GRACE + 2.0
+KILL_GRACE = protocol.STOP_GRACE + 2.0
 """Seconds between SIGTERM to an agent and SIGKILL: the agent's own grace for
 its child, plus a margin for it to report."""
 GPU_RELEASE_WAIT = KILL_GRACE + 5.0
@@ -291,7 +291,7 @@ class LocalBackend(Backend):
         env = dict(self._environ)
         env.update(launch.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-        env[wire.ENV_BASE] = exported.HERE
+        env[protocol.ENV_BASE] = exported.HERE
         log = self.task_log(launch.task_id)
         log_fd: int | None
         try:
@@ -407,15 +407,15 @@ class LocalBackend(Backend):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         env.update(
             {
-                wire.ENV_HOST: self.host,
-                wire.ENV_PORT: str(port),
-                wire.ENV_PORT_COUNT: str(launch.task.ports),
-                wire.ENV_PARENT_PID: str(os.getpid()),
-                wire.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
-                wire.ENV_LOG_MAX: str(self.log_max),
+                protocol.ENV_HOST: self.host,
+                protocol.ENV_PORT: str(port),
+                protocol.ENV_PORT_COUNT: str(launch.task.ports),
+                protocol.ENV_PARENT_PID: str(os.getpid()),
+                protocol.ENV_LOG_FILE: str(self.task_log(launch.task_id)),
+                protocol.ENV_LOG_MAX: str(self.log_max),
                 # tfrun's environment: the task keeps what describes this
                 # host; the rest comes as --export says (tfmesos.common.exported).
-                wire.ENV_BASE: exported.HERE,
+                protocol.ENV_BASE: exported.HERE,
             }
         )
         log = self.task_log(launch.task_id)
@@ -430,8 +430,8 @@ class LocalBackend(Backend):
             )
             self._lost_logs.append(launch.task.name)
             log = Path(os.devnull)
-            env[wire.ENV_LOG_FILE] = os.devnull
-            env[wire.ENV_LOG_MAX] = "0"
+            env[protocol.ENV_LOG_FILE] = os.devnull
+            env[protocol.ENV_LOG_MAX] = "0"
         running = await self._spawn(launch.task_id, env, log)
         self._procs[launch.task_id] = running
         self._sink(TaskPlaced(launch.task_id, self.host))
@@ -456,7 +456,7 @@ class LocalBackend(Backend):
         # with, whatever it removes since). A forked agent gets it through
         # the fork server's pipe, and its initial environment is the server's.
         env = dict(env)
-        secret = env.pop(wire.ENV_SECRET, None)
+        secret = env.pop(protocol.ENV_SECRET, None)
         pass_fds: tuple[int, ...] = ()
         if secret is not None:
             read_end, write_end = os.pipe()
@@ -464,7 +464,7 @@ class LocalBackend(Backend):
                 os.write(write_end, secret.encode())  # 64 bytes: far below a pipe's buffer
             finally:
                 os.close(write_end)
-            env[wire.ENV_SECRET_FD] = str(read_end)
+            env[protocol.ENV_SECRET_FD] = str(read_end)
             pass_fds = (read_end,)
         try:
             with open(log, "ab", opener=_private) as log_file:
@@ -577,7 +577,7 @@ def _end_task_processes(task_id: str) -> None:
     process group or session. One that cleared its environment escapes this;
     the fork server, their subreaper, still gets it."""
 
-    kill_carriers(wire.ENV_TASK_ID, task_id, END_ROUNDS)
+    kill_carriers(protocol.ENV_TASK_ID, task_id, END_ROUNDS)
 
 
 def _private(path: str, flags: int) -> int:

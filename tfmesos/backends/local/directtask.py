@@ -18,13 +18,13 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfmesos import wire
 from tfmesos.agent.supervisor import CommandRun, task_command
 from tfmesos.backends.base import InProcessRendezvous
 from tfmesos.backends.local.forkstart import OWN_PROCESS_GROUP
 from tfmesos.common import procfs, proctree
 from tfmesos.common.tasklog import TaskLog
-from tfmesos.rendezvous import Connection, Disconnected, Exited, Message, Output, Registered
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.reports import Connection, Disconnected, Exited, Message, Output, Registered
 
 __all__ = ["DirectTask", "Sweeper"]
 
@@ -39,7 +39,7 @@ _OWN_CHILDREN = proctree.STARTED_HERE
 """The launcher's children it started itself (the commands not yet reaped,
 the sweeper, ...), as opposed to orphans handed to it: only the latter are
 read when a task ends, not every running command at every task's end."""
-_TASK_MARK = f"{wire.ENV_TASK_ID}=".encode()
+_TASK_MARK = f"{protocol.ENV_TASK_ID}=".encode()
 
 
 class DirectTask:
@@ -119,8 +119,8 @@ class DirectTask:
         ):
             # Where the processes' own logs go (tfmesos.agent.nproc), and the
             # cluster file (tfmesos.common.clusterfile), as the agent is told.
-            environ = {**environ, wire.ENV_LOG_FILE: str(self._log.path)}
-            environ[wire.ENV_LOG_MAX] = str(self._log_max)
+            environ = {**environ, protocol.ENV_LOG_FILE: str(self._log.path)}
+            environ[protocol.ENV_LOG_MAX] = str(self._log_max)
         try:
             argv, env = task_command(dict(message), environ)
             cwd = message.get("cwd")
@@ -146,7 +146,7 @@ class DirectTask:
             return
         _OWN_CHILDREN.add(self.run.pid)
         if self._sweeper is not None:
-            self._sweeper.started(self.run.pid, f"{wire.ENV_TASK_ID}={self.task_id}")
+            self._sweeper.started(self.run.pid, f"{protocol.ENV_TASK_ID}={self.task_id}")
         if self._stop_asked:
             self.run.stop()
         self._check()
@@ -243,7 +243,7 @@ class DirectTask:
         self._rendezvous.deliver(Output(self.task_id, data))
         if problem is not None:
             self._rendezvous.deliver(
-                Message(self.task_id, {"type": wire.LOG_FAILED, "problem": problem})
+                Message(self.task_id, {"type": protocol.LOG_FAILED, "problem": problem})
             )
         if not self._paused and self._rendezvous.held(self.task_id):
             # The launcher's flow: a task whose output is shown waits for the
@@ -290,12 +290,12 @@ class DirectConnection(Connection):
         if self.closed:
             return
         kind = message.get("type")
-        if kind == wire.CLUSTER:
+        if kind == protocol.CLUSTER:
             # On the loop's next turn, as a message on a socket would come:
             # the launcher is still handing out the cluster.
             self._task.cluster_pending = True
             asyncio.get_running_loop().call_soon(self._task.start_command, message)
-        elif kind == wire.STOP:
+        elif kind == protocol.STOP:
             self._task.stop(f"the launcher stopped this task: {message.get('reason', '')}")
 
     def close(self) -> None:
@@ -328,7 +328,7 @@ class _Leftovers:
 
     def __init__(self, pgid: int, task_id: str) -> None:
         self.pgid = pgid
-        self.mark = f"{wire.ENV_TASK_ID}={task_id}".encode()
+        self.mark = f"{protocol.ENV_TASK_ID}={task_id}".encode()
 
     def orphans(self) -> list[int]:
         try:

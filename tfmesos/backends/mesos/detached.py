@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tfmesos import wire
 from tfmesos.backends.base import Launch, advertised_host
 from tfmesos.backends.mesos import handover
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
@@ -44,6 +43,7 @@ from tfmesos.mesos import calls
 from tfmesos.mesos.masters import default_scheme, read_master_files
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient
+from tfmesos.rendezvous import protocol
 from tfmesos.spec import ClusterSpec
 
 __all__ = [
@@ -341,9 +341,9 @@ async def _submit(args: Any, argv: Sequence[str], spec: ClusterSpec, job: str) -
                         continue
                     resources, task_port = capacity.take(need)
                     env = {
-                        wire.ENV_SECRET: key.hex(),
+                        protocol.ENV_SECRET: key.hex(),
                         handover.ENV_HANDOVER: f"{host}:{port}",
-                        wire.ENV_TASK_ID: task_id,
+                        protocol.ENV_TASK_ID: task_id,
                     }
                     launch = Launch(task_id, need, env)
                     task = task_info(launch, spec, options, offer, resources, task_port, user)
@@ -385,10 +385,10 @@ def launcher_main() -> int:
     """The launcher task: take the handover, then run the job as an attached
     tfrun that takes the framework over, and end with its exit status."""
     logging.basicConfig(format="[launcher] %(message)s", level=logging.INFO, stream=sys.stderr)
-    key = bytes.fromhex(os.environ.pop(wire.ENV_SECRET))
-    task_id = os.environ.pop(wire.ENV_TASK_ID)
+    key = bytes.fromhex(os.environ.pop(protocol.ENV_SECRET))
+    task_id = os.environ.pop(protocol.ENV_TASK_ID)
     address = os.environ.pop(handover.ENV_HANDOVER)
-    for name in (wire.ENV_HOST, wire.ENV_PORT):
+    for name in (protocol.ENV_HOST, protocol.ENV_PORT):
         os.environ.pop(name, None)
     given = handover.receive(address, key, task_id)
     framework_id = str(given["framework_id"])
@@ -409,9 +409,9 @@ def launcher_main() -> int:
             "--events",
             str(sandbox / SANDBOX_EVENTS),
         ]
-        base = IMAGE if os.environ.get(wire.ENV_BASE) == IMAGE else None
+        base = IMAGE if os.environ.get(protocol.ENV_BASE) == IMAGE else None
         env = task_base(os.environ, base, given["env"])
-        env.pop(wire.ENV_BASE, None)
+        env.pop(protocol.ENV_BASE, None)
         env[ENV_FRAMEWORK_ID] = framework_id
         env[ENV_JOB] = str(given["job"])
         if given.get("secret"):

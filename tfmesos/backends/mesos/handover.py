@@ -21,7 +21,7 @@ import os
 import socket
 from typing import Any
 
-from tfmesos import wire
+from tfmesos.rendezvous import protocol
 
 __all__ = ["ENV_HANDOVER", "HandoverError", "receive", "seal", "serve_one", "unseal"]
 
@@ -59,7 +59,7 @@ def unseal(key: bytes, nonces: str, box: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         raise HandoverError("the handover is not hexadecimal") from None
     mac = hmac.new(key, f"{PURPOSE} mac {nonces}".encode() + sealed, hashlib.sha256).hexdigest()
-    if not wire.proof_matches(mac, box.get("mac")):
+    if not protocol.proof_matches(mac, box.get("mac")):
         raise HandoverError("the handover's seal does not match the key")
     plain = bytes(a ^ b for a, b in zip(sealed, _keystream(key, nonces, len(sealed)), strict=True))
     message = json.loads(plain)
@@ -68,14 +68,14 @@ def unseal(key: bytes, nonces: str, box: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-async def _read(reader: asyncio.StreamReader, decoder: wire.FrameDecoder) -> dict[str, Any]:
+async def _read(reader: asyncio.StreamReader, decoder: protocol.FrameDecoder) -> dict[str, Any]:
     while True:
         data = await reader.read(65536)
         if not data:
             raise HandoverError("the launcher task hung up")
         for kind, payload in decoder.feed(data):
-            if kind == wire.JSON:
-                return wire.parse_json(payload)
+            if kind == protocol.JSON:
+                return protocol.parse_json(payload)
 
 
 async def serve_one(
@@ -93,25 +93,27 @@ async def serve_one(
     async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             nonce = os.urandom(16).hex()
-            writer.write(wire.encode_json({"type": wire.HELLO, "nonce": nonce}))
-            decoder = wire.FrameDecoder(wire.MAX_HANDSHAKE_FRAME)
+            writer.write(protocol.encode_json({"type": protocol.HELLO, "nonce": nonce}))
+            decoder = protocol.FrameDecoder(protocol.MAX_HANDSHAKE_FRAME)
             hello = await asyncio.wait_for(_read(reader, decoder), TIMEOUT)
             theirs = str(hello.get("nonce", ""))
-            expected = wire.proof(key, PURPOSE, "launcher", nonce, theirs, task_id)
-            if served or not wire.proof_matches(expected, hello.get("proof")):
+            expected = protocol.proof(key, PURPOSE, "launcher", nonce, theirs, task_id)
+            if served or not protocol.proof_matches(expected, hello.get("proof")):
                 return
             served.append(True)
             nonces = f"{nonce} {theirs}"
-            ours = wire.proof(key, PURPOSE, "submitter", theirs, nonce, task_id)
+            ours = protocol.proof(key, PURPOSE, "submitter", theirs, nonce, task_id)
             writer.write(
-                wire.encode_json({"type": "handover", "proof": ours, **seal(key, nonces, handover)})
+                protocol.encode_json(
+                    {"type": "handover", "proof": ours, **seal(key, nonces, handover)}
+                )
             )
             await writer.drain()
-            ack = await asyncio.wait_for(_read(reader, wire.FrameDecoder()), TIMEOUT)
+            ack = await asyncio.wait_for(_read(reader, protocol.FrameDecoder()), TIMEOUT)
             if ack.get("type") == "taken":
                 peer = writer.get_extra_info("peername")
                 done.set_result(str(peer[0]) if peer else "")
-        except (OSError, asyncio.TimeoutError, HandoverError, wire.FrameError):
+        except (OSError, asyncio.TimeoutError, HandoverError, protocol.FrameError):
             return
         finally:
             writer.close()
@@ -126,26 +128,26 @@ def receive(address: str, key: bytes, task_id: str) -> dict[str, Any]:
     submitter's proof, and return the handover, unsealed."""
     host, _, port = address.rpartition(":")
     with socket.create_connection((host.strip("[]"), int(port)), timeout=TIMEOUT) as sock:
-        decoder = wire.FrameDecoder()
+        decoder = protocol.FrameDecoder()
         hello = _read_blocking(sock, decoder)
         theirs = str(hello.get("nonce", ""))
         nonce = os.urandom(16).hex()
-        proof = wire.proof(key, PURPOSE, "launcher", theirs, nonce, task_id)
-        sock.sendall(wire.encode_json({"type": "proof", "nonce": nonce, "proof": proof}))
+        proof = protocol.proof(key, PURPOSE, "launcher", theirs, nonce, task_id)
+        sock.sendall(protocol.encode_json({"type": "proof", "nonce": nonce, "proof": proof}))
         box = _read_blocking(sock, decoder)
-        expected = wire.proof(key, PURPOSE, "submitter", nonce, theirs, task_id)
-        if not wire.proof_matches(expected, box.get("proof")):
+        expected = protocol.proof(key, PURPOSE, "submitter", nonce, theirs, task_id)
+        if not protocol.proof_matches(expected, box.get("proof")):
             raise HandoverError(f"{address} did not prove the job's key")
         handover = unseal(key, f"{theirs} {nonce}", box)
-        sock.sendall(wire.encode_json({"type": "taken"}))
+        sock.sendall(protocol.encode_json({"type": "taken"}))
         return handover
 
 
-def _read_blocking(sock: socket.socket, decoder: wire.FrameDecoder) -> dict[str, Any]:
+def _read_blocking(sock: socket.socket, decoder: protocol.FrameDecoder) -> dict[str, Any]:
     while True:
         data = sock.recv(65536)
         if not data:
             raise HandoverError("the submitting tfrun hung up")
         for kind, payload in decoder.feed(data):
-            if kind == wire.JSON:
-                return wire.parse_json(payload)
+            if kind == protocol.JSON:
+                return protocol.parse_json(payload)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from tfmesos import wire
 from tfmesos.backends.base import Launch
 from tfmesos.backends.mesos_options import MesosOptions
 from tfmesos.common.exported import IMAGE
 from tfmesos.mesos.scheduler import DEFAULT_HEARTBEAT_SECONDS, MISSED_HEARTBEATS
+from tfmesos.rendezvous import protocol
 from tfmesos.spec import ClusterSpec
 
 __all__ = [
@@ -106,12 +106,12 @@ def task_info(
     """The ``TaskInfo`` (Mesos JSON) that runs ``launch``'s agent on ``offer``,
     in ``options``' container (image, volumes) if any."""
     env = dict(launch.env)
-    env[wire.ENV_HOST] = offer["hostname"]
-    env[wire.ENV_PORT] = str(port)
-    env[wire.ENV_PORT_COUNT] = str(launch.task.ports)
+    env[protocol.ENV_HOST] = offer["hostname"]
+    env[protocol.ENV_PORT] = str(port)
+    env[protocol.ENV_PORT_COUNT] = str(launch.task.ports)
     if options.image:
         # The image's own variables (its PATH) win over tfrun's carried ones.
-        env[wire.ENV_BASE] = IMAGE
+        env[protocol.ENV_BASE] = IMAGE
     python = "python3" if options.image else sys.executable
     info: dict[str, Any] = {
         "name": f"{utf8_text(spec.name[:60])} {launch.task.target}",

@@ -1,4 +1,4 @@
-"""The task's end of the rendezvous (:mod:`tfmesos.rendezvous` is the
+"""The task's end of the rendezvous (:mod:`tfmesos.rendezvous.server` is the
 launcher's): its settings, dialling the launcher, the handshake, waiting for
 the cluster definition, and the connection afterwards.
 
@@ -16,7 +16,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from tfmesos import wire
+from tfmesos.rendezvous import protocol
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 READ_SIZE = 1 << 16
-SEND_BUFFER = 1 << 18
 SEND_CHUNK = 1 << 16
 """The most one send hands the socket of what a queued channel holds."""
 KEEPALIVE_IDLE = 10
@@ -50,13 +49,9 @@ class AgentError(Exception):
 
 
 class Unresolvable(AgentError):
-    """The launcher's host name does not resolve on this host: no retry helps."""
+    """The launcher's host name does not resolve on this host: no retry helps
+    (the agent exits with :data:`tfmesos.rendezvous.protocol.UNRESOLVED_STATUS`)."""
 
-
-UNRESOLVED_STATUS = 68
-"""The agent's exit status when the launcher's host name does not resolve on
-its host (``EX_NOHOST`` of sysexits.h). A backend that hears only the status
-(Mesos) has tfrun name the task's host and the name it could not resolve."""
 
 _NO_SUCH_NAME = frozenset(
     getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, name)
@@ -97,7 +92,7 @@ class AgentConfig:
         port: int,
         parent_pid: int | None,
         tls_cert: str | None = None,
-        silence_limit: float = wire.SILENCE_LIMIT,
+        silence_limit: float = protocol.SILENCE_LIMIT,
         port_count: int = 1,
     ) -> None:
         self.launcher = launcher
@@ -119,34 +114,34 @@ class AgentConfig:
         """Read the agent's settings, removing the secret so the user's command
         never inherits it."""
         try:
-            launcher = environ[wire.ENV_LAUNCHER]
-            task_id = environ[wire.ENV_TASK_ID]
+            launcher = environ[protocol.ENV_LAUNCHER]
+            task_id = environ[protocol.ENV_TASK_ID]
             secret = _read_secret(environ)
-            port = int(environ[wire.ENV_PORT])
-            port_count = int(environ.get(wire.ENV_PORT_COUNT) or 1)
+            port = int(environ[protocol.ENV_PORT])
+            port_count = int(environ.get(protocol.ENV_PORT_COUNT) or 1)
         except KeyError as exc:
             raise AgentError(f"{exc.args[0]} is not set: start the agent through tfmesos") from None
         except ValueError:
             raise AgentError(
-                f"{wire.ENV_PORT} and {wire.ENV_PORT_COUNT} must be whole numbers"
+                f"{protocol.ENV_PORT} and {protocol.ENV_PORT_COUNT} must be whole numbers"
             ) from None
         host, _, launcher_port = launcher.rpartition(":")
         if not host or not launcher_port.isdigit():
-            raise AgentError(f"{wire.ENV_LAUNCHER} must be host:port, not {launcher!r}")
+            raise AgentError(f"{protocol.ENV_LAUNCHER} must be host:port, not {launcher!r}")
         try:
             secret_bytes = bytes.fromhex(secret)
         except ValueError:
-            raise AgentError(f"{wire.ENV_SECRET} must be hexadecimal") from None
-        parent = environ.get(wire.ENV_PARENT_PID)
+            raise AgentError(f"{protocol.ENV_SECRET} must be hexadecimal") from None
+        parent = environ.get(protocol.ENV_PARENT_PID)
         return cls(
             launcher=(host.strip("[]"), int(launcher_port)),
             task_id=task_id,
             secret=secret_bytes,
-            host=environ.get(wire.ENV_HOST) or _own_host(),
+            host=environ.get(protocol.ENV_HOST) or _own_host(),
             port=port,
             parent_pid=int(parent) if parent and parent.isdigit() else None,
-            tls_cert=environ.get(wire.ENV_TLS_CERT) or None,
-            silence_limit=wire.silence_limit(environ),
+            tls_cert=environ.get(protocol.ENV_TLS_CERT) or None,
+            silence_limit=protocol.silence_limit(environ),
             port_count=max(port_count, 1),
         )
 
@@ -205,13 +200,13 @@ def _read_secret(environ: dict[str, str]) -> str:
     """The job's secret, from the descriptor ``ENV_SECRET_FD`` names (read to
     its end and closed) or else from ``ENV_SECRET``; removed from ``environ``
     either way, so that the user's command never inherits it."""
-    secret = environ.pop(wire.ENV_SECRET, None)
-    fd_text = environ.pop(wire.ENV_SECRET_FD, None)
+    secret = environ.pop(protocol.ENV_SECRET, None)
+    fd_text = environ.pop(protocol.ENV_SECRET_FD, None)
     if fd_text is not None:
         try:
             fd = int(fd_text)
         except ValueError:
-            raise AgentError(f"{wire.ENV_SECRET_FD} must be a descriptor number") from None
+            raise AgentError(f"{protocol.ENV_SECRET_FD} must be a descriptor number") from None
         chunks = []
         try:
             while True:
@@ -226,7 +221,7 @@ def _read_secret(environ: dict[str, str]) -> str:
                 os.close(fd)
         secret = b"".join(chunks).decode("ascii", "replace").strip()
     if secret is None:
-        raise KeyError(wire.ENV_SECRET)
+        raise KeyError(protocol.ENV_SECRET)
     return secret
 
 
@@ -240,7 +235,7 @@ class Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.decoder = wire.FrameDecoder(wire.MAX_FRAME)
+        self.decoder = protocol.FrameDecoder(protocol.MAX_FRAME)
         self.closed = False
         self.queued = False
         self.unsent = bytearray()
@@ -278,7 +273,7 @@ class Channel:
             del self.unsent[:sent]
 
     def send_json(self, message: dict[str, Any]) -> None:
-        self.send(wire.encode_json(message))
+        self.send(protocol.encode_json(message))
 
     def receive_available(self) -> list[dict[str, Any]]:
         """Read what the socket has now; EOF closes the channel. Heartbeats are
@@ -298,7 +293,7 @@ class Channel:
         pending = getattr(self.sock, "pending", None)
         while pending is not None and pending() > 0:
             data += self.sock.recv(pending())
-        return [wire.parse_json(p) for k, p in self.decoder.feed(data) if k == wire.JSON]
+        return [protocol.parse_json(p) for k, p in self.decoder.feed(data) if k == protocol.JSON]
 
 
 class RendezvousClient:
@@ -342,7 +337,7 @@ class RendezvousClient:
         was dropped; a refusal now means the launcher is gone (it listens
         from before the first task starts to the end of the job)."""
         host, port = self.config.launcher
-        deadline = time.monotonic() + wire.CONNECT_TIMEOUT
+        deadline = time.monotonic() + protocol.CONNECT_TIMEOUT
         while True:
             signum = self.interrupted()
             if signum is not None:
@@ -350,7 +345,7 @@ class RendezvousClient:
             try:
                 # typeshed says str; getaddrinfo, which it hands the host to, takes bytes.
                 address = (_dialled(host), port)
-                sock = socket.create_connection(address, timeout=wire.HELLO_TIMEOUT)  # type: ignore[arg-type]
+                sock = socket.create_connection(address, timeout=protocol.HELLO_TIMEOUT)  # type: ignore[arg-type]
             except socket.gaierror as exc:
                 # Unknown: at once; a failing resolver: once dialling is over.
                 if exc.errno in _NO_SUCH_NAME or time.monotonic() > deadline:
@@ -370,12 +365,12 @@ class RendezvousClient:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # Caps what a task can have in flight when the launcher reads slowly
             # (Linux would otherwise grow the buffer to several MiB).
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, protocol.SOCKET_BUFFER)
             if self.config.tls_cert is not None:
                 sock = self._wrap_tls(sock)
             channel = Channel(sock)
             try:
-                hello = self._next_message(channel, wire.HELLO)
+                hello = self._next_message(channel, protocol.HELLO)
             except NoHello:
                 sock.close()
                 if time.monotonic() > deadline:
@@ -385,25 +380,25 @@ class RendezvousClient:
                     ) from None
                 continue
             break
-        sock.settimeout(wire.HANDSHAKE_TIMEOUT)
-        if hello.get("version") != wire.PROTOCOL_VERSION:
+        sock.settimeout(protocol.HANDSHAKE_TIMEOUT)
+        if hello.get("version") != protocol.PROTOCOL_VERSION:
             raise AgentError(
                 f"the launcher speaks protocol version {hello.get('version')!r}, this agent "
-                f"{wire.PROTOCOL_VERSION}: the task's tfmesos must be the same as tfrun's"
+                f"{protocol.PROTOCOL_VERSION}: the task's tfmesos must be the same as tfrun's"
             )
         nonce = str(hello.get("nonce", ""))
         client_nonce = os.urandom(16).hex()
         channel.send_json(
             {
-                "type": wire.REGISTER,
-                "version": wire.PROTOCOL_VERSION,
+                "type": protocol.REGISTER,
+                "version": protocol.PROTOCOL_VERSION,
                 "task_id": self.config.task_id,
                 "addr": self.config.address,
                 "pid": os.getpid(),
                 "nonce": client_nonce,
-                "proof": wire.proof(
+                "proof": protocol.proof(
                     self.config.secret,
-                    wire.REGISTER,
+                    protocol.REGISTER,
                     nonce,
                     self.config.task_id,
                     client_nonce,
@@ -448,12 +443,12 @@ class RendezvousClient:
         while True:
             messages = channel.receive_available()
             if channel.closed:
-                if expected == wire.HELLO:
+                if expected == protocol.HELLO:
                     raise NoHello("the launcher closed the connection before its hello")
                 raise AgentError("the launcher closed the connection during the handshake")
             if messages:
                 message = messages[0]
-                if message["type"] == wire.REJECT:
+                if message["type"] == protocol.REJECT:
                     raise AgentError(f"the launcher refused this task: {message.get('reason')}")
                 if message["type"] != expected:
                     raise AgentError(
@@ -480,11 +475,14 @@ class RendezvousClient:
                 messages = self.channel.receive_available()
                 heard = heard or bool(messages)
                 for position, message in enumerate(messages):
-                    if message["type"] == wire.CLUSTER:
-                        expected = wire.proof(
-                            self.config.secret, wire.CLUSTER, *self._nonces, wire.digest(message)
+                    if message["type"] == protocol.CLUSTER:
+                        expected = protocol.proof(
+                            self.config.secret,
+                            protocol.CLUSTER,
+                            *self._nonces,
+                            protocol.digest(message),
                         )
-                        if not wire.proof_matches(expected, message.get("proof")):
+                        if not protocol.proof_matches(expected, message.get("proof")):
                             raise AgentError(
                                 "the cluster message failed its proof: not from this job's "
                                 "launcher, or changed on the way"
@@ -492,7 +490,7 @@ class RendezvousClient:
                         # A stop right behind it must not be lost.
                         self.backlog = messages[position + 1 :]
                         return message
-                    if message["type"] in (wire.STOP, wire.REJECT):
+                    if message["type"] in (protocol.STOP, protocol.REJECT):
                         raise AgentError(
                             f"the launcher stopped this task: {message.get('reason', '')}"
                         )
@@ -519,11 +517,11 @@ class RendezvousClient:
 
     def send_json(self, message: dict[str, Any]) -> None:
         """Send if the connection is up; a failed send marks it closed."""
-        self._send(wire.encode_json(message))
+        self._send(protocol.encode_json(message))
 
     def send_output(self, data: bytes) -> None:
         self.output_bytes += len(data)
-        self._send(wire.encode_frame(wire.OUTPUT, data))
+        self._send(protocol.encode_frame(protocol.OUTPUT, data))
 
     def _send(self, frame: bytes) -> None:
         if self.channel is not None and not self.channel.closed:
@@ -571,15 +569,15 @@ class RendezvousClient:
             channel is not None
             and channel.queued
             and not channel.closed
-            and time.monotonic() - channel.last_sent >= wire.BEAT_INTERVAL
+            and time.monotonic() - channel.last_sent >= protocol.BEAT_INTERVAL
         ):
-            self._send(wire.BEAT_FRAME)
+            self._send(protocol.BEAT_FRAME)
 
     def beat_due(self) -> float:
         """Seconds until :meth:`beat` has something to do."""
         if self.channel is None:
-            return wire.BEAT_INTERVAL
-        return max(0.0, self.channel.last_sent + wire.BEAT_INTERVAL - time.monotonic())
+            return protocol.BEAT_INTERVAL
+        return max(0.0, self.channel.last_sent + protocol.BEAT_INTERVAL - time.monotonic())
 
     def lost_because(self) -> str:
         """Why the connection failed, in words: the kernel's, as it is the

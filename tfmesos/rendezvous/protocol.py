@@ -37,6 +37,7 @@ __all__ = [
     "CLUSTER",
     "CONNECT_TIMEOUT",
     "ENV_BASE",
+    "ENV_COMMAND",
     "ENV_HOST",
     "ENV_LAUNCHER",
     "ENV_LOG_FILE",
@@ -67,10 +68,12 @@ __all__ = [
     "REGISTER",
     "REJECT",
     "SILENCE_LIMIT",
+    "SOCKET_BUFFER",
     "STEP_ENDED",
     "STOP",
     "STOP_GRACE",
     "UNHEARD_AFTER",
+    "UNRESOLVED_STATUS",
     "UNSENT_MAX",
     "FrameDecoder",
     "FrameError",
@@ -168,6 +171,12 @@ another host), ``image`` (Mesos with ``--image``: the image's); unset: the
 task's host's (a Mesos agent's). What tfrun's environment carries to the task
 comes in its cluster message (``exported``)."""
 
+ENV_COMMAND = "TFMESOS_NPROC_COMMAND"
+"""The command line each of a task's processes runs (placeholders filled),
+in the environment of the agent's runner of several (``--nproc-per-task``,
+:mod:`tfmesos.agent.nproc`): the launcher counts it in what one command may
+take (:func:`tfmesos.launcher.message.check_environment`)."""
+
 ENV_SILENCE_LIMIT = "TFMESOS_SILENCE_LIMIT"
 """Seconds, ``SILENCE_LIMIT`` where unset: set in tfrun's environment, it is
 the launcher's and, handed on by it, every agent's (tests shorten it)."""
@@ -196,7 +205,14 @@ AGENT_ONLY = (
 """The agent's own settings, which are no business of the task's command; the
 task id stays, so that a process can always be traced back to its task."""
 
-# -- Timings the two ends rely on. ------------------------------------------------
+# -- What the agent's exit status says before it has registered. -----------------
+
+UNRESOLVED_STATUS = 68
+"""The agent's exit status when the launcher's host name does not resolve on
+its host (``EX_NOHOST`` of sysexits.h). A backend that hears only the status
+(Mesos) has tfrun name the task's host and the name it could not resolve."""
+
+# -- Timings and sizes the two ends rely on. --------------------------------------
 
 CONNECT_TIMEOUT = 30.0
 """How long an agent keeps dialling a launcher that does not answer."""
@@ -226,6 +242,11 @@ kernel still answers) gets a warning. The same bound ends an agent's delivery
 of the rest of its output and its exit status once its command has ended,
 and it is how long the launcher waits, after a backend says a task ended, for what
 that task's agent has still to deliver. ``ENV_SILENCE_LIMIT`` changes it."""
+SOCKET_BUFFER = 1 << 18
+"""Each end's buffer of a rendezvous connection's socket (the agent's for
+sending, the launcher's for receiving), set rather than left to Linux, which
+grows it to several MiB: with ``UNSENT_MAX`` and a task's pipe, it bounds what
+a task has in flight when the launcher reads slowly."""
 UNSENT_MAX = 4 << 20
 """The most a task's agent holds of its output that the launcher has not
 taken (it cannot hear, or reads slowly); past it the agent stops reading the

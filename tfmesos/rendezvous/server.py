@@ -7,7 +7,8 @@ its exit status; its closing tells each side that the other is gone.
 
 Nothing a peer sends can crash or bloat the launcher: frames are capped (small
 before authentication), the handshake has a deadline, and any protocol error
-closes only that one connection.
+closes only that one connection. What it tells the launcher is
+:mod:`tfmesos.rendezvous.reports`.
 """
 
 from __future__ import annotations
@@ -23,26 +24,26 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tfmesos import wire
 from tfmesos.common.aio import reap
+from tfmesos.rendezvous import protocol
+from tfmesos.rendezvous.reports import (
+    Connection,
+    Disconnected,
+    Exited,
+    Heard,
+    Message,
+    Output,
+    Ready,
+    Registered,
+    RendezvousEvent,
+    Unheard,
+)
 
 if TYPE_CHECKING:
     # Only for --tls-cert.
     import ssl
 
-__all__ = [
-    "Connection",
-    "Disconnected",
-    "Exited",
-    "Heard",
-    "Message",
-    "Output",
-    "Ready",
-    "Registered",
-    "RendezvousEvent",
-    "RendezvousServer",
-    "Unheard",
-]
+__all__ = ["RendezvousServer"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,6 @@ FIRST_BYTE_TIMEOUT = 5.0
 """A task answers the hello at once: a connection that has sent nothing this
 long after it is dropped, long before the whole handshake's deadline."""
 READ_SIZE = 1 << 16
-RECEIVE_BUFFER = 1 << 18
 MAX_UNPROVEN = 4096
 """Connections allowed in their handshake at once, at most a quarter of the
 launcher's descriptor limit (see ``unproven_cap``): room for every task of a
@@ -73,131 +73,6 @@ REFUSAL_LOG_INTERVAL = 5.0
 """Refusals of one kind are said at most once in this many seconds: the first
 at once, the rest as one count. Anyone who reaches the port can cause them,
 and must not be able to flood the user's terminal."""
-
-
-class Connection:
-    """One registered task's connection."""
-
-    last_heard = 0.0
-    """When anything (output, a message, a heartbeat) last came from the
-    task (``time.monotonic()``); 0: never (a stand-in without a socket)."""
-
-    def __init__(
-        self, writer: asyncio.StreamWriter, secret: bytes, client_nonce: str, nonce: str
-    ) -> None:
-        self._writer = writer
-        self._secret = secret
-        self._nonces = (client_nonce, nonce)
-        self.closed = False
-        now = time.monotonic()
-        self.last_heard = now
-        self.last_sent = now
-        self.unheard = False
-        """Said to be unheard (:class:`Unheard`), and not heard since."""
-        self.waiting = False
-        """Its reader waits for the console (the output's flow), not for
-        the task: silence now says nothing of the task."""
-
-    def seal(self, message: dict[str, Any]) -> dict[str, Any]:
-        """The message with a proof of the secret that also covers its
-        content, so that nobody on the path can change what a task runs."""
-        proof = wire.proof(self._secret, wire.CLUSTER, *self._nonces, wire.digest(message))
-        return {**message, "proof": proof}
-
-    def send(self, message: dict[str, Any]) -> None:
-        if self.closed or self._writer.is_closing():
-            return
-        self.last_sent = time.monotonic()
-        self._writer.write(wire.encode_json(message))
-
-    def beat(self, now: float) -> None:
-        """A heartbeat, if nothing else has gone to the task for ``BEAT_INTERVAL``."""
-        if now - self.last_sent >= wire.BEAT_INTERVAL and not (
-            self.closed or self._writer.is_closing()
-        ):
-            self.last_sent = now
-            self._writer.write(wire.BEAT_FRAME)
-
-    def close(self) -> None:
-        self.closed = True
-        self._writer.close()
-
-
-@dataclass(frozen=True, slots=True)
-class Registered:
-    task_id: str
-    addr: str
-    connection: Connection
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    task_id: str
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Exited:
-    task_id: str
-    code: int
-    signal: int | None = None
-    """The signal that killed the task's command, if one did."""
-    agent_signal: int | None = None
-    """The signal the task's agent was sent, if it was."""
-    out_of_memory: bool = False
-    """The kernel's OOM killer killed the command (its memory cgroup's count rose)."""
-    local_rank: int | None = None
-    """Which of the task's processes failed first, where it ran several
-    (``tfrun --nproc-per-task``)."""
-    error: str | None = None
-    """The exception that ended it, as torch's ``@record`` wrote it
-    (``TORCHELASTIC_ERROR_FILE``): ``ValueError: ...``."""
-    output_bytes: int | None = None
-    """Bytes of output its agent sent in all: the launcher has them all
-    when it has received as many."""
-
-
-@dataclass(frozen=True, slots=True)
-class Ready:
-    """A task's TensorFlow server accepts connections."""
-
-    task_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Disconnected:
-    task_id: str
-    by_peer: bool = False
-    """The task closed its end, after all it sent: nothing was cut short."""
-
-
-@dataclass(frozen=True, slots=True)
-class Unheard:
-    """Nothing has come from a registered task for ``silent`` seconds
-    (``wire.UNHEARD_AFTER`` at least): not its output, nor its heartbeat."""
-
-    task_id: str
-    silent: float
-
-
-@dataclass(frozen=True, slots=True)
-class Heard:
-    """A task said :class:`Unheard` is heard again, after ``silent`` seconds."""
-
-    task_id: str
-    silent: float
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """Any other message a registered peer sent: what a backend's own helper
-    (Slurm's job script) tells its backend."""
-
-    task_id: str
-    message: dict[str, Any]
-
-
-RendezvousEvent = Registered | Output | Exited | Ready | Disconnected | Message | Unheard | Heard
 
 
 class RendezvousServer:
@@ -278,7 +153,7 @@ class RendezvousServer:
         self._listener = listener
         loop = asyncio.get_running_loop()
         loop.add_reader(listener.fileno(), self._accept, listener)
-        self._watch = loop.call_later(wire.BEAT_INTERVAL / 2, self._keep_in_touch)
+        self._watch = loop.call_later(protocol.BEAT_INTERVAL / 2, self._keep_in_touch)
         self.port = listener.getsockname()[1]
         return self.port
 
@@ -289,11 +164,15 @@ class RendezvousServer:
         for connection, task_id in list(self._registered.items()):
             connection.beat(now)
             silent = now - connection.last_heard
-            if not connection.unheard and not connection.waiting and silent >= wire.UNHEARD_AFTER:
+            if (
+                not connection.unheard
+                and not connection.waiting
+                and silent >= protocol.UNHEARD_AFTER
+            ):
                 connection.unheard = True
                 self._sink(Unheard(task_id, silent))
         self._watch = asyncio.get_running_loop().call_later(
-            wire.BEAT_INTERVAL / 2, self._keep_in_touch
+            protocol.BEAT_INTERVAL / 2, self._keep_in_touch
         )
 
     async def close(self, linger: float = 0.0) -> None:
@@ -353,9 +232,13 @@ class RendezvousServer:
                 # The hello at once, as the task waits for it; under TLS it
                 # follows the TLS handshake, which the task begins.
                 nonce = os.urandom(16).hex()
-                hello = {"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "nonce": nonce}
+                hello = {
+                    "type": protocol.HELLO,
+                    "version": protocol.PROTOCOL_VERSION,
+                    "nonce": nonce,
+                }
                 try:
-                    sock.send(wire.encode_json(hello))  # a few bytes: the buffer takes them
+                    sock.send(protocol.encode_json(hello))  # a few bytes: the buffer takes them
                 except OSError:
                     sock.close()
                     continue
@@ -411,21 +294,21 @@ class RendezvousServer:
         try:
             loop = asyncio.get_running_loop()
             reader = asyncio.StreamReader(limit=READ_SIZE)
-            protocol = asyncio.StreamReaderProtocol(reader)
+            stream = asyncio.StreamReaderProtocol(reader)
             left = self._handshake_timeout - (time.monotonic() - silent.since)
             transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol,
+                lambda: stream,
                 sock,
                 ssl=self._tls,
                 ssl_handshake_timeout=max(left, 0.001) if self._tls is not None else None,
             )
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            writer = asyncio.StreamWriter(transport, stream, reader, loop)
             await self._serve(reader, writer, silent, served)
             served.returned = True
         except asyncio.CancelledError:
             pass
         except (
-            wire.FrameError,
+            protocol.FrameError,
             asyncio.TimeoutError,
             ConnectionError,
             OSError,  # ssl.SSLError among them
@@ -456,11 +339,11 @@ class RendezvousServer:
         if nonce is None:
             nonce = os.urandom(16).hex()
             writer.write(
-                wire.encode_json(
-                    {"type": wire.HELLO, "version": wire.PROTOCOL_VERSION, "nonce": nonce}
+                protocol.encode_json(
+                    {"type": protocol.HELLO, "version": protocol.PROTOCOL_VERSION, "nonce": nonce}
                 )
             )
-        decoder = wire.FrameDecoder(wire.MAX_HANDSHAKE_FRAME)
+        decoder = protocol.FrameDecoder(protocol.MAX_HANDSHAKE_FRAME)
         left = self._handshake_timeout - (time.monotonic() - silent.since)
         register, early = await asyncio.wait_for(
             self._first_message(reader, decoder), max(left, 0.001)
@@ -471,21 +354,23 @@ class RendezvousServer:
         if not (
             isinstance(task_id, str) and isinstance(client_nonce, str) and isinstance(addr, str)
         ):
-            raise wire.FrameError("registration lacks task_id, nonce or addr")
-        if register.get("version") != wire.PROTOCOL_VERSION:
+            raise protocol.FrameError("registration lacks task_id, nonce or addr")
+        if register.get("version") != protocol.PROTOCOL_VERSION:
             self._refused(
                 "speaking another protocol version (the task's tfmesos differs from tfrun's)",
                 f"rendezvous: refused a client at {peer_name(writer)}: it speaks protocol "
-                f"version {register.get('version')!r}, this launcher {wire.PROTOCOL_VERSION} "
+                f"version {register.get('version')!r}, this launcher {protocol.PROTOCOL_VERSION} "
                 "(the task's tfmesos differs from tfrun's)",
                 peer_name(writer),
             )
-            reason = f"protocol version {wire.PROTOCOL_VERSION} expected: use tfrun's tfmesos"
-            writer.write(wire.encode_json({"type": wire.REJECT, "reason": reason}))
+            reason = f"protocol version {protocol.PROTOCOL_VERSION} expected: use tfrun's tfmesos"
+            writer.write(protocol.encode_json({"type": protocol.REJECT, "reason": reason}))
             await writer.drain()
             return
-        expected = wire.proof(self._secret, wire.REGISTER, nonce, task_id, client_nonce, addr)
-        if register.get("type") != wire.REGISTER or not wire.proof_matches(
+        expected = protocol.proof(
+            self._secret, protocol.REGISTER, nonce, task_id, client_nonce, addr
+        )
+        if register.get("type") != protocol.REGISTER or not protocol.proof_matches(
             expected, register.get("proof")
         ):
             self._refused(
@@ -493,7 +378,9 @@ class RendezvousServer:
                 f"rendezvous: refused a client at {peer_name(writer)}: bad proof of the job secret",
                 peer_name(writer),
             )
-            writer.write(wire.encode_json({"type": wire.REJECT, "reason": "authentication failed"}))
+            writer.write(
+                protocol.encode_json({"type": protocol.REJECT, "reason": "authentication failed"})
+            )
             await writer.drain()
             return
         if not self._admit(task_id):
@@ -505,14 +392,16 @@ class RendezvousServer:
                 logger.debug("%s (the job is stopping)", refusal)
             else:
                 self._refused("for a task not expected now", refusal, peer_name(writer))
-            writer.write(wire.encode_json({"type": wire.REJECT, "reason": "task not expected"}))
+            writer.write(
+                protocol.encode_json({"type": protocol.REJECT, "reason": "task not expected"})
+            )
             await writer.drain()
             return
-        decoder.max_frame = wire.MAX_FRAME
+        decoder.max_frame = protocol.MAX_FRAME
         sock = writer.get_extra_info("socket")
         if sock is not None:
             # With the agent's send buffer, bounds a task's output in flight.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, protocol.SOCKET_BUFFER)
         connection = Connection(writer, self._secret, client_nonce, nonce)
         handler = asyncio.current_task()
         if handler is not None:  # proven: no longer counted
@@ -610,29 +499,29 @@ class RendezvousServer:
             self._logged_at[kind] = time.monotonic()
 
     async def _first_message(
-        self, reader: asyncio.StreamReader, decoder: wire.FrameDecoder
+        self, reader: asyncio.StreamReader, decoder: protocol.FrameDecoder
     ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]]:
         """The registration, and any frames that came right behind it."""
-        data = await reader.read(wire.MAX_HANDSHAKE_FRAME)
+        data = await reader.read(protocol.MAX_HANDSHAKE_FRAME)
         while True:
             if not data:
                 raise ConnectionError("closed during the handshake")
             frames = decoder.feed(data)
             if frames:
                 kind, payload = frames[0]
-                if kind != wire.JSON:
-                    raise wire.FrameError("the first frame must be a registration")
-                return wire.parse_json(payload), frames[1:]
-            data = await reader.read(wire.MAX_HANDSHAKE_FRAME)
+                if kind != protocol.JSON:
+                    raise protocol.FrameError("the first frame must be a registration")
+                return protocol.parse_json(payload), frames[1:]
+            data = await reader.read(protocol.MAX_HANDSHAKE_FRAME)
 
     def _dispatch(self, task_id: str, kind: bytes, payload: bytes) -> None:
-        if kind == wire.OUTPUT:
+        if kind == protocol.OUTPUT:
             self._sink(Output(task_id, payload))
             return
-        if kind == wire.BEAT:
+        if kind == protocol.BEAT:
             return  # heard: that is all it says
-        message = wire.parse_json(payload)
-        if message["type"] == wire.EXIT and isinstance(message.get("code"), int):
+        message = protocol.parse_json(payload)
+        if message["type"] == protocol.EXIT and isinstance(message.get("code"), int):
             killed_by, agent_signal = message.get("signal"), message.get("agent_signal")
             self._sink(
                 Exited(
@@ -648,7 +537,7 @@ class RendezvousServer:
                     sent if isinstance(sent := message.get("output_bytes"), int) else None,
                 )
             )
-        elif message["type"] == wire.READY:
+        elif message["type"] == protocol.READY:
             self._sink(Ready(task_id))
         else:
             self._sink(Message(task_id, message))
