@@ -11,12 +11,18 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar, overload
 
 from tfmesos import wire
 from tfmesos.backends import BACKENDS, choose_backend, options_class
 from tfmesos.common import rundirs
-from tfmesos.common.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
+from tfmesos.common.flagtypes import (
+    FlagGroup,
+    count,
+    other_launchers_hint,
+    positive_number,
+    torchrun_hint,
+)
 from tfmesos.common.pathtext import shown_path
 from tfmesos.common.taskenv import placeholders_in
 from tfmesos.errors import (
@@ -134,18 +140,55 @@ examples:
 """
 
 
+_N = TypeVar("_N")
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, its errors said in one line (exit 2)."""
+    """argparse's parser, its errors said in one line (exit 2), through
+    argparse's public API only: its errors caught as :class:`argparse.ArgumentError`
+    (``exit_on_error=False``), never read back from its (translated) words,
+    and its flags known as they are added (:attr:`flags`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.flags: list[str] = []
+        """Every option string added, through :meth:`add_argument` or a
+        :meth:`flag_group`, in order: what a mistyped flag is matched to."""
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*name_or_flags, **kwargs)
+        self.flags.extend(action.option_strings)
+        return action
+
+    def flag_group(self, title: str) -> FlagGroup:
+        """An argument group under ``title`` in the help, whose flags are
+        known to this parser too."""
+        return _KnownFlags(self.add_argument_group(title), self.flags)
+
+    # typeshed's third form (namespace= alone) is left out: nothing calls it.
+    @overload  # type: ignore[override]
+    def parse_args(
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Sequence[str] | None, namespace: _N) -> _N: ...
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        """argparse's, but an unknown flag is said as :meth:`_unknown_flag`
+        says it, and a flag's value refused by its type names the flag:
+        ``-w/--nworker must be ...``."""
+        try:
+            parsed, extras = self.parse_known_args(args, namespace)
+        except argparse.ArgumentError as exc:
+            self.error(_refusal(exc))
+        if extras:
+            self.error(
+                self._unknown_flag(extras[0]) or f"unrecognized arguments: {' '.join(extras)}"
+            )
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage dump: the message is what matters.
-        unknown = message.removeprefix(_UNRECOGNIZED)
-        if unknown != message:
-            message = self._unknown_flag(unknown.split()[0]) or message
-        # "argument -w/--nworker: must be ..." -> "-w/--nworker must be ...".
-        flag, colon, complaint = message.removeprefix(_ARGUMENT).partition(": ")
-        if message.startswith(_ARGUMENT) and colon and complaint.startswith("must "):
-            message = f"{flag} {complaint}"
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _unknown_flag(self, word: str) -> str | None:
@@ -156,9 +199,7 @@ class Parser(argparse.ArgumentParser):
         hint = torchrun_hint(flag) or other_launchers_hint(flag)
         if hint is not None:
             return hint
-        known = [
-            o for o in self._option_string_actions if o.startswith("--") == flag.startswith("--")
-        ]
+        known = [o for o in self.flags if o.startswith("--") == flag.startswith("--")]
         text = f"unknown flag {flag}"
         import difflib  # here: only a mistyped flag needs it
 
@@ -171,8 +212,26 @@ class Parser(argparse.ArgumentParser):
         return f"{text}: if it is the command's, put it after -- (tfrun -w 2 -- python train.py {word})"
 
 
-_UNRECOGNIZED = "unrecognized arguments: "
-_ARGUMENT = "argument "
+def _refusal(exc: argparse.ArgumentError) -> str:
+    """What argparse refused: ``-w/--nworker must be ...`` where a flag's
+    type refused its value (common/flagtypes.py's words, which all start
+    "must"), else argparse's own message."""
+    if exc.argument_name and exc.message.startswith("must "):
+        return f"{exc.argument_name} {exc.message}"
+    return str(exc)
+
+
+class _KnownFlags:
+    """An argument group that tells its parser each flag added to it."""
+
+    def __init__(self, group: FlagGroup, flags: list[str]) -> None:
+        self._group = group
+        self._flags = flags
+
+    def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
+        action = self._group.add_argument(*name_or_flags, **kwargs)
+        self._flags.extend(action.option_strings)
+        return action
 
 
 class _VersionAction(argparse.Action):
@@ -194,7 +253,7 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(
         prog="tfrun",
         usage="%(prog)s -w N [-s N] [options] -- command [args...]",
@@ -204,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
         allow_abbrev=False,
     )
-    job = parser.add_argument_group("the job")
+    job = parser.flag_group("the job")
     job.add_argument(
         "-w",
         "--nworker",
@@ -376,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up if the cluster is not up after this long (default: wait)",
     )
 
-    where = parser.add_argument_group("where tasks run")
+    where = parser.flag_group("where tasks run")
     where.add_argument(
         "--backend",
         choices=list(BACKENDS),
@@ -395,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where each task's full output is kept (on Mesos as it reaches tfrun; default: a new directory under $XDG_STATE_HOME/tfmesos/runs)",
     )
 
-    security = parser.add_argument_group("security")
+    security = parser.flag_group("security")
     security.add_argument(
         "--tls-cert",
         metavar="PEM",
