@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TypeVar, overload
 
 from tfmesos import wire
-from tfmesos.backends import BACKENDS, choose_backend, options_class
+from tfmesos.backends import BACKENDS, BackendOptions, choose_backend, options_class
 from tfmesos.common import rundirs
 from tfmesos.common.flagtypes import (
     FlagGroup,
@@ -686,114 +686,160 @@ def read_extra_config(path: str) -> tuple[str | None, str | None, dict[str, str]
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     """Parse ``tfrun``'s arguments into the options and the job's spec.
 
-    Exits with status 2 and a one-line message on any bad input.
+    Exits with status 2 and a one-line message on any bad input: each step
+    below raises :class:`SpecError`, in the order the user is told.
     """
     parser = build_parser()
+    words, command = _split_at_dashes(argv)
+    args = parser.parse_args(words)
+    try:
+        command = _required(args, command)
+        _default_servers(args, command)
+        _check_name(args)
+        problem = bare_script(command, args.chdir)
+        if problem is not None:
+            raise SpecError(problem)
+        ntasks = _check_tasks(args)
+        options_type = _choose_backend(args, ntasks)
+        spec = _spec(args, _command(command))
+        _take_options(args, options_type, spec)
+    except SpecError as exc:
+        parser.error(str(exc))
+    return args, spec
+
+
+def _split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """tfrun's flags, and the command after the first ``--`` (none without)."""
     argv = list(argv)
-    command: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, command = argv[:split], argv[split + 1 :]
-    args = parser.parse_args(argv)
+    if "--" not in argv:
+        return argv, []
+    split = argv.index("--")
+    return argv[:split], argv[split + 1 :]
+
+
+def _required(args: argparse.Namespace, command: list[str]) -> list[str]:
+    """``-w`` and the command, which must be given: the command's words."""
     # Checked here rather than by argparse, which would name the missing -w
     # before an unknown flag (--nworkers) that is the real mistake.
     if args.nworker is None:
-        parser.error(
+        raise SpecError(
             "-w is required: the number of workers (tasks; --nproc-per-task N runs N "
             "processes in each, as torchrun's --nproc_per_node)"
         )
     command = command or [a for a in args.command if a != "--"]
     if not command:
-        parser.error("no command given: put it after --")
-    if args.nserver is None:
-        # A torchrun or JAX job has no ps; a TensorFlow job that names its
-        # ps tasks must say how many.
-        if "ps_hosts" in placeholders_in(_command(command)):
-            parser.error("the command uses {ps_hosts}: give the number of ps tasks with -s N")
-        args.nserver = 0
-    if args.name is not None and not args.name.isprintable():
+        raise SpecError("no command given: put it after --")
+    return command
+
+
+def _default_servers(args: argparse.Namespace, command: list[str]) -> None:
+    """``-s``, where not given: 0, unless the command names the ps tasks."""
+    if args.nserver is not None:
+        return
+    # A torchrun or JAX job has no ps; a TensorFlow job that names its ps
+    # tasks must say how many.
+    if "ps_hosts" in placeholders_in(_command(command)):
+        raise SpecError("the command uses {ps_hosts}: give the number of ps tasks with -s N")
+    args.nserver = 0
+
+
+def _check_name(args: argparse.Namespace) -> None:
+    """``-n``: one line of text; a number is most likely srun's ``-n``."""
+    if args.name is None:
+        return
+    if not args.name.isprintable():
         # Mesos refuses a framework name that is not UTF-8 only once it is
         # registering, and Slurm's job name would carry an escape raw.
-        parser.error(
+        raise SpecError(
             f"-n/--name {args.name!r} must be one line of printable text "
             "(no newline, escape or byte that is not UTF-8)"
         )
-    if args.name is not None and args.name.strip().isdigit():
+    if args.name.strip().isdigit():
         # srun's -n is the number of tasks: most likely meant as such.
         print(
             f"tfrun: warning: -n {args.name} names the job {args.name!r}; "
             "the number of workers is -w (srun's -n)",
             file=sys.stderr,
         )
-    problem = bare_script(command, args.chdir)
-    if problem is not None:
-        parser.error(problem)
+
+
+def _check_tasks(args: argparse.Namespace) -> int:
+    """The job's tasks, counted before anything is built per task
+    (``-w 10**20`` must cost nothing): their number."""
     if args.nworker < 1 and not args.chief:
-        parser.error("-w must be at least 1: replica mode needs at least one worker (the chief)")
+        raise SpecError("-w must be at least 1: replica mode needs at least one worker (the chief)")
     for what in ("cpus", "gpus", "mem"):
         if getattr(args, f"chief_{what}") is not None and not args.chief:
-            parser.error(f"--chief-{what} is for the chief: give --chief too")
-    # Before anything is built per task: -w 10**20 must cost nothing.
-    ntasks = args.nworker + args.nserver + args.chief + args.evaluator
+            raise SpecError(f"--chief-{what} is for the chief: give --chief too")
+    ntasks: int = args.nworker + args.nserver + args.chief + args.evaluator
     if ntasks > MAX_TASKS:
-        parser.error(
+        raise SpecError(
             f"a job can have at most {MAX_TASKS} tasks in all, not {ntasks} "
             f"(-w {args.nworker} -s {args.nserver}"
             + " --chief" * args.chief
             + " --evaluator" * args.evaluator
             + ")"
         )
+    return ntasks
+
+
+def _choose_backend(args: argparse.Namespace, ntasks: int) -> type[BackendOptions]:
+    """The backend the flags choose (``args.backend``), once it is known to
+    take the job: its options class."""
     # The registry says which flags are whose: each backend's options class
     # (tfmesos.backends.OPTIONS) names its own, and those that choose it.
     for name in BACKENDS:
         options_class(name).gather_arguments(args)
-    try:
-        args.backend = choose_backend(args.backend, vars(args), as_flags=True)
-    except SpecError as exc:
-        parser.error(str(exc))
+    args.backend = choose_backend(args.backend, vars(args), as_flags=True)
     if args.detach and args.backend not in DETACHABLE:
-        parser.error(
+        raise SpecError(
             f"--detach is not yet supported on the {args.backend} backend: it runs on the local "
             "and Slurm backends (tfrun --detach -w N -- command); run this job attached"
         )
     options_type = options_class(args.backend)
     problem = options_type.task_limit(ntasks, args.nproc_per_task)
     if problem is not None:
-        parser.error(problem)
-    try:
-        cmd = _command(command)
-        initializer, finalizer, env = (
-            read_extra_config(args.extra_config) if args.extra_config else (None, None, {})
-        )
-        jobs = _jobs(args, cmd)
-        spec = ClusterSpec(
-            jobs=jobs,
-            name=args.name or f"[tfrun] {cmd}"[:200],
-            replica=True,
-            cwd=_chdir(args.chdir, args.backend),
-            env=env,
-            initializer=initializer,
-            finalizer=finalizer,
-            forward_logs=_worker_logs(
-                args.worker_logs, args.nworker, args.chief, args.evaluator, args.nserver
-            ),
-            start_timeout=args.timeout,
-            tls_cert=_readable(args.tls_cert, "--tls-cert"),
-            tls_key=_readable(args.tls_key, "--tls-key"),
-            max_restarts=args.max_restarts,
-            nproc=args.nproc_per_task,
-            export=args.export,
-            cluster_file=args.cluster_file,
-        )
-        args.log_dir = _log_dir(args.log_dir)
-        # Each backend takes what is its own of the flags (BackendOptions.from_given).
-        args.options = options_type.from_given(vars(args))
-        args.options.check_spec(spec)
-        rundirs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start
-        rundirs.task_log_max()
-    except SpecError as exc:
-        parser.error(str(exc))
-    return args, spec
+        raise SpecError(problem)
+    return options_type
+
+
+def _spec(args: argparse.Namespace, cmd: str) -> ClusterSpec:
+    """The job's spec, from the flags checked so far and ``-e``'s file."""
+    initializer, finalizer, env = (
+        read_extra_config(args.extra_config) if args.extra_config else (None, None, {})
+    )
+    return ClusterSpec(
+        jobs=_jobs(args, cmd),
+        name=args.name or f"[tfrun] {cmd}"[:200],
+        replica=True,
+        cwd=_chdir(args.chdir, args.backend),
+        env=env,
+        initializer=initializer,
+        finalizer=finalizer,
+        forward_logs=_worker_logs(
+            args.worker_logs, args.nworker, args.chief, args.evaluator, args.nserver
+        ),
+        start_timeout=args.timeout,
+        tls_cert=_readable(args.tls_cert, "--tls-cert"),
+        tls_key=_readable(args.tls_key, "--tls-key"),
+        max_restarts=args.max_restarts,
+        nproc=args.nproc_per_task,
+        export=args.export,
+        cluster_file=args.cluster_file,
+    )
+
+
+def _take_options(
+    args: argparse.Namespace, options_type: type[BackendOptions], spec: ClusterSpec
+) -> None:
+    """The backend's options (``args.options``), checked against the job,
+    and the settings of this machine every job needs, checked before start."""
+    args.log_dir = _log_dir(args.log_dir)
+    # Each backend takes what is its own of the flags (BackendOptions.from_given).
+    args.options = options_type.from_given(vars(args))
+    args.options.check_spec(spec)
+    rundirs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX
+    rundirs.task_log_max()
 
 
 def bare_script(command: list[str], chdir: str | None) -> str | None:
