@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from tfmesos.backends import (
 from tfmesos.backends.local.backend import LocalBackend, LocalOptions
 from tfmesos.backends.mesos import MesosBackend, MesosOptions
 from tfmesos.backends.slurm_options import SlurmOptions
+from tfmesos.cli.parser import Parser
 from tfmesos.common import advertise, rundirs
 from tfmesos.errors import SpecError
 from tfmesos.launcher.run import launcher_factory
@@ -183,7 +183,7 @@ def test_each_backend_declares_its_own_flags_for_tfrun() -> None:
     what another backend refuses) is one its ``add_arguments`` declares."""
     for name in BACKENDS:
         options = options_class(name)
-        parser = argparse.ArgumentParser()
-        options.add_arguments(parser.add_argument_group(name))
-        declared = set(parser._option_string_actions) - {"-h", "--help"}
+        parser = Parser()
+        options.add_arguments(parser.flag_group(name))
+        declared = set(parser.flags) - {"-h", "--help"}
         assert set(options.flags.values()) <= declared, name

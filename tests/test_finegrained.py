@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT, JobProcesses
 from tfmesos import SpecError, cluster
-from tfmesos.tfcontext import _all_ours, forget_servers
+from tfmesos.finegrained.tfcontext import _all_ours, forget_servers
 
 
 def run_python(*args: str, procs: JobProcesses, tmp: Path) -> subprocess.CompletedProcess[str]:

@@ -1,13 +1,16 @@
 """The handover of a detached Mesos job (tfmesos.backends.mesos.handover):
 the submitter gives what the launcher task needs only to a peer that proves
-the job's one-time key, sealed so that only that key opens it; and the
-flags the launcher must not take from the submitter are dropped
+the job's one-time key, sealed (AES-GCM, under a key of the session's own
+X25519 exchange) so that only that session opens it; and the flags the
+launcher must not take from the submitter are dropped
 (tfmesos.backends.mesos.detached). Real sockets on 127.0.0.1, no process."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -70,8 +73,186 @@ def test_a_proof_or_seal_that_is_not_ascii_is_refused_not_a_traceback() -> None:
 
     assert not protocol.proof_matches("ab", "é")
     assert not protocol.proof_matches("ab", "\ud800")
+    for box in ({"iv": "é", "sealed": "é"}, {"iv": "", "sealed": ""}, {"mac": "é"}):
+        with pytest.raises(handover.HandoverError):
+            handover.unseal(os.urandom(32), "a b", box)
+
+
+def test_a_sealed_handover_changed_anywhere_is_refused() -> None:
+    key = os.urandom(32)
+    box = handover.seal(key, "a b", {"secret": "s3cret"})
+    for field in ("iv", "sealed"):
+        raw = bytearray.fromhex(box[field])
+        for at in (0, len(raw) - 1):
+            changed = bytearray(raw)
+            changed[at] ^= 1
+            with pytest.raises(handover.HandoverError, match="does not match"):
+                handover.unseal(key, "a b", {**box, field: changed.hex()})
     with pytest.raises(handover.HandoverError):
-        handover.unseal(os.urandom(32), "a b", {"sealed": "", "mac": "é"})
+        handover.unseal(key, "a b", {**box, "sealed": box["sealed"][:-2]})
+
+
+class _Handlers:
+    """A test server's connection handlers, each waited for before its
+    event loop ends (asyncio.start_server does not)."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, handler: Handler) -> Handler:
+        async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self.tasks.add(task)
+            try:
+                await handler(reader, writer)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+
+        return tracked
+
+    async def finished(self) -> None:
+        await asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), 10)
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _recorded(key: bytes, given: dict[str, object]) -> tuple[object, list[bytes]]:
+    """A handover from the submitter to a launcher through a relay that
+    keeps every byte each way: what the launcher got, and the bytes."""
+    server, port, done = await handover.serve_one(key, "job.launcher", given, "127.0.0.1")
+    captured: list[bytes] = []
+    handlers = _Handlers()
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            captured.append(data)
+            writer.write(data)
+        writer.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        with contextlib.suppress(OSError):
+            await upstream_writer.wait_closed()
+
+    relay_server = await asyncio.start_server(handlers(relay), "127.0.0.1", 0)
+    relay_port = relay_server.sockets[0].getsockname()[1]
+    try:
+        received = await asyncio.to_thread(
+            handover.receive, f"127.0.0.1:{relay_port}", key, "job.launcher"
+        )
+        await asyncio.wait_for(asyncio.shield(done), 10)
+        await handlers.finished()
+        return received, captured
+    finally:
+        for each in (relay_server, server):
+            each.close()
+            await each.wait_closed()
+
+
+def _frames(captured: list[bytes]) -> list[dict[str, object]]:
+    from tfmesos.rendezvous import protocol
+
+    decoder = protocol.FrameDecoder()
+    frames: list[dict[str, object]] = []
+    for data in captured:
+        frames += [
+            protocol.parse_json(p) for kind, p in decoder.feed(data) if kind == protocol.JSON
+        ]
+    return frames
+
+
+def test_the_wire_carries_nothing_of_the_secrets() -> None:
+    import base64
+
+    secret = f"s3cret-{os.urandom(8).hex()}"
+    key = os.urandom(32)
+    received, captured = asyncio.run(_recorded(key, {"secret": secret, "env": {"T": secret}}))
+    assert received == {"secret": secret, "env": {"T": secret}}
+    wire_bytes = b"".join(captured)
+    assert any(b'"handover"' in data for data in captured)  # the relay saw the handover
+    for form in (
+        secret.encode(),
+        secret.encode().hex().encode(),
+        base64.b64encode(secret.encode()),
+    ):
+        assert form not in wire_bytes
+
+
+def test_recorded_traffic_does_not_open_with_the_one_time_key() -> None:
+    """Forward secrecy: whoever recorded the handover and later reads the
+    key in the launcher task's TaskInfo cannot open it (the seal before,
+    under the key and the nonces on the wire, opened)."""
+    key = os.urandom(32)
+    _, captured = asyncio.run(_recorded(key, {"secret": "s3cret"}))
+    hello, proof, box = _frames(captured)[:3]
+    nonces = f"{hello['nonce']} {proof['nonce']}"
+    with pytest.raises(handover.HandoverError):
+        handover.unseal(key, nonces, box)
+
+
+async def _replay_to_a_launcher(frames: list[dict[str, object]]) -> object:
+    """A submitter that replays a recorded session's hello and handover to a
+    launcher that holds the key: what the launcher makes of it."""
+    from tfmesos.rendezvous import protocol
+
+    hello, _, box = frames[:3]
+    handlers = _Handlers()
+
+    async def replay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(protocol.encode_json(hello))
+        await handover._read(reader, protocol.FrameDecoder())
+        writer.write(protocol.encode_json(box))
+        await writer.drain()
+        await reader.read()
+
+    server = await asyncio.start_server(handlers(replay), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        said: object = await asyncio.to_thread(
+            handover.receive, f"127.0.0.1:{port}", KEY, "job.launcher"
+        )
+    except handover.HandoverError as exc:
+        said = exc
+    await handlers.finished()
+    server.close()
+    await server.wait_closed()
+    return said
+
+
+async def _replay_to_the_submitter(frames: list[dict[str, object]]) -> tuple[object, bool]:
+    """A launcher that replays a recorded session's proof to the submitter:
+    what it gets, and whether the submitter took it for its launcher."""
+    from tfmesos.rendezvous import protocol
+
+    server, port, done = await handover.serve_one(KEY, "job.launcher", {"s": "x"}, "127.0.0.1")
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await handover._read(reader, protocol.FrameDecoder())
+        writer.write(protocol.encode_json(frames[1]))
+        got: object = await reader.read()  # until the submitter hangs up
+        writer.close()
+        await writer.wait_closed()
+        return got, done.done()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+KEY = os.urandom(32)
+
+
+def test_a_replayed_handover_or_proof_is_refused() -> None:
+    _, captured = asyncio.run(_recorded(KEY, {"secret": "s3cret"}))
+    frames = _frames(captured)
+    said = asyncio.run(_replay_to_a_launcher(frames))
+    assert isinstance(said, handover.HandoverError), said
+    assert "did not prove" in str(said)
+    assert asyncio.run(_replay_to_the_submitter(frames)) == (b"", False)
 
 
 async def _two_provers() -> tuple[object, object]:
@@ -86,7 +267,7 @@ async def _two_provers() -> tuple[object, object]:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         decoder = protocol.FrameDecoder()
         hello = await handover._read(reader, decoder)
-        nonce = os.urandom(16).hex()
+        nonce = handover._Exchange().nonce
         proof = protocol.proof(
             key, handover.PURPOSE, "launcher", hello["nonce"], nonce, "job.launcher"
         )

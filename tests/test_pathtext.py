@@ -66,6 +66,15 @@ def test_where_the_local_and_slurm_backends_keep_the_logs_is_shown_quoted(
     assert SlurmBackend(job, log_dir=where).logs_location() == repr(str(where))
 
 
+@pytest.mark.unit
+def test_each_backend_says_where_its_own_logs_are_kept() -> None:
+    """The base class said Mesos's sandboxes, a word wrong for any backend
+    that forgot to say its own (issue #47): it has no default now."""
+    from tfmesos.backends.base import Backend
+
+    assert "logs_location" in Backend.__abstractmethods__
+
+
 def test_the_mesos_backends_files_are_shown_quoted(tmp_path: Any) -> None:
     from tfmesos.backends.mesos_options import read_secret
     from tfmesos.errors import SpecError

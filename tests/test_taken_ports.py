@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, JobProcesses
-from tfmesos.common.portholder import port_holder, port_taken
+from tfmesos.testing.portholder import port_holder, port_taken
 
 
 @pytest.fixture

@@ -260,6 +260,8 @@ class Backend(abc.ABC):
         """The tasks whose output could not all be kept; each got a warning."""
         return []
 
+    @abc.abstractmethod
     def logs_location(self) -> str:
-        """Where the full output of this backend's tasks is kept, for the user."""
-        return "each task's sandbox on its host (stdout and stderr, in the Mesos web UI)"
+        """Where the full output of this backend's tasks is kept, for the user:
+        each backend's own (no default: one backend's place would be wrong
+        for the others)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
-from tfmesos.common.flagtypes import positive_number
+from tfmesos.common.flagtypes import FlagGroup, positive_number
 from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import SpecError
 from tfmesos.spec import ClusterSpec, Volume, parse_volume
@@ -80,7 +80,7 @@ class MesosOptions(BackendOptions):
     choosing: ClassVar[frozenset[str]] = frozenset({"master"})
 
     @classmethod
-    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+    def add_arguments(cls, group: FlagGroup) -> None:
         group.add_argument(
             "-m",
             "--master",

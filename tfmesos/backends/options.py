@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from tfmesos.common import rundirs
 
 if TYPE_CHECKING:
+    from tfmesos.common.flagtypes import FlagGroup
     from tfmesos.spec import ClusterSpec
 
 __all__ = ["BackendOptions", "LocalOptions"]
@@ -42,7 +43,7 @@ class BackendOptions:
     """Those of :attr:`flags` that choose this backend when none is named."""
 
     @classmethod
-    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+    def add_arguments(cls, group: FlagGroup) -> None:
         """Add to tfrun's parser the flags this backend declares itself."""
 
     @classmethod

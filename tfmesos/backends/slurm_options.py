@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
+from tfmesos.common.flagtypes import FlagGroup
 from tfmesos.errors import SpecError
 
 __all__ = ["OPTIONS", "SlurmOptions", "add_arguments", "from_args", "validate"]
@@ -64,7 +65,7 @@ class SlurmOptions(BackendOptions):
     label: ClassVar[str] = "Slurm"
 
     @classmethod
-    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+    def add_arguments(cls, group: FlagGroup) -> None:
         add_arguments(group)
 
     @classmethod
@@ -97,7 +98,7 @@ class SlurmOptions(BackendOptions):
         return cls(log_dir=str(log_dir) if log_dir else None, **validate(own))
 
 
-def add_arguments(group: argparse._ArgumentGroup) -> None:
+def add_arguments(group: FlagGroup) -> None:
     for option in OPTIONS:
         group.add_argument(
             option.flag, dest=f"slurm_{option.name}", metavar=option.metavar, help=option.help

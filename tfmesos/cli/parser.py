@@ -11,11 +11,17 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar, overload
 
-from tfmesos.backends import BACKENDS, choose_backend, options_class
+from tfmesos.backends import BACKENDS, BackendOptions, choose_backend, options_class
 from tfmesos.common import rundirs
-from tfmesos.common.flagtypes import count, other_launchers_hint, positive_number, torchrun_hint
+from tfmesos.common.flagtypes import (
+    FlagGroup,
+    count,
+    other_launchers_hint,
+    positive_number,
+    torchrun_hint,
+)
 from tfmesos.common.pathtext import shown_path
 from tfmesos.common.taskenv import placeholders_in
 from tfmesos.errors import (
@@ -134,18 +140,55 @@ examples:
 """
 
 
+_N = TypeVar("_N")
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse's parser, its errors said in one line (exit 2)."""
+    """argparse's parser, its errors said in one line (exit 2), through
+    argparse's public API only: its errors caught as :class:`argparse.ArgumentError`
+    (``exit_on_error=False``), never read back from its (translated) words,
+    and its flags known as they are added (:attr:`flags`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.flags: list[str] = []
+        """Every option string added, through :meth:`add_argument` or a
+        :meth:`flag_group`, in order: what a mistyped flag is matched to."""
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*name_or_flags, **kwargs)
+        self.flags.extend(action.option_strings)
+        return action
+
+    def flag_group(self, title: str) -> FlagGroup:
+        """An argument group under ``title`` in the help, whose flags are
+        known to this parser too."""
+        return _KnownFlags(self.add_argument_group(title), self.flags)
+
+    # typeshed's third form (namespace= alone) is left out: nothing calls it.
+    @overload  # type: ignore[override]
+    def parse_args(
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace: ...
+    @overload
+    def parse_args(self, args: Sequence[str] | None, namespace: _N) -> _N: ...
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        """argparse's, but an unknown flag is said as :meth:`_unknown_flag`
+        says it, and a flag's value refused by its type names the flag:
+        ``-w/--nworker must be ...``."""
+        try:
+            parsed, extras = self.parse_known_args(args, namespace)
+        except argparse.ArgumentError as exc:
+            self.error(_refusal(exc))
+        if extras:
+            self.error(
+                self._unknown_flag(extras[0]) or f"unrecognized arguments: {' '.join(extras)}"
+            )
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         # One line, not argparse's usage dump: the message is what matters.
-        unknown = message.removeprefix(_UNRECOGNIZED)
-        if unknown != message:
-            message = self._unknown_flag(unknown.split()[0]) or message
-        # "argument -w/--nworker: must be ..." -> "-w/--nworker must be ...".
-        flag, colon, complaint = message.removeprefix(_ARGUMENT).partition(": ")
-        if message.startswith(_ARGUMENT) and colon and complaint.startswith("must "):
-            message = f"{flag} {complaint}"
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _unknown_flag(self, word: str) -> str | None:
@@ -156,9 +199,7 @@ class Parser(argparse.ArgumentParser):
         hint = torchrun_hint(flag) or other_launchers_hint(flag)
         if hint is not None:
             return hint
-        known = [
-            o for o in self._option_string_actions if o.startswith("--") == flag.startswith("--")
-        ]
+        known = [o for o in self.flags if o.startswith("--") == flag.startswith("--")]
         text = f"unknown flag {flag}"
         import difflib  # here: only a mistyped flag needs it
 
@@ -171,8 +212,26 @@ class Parser(argparse.ArgumentParser):
         return f"{text}: if it is the command's, put it after -- (tfrun -w 2 -- python train.py {word})"
 
 
-_UNRECOGNIZED = "unrecognized arguments: "
-_ARGUMENT = "argument "
+def _refusal(exc: argparse.ArgumentError) -> str:
+    """What argparse refused: ``-w/--nworker must be ...`` where a flag's
+    type refused its value (common/flagtypes.py's words, which all start
+    "must"), else argparse's own message."""
+    if exc.argument_name and exc.message.startswith("must "):
+        return f"{exc.argument_name} {exc.message}"
+    return str(exc)
+
+
+class _KnownFlags:
+    """An argument group that tells its parser each flag added to it."""
+
+    def __init__(self, group: FlagGroup, flags: list[str]) -> None:
+        self._group = group
+        self._flags = flags
+
+    def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
+        action = self._group.add_argument(*name_or_flags, **kwargs)
+        self._flags.extend(action.option_strings)
+        return action
 
 
 class _VersionAction(argparse.Action):
@@ -194,7 +253,7 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     parser = Parser(
         prog="tfrun",
         usage="%(prog)s -w N [-s N] [options] -- command [args...]",
@@ -204,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
         # --nwork 1 must not run as --nworker 1: a flag is spelt out or refused.
         allow_abbrev=False,
     )
-    job = parser.add_argument_group("the job")
+    job = parser.flag_group("the job")
     job.add_argument(
         "-w",
         "--nworker",
@@ -376,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up if the cluster is not up after this long (default: wait)",
     )
 
-    where = parser.add_argument_group("where tasks run")
+    where = parser.flag_group("where tasks run")
     where.add_argument(
         "--backend",
         choices=list(BACKENDS),
@@ -395,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where each task's full output is kept (on Mesos as it reaches tfrun; default: a new directory under $XDG_STATE_HOME/tfmesos/runs)",
     )
 
-    security = parser.add_argument_group("security")
+    security = parser.flag_group("security")
     security.add_argument(
         "--tls-cert",
         metavar="PEM",
@@ -627,114 +686,160 @@ def read_extra_config(path: str) -> tuple[str | None, str | None, dict[str, str]
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, ClusterSpec]:
     """Parse ``tfrun``'s arguments into the options and the job's spec.
 
-    Exits with status 2 and a one-line message on any bad input.
+    Exits with status 2 and a one-line message on any bad input: each step
+    below raises :class:`SpecError`, in the order the user is told.
     """
     parser = build_parser()
+    words, command = _split_at_dashes(argv)
+    args = parser.parse_args(words)
+    try:
+        command = _required(args, command)
+        _default_servers(args, command)
+        _check_name(args)
+        problem = bare_script(command, args.chdir)
+        if problem is not None:
+            raise SpecError(problem)
+        ntasks = _check_tasks(args)
+        options_type = _choose_backend(args, ntasks)
+        spec = _spec(args, _command(command))
+        _take_options(args, options_type, spec)
+    except SpecError as exc:
+        parser.error(str(exc))
+    return args, spec
+
+
+def _split_at_dashes(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """tfrun's flags, and the command after the first ``--`` (none without)."""
     argv = list(argv)
-    command: list[str] = []
-    if "--" in argv:
-        split = argv.index("--")
-        argv, command = argv[:split], argv[split + 1 :]
-    args = parser.parse_args(argv)
+    if "--" not in argv:
+        return argv, []
+    split = argv.index("--")
+    return argv[:split], argv[split + 1 :]
+
+
+def _required(args: argparse.Namespace, command: list[str]) -> list[str]:
+    """``-w`` and the command, which must be given: the command's words."""
     # Checked here rather than by argparse, which would name the missing -w
     # before an unknown flag (--nworkers) that is the real mistake.
     if args.nworker is None:
-        parser.error(
+        raise SpecError(
             "-w is required: the number of workers (tasks; --nproc-per-task N runs N "
             "processes in each, as torchrun's --nproc_per_node)"
         )
     command = command or [a for a in args.command if a != "--"]
     if not command:
-        parser.error("no command given: put it after --")
-    if args.nserver is None:
-        # A torchrun or JAX job has no ps; a TensorFlow job that names its
-        # ps tasks must say how many.
-        if "ps_hosts" in placeholders_in(_command(command)):
-            parser.error("the command uses {ps_hosts}: give the number of ps tasks with -s N")
-        args.nserver = 0
-    if args.name is not None and not args.name.isprintable():
+        raise SpecError("no command given: put it after --")
+    return command
+
+
+def _default_servers(args: argparse.Namespace, command: list[str]) -> None:
+    """``-s``, where not given: 0, unless the command names the ps tasks."""
+    if args.nserver is not None:
+        return
+    # A torchrun or JAX job has no ps; a TensorFlow job that names its ps
+    # tasks must say how many.
+    if "ps_hosts" in placeholders_in(_command(command)):
+        raise SpecError("the command uses {ps_hosts}: give the number of ps tasks with -s N")
+    args.nserver = 0
+
+
+def _check_name(args: argparse.Namespace) -> None:
+    """``-n``: one line of text; a number is most likely srun's ``-n``."""
+    if args.name is None:
+        return
+    if not args.name.isprintable():
         # Mesos refuses a framework name that is not UTF-8 only once it is
         # registering, and Slurm's job name would carry an escape raw.
-        parser.error(
+        raise SpecError(
             f"-n/--name {args.name!r} must be one line of printable text "
             "(no newline, escape or byte that is not UTF-8)"
         )
-    if args.name is not None and args.name.strip().isdigit():
+    if args.name.strip().isdigit():
         # srun's -n is the number of tasks: most likely meant as such.
         print(
             f"tfrun: warning: -n {args.name} names the job {args.name!r}; "
             "the number of workers is -w (srun's -n)",
             file=sys.stderr,
         )
-    problem = bare_script(command, args.chdir)
-    if problem is not None:
-        parser.error(problem)
+
+
+def _check_tasks(args: argparse.Namespace) -> int:
+    """The job's tasks, counted before anything is built per task
+    (``-w 10**20`` must cost nothing): their number."""
     if args.nworker < 1 and not args.chief:
-        parser.error("-w must be at least 1: replica mode needs at least one worker (the chief)")
+        raise SpecError("-w must be at least 1: replica mode needs at least one worker (the chief)")
     for what in ("cpus", "gpus", "mem"):
         if getattr(args, f"chief_{what}") is not None and not args.chief:
-            parser.error(f"--chief-{what} is for the chief: give --chief too")
-    # Before anything is built per task: -w 10**20 must cost nothing.
-    ntasks = args.nworker + args.nserver + args.chief + args.evaluator
+            raise SpecError(f"--chief-{what} is for the chief: give --chief too")
+    ntasks: int = args.nworker + args.nserver + args.chief + args.evaluator
     if ntasks > MAX_TASKS:
-        parser.error(
+        raise SpecError(
             f"a job can have at most {MAX_TASKS} tasks in all, not {ntasks} "
             f"(-w {args.nworker} -s {args.nserver}"
             + " --chief" * args.chief
             + " --evaluator" * args.evaluator
             + ")"
         )
+    return ntasks
+
+
+def _choose_backend(args: argparse.Namespace, ntasks: int) -> type[BackendOptions]:
+    """The backend the flags choose (``args.backend``), once it is known to
+    take the job: its options class."""
     # The registry says which flags are whose: each backend's options class
     # (tfmesos.backends.OPTIONS) names its own, and those that choose it.
     for name in BACKENDS:
         options_class(name).gather_arguments(args)
-    try:
-        args.backend = choose_backend(args.backend, vars(args), as_flags=True)
-    except SpecError as exc:
-        parser.error(str(exc))
+    args.backend = choose_backend(args.backend, vars(args), as_flags=True)
     if args.detach and args.backend not in DETACHABLE:
-        parser.error(
+        raise SpecError(
             f"--detach is not yet supported on the {args.backend} backend: it runs on the local "
             "and Slurm backends (tfrun --detach -w N -- command); run this job attached"
         )
     options_type = options_class(args.backend)
     problem = options_type.task_limit(ntasks, args.nproc_per_task)
     if problem is not None:
-        parser.error(problem)
-    try:
-        cmd = _command(command)
-        initializer, finalizer, env = (
-            read_extra_config(args.extra_config) if args.extra_config else (None, None, {})
-        )
-        jobs = _jobs(args, cmd)
-        spec = ClusterSpec(
-            jobs=jobs,
-            name=args.name or f"[tfrun] {cmd}"[:200],
-            replica=True,
-            cwd=_chdir(args.chdir, args.backend),
-            env=env,
-            initializer=initializer,
-            finalizer=finalizer,
-            forward_logs=_worker_logs(
-                args.worker_logs, args.nworker, args.chief, args.evaluator, args.nserver
-            ),
-            start_timeout=args.timeout,
-            tls_cert=_readable(args.tls_cert, "--tls-cert"),
-            tls_key=_readable(args.tls_key, "--tls-key"),
-            max_restarts=args.max_restarts,
-            nproc=args.nproc_per_task,
-            export=args.export,
-            cluster_file=args.cluster_file,
-        )
-        args.log_dir = _log_dir(args.log_dir)
-        # Each backend takes what is its own of the flags (BackendOptions.from_given).
-        args.options = options_type.from_given(vars(args))
-        args.options.check_spec(spec)
-        rundirs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX, checked before start
-        rundirs.task_log_max()
-    except SpecError as exc:
-        parser.error(str(exc))
-    return args, spec
+        raise SpecError(problem)
+    return options_type
+
+
+def _spec(args: argparse.Namespace, cmd: str) -> ClusterSpec:
+    """The job's spec, from the flags checked so far and ``-e``'s file."""
+    initializer, finalizer, env = (
+        read_extra_config(args.extra_config) if args.extra_config else (None, None, {})
+    )
+    return ClusterSpec(
+        jobs=_jobs(args, cmd),
+        name=args.name or f"[tfrun] {cmd}"[:200],
+        replica=True,
+        cwd=_chdir(args.chdir, args.backend),
+        env=env,
+        initializer=initializer,
+        finalizer=finalizer,
+        forward_logs=_worker_logs(
+            args.worker_logs, args.nworker, args.chief, args.evaluator, args.nserver
+        ),
+        start_timeout=args.timeout,
+        tls_cert=_readable(args.tls_cert, "--tls-cert"),
+        tls_key=_readable(args.tls_key, "--tls-key"),
+        max_restarts=args.max_restarts,
+        nproc=args.nproc_per_task,
+        export=args.export,
+        cluster_file=args.cluster_file,
+    )
+
+
+def _take_options(
+    args: argparse.Namespace, options_type: type[BackendOptions], spec: ClusterSpec
+) -> None:
+    """The backend's options (``args.options``), checked against the job,
+    and the settings of this machine every job needs, checked before start."""
+    args.log_dir = _log_dir(args.log_dir)
+    # Each backend takes what is its own of the flags (BackendOptions.from_given).
+    args.options = options_type.from_given(vars(args))
+    args.options.check_spec(spec)
+    rundirs.keep_runs()  # TFMESOS_KEEP_RUNS and TFMESOS_TASK_LOG_MAX
+    rundirs.task_log_max()
 
 
 def bare_script(command: list[str], chdir: str | None) -> str | None:

@@ -1,5 +1,6 @@
 """argparse types for tfrun's flags, wherever they are declared (``cli.py``,
-each backend's options class).
+each backend's options class), and what those declare them on
+(:class:`FlagGroup`).
 
 argparse names the flag in front of what these raise, and names the function
 when it raises anything else ("invalid _count value"): each says what its
@@ -9,8 +10,24 @@ flags take, and ``tfrun``'s parser puts it after the flag.
 from __future__ import annotations
 
 import argparse
+from typing import Any, Protocol
 
-__all__ = ["count", "other_launchers_hint", "plain_number", "positive_number", "torchrun_hint"]
+__all__ = [
+    "FlagGroup",
+    "count",
+    "other_launchers_hint",
+    "plain_number",
+    "positive_number",
+    "torchrun_hint",
+]
+
+
+class FlagGroup(Protocol):
+    """What a backend's options class declares its flags on: a parser, one
+    of its argument groups, or anything else with argparse's public
+    ``add_argument``."""
+
+    def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action: ...
 
 
 def plain_number(text: str) -> bool:

@@ -23,6 +23,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from tfmesos.common.backoff import Backoff
 from tfmesos.errors import TFMesosError
 from tfmesos.mesos.budget import Budget
 from tfmesos.mesos.calls import MASTER_ANSWERS, CallQueue, Queued, subscribe_refused
@@ -120,8 +121,7 @@ class SchedulerClient:
             reconnect_timeout, connect_timeout, lambda: asyncio.get_running_loop().time()
         )
         self._subscribe_timeout = subscribe_timeout
-        self._initial_backoff = initial_backoff
-        self._max_backoff = max_backoff
+        self._backoff = Backoff(initial_backoff, cap=max_backoff, jitter=0.2)
         self._transport: Transport = (
             transport if transport is not None else AiohttpTransport(auth, ssl_ca=ssl_ca)
         )
@@ -208,7 +208,7 @@ class SchedulerClient:
         :class:`MasterLostError` when no master answers for too long, on the
         first connection as on any later one."""
         self._sender = asyncio.create_task(self._send_calls())
-        backoff = self._initial_backoff
+        backoff = self._backoff.first
         self._budget.restart()
         stopped = "the scheduler client stopped"
         try:
@@ -244,7 +244,7 @@ class SchedulerClient:
                 quickly_unreadable = malformed and now - self._subscribed_at < STABLE_SUBSCRIPTION
                 if self.subscribed.is_set() and not quickly_unreadable:
                     self._budget.lost_since = now
-                    backoff = self._initial_backoff
+                    backoff = self._backoff.first
                 self._lose_subscription()
                 self.last_error = reason
                 left = self._budget.left()
@@ -261,7 +261,7 @@ class SchedulerClient:
                     # finished recovery" for a few seconds; a backoff grown
                     # on the dead one (13 s) outlasted that by far.
                     self._new_leader = False
-                    backoff = self._initial_backoff
+                    backoff = self._backoff.first
                 # The last try comes when the budget ends, not a backoff after.
                 delay = min(backoff, left)
                 if self._budget.ever_answered:
@@ -277,7 +277,7 @@ class SchedulerClient:
                     await asyncio.wait_for(self._leader_changed.wait(), delay)
                 # Jittered, so that many frameworks do not come back at once,
                 # and capped after the jitter: never more than max_backoff.
-                backoff = min(self._max_backoff, backoff * 2 * random.uniform(0.8, 1.2))
+                backoff = self._backoff.following(backoff, random.random())
         except SchedulerError as exc:
             stopped = str(exc)
             raise

@@ -56,6 +56,7 @@ from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
 from tfmesos.common import rundirs
 from tfmesos.common.advertise import is_loopback_name
 from tfmesos.common.aio import reap
+from tfmesos.common.backoff import Backoff
 from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import EXIT_TFRUN_FAILED, ResourceError, SpecError, TFMesosError
 from tfmesos.mesos import calls
@@ -72,6 +73,7 @@ logger = logging.getLogger("tfmesos")
 
 REVIVE_RETRY_MAX = 15.0
 """The longest wait between tries of a REVIVE the master refused."""
+REVIVE_BACKOFF = Backoff(1.0, cap=REVIVE_RETRY_MAX)
 AGENTS_TIMEOUT = 10.0
 """How long the master's agent list may take to come."""
 AGENTS_RECHECK = 5.0
@@ -489,7 +491,7 @@ class MesosBackend(Backend):
         self.hold.suppressed = False
         if self._reviving is not None:
             self._reviving.cancel()  # this REVIVE supersedes its retries
-        self._send_revive(1.0)
+        self._send_revive(REVIVE_BACKOFF.first)
 
     def _send_revive(self, delay: float) -> None:
         future = self._submit(calls.revive(self.roles))
@@ -503,7 +505,7 @@ class MesosBackend(Backend):
         logger.warning("Mesos: REVIVE call failed: %s; again in %.0fs", problem, delay)
         await asyncio.sleep(delay)
         if not self._closing and not self.hold.suppressed:
-            self._send_revive(min(delay * 2, REVIVE_RETRY_MAX))
+            self._send_revive(REVIVE_BACKOFF.following(delay))
 
     def _submit(self, call: dict[str, Any]) -> asyncio.Future[str | None] | None:
         if self._closing and call.get("type") != "KILL":

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfmesos.backends.base import Launch
+from tfmesos.common.backoff import Backoff
 from tfmesos.mesos.placement import GangFit, OfferCapacity
 
 __all__ = [
@@ -264,8 +265,8 @@ class OfferHold:
             if not pins and not self.suppressed:
                 decisions += self.suppress()
             return decisions
-        delay = min(GANG_BACKOFF_SECONDS * 2**self._give_backs, GANG_BACKOFF_MAX)
-        delay *= self._random.uniform(0.5, 1.5)
+        backoff = Backoff(GANG_BACKOFF_SECONDS, cap=GANG_BACKOFF_MAX, jitter=0.5)
+        delay = backoff.delay(self._give_backs, self._random.random())
         self._give_backs += 1
         self.shortfall = self.fit_held().shortfall()
         logger.info("Mesos: %s; giving them back, asking again in %.1fs", self.shortfall, delay)

@@ -12,9 +12,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from tfmesos.common.backoff import Backoff
 from tfmesos.mesos import calls
 
-__all__ = ["RECONCILE_FIRST_WAIT", "RECONCILE_MAX_WAIT", "Reconciliation"]
+__all__ = ["RECONCILE_BACKOFF", "RECONCILE_FIRST_WAIT", "RECONCILE_MAX_WAIT", "Reconciliation"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -22,6 +23,7 @@ RECONCILE_FIRST_WAIT = 2.0
 """How long the answers to a RECONCILE are waited for before the tasks not
 yet answered are asked about again, the wait doubling each time."""
 RECONCILE_MAX_WAIT = 60.0
+RECONCILE_BACKOFF = Backoff(RECONCILE_FIRST_WAIT, cap=RECONCILE_MAX_WAIT)
 
 
 class Reconciliation:
@@ -62,7 +64,7 @@ class Reconciliation:
             self._asking = None
 
     async def _until_answered(self, agents: dict[str, str]) -> None:
-        wait = RECONCILE_FIRST_WAIT
+        wait = RECONCILE_BACKOFF.first
         asked = list(agents)
         while True:
             await asyncio.sleep(wait)
@@ -75,4 +77,4 @@ class Reconciliation:
                 ", ".join(sorted(n for n in names if n is not None)),
             )
             self._call(calls.reconcile([(t, agents[t]) for t in asked]))
-            wait = min(wait * 2, RECONCILE_MAX_WAIT)
+            wait = RECONCILE_BACKOFF.following(wait)

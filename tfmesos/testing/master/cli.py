@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tfmesos.common.portholder import port_taken
 from tfmesos.testing.master.master import TestMaster
 from tfmesos.testing.master.state import MasterConfig
+from tfmesos.testing.portholder import port_taken
 
 
 def _parse_attribute_flag(text: str) -> dict[str, str | float]:

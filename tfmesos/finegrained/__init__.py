@@ -31,11 +31,11 @@ from tfmesos.errors import (
     TFMesosError,
     interrupted_status,
 )
+from tfmesos.finegrained.tfcontext import forget_servers
 from tfmesos.launcher import Launcher
 from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events, open_events
 from tfmesos.spec import CHIEF_JOB, EVALUATOR_JOB, ClusterSpec, Job, coerce_jobs
-from tfmesos.tfcontext import forget_servers
 
 __all__ = ["Cluster", "cluster"]
 
@@ -144,7 +144,7 @@ class Cluster:
         if self._loop.is_closed():
             return
         # While the servers still answer: TF's context would otherwise try
-        # them at exit, and log each failure (tfmesos/tfcontext.py).
+        # them at exit, and log each failure (tfmesos/finegrained/tfcontext.py).
         forget_servers(self._launcher.cluster_def)
         if self._watch is not None:
             self._watch.cancel()
