@@ -70,6 +70,11 @@ class Launcher:
         self.chief_backend = chief_backend
         self.restart = restart
         """Which run of the job this is (``--max-restarts``): 0 for the first."""
+        self._backend_started = False
+        """Whether the backend's start was tried: it is closed at the end."""
+        self._chief_started = chief_backend is None
+        """Whether the chief's backend has started: only once the cluster
+        has placed a first task (see :meth:`start`)."""
         self.loop = Loop(
             spec,
             backend,
@@ -120,7 +125,7 @@ class Launcher:
         await self.loop.rendezvous.start(
             self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, self._tls_context()
         )
-        self.loop.started_backend = True
+        self._backend_started = True
         await self.backend.start(self.loop.on_backend)
         self._emit_started(tasks)
         local = [(task, 1) for task in tasks if self.loop.backend_for(task) is not self.backend]
@@ -209,9 +214,8 @@ class Launcher:
         failure, a signal), output the terminal has not taken is dropped
         once it takes nothing for ``OUTPUT_STALL`` seconds; otherwise (the
         job's normal end, every task gone) it is all written first."""
-        if self.loop.stopped:
+        if self.loop.stopping:
             return
-        self.loop.stopped = True
         # A job refused before its first launch says only its verdict.
         launched = bool(self.loop.attempts.by_id)
         if launched:
@@ -240,9 +244,9 @@ class Launcher:
                 await self.loop.pump(self.loop.attempts.all_over, KILL_WAIT, lambda: None)
         finally:
             try:
-                if self.loop.started_backend:
+                if self._backend_started:
                     for backend in self.loop.backends():
-                        if backend is not self.chief_backend or self.loop.chief_started:
+                        if backend is not self.chief_backend or self._chief_started:
                             await backend.close()
             finally:
                 # The tasks are gone; what they sent last may still be on
@@ -324,9 +328,9 @@ class Launcher:
     async def _start_chief(self) -> None:
         """Start the backend of the tasks beside the launcher (the chief), and
         launch those that waited for the cluster's first placement."""
-        if self.chief_backend is None or self.loop.chief_started:
+        if self.chief_backend is None or self._chief_started:
             return
-        self.loop.chief_started = True
+        self._chief_started = True
         await self.chief_backend.start(self.loop.on_backend)
         waiting, self.loop.chief_waits = self.loop.chief_waits, []
         launches = []
@@ -410,7 +414,7 @@ class Launcher:
         self.loop.emit("cluster_up", cluster=cluster, restart=self.restart)
 
     async def _after_event(self, event: Event) -> None:
-        if not self.loop.chief_started and not self.loop.stopped and isinstance(event, TaskPlaced):
+        if not self._chief_started and not self.loop.stopping and isinstance(event, TaskPlaced):
             await self._start_chief()
         if self.loop.relaunches:
             again, self.loop.relaunches = self.loop.relaunches, []

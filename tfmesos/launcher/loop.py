@@ -188,13 +188,8 @@ class Loop:
         for each in self.backends():
             each.attach_rendezvous(in_process)
         self.phase = Phase.STARTING
-        self.started_backend = False
-        self.chief_started = chief_backend is None
-        """Whether the chief's backend has started: only once the cluster
-        has placed a first task (see :meth:`start`)."""
         self.chief_waits: list[tuple[TaskSpec, int]] = []
         """The tasks beside the launcher that wait for that first placement."""
-        self.stopped = False
         self.relaunches: list[tuple[TaskSpec, int]] = []
         self.relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
         """Fine-grained mode: dead servers to start again at their address."""
@@ -209,6 +204,11 @@ class Loop:
         run, first in it: fine-grained mode's chief, the program itself."""
         self.run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
         """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the job's end is decided and its teardown under way."""
+        return self.phase is Phase.STOPPING
 
     def backend_for(self, task: TaskSpec) -> Backend:
         if self.chief_backend is not None and self.spec.is_chief(task):
