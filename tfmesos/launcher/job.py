@@ -25,7 +25,6 @@ from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.loop import (
     KILL_WAIT,
-    OUTPUT_LINGER,
     Event,
     Loop,
     RendezvousFactory,
@@ -216,19 +215,7 @@ class Launcher:
         job's normal end, every task gone) it is all written first."""
         if self.loop.stopping:
             return
-        # A job refused before its first launch says only its verdict.
-        launched = bool(self.loop.attempts.by_id)
-        if launched:
-            self.loop.emit("job_stopping", restart=self.restart)
-        self.loop.phase = Phase.STOPPING
-        # A task that dials in from now on is refused, as expected: not news.
-        self.loop.rendezvous.stopping()
-        self.loop.output.stopping = True
-        self.loop.output.console.release()
-        live = self.loop.attempts.live()
-        for task in live:
-            if task.connection is not None:
-                task.connection.send({"type": wire.STOP, "reason": "the job is ending"})
+        live = self.loop.begin_stop()
         try:
             unregistered = [t for t in live if t.connection is None]
             await asyncio.gather(
@@ -238,8 +225,7 @@ class Launcher:
                     if t.state is not AttemptState.PENDING
                 )
             )
-            for task in unregistered:  # nothing of theirs is left to wait for
-                task.move(AttemptState.STOPPED)
+            self.loop.stopped(unregistered)
             if live:
                 await self.loop.pump(self.loop.attempts.all_over, KILL_WAIT, lambda: None)
         finally:
@@ -251,23 +237,15 @@ class Launcher:
             finally:
                 # The tasks are gone; what they sent last may still be on
                 # its way in.
-                await self.loop.rendezvous.close(linger=OUTPUT_LINGER)
-                # Every task is gone: what they printed goes out before the
-                # launcher says how the job ended.
-                await self.loop.output.close(
-                    drop_stalled=drop_stalled_output, where=self.logs_location()
+                await self.loop.close(
+                    drop_stalled_output=drop_stalled_output, where=self.logs_location()
                 )
-        for task in self.loop.attempts.current.values():
-            if not task.state.over:
-                task.left_unreached = task.unheard
-                task.move(AttemptState.STOPPED)
-        if launched:
-            self.loop.emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
+        self.loop.end_stop()
 
     def outcomes(self) -> dict[str, str]:
         """How each task ended, in words, by task name, in the job's order:
         ``exited 0``, ``stopped by tfrun``, or how it failed."""
-        return verdict.outcomes(self.loop.attempts.current.values(), self.loop.silence_limit)
+        return self.loop.outcomes()
 
     def lost_logs(self) -> list[str]:
         """The tasks whose output could not all be kept where

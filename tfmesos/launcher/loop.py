@@ -210,6 +210,51 @@ class Loop:
         """Whether the job's end is decided and its teardown under way."""
         return self.phase is Phase.STOPPING
 
+    def begin_stop(self) -> list[Attempt]:
+        """The job's end is decided: refuse whoever dials in from now on, let
+        the output go on whether or not the terminal keeps up, and tell every
+        task that has registered to stop. Return the tasks not over yet."""
+        # A job refused before its first launch says only its verdict.
+        if self.attempts.by_id:
+            self.emit("job_stopping", restart=self.restart)
+        self.phase = Phase.STOPPING
+        # A task that dials in from now on is refused, as expected: not news.
+        self.rendezvous.stopping()
+        self.output.stop()
+        live = self.attempts.live()
+        for task in live:
+            if task.connection is not None:
+                task.connection.send({"type": wire.STOP, "reason": "the job is ending"})
+        return live
+
+    def stopped(self, tasks: list[Attempt]) -> None:
+        """``tasks`` are stopped: nothing of theirs is left to wait for."""
+        for task in tasks:
+            task.move(AttemptState.STOPPED)
+
+    async def close(self, *, drop_stalled_output: bool, where: str) -> None:
+        """The tasks are gone: close the rendezvous once what they sent last
+        is in, and write their output (``where`` its full copy is kept)."""
+        await self.rendezvous.close(linger=OUTPUT_LINGER)
+        # Every task is gone: what they printed goes out before the
+        # launcher says how the job ended.
+        await self.output.close(drop_stalled=drop_stalled_output, where=where)
+
+    def end_stop(self) -> None:
+        """Teardown is over: a task not over yet is stopped (left unreached
+        where it could not be heard), and the job's end said."""
+        for task in self.attempts.current.values():
+            if not task.state.over:
+                task.left_unreached = task.unheard
+                task.move(AttemptState.STOPPED)
+        if self.attempts.by_id:
+            self.emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
+
+    def outcomes(self) -> dict[str, str]:
+        """How each task ended, in words, by task name, in the job's order:
+        ``exited 0``, ``stopped by tfrun``, or how it failed."""
+        return verdict.outcomes(self.attempts.current.values(), self.silence_limit)
+
     def backend_for(self, task: TaskSpec) -> Backend:
         if self.chief_backend is not None and self.spec.is_chief(task):
             return self.chief_backend

@@ -52,9 +52,9 @@ class OutputRouter:
         output before it is written: where both go to one place (a terminal,
         ``2>&1``), so that they come out in order there. Elsewhere it is said
         at once, so that a stdout nobody reads cannot hold it back."""
-        self.stopping = False
-        """Set when the job stops: from then on a task whose output the
-        terminal does not keep up with is cut off."""
+        self._stopping = False
+        """Set when the job stops (:meth:`stop`): from then on a task whose
+        output the terminal does not keep up with is cut off."""
         self._dropped = 0
         """Bytes of shown output dropped while stopping, the terminal being full."""
         self._abandoned = False
@@ -80,7 +80,7 @@ class OutputRouter:
         task.keep_output(data)
         if not task.forward:
             return
-        if self.stopping and (task.cut or self.console.full):
+        if self._stopping and (task.cut or self.console.full):
             # Stopping: taken in so that the task hears "stop", not shown
             # once the terminal is behind.
             task.cut = True
@@ -108,6 +108,12 @@ class OutputRouter:
             else:
                 lines.append(line)
         return b"\n".join(lines)
+
+    def stop(self) -> None:
+        """The job is stopping: the tasks' output is taken in whether or not
+        the terminal keeps up, so that nothing waits for it."""
+        self._stopping = True
+        self.console.release()
 
     def report_after_output(self, level: int, message: str, *args: object) -> None:
         """Log ``message`` once the tasks' output printed so far is out: the
