@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, BinaryIO
 from tfmesos import wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
 from tfmesos.common import taskenv
-from tfmesos.common.tasklog import new_task_id
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
 from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, AttemptState
@@ -121,8 +120,8 @@ class Launcher:
         for backend in self.loop.backends():
             backend.check([t for t in tasks if self.loop.backend_for(t) is backend])
         port = os.environ.get(wire.ENV_RENDEZVOUS_PORT, "")
-        await self.loop.rendezvous.start(
-            self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, self._tls_context()
+        await self.loop.open_rendezvous(
+            self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, tls_of(self.spec)
         )
         self._backend_started = True
         await self.backend.start(self.loop.on_backend)
@@ -135,10 +134,9 @@ class Launcher:
             remote = []
             for task in tasks:  # in the job's order, which messages keep
                 if self.loop.backend_for(task) is self.backend:
-                    remote.append(self._prepare(task, 1))
+                    remote.append(self.loop.new_attempt(task, 1))
                 else:
-                    self._prepare(task, 1, state=AttemptState.PENDING)
-            self.loop.chief_waits = local
+                    self.loop.new_attempt(task, 1, held=True)
             await self.backend.launch_many(remote)
         else:
             if local:
@@ -278,28 +276,15 @@ class Launcher:
         the full output is."""
         self.loop.output.abandon(reason, self.logs_location())
 
-    def _tls_context(self) -> ssl.SSLContext | None:
-        if self.spec.tls_cert is None:
-            return None
-        import ssl
-
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.spec.tls_cert, self.spec.tls_key)
-            with open(self.spec.tls_cert) as cert:
-                self.loop.tls_pem = cert.read()
-        except (OSError, ssl.SSLError) as exc:
-            raise SpecError(f"cannot use TLS certificate {self.spec.tls_cert}: {exc}") from None
-        return context
-
     async def _launch_all(self, specs: list[tuple[TaskSpec, int]]) -> None:
         """Launch tasks (each with its attempt number) that start together:
         each backend is handed its share at once (``Backend.launch_many``)."""
         shares: dict[int, tuple[Backend, list[Launch]]] = {}
         for spec, attempt in specs:
             backend = self.loop.backend_for(spec)
-            shares.setdefault(id(backend), (backend, []))[1].append(self._prepare(spec, attempt))
+            shares.setdefault(id(backend), (backend, []))[1].append(
+                self.loop.new_attempt(spec, attempt)
+            )
         for backend, launches in shares.values():
             await backend.launch_many(launches)
 
@@ -310,57 +295,10 @@ class Launcher:
             return
         self._chief_started = True
         await self.chief_backend.start(self.loop.on_backend)
-        waiting, self.loop.chief_waits = self.loop.chief_waits, []
-        launches = []
-        for spec, _ in waiting:
-            task = self.loop.attempts.current[spec.name]
-            if task.state is AttemptState.PENDING:
-                task.move(AttemptState.LAUNCHED)
-                launches.append(self._launch_of(task))
-                self._emit_launched(task)
+        launches = self.loop.launch_held()
         if launches:
             logger.debug("the cluster has its first task placed: starting the chief here")
             await self.chief_backend.launch_many(launches)
-
-    def _prepare(
-        self, spec: TaskSpec, attempt: int, state: AttemptState = AttemptState.LAUNCHED
-    ) -> Launch:
-        task_id = new_task_id(spec.job_name, spec.index, self.restart, attempt)
-        task = Attempt(
-            spec=spec,
-            task_id=task_id,
-            attempt=attempt,
-            prefix=self.loop.output.prefix(spec.name),
-            forward=self.spec.forwards(spec),
-            initial=state,
-        )
-        self.loop.attempts.add(task)
-        if state is AttemptState.LAUNCHED:
-            self._emit_launched(task)
-        return self._launch_of(task)
-
-    def _emit_launched(self, task: Attempt) -> None:
-        backend = self.loop.backend_for(task.spec).name
-        self.loop.emit(
-            "task_launched", task, task_id=task.task_id, backend=backend, restart=self.restart
-        )
-
-    def _launch_of(self, task: Attempt) -> Launch:
-        env = dict(self.spec.env)
-        env.update(
-            {
-                wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
-                or f"{self.backend.rendezvous_host}:{self.loop.rendezvous.port}",
-                wire.ENV_TASK_ID: task.task_id,
-                wire.ENV_SECRET: self.loop.secret.hex(),
-                taskenv.ENV_RESTART: str(self.restart),
-            }
-        )
-        if self.loop.tls_pem is not None:
-            env[wire.ENV_TLS_CERT] = self.loop.tls_pem
-        if wire.ENV_SILENCE_LIMIT in os.environ:
-            env[wire.ENV_SILENCE_LIMIT] = f"{self.loop.silence_limit:g}"
-        return Launch(task.task_id, task.spec, env)
 
     def _deliver_cluster(self) -> None:
         self.loop.cluster_def = {
@@ -403,10 +341,9 @@ class Launcher:
                 await self._launch_at(earlier, decision)
 
     async def _launch_at(self, earlier: Attempt, decision: relaunch.RelaunchAt) -> None:
-        launch = self._prepare(earlier.spec, earlier.attempt + 1)
-        later = self.loop.attempts.get(launch.task_id)
-        assert later is not None
-        later.keep_address = decision.address
+        launch = self.loop.new_attempt(
+            earlier.spec, earlier.attempt + 1, keep_address=decision.address
+        )
         port = int(decision.address.rpartition(":")[2])
         await self.loop.backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
 
@@ -417,6 +354,23 @@ class Launcher:
             f"the cluster did not come up within {self.spec.start_timeout:g}s: "
             f"still waiting for {', '.join(waiting)}" + (f" ({detail})" if detail else "")
         )
+
+
+def tls_of(spec: ClusterSpec) -> tuple[ssl.SSLContext, str] | None:
+    """The rendezvous's TLS context and the certificate the tasks pin
+    (``--tls-cert``), or None."""
+    if spec.tls_cert is None:
+        return None
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(spec.tls_cert, spec.tls_key)
+        with open(spec.tls_cert) as cert:
+            return context, cert.read()
+    except (OSError, ssl.SSLError) as exc:
+        raise SpecError(f"cannot use TLS certificate {spec.tls_cert}: {exc}") from None
 
 
 def shown_output(tasks: list[TaskSpec], shown: frozenset[str] | None) -> str:

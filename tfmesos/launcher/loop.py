@@ -33,9 +33,12 @@ from tfmesos.backends.base import (
     BackendEvent,
     BackendFailed,
     InProcessRendezvous,
+    Launch,
     TaskEnded,
     TaskPlaced,
 )
+from tfmesos.common import taskenv
+from tfmesos.common.tasklog import new_task_id
 from tfmesos.errors import (
     EXIT_USAGE,
     ClusterStartError,
@@ -76,6 +79,8 @@ from tfmesos.rendezvous import (
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
+    import ssl
+
     from tfmesos.launcher import relaunch
 
 __all__ = ["Event", "Loop", "RendezvousFactory", "Tick", "real_rendezvous"]
@@ -188,8 +193,9 @@ class Loop:
         for each in self.backends():
             each.attach_rendezvous(in_process)
         self.phase = Phase.STARTING
-        self.chief_waits: list[tuple[TaskSpec, int]] = []
-        """The tasks beside the launcher that wait for that first placement."""
+        self.held: list[Attempt] = []
+        """The tasks beside the launcher (the chief) that wait for the
+        cluster's first placement (:meth:`launch_held`)."""
         self.relaunches: list[tuple[TaskSpec, int]] = []
         self.relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
         """Fine-grained mode: dead servers to start again at their address."""
@@ -209,6 +215,74 @@ class Loop:
     def stopping(self) -> bool:
         """Whether the job's end is decided and its teardown under way."""
         return self.phase is Phase.STOPPING
+
+    async def open_rendezvous(
+        self, bind: str, port: int, tls: tuple[ssl.SSLContext, str] | None
+    ) -> None:
+        """Listen for the tasks at ``bind``, on ``port`` (0: any), over TLS
+        where ``tls`` gives the context and the certificate the tasks pin."""
+        context = None
+        if tls is not None:
+            context, self.tls_pem = tls
+        await self.rendezvous.start(bind, port, context)
+
+    def new_attempt(
+        self, spec: TaskSpec, attempt: int, *, held: bool = False, keep_address: str = ""
+    ) -> Launch:
+        """Attempt number ``attempt`` at task ``spec``, launched, or ``held``
+        (pending) until the cluster's first placement; ``keep_address``: where
+        a fine-grained relaunch must serve. Return what its backend launches."""
+        task = Attempt(
+            spec=spec,
+            task_id=new_task_id(spec.job_name, spec.index, self.restart, attempt),
+            attempt=attempt,
+            prefix=self.output.prefix(spec.name),
+            forward=self.spec.forwards(spec),
+            initial=AttemptState.PENDING if held else AttemptState.LAUNCHED,
+            keep_address=keep_address,
+        )
+        self.attempts.add(task)
+        if held:
+            self.held.append(task)
+        else:
+            self._emit_launched(task)
+        return self._launch_of(task)
+
+    def launch_held(self) -> list[Launch]:
+        """The cluster has placed a task: launch those held for it (the
+        chief's backend has started). Return what to launch."""
+        held, self.held = self.held, []
+        launches = []
+        for earlier in held:
+            task = self.attempts.current[earlier.spec.name]
+            if task.state is AttemptState.PENDING:
+                task.move(AttemptState.LAUNCHED)
+                launches.append(self._launch_of(task))
+                self._emit_launched(task)
+        return launches
+
+    def _emit_launched(self, task: Attempt) -> None:
+        backend = self.backend_for(task.spec).name
+        self.emit(
+            "task_launched", task, task_id=task.task_id, backend=backend, restart=self.restart
+        )
+
+    def _launch_of(self, task: Attempt) -> Launch:
+        env = dict(self.spec.env)
+        env.update(
+            {
+                wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
+                or f"{self.backend.rendezvous_host}:{self.rendezvous.port}",
+                wire.ENV_TASK_ID: task.task_id,
+                wire.ENV_SECRET: self.secret.hex(),
+                taskenv.ENV_RESTART: str(self.restart),
+            }
+        )
+        if self.tls_pem is not None:
+            env[wire.ENV_TLS_CERT] = self.tls_pem
+        if wire.ENV_SILENCE_LIMIT in os.environ:
+            env[wire.ENV_SILENCE_LIMIT] = f"{self.silence_limit:g}"
+        return Launch(task.task_id, task.spec, env)
 
     def begin_stop(self) -> list[Attempt]:
         """The job's end is decided: refuse whoever dials in from now on, let
@@ -733,7 +807,7 @@ class Loop:
         )
 
     def waiting(self) -> list[str]:
-        return self.attempts.waiting({spec.name for spec, _ in self.chief_waits})
+        return self.attempts.waiting({task.spec.name for task in self.held})
 
     def _report_progress(self) -> None:
         if self.phase is not Phase.STARTING:
