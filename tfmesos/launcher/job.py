@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from tfmesos import wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
-from tfmesos.common import taskenv
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
-from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, AttemptState
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.loop import (
@@ -29,8 +27,7 @@ from tfmesos.launcher.loop import (
     RendezvousFactory,
     real_rendezvous,
 )
-from tfmesos.launcher.policy import Phase
-from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
+from tfmesos.spec import ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
     import ssl
@@ -100,7 +97,7 @@ class Launcher:
 
     @outside.setter
     def outside(self, jobs: dict[str, list[str]]) -> None:
-        self.loop.outside = jobs
+        self.loop.set_outside(jobs)
 
     @property
     def run_id(self) -> str:
@@ -108,11 +105,7 @@ class Launcher:
 
     @property
     def targets(self) -> dict[str, str]:
-        return {
-            f"/job:{job}/task:{index}": f"{self.spec.protocol}://{addr}"
-            for job, addrs in self.loop.cluster_def.items()
-            for index, addr in enumerate(addrs)
-        }
+        return self.loop.targets()
 
     async def start(self) -> dict[str, list[str]]:
         """Launch every task and bring the cluster up; return its definition."""
@@ -157,7 +150,7 @@ class Launcher:
         await self.loop.pump(
             self.loop.attempts.all_registered, self.spec.start_timeout, self._start_timed_out
         )
-        self._deliver_cluster()
+        self.loop.deliver_cluster()
         if not self.spec.replica:
             # Fine-grained mode hands out targets: they must answer when it does.
             left = None if deadline is None else max(0.1, deadline - time.monotonic())
@@ -300,35 +293,6 @@ class Launcher:
             logger.debug("the cluster has its first task placed: starting the chief here")
             await self.chief_backend.launch_many(launches)
 
-    def _deliver_cluster(self) -> None:
-        self.loop.cluster_def = {
-            **self.loop.outside,
-            **message.cluster_def_of(self.loop.attempts.current.values()),
-        }
-        # Every address is known, and no command has started: one too many
-        # for a task's environment is refused now.
-        message.check_environment(self.spec, self.loop.cluster_def)
-        checked = False
-        for task in self.loop.attempts.current.values():
-            assert task.connection is not None
-            sealed = task.connection.seal(self.loop.cluster_message(task))
-            if not checked:
-                message.check_size(sealed)
-                checked = True
-            task.connection.send(sealed)
-            task.move(AttemptState.RUNNING)
-        self.loop.phase = Phase.RUNNING
-        for target, url in sorted(self.targets.items()):
-            logger.debug("%s at %s", target, url)
-        # An evaluator is in no cluster list, but is up too.
-        aside = ", 1 evaluator" if self.spec.has_job(EVALUATOR_JOB) else ""
-        logger.info("cluster up: %s%s", message.summary(self.loop.cluster_def), aside)
-        if self.spec.replica and self.restart == 0:  # where the output starts to come
-            logger.info("%s", shown_output(self.spec.tasks(), self.spec.forward_logs))
-        # As TF_CONFIG has it: with --nproc-per-task, every worker process's address.
-        cluster = taskenv.process_cluster(self.loop.cluster_def, self.spec.nproc)
-        self.loop.emit("cluster_up", cluster=cluster, restart=self.restart)
-
     async def _after_event(self, event: Event) -> None:
         if not self._chief_started and not self.loop.stopping and isinstance(event, TaskPlaced):
             await self._start_chief()
@@ -371,21 +335,3 @@ def tls_of(spec: ClusterSpec) -> tuple[ssl.SSLContext, str] | None:
             return context, cert.read()
     except (OSError, ssl.SSLError) as exc:
         raise SpecError(f"cannot use TLS certificate {spec.tls_cert}: {exc}") from None
-
-
-def shown_output(tasks: list[TaskSpec], shown: frozenset[str] | None) -> str:
-    """Whose output tfrun shows (``--worker-logs``), said once at the start:
-    the rest is only in the logs, and a user should not have to guess."""
-    if shown is None or all(task.name in shown for task in tasks):
-        return "showing every task's output here"
-    if not shown:
-        return "showing no task's output here (--worker-logs none): each is in its log"
-    by_job: dict[str, list[int]] = {}
-    for task in tasks:
-        if task.name in shown:
-            by_job.setdefault(task.job_name, []).append(task.index)
-    named = ", ".join(verdict.names(job, indices) for job, indices in by_job.items())
-    return (
-        f"showing {named}'s output here; every other task's is only in its log "
-        "(--worker-logs chooses whose: all, worker:1, ps:0, ...)"
-    )

@@ -52,7 +52,7 @@ from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
 from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events
-from tfmesos.launcher.output import OutputRouter
+from tfmesos.launcher.output import OutputRouter, shown_output
 from tfmesos.launcher.policy import (
     MAX_ATTEMPTS,
     Action,
@@ -283,6 +283,50 @@ class Loop:
         if wire.ENV_SILENCE_LIMIT in os.environ:
             env[wire.ENV_SILENCE_LIMIT] = f"{self.silence_limit:g}"
         return Launch(task.task_id, task.spec, env)
+
+    def set_outside(self, jobs: dict[str, list[str]]) -> None:
+        """Put ``jobs``, whose tasks the launcher does not run, first in the
+        cluster definition (fine-grained mode's chief: the program itself)."""
+        self.outside = jobs
+
+    def targets(self) -> dict[str, str]:
+        """Each task's target (``/job:worker/task:0``) and its URL."""
+        return {
+            f"/job:{job}/task:{index}": f"{self.spec.protocol}://{addr}"
+            for job, addrs in self.cluster_def.items()
+            for index, addr in enumerate(addrs)
+        }
+
+    def deliver_cluster(self) -> None:
+        """Every task has registered: send each the cluster's definition, and
+        the cluster runs."""
+        self.cluster_def = {
+            **self.outside,
+            **message.cluster_def_of(self.attempts.current.values()),
+        }
+        # Every address is known, and no command has started: one too many
+        # for a task's environment is refused now.
+        message.check_environment(self.spec, self.cluster_def)
+        checked = False
+        for task in self.attempts.current.values():
+            assert task.connection is not None
+            sealed = task.connection.seal(self.cluster_message(task))
+            if not checked:
+                message.check_size(sealed)
+                checked = True
+            task.connection.send(sealed)
+            task.move(AttemptState.RUNNING)
+        self.phase = Phase.RUNNING
+        for target, url in sorted(self.targets().items()):
+            logger.debug("%s at %s", target, url)
+        # An evaluator is in no cluster list, but is up too.
+        aside = ", 1 evaluator" if self.spec.has_job(EVALUATOR_JOB) else ""
+        logger.info("cluster up: %s%s", message.summary(self.cluster_def), aside)
+        if self.spec.replica and self.restart == 0:  # where the output starts to come
+            logger.info("%s", shown_output(self.spec.tasks(), self.spec.forward_logs))
+        # As TF_CONFIG has it: with --nproc-per-task, every worker process's address.
+        cluster = taskenv.process_cluster(self.cluster_def, self.spec.nproc)
+        self.emit("cluster_up", cluster=cluster, restart=self.restart)
 
     def begin_stop(self) -> list[Attempt]:
         """The job's end is decided: refuse whoever dials in from now on, let

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
+from tfmesos.launcher import verdict
 from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.console import ConsoleWriter, colour_prefix, same_destination, use_colour
 
-__all__ = ["OUTPUT_STALL", "OutputRouter", "human_size"]
+if TYPE_CHECKING:
+    from tfmesos.spec import TaskSpec
+
+__all__ = ["OUTPUT_STALL", "OutputRouter", "human_size", "shown_output"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -152,6 +156,24 @@ class OutputRouter:
         stall = OUTPUT_STALL if drop_stalled else None
         if not await self.console.aclose(stall=stall):
             self.abandon(f"the terminal took no output for {OUTPUT_STALL:g}s", where)
+
+
+def shown_output(tasks: list[TaskSpec], shown: frozenset[str] | None) -> str:
+    """Whose output tfrun shows (``--worker-logs``), said once at the start:
+    the rest is only in the logs, and a user should not have to guess."""
+    if shown is None or all(task.name in shown for task in tasks):
+        return "showing every task's output here"
+    if not shown:
+        return "showing no task's output here (--worker-logs none): each is in its log"
+    by_job: dict[str, list[int]] = {}
+    for task in tasks:
+        if task.name in shown:
+            by_job.setdefault(task.job_name, []).append(task.index)
+    named = ", ".join(verdict.names(job, indices) for job, indices in by_job.items())
+    return (
+        f"showing {named}'s output here; every other task's is only in its log "
+        "(--worker-logs chooses whose: all, worker:1, ps:0, ...)"
+    )
 
 
 def human_size(count: int) -> str:
