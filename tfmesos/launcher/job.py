@@ -296,13 +296,11 @@ class Launcher:
     async def _after_event(self, event: Event) -> None:
         if not self._chief_started and not self.loop.stopping and isinstance(event, TaskPlaced):
             await self._start_chief()
-        if self.loop.relaunches:
-            again, self.loop.relaunches = self.loop.relaunches, []
+        again, at_address = self.loop.take_relaunches()
+        if again:
             await self._launch_all(again)
-        if self.loop.relaunches_at:
-            at_address, self.loop.relaunches_at = self.loop.relaunches_at, []
-            for earlier, decision in at_address:
-                await self._launch_at(earlier, decision)
+        for earlier, decision in at_address:
+            await self._launch_at(earlier, decision)
 
     async def _launch_at(self, earlier: Attempt, decision: relaunch.RelaunchAt) -> None:
         launch = self.loop.new_attempt(

@@ -284,6 +284,17 @@ class Loop:
             env[wire.ENV_SILENCE_LIMIT] = f"{self.silence_limit:g}"
         return Launch(task.task_id, task.spec, env)
 
+    def take_relaunches(
+        self,
+    ) -> tuple[list[tuple[TaskSpec, int]], list[tuple[Attempt, relaunch.RelaunchAt]]]:
+        """What the events handled since the last call decided to launch
+        again: tasks (each with its attempt number) that failed before the
+        cluster was up, and fine-grained mode's servers to start again at
+        their address. Each is handed out once."""
+        again, self.relaunches = self.relaunches, []
+        at_address, self.relaunches_at = self.relaunches_at, []
+        return again, at_address
+
     def set_outside(self, jobs: dict[str, list[str]]) -> None:
         """Put ``jobs``, whose tasks the launcher does not run, first in the
         cluster definition (fine-grained mode's chief: the program itself)."""
