@@ -70,7 +70,7 @@ class Launcher:
         self._chief_started = chief_backend is None
         """Whether the chief's backend has started: only once the cluster
         has placed a first task (see :meth:`start`)."""
-        self.loop = Loop(
+        self._loop = Loop(
             spec,
             backend,
             output=output,
@@ -87,49 +87,49 @@ class Launcher:
     @property
     def cluster_def(self) -> dict[str, list[str]]:
         """Each job's task addresses, once the cluster is up."""
-        return self.loop.cluster_def
+        return self._loop.cluster_def
 
     @property
     def outside(self) -> dict[str, list[str]]:
         """Jobs in the cluster definition whose tasks the launcher does not
         run, first in it: fine-grained mode's chief, the program itself."""
-        return self.loop.outside
+        return self._loop.outside
 
     @outside.setter
     def outside(self, jobs: dict[str, list[str]]) -> None:
-        self.loop.set_outside(jobs)
+        self._loop.set_outside(jobs)
 
     @property
     def run_id(self) -> str:
-        return self.loop.run_id
+        return self._loop.run_id
 
     @property
     def targets(self) -> dict[str, str]:
-        return self.loop.targets()
+        return self._loop.targets()
 
     async def start(self) -> dict[str, list[str]]:
         """Launch every task and bring the cluster up; return its definition."""
         tasks = self.spec.tasks()
-        for backend in self.loop.backends():
-            backend.check([t for t in tasks if self.loop.backend_for(t) is backend])
+        for backend in self._loop.backends():
+            backend.check([t for t in tasks if self._loop.backend_for(t) is backend])
         port = os.environ.get(wire.ENV_RENDEZVOUS_PORT, "")
-        await self.loop.open_rendezvous(
+        await self._loop.open_rendezvous(
             self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, tls_of(self.spec)
         )
         self._backend_started = True
-        await self.backend.start(self.loop.on_backend)
+        await self.backend.start(self._loop.on_backend)
         self._emit_started(tasks)
-        local = [(task, 1) for task in tasks if self.loop.backend_for(task) is not self.backend]
+        local = [(task, 1) for task in tasks if self._loop.backend_for(task) is not self.backend]
         if local and len(local) < len(tasks):
             # The chief, beside the launcher, waits for the cluster's first
             # placement (a Mesos offer taken, a Slurm allocation running): a
             # wrong master or a job that never fits starts nothing here.
             remote = []
             for task in tasks:  # in the job's order, which messages keep
-                if self.loop.backend_for(task) is self.backend:
-                    remote.append(self.loop.new_attempt(task, 1))
+                if self._loop.backend_for(task) is self.backend:
+                    remote.append(self._loop.new_attempt(task, 1))
                 else:
-                    self.loop.new_attempt(task, 1, held=True)
+                    self._loop.new_attempt(task, 1, held=True)
             await self.backend.launch_many(remote)
         else:
             if local:
@@ -147,15 +147,15 @@ class Launcher:
         deadline = (
             None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
         )
-        await self.loop.pump(
-            self.loop.attempts.all_registered, self.spec.start_timeout, self._start_timed_out
+        await self._loop.pump(
+            self._loop.all_registered, self.spec.start_timeout, self._start_timed_out
         )
-        self.loop.deliver_cluster()
+        self._loop.deliver_cluster()
         if not self.spec.replica:
             # Fine-grained mode hands out targets: they must answer when it does.
             left = None if deadline is None else max(0.1, deadline - time.monotonic())
             try:
-                await self.loop.pump(self.loop.attempts.all_ready, left, self._start_timed_out)
+                await self._loop.pump(self._loop.all_ready, left, self._start_timed_out)
             except JobFailedError as exc:
                 # Not retried: every other server already holds the dead
                 # one's address in its cluster definition.
@@ -165,15 +165,15 @@ class Launcher:
                     exc.failure,
                 ) from None
             logger.info("every TensorFlow server accepts connections")
-        return self.loop.cluster_def
+        return self._loop.cluster_def
 
     def _emit_started(self, tasks: list[TaskSpec]) -> None:
         backends: dict[str, list[str]] = {}
         for task in tasks:
-            backends.setdefault(self.loop.backend_for(task).name, []).append(task.name)
+            backends.setdefault(self._loop.backend_for(task).name, []).append(task.name)
         # Every backend of a job keeps its logs in one directory (run.py).
-        log_dir = next((b.log_dir for b in self.loop.backends() if b.log_dir is not None), None)
-        self.loop.emit(
+        log_dir = next((b.log_dir for b in self._loop.backends() if b.log_dir is not None), None)
+        self._loop.emit(
             "job_started",
             restart=self.restart,
             max_restarts=self.spec.max_restarts,
@@ -184,16 +184,16 @@ class Launcher:
     async def wait_for_workers(self) -> None:
         """Replica mode: return when every worker has exited 0, or the chief
         where there is one (``tfrun --chief``); raise if any task failed."""
-        await self.loop.pump(self.loop.attempts.workers_done, None, None)
-        rest = bool(self.loop.attempts.live())
+        await self._loop.pump(self._loop.workers_done, None, None)
+        rest = self._loop.any_live()
         done = "all workers finished" if self.spec.ending_job == "worker" else "the chief finished"
-        self.loop.output.report_after_output(
+        self._loop.report_after_output(
             logging.INFO, done + ("; stopping the rest of the job" if rest else "")
         )
 
     async def watch(self) -> None:
         """Fine-grained mode: run until cancelled; raise when a task fails."""
-        await self.loop.pump(lambda: False, None, None)
+        await self._loop.pump(lambda: False, None, None)
 
     async def stop(self, *, drop_stalled_output: bool = False) -> None:
         """Stop every task and release the backend. Safe to call more than once.
@@ -204,79 +204,69 @@ class Launcher:
         failure, a signal), output the terminal has not taken is dropped
         once it takes nothing for ``OUTPUT_STALL`` seconds; otherwise (the
         job's normal end, every task gone) it is all written first."""
-        if self.loop.stopping:
+        if self._loop.stopping:
             return
-        live = self.loop.begin_stop()
+        live = self._loop.begin_stop()
         try:
             unregistered = [t for t in live if t.connection is None]
             await asyncio.gather(
                 *(
-                    self.loop.backend_for(t.spec).kill(t.task_id)
+                    self._loop.backend_for(t.spec).kill(t.task_id)
                     for t in unregistered
                     if t.state is not AttemptState.PENDING
                 )
             )
-            self.loop.stopped(unregistered)
+            self._loop.mark_stopped(unregistered)
             if live:
-                await self.loop.pump(self.loop.attempts.all_over, KILL_WAIT, lambda: None)
+                await self._loop.pump(self._loop.all_over, KILL_WAIT, lambda: None)
         finally:
             try:
                 if self._backend_started:
-                    for backend in self.loop.backends():
+                    for backend in self._loop.backends():
                         if backend is not self.chief_backend or self._chief_started:
                             await backend.close()
             finally:
                 # The tasks are gone; what they sent last may still be on
                 # its way in.
-                await self.loop.close(
+                await self._loop.close(
                     drop_stalled_output=drop_stalled_output, where=self.logs_location()
                 )
-        self.loop.end_stop()
+        self._loop.end_stop()
 
     def outcomes(self) -> dict[str, str]:
         """How each task ended, in words, by task name, in the job's order:
         ``exited 0``, ``stopped by tfrun``, or how it failed."""
-        return self.loop.outcomes()
+        return self._loop.outcomes()
 
     def lost_logs(self) -> list[str]:
         """The tasks whose output could not all be kept where
         :meth:`logs_location` says (each was said in a warning), by name."""
-        names = [*self.loop.lost_logs, *(n for b in self.loop.backends() for n in b.lost_logs())]
-        return list(dict.fromkeys(names))
+        return self._loop.lost_logs()
 
     def incomplete_output(self) -> dict[str, str]:
         """The tasks whose copy in :meth:`logs_location` lacks some of what
         they printed (tfrun could not hear it all before their end), by name,
         each with where its full output is."""
-        missing = {}
-        for task in self.loop.attempts.current.values():
-            backend = self.loop.backend_for(task.spec)
-            if (
-                backend.output_through_launcher
-                and task.connection is not None
-                and not task.output_complete
-            ):
-                missing[task.spec.name] = backend.unseen_output_location(task.host)
-        return missing
+        return self._loop.incomplete_output()
 
     def logs_location(self) -> str:
         """Where the full output of every task is kept, for the user."""
-        return "; ".join(dict.fromkeys(b.logs_location() for b in self.loop.backends()))
+        return "; ".join(dict.fromkeys(b.logs_location() for b in self._loop.backends()))
 
     def abandon_output(self, reason: str) -> None:
         """Drop task output not yet written, so that :meth:`stop` need not
         wait for a terminal that does not read, and say so once, with where
         the full output is."""
-        self.loop.output.abandon(reason, self.logs_location())
+        self._loop.abandon_output(reason, self.logs_location())
 
     async def _launch_all(self, specs: list[tuple[TaskSpec, int]]) -> None:
         """Launch tasks (each with its attempt number) that start together:
         each backend is handed its share at once (``Backend.launch_many``)."""
         shares: dict[int, tuple[Backend, list[Launch]]] = {}
         for spec, attempt in specs:
-            backend = self.loop.backend_for(spec)
+            backend = self._loop.backend_for(spec)
             shares.setdefault(id(backend), (backend, []))[1].append(
-                self.loop.new_attempt(spec, attempt)
+                self._loop.new_attempt(spec, attempt)
             )
         for backend, launches in shares.values():
             await backend.launch_many(launches)
@@ -287,30 +277,30 @@ class Launcher:
         if self.chief_backend is None or self._chief_started:
             return
         self._chief_started = True
-        await self.chief_backend.start(self.loop.on_backend)
-        launches = self.loop.launch_held()
+        await self.chief_backend.start(self._loop.on_backend)
+        launches = self._loop.launch_held()
         if launches:
             logger.debug("the cluster has its first task placed: starting the chief here")
             await self.chief_backend.launch_many(launches)
 
     async def _after_event(self, event: Event) -> None:
-        if not self._chief_started and not self.loop.stopping and isinstance(event, TaskPlaced):
+        if not self._chief_started and not self._loop.stopping and isinstance(event, TaskPlaced):
             await self._start_chief()
-        again, at_address = self.loop.take_relaunches()
+        again, at_address = self._loop.take_relaunches()
         if again:
             await self._launch_all(again)
         for earlier, decision in at_address:
             await self._launch_at(earlier, decision)
 
     async def _launch_at(self, earlier: Attempt, decision: relaunch.RelaunchAt) -> None:
-        launch = self.loop.new_attempt(
+        launch = self._loop.new_attempt(
             earlier.spec, earlier.attempt + 1, keep_address=decision.address
         )
         port = int(decision.address.rpartition(":")[2])
-        await self.loop.backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
+        await self._loop.backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
 
     def _start_timed_out(self) -> None:
-        waiting = self.loop.waiting()
+        waiting = self._loop.waiting()
         detail = self.backend.progress()
         raise ClusterStartError(
             f"the cluster did not come up within {self.spec.start_timeout:g}s: "

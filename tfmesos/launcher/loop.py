@@ -155,66 +155,131 @@ class Loop:
         events: Events = NO_EVENTS,
         after_event: Callable[[Event], Awaitable[None]],
     ) -> None:
-        self.spec = spec
+        self._spec = spec
         self._after_event = after_event
         """What the job does once an event is handled: start the chief, launch
         what is to be relaunched (:class:`tfmesos.launcher.job.Launcher`)."""
-        self.backend = backend
-        self.events = events
+        self._backend = backend
+        self._events = events
         """Where what the launcher decides and sees goes (``tfrun --events``)."""
-        self.restart = restart
+        self._restart = restart
         """Which run of the job this is (``--max-restarts``): 0 for the first."""
         # Where the backend runs its tasks elsewhere, replica mode runs the
         # chief beside the launcher (Backend.chief_beside_launcher): its exit
         # decides the job's.
-        self.chief_backend = chief_backend
+        self._chief_backend = chief_backend
         stream = output if output is not None else binary_stream(sys.stdout)
-        self.output = OutputRouter(
+        self._output = OutputRouter(
             stream,
             [t.name for t in spec.tasks() if spec.forwards(t)],
             colour=colour,
             notes_after_output=notes_after_output,
             processes=spec.nproc > 1,
         )
-        self.secret = secret or os.urandom(32)
-        self.silence_limit = wire.silence_limit(os.environ)
+        self._secret = secret or os.urandom(32)
+        self._silence_limit = wire.silence_limit(os.environ)
         """How long a task's agent goes on without hearing the launcher, and
         so how long its last output may take to come (``wire.SILENCE_LIMIT``)."""
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
-        self._held: collections.deque[Event] = collections.deque()
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._put_back: collections.deque[Event] = collections.deque()
         """Events taken off the queue when the pump was cancelled (_next_event)."""
-        self.attempts = Attempts(spec.ending_job)
-        self.rendezvous = rendezvous(
-            self.secret, self._admit, self._on_rendezvous, self._output_flow
+        self._attempts = Attempts(spec.ending_job)
+        self._rendezvous = rendezvous(
+            self._secret, self._admit, self._on_rendezvous, self._output_flow
         )
         in_process = InProcessRendezvous(
             self._admit, self._on_rendezvous, self._output_flow, self._output_held
         )
         for each in self.backends():
             each.attach_rendezvous(in_process)
-        self.phase = Phase.STARTING
-        self.held: list[Attempt] = []
+        self._phase = Phase.STARTING
+        self._held: list[Attempt] = []
         """The tasks beside the launcher (the chief) that wait for the
         cluster's first placement (:meth:`launch_held`)."""
-        self.relaunches: list[tuple[TaskSpec, int]] = []
-        self.relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
+        self._relaunches: list[tuple[TaskSpec, int]] = []
+        self._relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
         """Fine-grained mode: dead servers to start again at their address."""
         self._server_relaunches = 0
-        self.lost_logs: list[str] = []
+        self._lost_logs: list[str] = []
         """Tasks whose agent said its log could not be written (``log_failed``)."""
-        self.tls_pem: str | None = None
+        self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
-        self.cluster_def: dict[str, list[str]] = {}
-        self.outside: dict[str, list[str]] = {}
+        self._cluster_def: dict[str, list[str]] = {}
+        self._outside: dict[str, list[str]] = {}
         """Jobs in the cluster definition whose tasks the launcher does not
         run, first in it: fine-grained mode's chief, the program itself."""
-        self.run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
+        self._run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
         """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
+
+    # -- what the launcher asks ---------------------------------------------------
+
+    @property
+    def cluster_def(self) -> dict[str, list[str]]:
+        """Each job's task addresses, once the cluster is up."""
+        return self._cluster_def
+
+    @property
+    def outside(self) -> dict[str, list[str]]:
+        """Jobs in the cluster definition whose tasks the launcher does not
+        run, first in it: fine-grained mode's chief, the program itself."""
+        return self._outside
+
+    @property
+    def run_id(self) -> str:
+        """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
+        return self._run_id
+
+    def all_registered(self) -> bool:
+        return self._attempts.all_registered()
+
+    def all_ready(self) -> bool:
+        return self._attempts.all_ready()
+
+    def workers_done(self) -> bool:
+        return self._attempts.workers_done()
+
+    def all_over(self) -> bool:
+        return self._attempts.all_over()
+
+    def any_live(self) -> bool:
+        """Whether a task is not over yet."""
+        return bool(self._attempts.live())
+
+    def lost_logs(self) -> list[str]:
+        """The tasks whose output could not all be kept in their logs (each
+        was said in a warning), by name."""
+        names = [*self._lost_logs, *(n for b in self.backends() for n in b.lost_logs())]
+        return list(dict.fromkeys(names))
+
+    def incomplete_output(self) -> dict[str, str]:
+        """The tasks whose copy in their logs lacks some of what they printed
+        (tfrun could not hear it all before their end), by name, each with
+        where its full output is."""
+        missing = {}
+        for task in self._attempts.current.values():
+            backend = self.backend_for(task.spec)
+            if (
+                backend.output_through_launcher
+                and task.connection is not None
+                and not task.output_complete
+            ):
+                missing[task.spec.name] = backend.unseen_output_location(task.host)
+        return missing
+
+    def report_after_output(self, level: int, message: str, *args: object) -> None:
+        """Log ``message`` once the tasks' output printed so far is out
+        (:meth:`OutputRouter.report_after_output`)."""
+        self._output.report_after_output(level, message, *args)
+
+    def abandon_output(self, reason: str, where: str) -> None:
+        """Drop the tasks' output not yet written, saying once where
+        (``where``) the full output is."""
+        self._output.abandon(reason, where)
 
     @property
     def stopping(self) -> bool:
         """Whether the job's end is decided and its teardown under way."""
-        return self.phase is Phase.STOPPING
+        return self._phase is Phase.STOPPING
 
     async def open_rendezvous(
         self, bind: str, port: int, tls: tuple[ssl.SSLContext, str] | None
@@ -223,8 +288,8 @@ class Loop:
         where ``tls`` gives the context and the certificate the tasks pin."""
         context = None
         if tls is not None:
-            context, self.tls_pem = tls
-        await self.rendezvous.start(bind, port, context)
+            context, self._tls_pem = tls
+        await self._rendezvous.start(bind, port, context)
 
     def new_attempt(
         self, spec: TaskSpec, attempt: int, *, held: bool = False, keep_address: str = ""
@@ -234,16 +299,16 @@ class Loop:
         a fine-grained relaunch must serve. Return what its backend launches."""
         task = Attempt(
             spec=spec,
-            task_id=new_task_id(spec.job_name, spec.index, self.restart, attempt),
+            task_id=new_task_id(spec.job_name, spec.index, self._restart, attempt),
             attempt=attempt,
-            prefix=self.output.prefix(spec.name),
-            forward=self.spec.forwards(spec),
+            prefix=self._output.prefix(spec.name),
+            forward=self._spec.forwards(spec),
             initial=AttemptState.PENDING if held else AttemptState.LAUNCHED,
             keep_address=keep_address,
         )
-        self.attempts.add(task)
+        self._attempts.add(task)
         if held:
-            self.held.append(task)
+            self._held.append(task)
         else:
             self._emit_launched(task)
         return self._launch_of(task)
@@ -251,10 +316,10 @@ class Loop:
     def launch_held(self) -> list[Launch]:
         """The cluster has placed a task: launch those held for it (the
         chief's backend has started). Return what to launch."""
-        held, self.held = self.held, []
+        held, self._held = self._held, []
         launches = []
         for earlier in held:
-            task = self.attempts.current[earlier.spec.name]
+            task = self._attempts.current[earlier.spec.name]
             if task.state is AttemptState.PENDING:
                 task.move(AttemptState.LAUNCHED)
                 launches.append(self._launch_of(task))
@@ -264,24 +329,24 @@ class Loop:
     def _emit_launched(self, task: Attempt) -> None:
         backend = self.backend_for(task.spec).name
         self.emit(
-            "task_launched", task, task_id=task.task_id, backend=backend, restart=self.restart
+            "task_launched", task, task_id=task.task_id, backend=backend, restart=self._restart
         )
 
     def _launch_of(self, task: Attempt) -> Launch:
-        env = dict(self.spec.env)
+        env = dict(self._spec.env)
         env.update(
             {
                 wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
-                or f"{self.backend.rendezvous_host}:{self.rendezvous.port}",
+                or f"{self._backend.rendezvous_host}:{self._rendezvous.port}",
                 wire.ENV_TASK_ID: task.task_id,
-                wire.ENV_SECRET: self.secret.hex(),
-                taskenv.ENV_RESTART: str(self.restart),
+                wire.ENV_SECRET: self._secret.hex(),
+                taskenv.ENV_RESTART: str(self._restart),
             }
         )
-        if self.tls_pem is not None:
-            env[wire.ENV_TLS_CERT] = self.tls_pem
+        if self._tls_pem is not None:
+            env[wire.ENV_TLS_CERT] = self._tls_pem
         if wire.ENV_SILENCE_LIMIT in os.environ:
-            env[wire.ENV_SILENCE_LIMIT] = f"{self.silence_limit:g}"
+            env[wire.ENV_SILENCE_LIMIT] = f"{self._silence_limit:g}"
         return Launch(task.task_id, task.spec, env)
 
     def take_relaunches(
@@ -291,72 +356,72 @@ class Loop:
         again: tasks (each with its attempt number) that failed before the
         cluster was up, and fine-grained mode's servers to start again at
         their address. Each is handed out once."""
-        again, self.relaunches = self.relaunches, []
-        at_address, self.relaunches_at = self.relaunches_at, []
+        again, self._relaunches = self._relaunches, []
+        at_address, self._relaunches_at = self._relaunches_at, []
         return again, at_address
 
     def set_outside(self, jobs: dict[str, list[str]]) -> None:
         """Put ``jobs``, whose tasks the launcher does not run, first in the
         cluster definition (fine-grained mode's chief: the program itself)."""
-        self.outside = jobs
+        self._outside = jobs
 
     def targets(self) -> dict[str, str]:
         """Each task's target (``/job:worker/task:0``) and its URL."""
         return {
-            f"/job:{job}/task:{index}": f"{self.spec.protocol}://{addr}"
-            for job, addrs in self.cluster_def.items()
+            f"/job:{job}/task:{index}": f"{self._spec.protocol}://{addr}"
+            for job, addrs in self._cluster_def.items()
             for index, addr in enumerate(addrs)
         }
 
     def deliver_cluster(self) -> None:
         """Every task has registered: send each the cluster's definition, and
         the cluster runs."""
-        self.cluster_def = {
-            **self.outside,
-            **message.cluster_def_of(self.attempts.current.values()),
+        self._cluster_def = {
+            **self._outside,
+            **message.cluster_def_of(self._attempts.current.values()),
         }
         # Every address is known, and no command has started: one too many
         # for a task's environment is refused now.
-        message.check_environment(self.spec, self.cluster_def)
+        message.check_environment(self._spec, self._cluster_def)
         checked = False
-        for task in self.attempts.current.values():
+        for task in self._attempts.current.values():
             assert task.connection is not None
-            sealed = task.connection.seal(self.cluster_message(task))
+            sealed = task.connection.seal(self._cluster_message(task))
             if not checked:
                 message.check_size(sealed)
                 checked = True
             task.connection.send(sealed)
             task.move(AttemptState.RUNNING)
-        self.phase = Phase.RUNNING
+        self._phase = Phase.RUNNING
         for target, url in sorted(self.targets().items()):
             logger.debug("%s at %s", target, url)
         # An evaluator is in no cluster list, but is up too.
-        aside = ", 1 evaluator" if self.spec.has_job(EVALUATOR_JOB) else ""
-        logger.info("cluster up: %s%s", message.summary(self.cluster_def), aside)
-        if self.spec.replica and self.restart == 0:  # where the output starts to come
-            logger.info("%s", shown_output(self.spec.tasks(), self.spec.forward_logs))
+        aside = ", 1 evaluator" if self._spec.has_job(EVALUATOR_JOB) else ""
+        logger.info("cluster up: %s%s", message.summary(self._cluster_def), aside)
+        if self._spec.replica and self._restart == 0:  # where the output starts to come
+            logger.info("%s", shown_output(self._spec.tasks(), self._spec.forward_logs))
         # As TF_CONFIG has it: with --nproc-per-task, every worker process's address.
-        cluster = taskenv.process_cluster(self.cluster_def, self.spec.nproc)
-        self.emit("cluster_up", cluster=cluster, restart=self.restart)
+        cluster = taskenv.process_cluster(self._cluster_def, self._spec.nproc)
+        self.emit("cluster_up", cluster=cluster, restart=self._restart)
 
     def begin_stop(self) -> list[Attempt]:
         """The job's end is decided: refuse whoever dials in from now on, let
         the output go on whether or not the terminal keeps up, and tell every
         task that has registered to stop. Return the tasks not over yet."""
         # A job refused before its first launch says only its verdict.
-        if self.attempts.by_id:
-            self.emit("job_stopping", restart=self.restart)
-        self.phase = Phase.STOPPING
+        if self._attempts.by_id:
+            self.emit("job_stopping", restart=self._restart)
+        self._phase = Phase.STOPPING
         # A task that dials in from now on is refused, as expected: not news.
-        self.rendezvous.stopping()
-        self.output.stop()
-        live = self.attempts.live()
+        self._rendezvous.stopping()
+        self._output.stop()
+        live = self._attempts.live()
         for task in live:
             if task.connection is not None:
                 task.connection.send({"type": wire.STOP, "reason": "the job is ending"})
         return live
 
-    def stopped(self, tasks: list[Attempt]) -> None:
+    def mark_stopped(self, tasks: list[Attempt]) -> None:
         """``tasks`` are stopped: nothing of theirs is left to wait for."""
         for task in tasks:
             task.move(AttemptState.STOPPED)
@@ -364,33 +429,33 @@ class Loop:
     async def close(self, *, drop_stalled_output: bool, where: str) -> None:
         """The tasks are gone: close the rendezvous once what they sent last
         is in, and write their output (``where`` its full copy is kept)."""
-        await self.rendezvous.close(linger=OUTPUT_LINGER)
+        await self._rendezvous.close(linger=OUTPUT_LINGER)
         # Every task is gone: what they printed goes out before the
         # launcher says how the job ended.
-        await self.output.close(drop_stalled=drop_stalled_output, where=where)
+        await self._output.close(drop_stalled=drop_stalled_output, where=where)
 
     def end_stop(self) -> None:
         """Teardown is over: a task not over yet is stopped (left unreached
         where it could not be heard), and the job's end said."""
-        for task in self.attempts.current.values():
+        for task in self._attempts.current.values():
             if not task.state.over:
                 task.left_unreached = task.unheard
                 task.move(AttemptState.STOPPED)
-        if self.attempts.by_id:
-            self.emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
+        if self._attempts.by_id:
+            self.emit("job_stopped", restart=self._restart, outcomes=self.outcomes())
 
     def outcomes(self) -> dict[str, str]:
         """How each task ended, in words, by task name, in the job's order:
         ``exited 0``, ``stopped by tfrun``, or how it failed."""
-        return verdict.outcomes(self.attempts.current.values(), self.silence_limit)
+        return verdict.outcomes(self._attempts.current.values(), self._silence_limit)
 
     def backend_for(self, task: TaskSpec) -> Backend:
-        if self.chief_backend is not None and self.spec.is_chief(task):
-            return self.chief_backend
-        return self.backend
+        if self._chief_backend is not None and self._spec.is_chief(task):
+            return self._chief_backend
+        return self._backend
 
     def backends(self) -> list[Backend]:
-        return [self.backend] + ([self.chief_backend] if self.chief_backend else [])
+        return [self._backend] + ([self._chief_backend] if self._chief_backend else [])
 
     async def pump(
         self,
@@ -421,18 +486,18 @@ class Loop:
         ``asyncio.wait_for``: on Python 3.10 and 3.11 it returns the event
         and drops the caller's cancellation when both come on one turn of the
         loop, and a Ctrl-C (run.py cancels the job) would be lost."""
-        if self._held:
-            return self._held.popleft()
-        if not self._events.empty():
-            return self._events.get_nowait()
-        getter = asyncio.ensure_future(self._events.get())
+        if self._put_back:
+            return self._put_back.popleft()
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        getter = asyncio.ensure_future(self._queue.get())
         try:
             await asyncio.wait({getter}, timeout=timeout)
         except asyncio.CancelledError:
             if getter.done() and not getter.cancelled():
                 # Taken off the queue as the caller was cancelled: the pump
                 # that stops the job handles it first.
-                self._held.append(getter.result())
+                self._put_back.append(getter.result())
             getter.cancel()
             raise
         if getter.done():
@@ -447,7 +512,7 @@ class Loop:
         if isinstance(event, BackendFailed):
             self._backend_failed(event)
             return
-        task = self.attempts.get(event.task_id)
+        task = self._attempts.get(event.task_id)
         if task is None:
             return
         if isinstance(event, Message):
@@ -470,13 +535,13 @@ class Loop:
             self._on_task_ended(task, event)
 
     def _backend_failed(self, event: BackendFailed) -> None:
-        if on_backend_failure(self.phase) is Action.CARRY_ON:
+        if on_backend_failure(self._phase) is Action.CARRY_ON:
             # The job's verdict is already made; teardown goes on.
             logger.warning(
-                "the %s backend failed while stopping: %s", self.backend.name, event.message
+                "the %s backend failed while stopping: %s", self._backend.name, event.message
             )
             return
-        message = f"the {self.backend.name} backend failed: {event.message}"
+        message = f"the {self._backend.name} backend failed: {event.message}"
         if event.exit_status == EXIT_USAGE:
             # A job the backend found it can never run (no Mesos agent
             # could hold a task): refused, as a local job too big is.
@@ -489,7 +554,7 @@ class Loop:
         if event.message.get("type") == wire.LOG_FAILED:  # its agent's log; it goes on
             where = f" on {task.host}" if task.host else ""
             logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
-            self.lost_logs.append(task.spec.name)
+            self._lost_logs.append(task.spec.name)
 
     def _on_registered(self, task: Attempt, event: Registered) -> None:
         task.connection = event.connection
@@ -498,12 +563,12 @@ class Loop:
         task.host = task.host or event.addr.rpartition(":")[0]
         task.move(AttemptState.REGISTERED)
         self.emit("task_registered", task, addr=task.addr, host=task.host)
-        registered = self.attempts.count(AttemptState.REGISTERED)
+        registered = self._attempts.count(AttemptState.REGISTERED)
         logger.info(
             "task %s registered at %s (%s)",
             task.spec.name,
             task.addr,
-            "relaunched" if task.keep_address else f"{registered}/{len(self.attempts.current)}",
+            "relaunched" if task.keep_address else f"{registered}/{len(self._attempts.current)}",
         )
         action = on_registered(self._view(task))
         if action is Action.REJOIN:
@@ -563,12 +628,12 @@ class Loop:
 
     def _tick_in(self, delay: float, task: Attempt) -> None:
         """Look at ``task``'s deadline again in ``delay`` seconds."""
-        asyncio.get_running_loop().call_later(delay, self._events.put_nowait, Tick(task.task_id))
+        asyncio.get_running_loop().call_later(delay, self._queue.put_nowait, Tick(task.task_id))
 
     def _check_grace(self, task_id: str) -> None:
         """One task's deadline may be past: for its backend's word after a
         SIGKILL or a lost connection, or for its last output after its end."""
-        task = self.attempts.get(task_id)
+        task = self._attempts.get(task_id)
         if task is None or task.state.over or task.deadline is None:
             return
         now = time.monotonic()
@@ -592,7 +657,7 @@ class Loop:
                 # and beating, its task lost by its backend) has nothing
                 # stuck on the way: the backend's word stands.
                 if now - connection.last_heard >= BEAT_OVERDUE:
-                    later = connection.last_heard + self.silence_limit
+                    later = connection.last_heard + self._silence_limit
                 else:  # a beat may yet come: look again once it is overdue
                     later = connection.last_heard + BEAT_OVERDUE
                 if later - now > 0.001:
@@ -603,7 +668,7 @@ class Loop:
                 # Its agent may have stopped it for want of tfrun: say so.
                 reason += (
                     f" (tfrun had not heard it for {now - connection.last_heard:.0f}s; an agent "
-                    f"that does not hear tfrun for {self.silence_limit:g}s stops its task)"
+                    f"that does not hear tfrun for {self._silence_limit:g}s stops its task)"
                 )
             self._over(task, task.ended.exit_code, reason)
         else:
@@ -623,7 +688,7 @@ class Loop:
                 task.spec.name,
                 where,
                 event.silent,
-                self.silence_limit,
+                self._silence_limit,
             )
             self.emit("task_unheard", task, host=task.host, silent=round(event.silent, 1))
         else:
@@ -636,52 +701,52 @@ class Loop:
             # terminal fills the console's buffer, which makes the readers wait
             # (the rendezvous's flow), TCP slows the agent, and the pipe slows
             # the task: no unbounded queue anywhere, and the loop never blocks.
-            task = self.attempts.get(event.task_id)
+            task = self._attempts.get(event.task_id)
             if task is not None:
                 task.received += len(event.data)
                 self.backend_for(task.spec).task_output(task.task_id, event.data)
-                self.output.write(task, event.data)
+                self._output.write(task, event.data)
             return
-        if self.attempts.get(event.task_id) is None:
+        if self._attempts.get(event.task_id) is None:
             if not isinstance(event, Unheard | Heard):  # a helper's silence is its backend's
-                self.backend.on_peer(event)  # the backend's own helper
+                self._backend.on_peer(event)  # the backend's own helper
             return
-        self._events.put_nowait(event)
+        self._queue.put_nowait(event)
 
     def on_backend(self, event: BackendEvent) -> None:
         if isinstance(event, BackendAttached):
             # Nothing to decide: said at once, not queued, so that the ID of
             # a Slurm job is out even when the launch that submitted it
             # fails before the loop runs again.
-            fields = {"backend": event.backend, "restart": self.restart, **event.details}
+            fields = {"backend": event.backend, "restart": self._restart, **event.details}
             self.emit("backend_attached", None, **fields)
             return
-        self._events.put_nowait(event)
+        self._queue.put_nowait(event)
 
     async def _output_flow(self, task_id: str) -> None:
-        task = self.attempts.get(task_id)
+        task = self._attempts.get(task_id)
         if task is not None:
-            await self.output.flow(task)
+            await self._output.flow(task)
 
     def _output_held(self, task_id: str) -> bool:
         """Whether :meth:`_output_flow` would make ``task_id`` wait."""
-        task = self.attempts.get(task_id)
-        return task is not None and self.output.must_wait(task)
+        task = self._attempts.get(task_id)
+        return task is not None and self._output.must_wait(task)
 
     def _admit(self, task_id: str) -> bool:
-        task = self.attempts.get(task_id)
+        task = self._attempts.get(task_id)
         if task is None:
             # Not a task: maybe the backend's own helper (Slurm's job script).
-            return admits_helper(self.phase) and self.backend.admit(task_id)
+            return admits_helper(self._phase) and self._backend.admit(task_id)
         return admits(self._view(task), launched=task.state is AttemptState.LAUNCHED)
 
     def _view(self, task: Attempt) -> TaskView:
         """What the rules (tfmesos.launcher.policy) know of ``task``."""
         return TaskView(
-            phase=self.phase,
-            current=self.attempts.is_current(task),
+            phase=self._phase,
+            current=self._attempts.is_current(task),
             attempt=task.attempt,
-            replica=self.spec.replica,
+            replica=self._spec.replica,
             relaunched_at_address=bool(task.keep_address),
             side=task.spec.job_name == EVALUATOR_JOB,
         )
@@ -690,7 +755,7 @@ class Loop:
         """The one seam through which the launcher's events go out."""
         if task is not None:
             fields = {"task": task.spec.name, "attempt": task.attempt, **fields}
-        self.events.emit(event, **fields)
+        self._events.emit(event, **fields)
 
     def _over(
         self, task: Attempt, code: int | None, reason: str, *, signal: int | None = None
@@ -720,7 +785,7 @@ class Loop:
                 action=action.value,
             )
 
-        if self.spec.replica or action is not Action.FAIL_JOB:
+        if self._spec.replica or action is not Action.FAIL_JOB:
             exited(action)  # else once fine-grained mode has decided, below
         if action is Action.STOP:
             task.move(AttemptState.STOPPED)
@@ -729,7 +794,7 @@ class Loop:
             # The evaluator, outside the cluster: said, and the job goes on.
             task.move(AttemptState.FAILED)
             where = f" on {task.host}" if task.host else ""
-            self.output.report_after_output(
+            self._output.report_after_output(
                 logging.WARNING,
                 "task %s%s %s: the job goes on without it (an evaluator is outside the cluster)",
                 task.spec.name,
@@ -762,8 +827,8 @@ class Loop:
                     f"(attempt {task.attempt + 1} of {MAX_ATTEMPTS})"
                 ),
             )
-            self.relaunches.append((task.spec, task.attempt + 1))
-            self.events.emit(
+            self._relaunches.append((task.spec, task.attempt + 1))
+            self._events.emit(
                 "task_relaunched",
                 task=task.spec.name,
                 attempt=task.attempt + 1,
@@ -776,7 +841,7 @@ class Loop:
             # Its output came in before its exit report, on the same
             # connection, and is on its way to the terminal from the
             # console's thread: said after it.
-            self.output.report_after_output(
+            self._output.report_after_output(
                 logging.INFO, "task %s finished (exit 0)", task.spec.name
             )
             return
@@ -788,7 +853,7 @@ class Loop:
                 task.host,
                 failure.output_tail,
             )
-        if not self.spec.replica:
+        if not self._spec.replica:
             # A dead server may come back at its address: the event says
             # what is done about it once that is decided.
             unrelaunched = self._relaunch_server(task, failure, exited)
@@ -814,7 +879,7 @@ class Loop:
             task,
             failure,
             done=self._server_relaunches,
-            allowed=self.spec.max_restarts,
+            allowed=self._spec.max_restarts,
             backend=backend.name,
             backend_keeps_addresses=backend.keeps_addresses,
         )
@@ -830,8 +895,8 @@ class Loop:
                 f"(relaunch {decision.number} of {decision.allowed})"
             ),
         )
-        self.relaunches_at.append((task, decision))
-        self.events.emit(
+        self._relaunches_at.append((task, decision))
+        self._events.emit(
             "task_relaunched",
             task=task.spec.name,
             attempt=task.attempt + 1,
@@ -852,27 +917,31 @@ class Loop:
                     task.host,
                 )
             )
-        task.connection.send(task.connection.seal(self.cluster_message(task)))
+        task.connection.send(task.connection.seal(self._cluster_message(task)))
         task.move(AttemptState.RUNNING)
 
-    def cluster_message(self, task: Attempt) -> dict[str, object]:
+    def _cluster_message(self, task: Attempt) -> dict[str, object]:
         """What ``task`` runs, with the cluster's definition."""
         return message.cluster_message(
-            self.spec, task, run_id=self.run_id, restart=self.restart, cluster_def=self.cluster_def
+            self._spec,
+            task,
+            run_id=self._run_id,
+            restart=self._restart,
+            cluster_def=self._cluster_def,
         )
 
     def waiting(self) -> list[str]:
-        return self.attempts.waiting({task.spec.name for task in self.held})
+        return self._attempts.waiting({task.spec.name for task in self._held})
 
     def _report_progress(self) -> None:
-        if self.phase is not Phase.STARTING:
+        if self._phase is not Phase.STARTING:
             return
         waiting = self.waiting()
-        detail = self.backend.progress()
+        detail = self._backend.progress()
         logger.info(
             "waiting for %d of %d tasks to register: %s%s",
             len(waiting),
-            len(self.attempts.current),
+            len(self._attempts.current),
             ", ".join(waiting[:10]) + ("…" if len(waiting) > 10 else ""),
             f" ({detail})" if detail else "",
         )
