@@ -14,15 +14,12 @@ way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import logging
 import os
 import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfmesos import wire
@@ -52,6 +49,7 @@ from tfmesos.launcher import message, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
 from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events
+from tfmesos.launcher.inbox import Event, Inbox, Tick
 from tfmesos.launcher.output import OutputRouter, shown_output
 from tfmesos.launcher.policy import (
     MAX_ATTEMPTS,
@@ -87,7 +85,6 @@ __all__ = ["Event", "Loop", "RendezvousFactory", "Tick", "real_rendezvous"]
 
 logger = logging.getLogger("tfmesos")
 
-PROGRESS_INTERVAL = 15.0
 LOST_CONNECTION_GRACE = 10.0
 """After a task's connection drops, how long to wait for its backend to say why."""
 OUTPUT_LINGER = 2.0
@@ -98,17 +95,6 @@ KILL_WAIT = wire.STOP_GRACE + 3.0
 BEAT_OVERDUE = 1.5 * wire.BEAT_INTERVAL
 """Silence after which a task's heartbeat is overdue: the launcher cannot hear it."""
 
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Wakes the loop to re-check one task's grace deadline."""
-
-    task_id: str
-
-
-Event = RendezvousEvent | TaskPlaced | TaskEnded | BackendFailed | Tick
-"""What the loop takes off its queue: every backend event but
-:class:`BackendAttached`, which changes nothing and is said at once."""
 
 RendezvousFactory = Callable[
     [
@@ -180,9 +166,7 @@ class Loop:
         self._silence_limit = wire.silence_limit(os.environ)
         """How long a task's agent goes on without hearing the launcher, and
         so how long its last output may take to come (``wire.SILENCE_LIMIT``)."""
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
-        self._put_back: collections.deque[Event] = collections.deque()
-        """Events taken off the queue when the pump was cancelled (_next_event)."""
+        self._inbox = Inbox()
         self._attempts = Attempts(spec.ending_job)
         self._rendezvous = rendezvous(
             self._secret, self._admit, self._on_rendezvous, self._output_flow
@@ -463,47 +447,15 @@ class Loop:
         timeout: float | None,
         on_timeout: Callable[[], None] | None,
     ) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        next_progress = time.monotonic() + PROGRESS_INTERVAL
-        while not done():
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                if on_timeout is not None:
-                    on_timeout()
-                return
-            wait = next_progress - now if deadline is None else min(deadline, next_progress) - now
-            event = await self._next_event(max(wait, 0.0))
-            if event is None:
-                if time.monotonic() >= next_progress:
-                    self._report_progress()
-                    next_progress = time.monotonic() + PROGRESS_INTERVAL
-                continue
-            self._handle(event)
-            await self._after_event(event)
+        """Handle what comes in until ``done()``; after ``timeout`` seconds
+        (None: none), call ``on_timeout`` and return."""
+        await self._inbox.pump(
+            done, timeout, on_timeout, handle=self._handle_event, progress=self._report_progress
+        )
 
-    async def _next_event(self, timeout: float) -> Event | None:
-        """The next event, or None after ``timeout`` seconds. Not
-        ``asyncio.wait_for``: on Python 3.10 and 3.11 it returns the event
-        and drops the caller's cancellation when both come on one turn of the
-        loop, and a Ctrl-C (run.py cancels the job) would be lost."""
-        if self._put_back:
-            return self._put_back.popleft()
-        if not self._queue.empty():
-            return self._queue.get_nowait()
-        getter = asyncio.ensure_future(self._queue.get())
-        try:
-            await asyncio.wait({getter}, timeout=timeout)
-        except asyncio.CancelledError:
-            if getter.done() and not getter.cancelled():
-                # Taken off the queue as the caller was cancelled: the pump
-                # that stops the job handles it first.
-                self._put_back.append(getter.result())
-            getter.cancel()
-            raise
-        if getter.done():
-            return getter.result()
-        getter.cancel()
-        return None
+    async def _handle_event(self, event: Event) -> None:
+        self._handle(event)
+        await self._after_event(event)
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Tick):
@@ -628,7 +580,7 @@ class Loop:
 
     def _tick_in(self, delay: float, task: Attempt) -> None:
         """Look at ``task``'s deadline again in ``delay`` seconds."""
-        asyncio.get_running_loop().call_later(delay, self._queue.put_nowait, Tick(task.task_id))
+        self._inbox.put_later(delay, Tick(task.task_id))
 
     def _check_grace(self, task_id: str) -> None:
         """One task's deadline may be past: for its backend's word after a
@@ -711,7 +663,7 @@ class Loop:
             if not isinstance(event, Unheard | Heard):  # a helper's silence is its backend's
                 self._backend.on_peer(event)  # the backend's own helper
             return
-        self._queue.put_nowait(event)
+        self._inbox.put(event)
 
     def on_backend(self, event: BackendEvent) -> None:
         if isinstance(event, BackendAttached):
@@ -721,7 +673,7 @@ class Loop:
             fields = {"backend": event.backend, "restart": self._restart, **event.details}
             self.emit("backend_attached", None, **fields)
             return
-        self._queue.put_nowait(event)
+        self._inbox.put(event)
 
     async def _output_flow(self, task_id: str) -> None:
         task = self._attempts.get(task_id)
