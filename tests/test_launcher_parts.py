@@ -14,7 +14,7 @@ import pytest
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import NOT_PLACED, TaskEnded
 from tfmesos.errors import ClusterStartError, TaskFailure
-from tfmesos.launcher import message, relaunch, verdict
+from tfmesos.launcher import grace, message, relaunch, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState, IllegalMove
 from tfmesos.launcher.output import OutputRouter, human_size
 from tfmesos.rendezvous import Exited
@@ -106,6 +106,54 @@ def test_an_attempt_keeps_only_the_tail_of_its_output() -> None:
 
 
 # -- the cluster message -----------------------------------------------------------
+
+
+# -- grace: how long an ending task is waited for ---------------------------------
+
+
+def test_a_sigkill_is_held_for_its_backends_word_and_is_the_tasks_own_without_it() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    killed = Exited(task.task_id, 137, signal.SIGKILL)
+    assert grace.after_exit(task, killed, 20.0, now=100.0) == grace.WaitUntil(120.0)
+    assert grace.after_exit(task, killed, 0.0, now=100.0) == grace.Over(
+        137, verdict.describe_exit(killed), signal.SIGKILL
+    )
+    task.held_exit, task.deadline = killed, 120.0
+    assert grace.at_deadline(task, 119.0, 60.0) == grace.WaitUntil(120.0)  # woken early
+    assert grace.at_deadline(task, 120.0, 60.0) == grace.Over(
+        137, verdict.describe_exit(killed), signal.SIGKILL
+    )
+    # The backend's word came, naming no limit: the task's own report stands.
+    task.ended = TaskEnded(task.task_id, "TASK_KILLED", 137, "killed", "h")
+    assert grace.after_backend_end(task, task.ended) == grace.Over(
+        137, verdict.describe_exit(killed), signal.SIGKILL
+    )
+
+
+def test_an_end_heard_only_from_the_backend_waits_for_the_last_output() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    ended = TaskEnded(task.task_id, "exited", 0, "exited with status 0", "h")
+    task.ended, task.ended_at = ended, 50.0
+    # No connection: nothing more can come.
+    assert grace.after_backend_end(task, ended) == grace.Over(0, verdict.describe_end(ended))
+    task.connection = object()  # type: ignore[assignment]
+    assert grace.after_backend_end(task, ended) == grace.WaitUntil(50.0 + grace.DISCONNECT_GRACE)
+    task.disconnected = True
+    assert grace.after_disconnect(task, now=51.0) == grace.Over(0, verdict.describe_end(ended))
+
+
+def test_a_lost_connection_waits_for_the_backend_then_says_so() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    task.disconnected = True
+    assert grace.after_disconnect(task, now=10.0) == grace.WaitUntil(
+        10.0 + grace.LOST_CONNECTION_GRACE
+    )
+    task.deadline = 20.0
+    assert grace.at_deadline(task, 20.0, 60.0) == grace.Over(
+        None, "lost its connection to the launcher"
+    )
+    task.move(AttemptState.FAILED)
+    assert grace.at_deadline(task, 20.0, 60.0) is None
 
 
 def test_the_cluster_definition_is_by_job_in_index_order() -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -45,7 +44,7 @@ from tfmesos.errors import (
     TFMesosError,
     task_status,
 )
-from tfmesos.launcher import message, verdict
+from tfmesos.launcher import grace, message, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
 from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events
@@ -85,15 +84,9 @@ __all__ = ["Event", "Loop", "RendezvousFactory", "Tick", "real_rendezvous"]
 
 logger = logging.getLogger("tfmesos")
 
-LOST_CONNECTION_GRACE = 10.0
-"""After a task's connection drops, how long to wait for its backend to say why."""
 OUTPUT_LINGER = 2.0
 """At teardown, how long the tasks' connections get to deliver their last output."""
-DISCONNECT_GRACE = 2.0
-"""After a backend says a task ended, how long to wait for its last output."""
 KILL_WAIT = wire.STOP_GRACE + 3.0
-BEAT_OVERDUE = 1.5 * wire.BEAT_INTERVAL
-"""Silence after which a task's heartbeat is overdue: the launcher cannot hear it."""
 
 
 RendezvousFactory = Callable[
@@ -537,94 +530,35 @@ class Loop:
     def _on_exited(self, task: Attempt, event: Exited) -> None:
         task.reported = event.output_bytes
         wait = self.backend_for(task.spec).kill_reason_timeout
-        if event.signal == signal.SIGKILL and task.ended is None and wait:
-            # SIGKILL is also how a memory limit ends a command: its
-            # backend's word, which names the limit, may be behind.
+        decision = grace.after_exit(task, event, wait, time.monotonic())
+        if isinstance(decision, grace.WaitUntil):
             task.held_exit = event
-            self._wait_until(time.monotonic() + wait, task)
-            return
-        self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
+        self._carry_out(task, decision)
 
     def _on_disconnected(self, task: Attempt, event: Disconnected) -> None:
         task.closed_by_task = task.closed_by_task or event.by_peer
         task.disconnected = True
-        if task.state.over:
-            return  # its exit came first: nothing to wait for
-        if task.ended is not None:
-            self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
-        elif task.held_exit is None:
-            # An agent exits when its connection drops, so the task is as
-            # good as gone; wait a little for the backend's word on why.
-            self._wait_until(time.monotonic() + LOST_CONNECTION_GRACE, task)
+        self._carry_out(task, grace.after_disconnect(task, time.monotonic()))
 
     def _on_task_ended(self, task: Attempt, event: TaskEnded) -> None:
         task.ended = event
         task.ended_at = time.monotonic()
         task.host = task.host or event.host
-        held = task.held_exit
-        if held is not None and not event.limited:
-            # Nothing said beyond the signal: the task's own report.
-            self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
-        elif task.connection is None or task.disconnected or held is not None:
-            self._over(task, event.exit_code, verdict.describe_end(event))
-        else:
-            # The agent's last output and exit report may still be in
-            # flight on its connection: give them a moment.
-            self._wait_until(task.ended_at + DISCONNECT_GRACE, task)
-
-    def _wait_until(self, deadline: float, task: Attempt) -> None:
-        """Make ``deadline`` (``time.monotonic()``) ``task``'s, and look at
-        it again then."""
-        task.deadline = deadline
-        self._tick_in(deadline - time.monotonic(), task)
-
-    def _tick_in(self, delay: float, task: Attempt) -> None:
-        """Look at ``task``'s deadline again in ``delay`` seconds."""
-        self._inbox.put_later(delay, Tick(task.task_id))
+        self._carry_out(task, grace.after_backend_end(task, event))
 
     def _check_grace(self, task_id: str) -> None:
-        """One task's deadline may be past: for its backend's word after a
-        SIGKILL or a lost connection, or for its last output after its end."""
         task = self._attempts.get(task_id)
-        if task is None or task.state.over or task.deadline is None:
-            return
-        now = time.monotonic()
-        if task.deadline - now > 0.001:  # woken early (a deadline moved): look again then
-            self._tick_in(task.deadline - now, task)
-            return
-        held = task.held_exit
-        if held is not None and task.ended is None:  # no word came: the task's own report it is
-            self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
-        elif task.ended is not None:
-            connection = task.connection
-            if (
-                connection is not None
-                and not task.disconnected
-                and connection.last_heard < task.ended_at
-            ):
-                # Not heard since its end: its agent may be delivering its
-                # last output and exit report through a network that fails,
-                # for as long as it heard the launcher within the limit, and
-                # the launcher waits as long. One heard since (an agent alive
-                # and beating, its task lost by its backend) has nothing
-                # stuck on the way: the backend's word stands.
-                if now - connection.last_heard >= BEAT_OVERDUE:
-                    later = connection.last_heard + self._silence_limit
-                else:  # a beat may yet come: look again once it is overdue
-                    later = connection.last_heard + BEAT_OVERDUE
-                if later - now > 0.001:
-                    self._wait_until(later, task)
-                    return
-            reason = verdict.describe_end(task.ended)
-            if connection is not None and not task.disconnected and task.unheard:
-                # Its agent may have stopped it for want of tfrun: say so.
-                reason += (
-                    f" (tfrun had not heard it for {now - connection.last_heard:.0f}s; an agent "
-                    f"that does not hear tfrun for {self._silence_limit:g}s stops its task)"
-                )
-            self._over(task, task.ended.exit_code, reason)
-        else:
-            self._over(task, None, "lost its connection to the launcher")
+        if task is not None:
+            self._carry_out(task, grace.at_deadline(task, time.monotonic(), self._silence_limit))
+
+    def _carry_out(self, task: Attempt, decision: grace.Over | grace.WaitUntil | None) -> None:
+        """End ``task`` as ``decision`` says, or look at it again at its
+        deadline (:mod:`tfmesos.launcher.grace`)."""
+        if isinstance(decision, grace.WaitUntil):
+            task.deadline = decision.deadline
+            self._inbox.put_later(decision.deadline - time.monotonic(), Tick(task.task_id))
+        elif decision is not None:
+            self._over(task, decision.code, decision.reason, signal=decision.signal)
 
     def _hearing(self, task: Attempt, event: Unheard | Heard) -> None:
         """Say that ``task`` cannot be heard, or is heard again."""
