@@ -310,20 +310,15 @@ class Loop:
         )
 
     def _launch_of(self, task: Attempt) -> Launch:
-        env = dict(self._spec.env)
-        env.update(
-            {
-                wire.ENV_LAUNCHER: os.environ.get(wire.ENV_RENDEZVOUS_VIA)
-                or f"{self._backend.rendezvous_host}:{self._rendezvous.port}",
-                wire.ENV_TASK_ID: task.task_id,
-                wire.ENV_SECRET: self._secret.hex(),
-                taskenv.ENV_RESTART: str(self._restart),
-            }
+        env = message.launch_env(
+            self._spec,
+            task.task_id,
+            rendezvous=f"{self._backend.rendezvous_host}:{self._rendezvous.port}",
+            secret=self._secret,
+            restart=self._restart,
+            tls_pem=self._tls_pem,
+            silence_limit=self._silence_limit,
         )
-        if self._tls_pem is not None:
-            env[wire.ENV_TLS_CERT] = self._tls_pem
-        if wire.ENV_SILENCE_LIMIT in os.environ:
-            env[wire.ENV_SILENCE_LIMIT] = f"{self._silence_limit:g}"
         return Launch(task.task_id, task.spec, env)
 
     def take_relaunches(
@@ -344,11 +339,7 @@ class Loop:
 
     def targets(self) -> dict[str, str]:
         """Each task's target (``/job:worker/task:0``) and its URL."""
-        return {
-            f"/job:{job}/task:{index}": f"{self._spec.protocol}://{addr}"
-            for job, addrs in self._cluster_def.items()
-            for index, addr in enumerate(addrs)
-        }
+        return message.targets(self._spec.protocol, self._cluster_def)
 
     def deliver_cluster(self) -> None:
         """Every task has registered: send each the cluster's definition, and
