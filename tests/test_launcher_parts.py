@@ -1,12 +1,14 @@
 """The launcher package's parts alone (tfmesos.launcher.*): attempts and their
 one state-transition method, the cluster message, the relaunch decision, the
-verdict's words, the output's prefixes. No process, no loop."""
+verdict's words, the output's prefixes, and the boundary between the loop
+that owns a job's state and the launcher that drives it. No process, no loop."""
 
 from __future__ import annotations
 
 import ast
 import io
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -249,3 +251,124 @@ def test_prefixes_are_coloured_only_for_shown_tasks_where_colour_is_on() -> None
     plain = OutputRouter(io.BytesIO(), ["worker:0"], colour=False, notes_after_output=False)
     assert plain.prefix("worker:0") == b"[worker:0] "
     assert human_size(10) == "10 B" and human_size(3 << 20) == "3.0 MiB"
+
+
+# -- one owner of a job's state ------------------------------------------------------
+
+LAUNCHER = Path(message.__file__).parent
+OWNERS = ("loop.py", "attempts.py")
+"""The loop owns the job's state; the attempts it holds are records of
+attempts.py's. Only these two write an attempt's fields."""
+
+
+def _launcher_modules(root: Path = LAUNCHER) -> list[Path]:
+    """The launcher's modules and the two outside it that drive one."""
+    return [
+        *sorted(root.glob("*.py")),
+        root.parent / "finegrained.py",
+        root.parent / "testing" / "fake.py",
+    ]
+
+
+def _fields(path: Path, name: str, *, after_init: bool = False) -> set[str]:
+    """The attributes class ``name`` in ``path`` sets on itself (only in
+    methods other than ``__init__``, with ``after_init``), and its declared
+    (dataclass) fields."""
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    found = set()
+    for method in cls.body:
+        if isinstance(method, ast.AnnAssign) and isinstance(method.target, ast.Name):
+            found.add(method.target.id)
+        if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if after_init and method.name == "__init__":
+            continue
+        for node in ast.walk(method):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                found.add(node.attr)
+    return found
+
+
+def _writes(path: Path) -> Iterator[ast.Attribute]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            yield node
+
+
+def shared_state_writes(root: Path = LAUNCHER) -> list[str]:
+    """Writes across the boundary: a field of a field (``self._loop.phase =
+    ...``: an object writes only its own fields), and, outside the owners, a
+    field of the loop or of an attempt, or an attempt's move."""
+    state = {
+        field.lstrip("_")
+        for field in _fields(root / "loop.py", "Loop") | _fields(root / "attempts.py", "Attempt")
+    }
+    found = []
+    for path in _launcher_modules(root):
+        for node in _writes(path):
+            through_a_field = not isinstance(node.value, ast.Name)
+            others = not (isinstance(node.value, ast.Name) and node.value.id == "self")
+            outside = path.parent != root or path.name not in OWNERS
+            if through_a_field or (others and outside and node.attr.lstrip("_") in state):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)} = ...")
+        if path.parent != root or path.name not in OWNERS:
+            found.extend(f"{path.name}:{line}: {call}" for line, call in _moves(path))
+    return found
+
+
+def _moves(path: Path) -> Iterator[tuple[int, str]]:
+    """Each ``x.move(...)``: an attempt's state changed."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "move"
+        ):
+            yield node.lineno, ast.unparse(node)
+
+
+def private_reads(root: Path = LAUNCHER) -> list[str]:
+    """Reads of another object's ``_private`` attribute."""
+    found = []
+    for path in _launcher_modules(root):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def public_state(root: Path = LAUNCHER) -> list[str]:
+    """Fields that another object could read or write behind the owner's
+    back: every field of the loop, and each the launcher changes after it
+    is made, must be private (read through a named query)."""
+    loop = _fields(root / "loop.py", "Loop")
+    launcher = _fields(root / "job.py", "Launcher", after_init=True)
+    return sorted(f"{name}" for name in loop | launcher if not name.startswith("_"))
+
+
+def test_only_the_loop_writes_the_jobs_state() -> None:
+    # The launcher once wrote twelve of its loop's fields (its phase, its
+    # stopped flag, its cluster definition, its relaunch lists...) and its
+    # attempts' fields: the job's state had two writers.
+    assert shared_state_writes() == []
+
+
+def test_no_object_reads_anothers_private_fields() -> None:
+    assert private_reads() == []
+
+
+def test_the_loop_keeps_its_fields_to_itself() -> None:
+    # Its state is read through named queries and changed through named
+    # methods (begin_stop, deliver_cluster, new_attempt, ...), never reached.
+    assert public_state() == []

@@ -89,14 +89,9 @@ class Launcher:
         """Each job's task addresses, once the cluster is up."""
         return self._loop.cluster_def
 
-    @property
-    def outside(self) -> dict[str, list[str]]:
-        """Jobs in the cluster definition whose tasks the launcher does not
-        run, first in it: fine-grained mode's chief, the program itself."""
-        return self._loop.outside
-
-    @outside.setter
-    def outside(self, jobs: dict[str, list[str]]) -> None:
+    def set_outside(self, jobs: dict[str, list[str]]) -> None:
+        """Put ``jobs``, whose tasks the launcher does not run, first in the
+        cluster definition: fine-grained mode's chief, the program itself."""
         self._loop.set_outside(jobs)
 
     @property

@@ -196,12 +196,6 @@ class Loop:
         return self._cluster_def
 
     @property
-    def outside(self) -> dict[str, list[str]]:
-        """Jobs in the cluster definition whose tasks the launcher does not
-        run, first in it: fine-grained mode's chief, the program itself."""
-        return self._outside
-
-    @property
     def run_id(self) -> str:
         """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
         return self._run_id
