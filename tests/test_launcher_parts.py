@@ -16,9 +16,10 @@ import pytest
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import NOT_PLACED, TaskEnded
 from tfmesos.errors import ClusterStartError, TaskFailure
-from tfmesos.launcher import grace, message, relaunch, verdict
+from tfmesos.launcher import endings, grace, message, relaunch, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState, IllegalMove
 from tfmesos.launcher.output import OutputRouter, human_size
+from tfmesos.launcher.policy import MAX_ATTEMPTS, Action, Phase, TaskView
 from tfmesos.rendezvous import Exited
 
 pytestmark = pytest.mark.unit
@@ -156,6 +157,40 @@ def test_a_lost_connection_waits_for_the_backend_then_says_so() -> None:
     )
     task.move(AttemptState.FAILED)
     assert grace.at_deadline(task, 20.0, 60.0) is None
+
+
+# -- endings: what an attempt's end means for the job -----------------------------
+
+
+def _end(task: Attempt, phase: Phase, code: int | None, *, replica: bool = True) -> endings.Ending:
+    from tfmesos.testing.fake import FakeBackend
+
+    view = TaskView(phase=phase, current=True, attempt=task.attempt, replica=replica)
+    backend = FakeBackend(JOB)
+    return endings.end_of(task, view, code, "exited with status 1", backend=backend,
+                          server_relaunches=0, max_restarts=0)  # fmt: skip
+
+
+def test_an_end_before_the_cluster_is_up_is_relaunched_then_given_up() -> None:
+    first = attempt(state=AttemptState.LAUNCHED)
+    end = _end(first, Phase.STARTING, 1)
+    assert (end.action, end.state, end.relaunch, end.error) == (
+        Action.RELAUNCH, AttemptState.FAILED, True, None,
+    )  # fmt: skip
+    assert end.note is not None and f"attempt 2 of {MAX_ATTEMPTS}" in end.note[1]
+    last = Attempt(first.spec, "worker:0.3", MAX_ATTEMPTS, b"", False, AttemptState.LAUNCHED)
+    end = _end(last, Phase.STARTING, 1)
+    assert isinstance(end.error, ClusterStartError) and not end.relaunch
+    assert "it printed nothing the launcher could see" in str(end.error)
+
+
+def test_an_end_once_the_cluster_runs_finishes_or_fails_the_job() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    end = _end(task, Phase.RUNNING, 0)
+    assert (end.state, end.after_output, end.error) == (AttemptState.FINISHED, True, None)
+    end = _end(task, Phase.RUNNING, 1)
+    assert end.action is Action.FAIL_JOB and end.error is not None
+    assert _end(task, Phase.STOPPING, 1).state is AttemptState.STOPPED
 
 
 def test_the_cluster_definition_is_by_job_in_index_order() -> None:

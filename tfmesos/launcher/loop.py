@@ -22,7 +22,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfmesos import wire
-from tfmesos.agent.rendezvous import UNRESOLVED_STATUS
 from tfmesos.backends.base import (
     Backend,
     BackendAttached,
@@ -37,21 +36,18 @@ from tfmesos.common import taskenv
 from tfmesos.common.tasklog import new_task_id
 from tfmesos.errors import (
     EXIT_USAGE,
-    ClusterStartError,
     JobFailedError,
     ResourceError,
     TaskFailure,
     TFMesosError,
-    task_status,
 )
-from tfmesos.launcher import grace, message, verdict
+from tfmesos.launcher import endings, grace, message, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
 from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.inbox import Event, Inbox, Tick
 from tfmesos.launcher.output import OutputRouter, shown_output
 from tfmesos.launcher.policy import (
-    MAX_ATTEMPTS,
     Action,
     Phase,
     TaskView,
@@ -59,7 +55,6 @@ from tfmesos.launcher.policy import (
     admits_helper,
     on_backend_failure,
     on_registered,
-    on_task_end,
 )
 from tfmesos.rendezvous import (
     Disconnected,
@@ -631,150 +626,53 @@ class Loop:
     def _over(
         self, task: Attempt, code: int | None, reason: str, *, signal: int | None = None
     ) -> None:
+        """``task`` is over: carry out what that means for the job
+        (:func:`tfmesos.launcher.endings.end_of` decides)."""
         if task.state.over:
             return
-        if code == UNRESOLVED_STATUS and not task.addr:
-            # Its in-task agent could not resolve the name it dials, and its
-            # backend heard only the status: name the name.
-            reason = (
-                f"cannot resolve tfrun's host name {self.backend_for(task.spec).rendezvous_host}: "
-                f"its in-task agent exited with status {code} before registering"
-            )
         task.exit_code = code
         if task.connection is not None:
             task.connection.close()
-        action = on_task_end(self._view(task), code)
-
-        def exited(action: Action) -> None:
-            self.emit(
-                "task_exited",
-                task,
-                host=task.host,
-                exit_code=code,
-                signal=None if signal is None else verdict.signal_name(signal),
-                reason=reason,
-                action=action.value,
-            )
-
-        if self._spec.replica or action is not Action.FAIL_JOB:
-            exited(action)  # else once fine-grained mode has decided, below
-        if action is Action.STOP:
-            task.move(AttemptState.STOPPED)
-            return
-        if action is Action.CARRY_ON:
-            # The evaluator, outside the cluster: said, and the job goes on.
-            task.move(AttemptState.FAILED)
-            where = f" on {task.host}" if task.host else ""
-            self._output.report_after_output(
-                logging.WARNING,
-                "task %s%s %s: the job goes on without it (an evaluator is outside the cluster)",
-                task.spec.name,
-                where,
-                reason,
-            )
-            return
-        # The task's own log (the backend's tail) has all it printed; what
-        # came over the connection may stop short of the end.
-        tail = (task.ended.output_tail if task.ended else ()) or task.tail_lines()
-        failure = TaskFailure(task.spec.name, reason, task.host, tail)
-        if action in (Action.RELAUNCH, Action.GIVE_UP):
-            task.move(AttemptState.FAILED)
-            if action is Action.GIVE_UP:
-                hint = ""
-                if not failure.output_tail:
-                    hint = (
-                        "; it printed nothing the launcher could see: its own output is kept "
-                        f"in {self.backend_for(task.spec).unseen_output_location()}"
-                    )
-                raise ClusterStartError(
-                    f"{failure.describe()}\nthe task failed {task.attempt} times before the "
-                    f"cluster was up; giving up{hint}",
-                    failure,
-                )
-            logger.warning(
-                "%s",
-                failure.describe(
-                    f" before the cluster was up; relaunching it "
-                    f"(attempt {task.attempt + 1} of {MAX_ATTEMPTS})"
-                ),
-            )
-            self._relaunches.append((task.spec, task.attempt + 1))
+        end = endings.end_of(
+            task,
+            self._view(task),
+            code,
+            reason,
+            backend=self.backend_for(task.spec),
+            server_relaunches=self._server_relaunches,
+            max_restarts=self._spec.max_restarts,
+        )
+        self.emit(
+            "task_exited",
+            task,
+            host=task.host,
+            exit_code=code,
+            signal=None if signal is None else verdict.signal_name(signal),
+            reason=end.reason,
+            action=end.action.value,
+        )
+        task.move(end.state)
+        if end.note is not None:
+            level, line = end.note
+            if end.after_output:
+                self._output.report_after_output(level, "%s", line)
+            else:
+                logger.log(level, "%s", line)
+        if end.relaunch or end.relaunch_at is not None:
+            if end.relaunch_at is None:
+                self._relaunches.append((task.spec, task.attempt + 1))
+            else:
+                self._server_relaunches = end.relaunch_at.number
+                self._relaunches_at.append((task, end.relaunch_at))
             self._events.emit(
                 "task_relaunched",
                 task=task.spec.name,
                 attempt=task.attempt + 1,
-                reason=reason,
-                address=None,
+                reason=end.relaunch_reason,
+                address=None if end.relaunch_at is None else end.relaunch_at.address,
             )
-            return
-        if action is Action.FINISH:
-            task.move(AttemptState.FINISHED)
-            # Its output came in before its exit report, on the same
-            # connection, and is on its way to the terminal from the
-            # console's thread: said after it.
-            self._output.report_after_output(
-                logging.INFO, "task %s finished (exit 0)", task.spec.name
-            )
-            return
-        task.move(AttemptState.FAILED)
-        if code == 0:
-            failure = TaskFailure(
-                task.spec.name,
-                "exited while the cluster was running",
-                task.host,
-                failure.output_tail,
-            )
-        if not self._spec.replica:
-            # A dead server may come back at its address: the event says
-            # what is done about it once that is decided.
-            unrelaunched = self._relaunch_server(task, failure, exited)
-            if unrelaunched is None:
-                return
-            failure = unrelaunched
-        raise JobFailedError(failure, exit_code=task_status(code))
-
-    def _relaunch_server(
-        self, task: Attempt, failure: TaskFailure, exited: Callable[[Action], None]
-    ) -> TaskFailure | None:
-        """Fine-grained mode: queue the dead server ``task`` for a relaunch
-        at its address and return None, where the policy allows
-        (:func:`tfmesos.launcher.relaunch.relaunch_or_fail`); else return the
-        failure that ends the job, saying why it was not relaunched. Either
-        way, first ``exited`` with what is done."""
-        # Here: only fine-grained mode relaunches a server (its dataclasses
-        # cost every tfrun ~1 ms to make; docs/benchmarks.md, section 15).
-        from tfmesos.launcher import relaunch
-
-        backend = self.backend_for(task.spec)
-        decision = relaunch.relaunch_or_fail(
-            task,
-            failure,
-            done=self._server_relaunches,
-            allowed=self._spec.max_restarts,
-            backend=backend.name,
-            backend_keeps_addresses=backend.keeps_addresses,
-        )
-        if isinstance(decision, TaskFailure):
-            exited(Action.FAIL_JOB)
-            return decision
-        exited(Action.RELAUNCH)
-        self._server_relaunches = decision.number
-        logger.warning(
-            "%s",
-            failure.describe(
-                f"; relaunching it at {decision.address} "
-                f"(relaunch {decision.number} of {decision.allowed})"
-            ),
-        )
-        self._relaunches_at.append((task, decision))
-        self._events.emit(
-            "task_relaunched",
-            task=task.spec.name,
-            attempt=task.attempt + 1,
-            reason=failure.reason,
-            address=decision.address,
-        )
-        return None
+        if end.error is not None:
+            raise end.error
 
     def _rejoin(self, task: Attempt) -> None:
         """A relaunched server registered: give it the cluster it left."""
