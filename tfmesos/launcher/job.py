@@ -1,8 +1,10 @@
 """The launcher: one job from the first launch to the last teardown.
 
-:class:`Launcher` starts the backends and the rendezvous, launches every
-task, delivers the cluster once every task has registered, and stops it all;
-what happens meanwhile is the loop's (:mod:`tfmesos.launcher.loop`). Every
+:class:`Launcher` checks, starts and closes the backends, opens the
+rendezvous, launches every task, delivers the cluster once every task has
+registered, and stops it all, in that order. The job's state is its loop's
+(:mod:`tfmesos.launcher.loop`), which is its only writer: the launcher makes
+each change through the loop's named methods and reads nothing private. Every
 way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
 :meth:`Launcher.watch` and :meth:`Launcher.stop` goes through teardown.
 """
@@ -43,8 +45,9 @@ class Launcher:
     """Runs one job: ``await start()``, then ``wait_for_workers()`` (replica
     mode) or ``watch()`` (fine-grained mode), and ``stop()`` at the end.
 
-    The job's sequence is here; what happens meanwhile, event by event, is
-    its :class:`Loop`'s, which holds the tasks' attempts and the job's phase."""
+    The job's sequence is here, and the backends' lifecycle; what happens
+    meanwhile, event by event, is its :class:`Loop`'s, which owns the tasks'
+    attempts and the job's phase: the launcher asks it, never reaches in."""
 
     def __init__(
         self,

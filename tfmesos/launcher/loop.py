@@ -1,4 +1,11 @@
-"""The launcher's loop: the events that come in, and what each changes.
+"""The job's state and its loop: the one owner of both.
+
+:class:`Loop` holds everything a job's run changes (the attempts at its tasks
+and their records, the job's phase, the tasks held for the chief, the
+relaunches, the cluster definition) and is its only writer. It handles the
+events that come in (:mod:`tfmesos.launcher.inbox`) and makes the job's
+changes of phase as named methods that :class:`~tfmesos.launcher.job.Launcher`
+calls; the launcher reads nothing of it but through named queries.
 
 The supervision loop is written once, here; backends only start, kill and
 report. Each attempt at a task moves through the states of
@@ -6,9 +13,10 @@ report. Each attempt at a task moves through the states of
 that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per task,
 as the original allowed); once the cluster is up, a task that fails ends the
 job, but in fine-grained mode, where a dead worker's server may come back at
-its address (:mod:`tfmesos.launcher.relaunch`). Those rules are decided in
-:mod:`tfmesos.launcher.policy`, as pure functions; this module carries them out. Every
-way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
+its address (:mod:`tfmesos.launcher.relaunch`). Those rules are decided as
+pure functions (:mod:`tfmesos.launcher.policy`, :mod:`tfmesos.launcher.grace`,
+:mod:`tfmesos.launcher.endings`); this module carries them out. Every way out
+of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
 :meth:`Launcher.watch` and :meth:`Launcher.stop` goes through teardown.
 """
 
@@ -108,11 +116,11 @@ def real_rendezvous(
 
 
 class Loop:
-    """The job's state and its event loop: what comes in (the rendezvous's
+    """The job's state, and its only writer: what comes in (the rendezvous's
     and the backends' events), what each means for the task it is about
     (:mod:`tfmesos.launcher.policy` decides), and the moves of each attempt.
     A :class:`tfmesos.launcher.job.Launcher` owns one and drives the job's
-    sequence through it."""
+    sequence through its named methods; every field is private."""
 
     def __init__(
         self,
