@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, BinaryIO
 from tfmesos import wire
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
-from tfmesos.launcher.attempts import Attempt, AttemptState
+from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.loop import (
-    KILL_WAIT,
     Event,
     Loop,
     RendezvousFactory,
@@ -204,19 +203,10 @@ class Launcher:
         job's normal end, every task gone) it is all written first."""
         if self._loop.stopping:
             return
-        live = self._loop.begin_stop()
+        kills = self._loop.begin_stop()
         try:
-            unregistered = [t for t in live if t.connection is None]
-            await asyncio.gather(
-                *(
-                    self._loop.backend_for(t.spec).kill(t.task_id)
-                    for t in unregistered
-                    if t.state is not AttemptState.PENDING
-                )
-            )
-            self._loop.mark_stopped(unregistered)
-            if live:
-                await self._loop.pump(self._loop.all_over, KILL_WAIT, lambda: None)
+            await asyncio.gather(*(backend.kill(task_id) for backend, task_id in kills))
+            await self._loop.wait_for_stop()
         finally:
             try:
                 if self._backend_started:

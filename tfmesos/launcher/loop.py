@@ -195,8 +195,8 @@ class Loop:
 
     @property
     def cluster_def(self) -> dict[str, list[str]]:
-        """Each job's task addresses, once the cluster is up."""
-        return self._cluster_def
+        """Each job's task addresses, once the cluster is up (a copy)."""
+        return {job: list(addrs) for job, addrs in self._cluster_def.items()}
 
     @property
     def run_id(self) -> str:
@@ -369,10 +369,11 @@ class Loop:
         cluster = taskenv.process_cluster(self._cluster_def, self._spec.nproc)
         self.emit("cluster_up", cluster=cluster, restart=self._restart)
 
-    def begin_stop(self) -> list[Attempt]:
+    def begin_stop(self) -> list[tuple[Backend, str]]:
         """The job's end is decided: refuse whoever dials in from now on, let
         the output go on whether or not the terminal keeps up, and tell every
-        task that has registered to stop. Return the tasks not over yet."""
+        task that has registered to stop. Return those to kill: each task
+        launched that never registered, by its backend and id."""
         # A job refused before its first launch says only its verdict.
         if self._attempts.by_id:
             self.emit("job_stopping", restart=self._restart)
@@ -380,16 +381,22 @@ class Loop:
         # A task that dials in from now on is refused, as expected: not news.
         self._rendezvous.stopping()
         self._output.stop()
-        live = self._attempts.live()
-        for task in live:
+        kills = []
+        for task in self._attempts.live():
             if task.connection is not None:
                 task.connection.send({"type": wire.STOP, "reason": "the job is ending"})
-        return live
+            elif task.state is not AttemptState.PENDING:
+                kills.append((self.backend_for(task.spec), task.task_id))
+        return kills
 
-    def mark_stopped(self, tasks: list[Attempt]) -> None:
-        """``tasks`` are stopped: nothing of theirs is left to wait for."""
-        for task in tasks:
-            task.move(AttemptState.STOPPED)
+    async def wait_for_stop(self) -> None:
+        """The tasks that never registered are killed (or never launched):
+        nothing of theirs is left to wait for. Wait up to ``KILL_WAIT`` for
+        the rest to end."""
+        for task in self._attempts.live():
+            if task.connection is None:
+                task.move(AttemptState.STOPPED)
+        await self.pump(self.all_over, KILL_WAIT, lambda: None)
 
     async def close(self, *, drop_stalled_output: bool, where: str) -> None:
         """The tasks are gone: close the rendezvous once what they sent last
