@@ -116,6 +116,25 @@ class Launcher:
         self._backend_started = True
         await self.backend.start(self._loop.on_backend)
         self._emit_started(tasks)
+        await self._launch_first(tasks)
+        deadline = (
+            None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
+        )
+        await self._loop.pump(
+            self._loop.all_registered, self.spec.start_timeout, self._start_timed_out
+        )
+        self._loop.deliver_cluster()
+        if not self.spec.replica:
+            # Fine-grained mode hands out targets: they must answer when it does.
+            await self._wait_for_servers(
+                None if deadline is None else max(0.1, deadline - time.monotonic())
+            )
+        return self._loop.cluster_def
+
+    async def _launch_first(self, tasks: list[TaskSpec]) -> None:
+        """Launch each task's first attempt; the chief, beside the launcher,
+        is held for the cluster's first placement where the cluster runs
+        the rest."""
         local = [(task, 1) for task in tasks if self._loop.backend_for(task) is not self.backend]
         if local and len(local) < len(tasks):
             # The chief, beside the launcher, waits for the cluster's first
@@ -141,28 +160,21 @@ class Launcher:
                 )
             await self._start_chief()
             await self._launch_all([(task, 1) for task in tasks])
-        deadline = (
-            None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
-        )
-        await self._loop.pump(
-            self._loop.all_registered, self.spec.start_timeout, self._start_timed_out
-        )
-        self._loop.deliver_cluster()
-        if not self.spec.replica:
-            # Fine-grained mode hands out targets: they must answer when it does.
-            left = None if deadline is None else max(0.1, deadline - time.monotonic())
-            try:
-                await self._loop.pump(self._loop.all_ready, left, self._start_timed_out)
-            except JobFailedError as exc:
-                # Not retried: every other server already holds the dead
-                # one's address in its cluster definition.
-                raise ClusterStartError(
-                    f"{exc.failure.describe()}\nits TensorFlow server died before it accepted "
-                    "connections",
-                    exc.failure,
-                ) from None
-            logger.info("every TensorFlow server accepts connections")
-        return self._loop.cluster_def
+
+    async def _wait_for_servers(self, timeout: float | None) -> None:
+        """Fine-grained mode: wait until every TensorFlow server accepts
+        connections."""
+        try:
+            await self._loop.pump(self._loop.all_ready, timeout, self._start_timed_out)
+        except JobFailedError as exc:
+            # Not retried: every other server already holds the dead
+            # one's address in its cluster definition.
+            raise ClusterStartError(
+                f"{exc.failure.describe()}\nits TensorFlow server died before it accepted "
+                "connections",
+                exc.failure,
+            ) from None
+        logger.info("every TensorFlow server accepts connections")
 
     def _emit_started(self, tasks: list[TaskSpec]) -> None:
         backends: dict[str, list[str]] = {}
