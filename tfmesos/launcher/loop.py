@@ -173,9 +173,6 @@ class Loop:
         for each in self.backends():
             each.attach_rendezvous(in_process)
         self._phase = Phase.STARTING
-        self._held: list[Attempt] = []
-        """The tasks beside the launcher (the chief) that wait for the
-        cluster's first placement (:meth:`launch_held`)."""
         self._relaunches: list[tuple[TaskSpec, int]] = []
         self._relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
         """Fine-grained mode: dead servers to start again at their address."""
@@ -281,24 +278,24 @@ class Loop:
             keep_address=keep_address,
         )
         self._attempts.add(task)
-        if held:
-            self._held.append(task)
-        else:
+        if not held:
             self._emit_launched(task)
         return self._launch_of(task)
 
     def launch_held(self) -> list[Launch]:
         """The cluster has placed a task: launch those held for it (the
         chief's backend has started). Return what to launch."""
-        held, self._held = self._held, []
         launches = []
-        for earlier in held:
-            task = self._attempts.current[earlier.spec.name]
-            if task.state is AttemptState.PENDING:
-                task.move(AttemptState.LAUNCHED)
-                launches.append(self._launch_of(task))
-                self._emit_launched(task)
+        for task in self._held():
+            task.move(AttemptState.LAUNCHED)
+            launches.append(self._launch_of(task))
+            self._emit_launched(task)
         return launches
+
+    def _held(self) -> list[Attempt]:
+        """The tasks held (pending) for the cluster's first placement: only
+        the chief's, beside the launcher, ever are (:meth:`new_attempt`)."""
+        return [t for t in self._attempts.current.values() if t.state is AttemptState.PENDING]
 
     def _emit_launched(self, task: Attempt) -> None:
         backend = self.backend_for(task.spec).name
@@ -715,7 +712,7 @@ class Loop:
         )
 
     def waiting(self) -> list[str]:
-        return self._attempts.waiting({task.spec.name for task in self._held})
+        return self._attempts.waiting({task.spec.name for task in self._held()})
 
     def _report_progress(self) -> None:
         if self._phase is not Phase.STARTING:
