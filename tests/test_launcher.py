@@ -10,6 +10,7 @@ import logging
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -284,7 +285,7 @@ def test_every_way_out_releases_the_backend_and_leaves_no_task_running(
             asyncio.run(run_job(launcher))
     assert backend.closed == 1
     assert backend.network.server is not None and backend.network.server.closed
-    assert all(state.over for state in _states(launcher).values())
+    assert _live(launcher) == []
     assert all(task.ended for task in backend.tasks.values())
 
 
@@ -393,51 +394,43 @@ def test_each_ended_task_is_woken_once_for_its_grace() -> None:
     # each. (A first version woke every waiting task on any wake-up and
     # re-armed them all: 1,023 wake-ups for 10 tasks ending 0.1 s apart.)
     from tfmesos.backends.base import TaskEnded
-    from tfmesos.launcher import Attempt
     from tfmesos.launcher.loop import Tick
-    from tfmesos.launcher.policy import Phase
 
     count = 10
     woken: list[str] = []
 
-    class CountingQueue(asyncio.Queue):  # type: ignore[type-arg]
-        def put_nowait(self, item: object) -> None:
-            if isinstance(item, Tick):
-                woken.append(item.task_id)
-            super().put_nowait(item)
-
-    class OpenConnection:
-        closed = False
-        last_heard = 0.0
-
-        def close(self) -> None:
-            self.closed = True
-
-        def send(self, message: object) -> None:
-            pass
-
-    async def scenario() -> None:
-        job = ClusterSpec((Job("worker", count, cmd="true"),), replica=True)
-        launcher = FakeBackend(job).launcher()
-        launcher.loop._events = CountingQueue()
-        launcher.loop.phase = Phase.RUNNING
-        for index, task_spec in enumerate(job.tasks()):
-            task = Attempt(task_spec, f"t{index}", 1, b"", False, AttemptState.RUNNING)
-            task.connection = OpenConnection()  # type: ignore[assignment]
-            launcher.loop.attempts.add(task)
+    async def scenario() -> dict[str, str]:
         loop = asyncio.get_running_loop()
-        for index in range(count):
-            ended = TaskEnded(f"t{index}", "exited", 0, "exited with status 0", "h", ())
-            loop.call_later(index * 0.1, launcher.loop._events.put_nowait, ended)
-        await launcher.loop.pump(launcher.loop.attempts.workers_done, 30, None)
-        assert all(t.state is AttemptState.FINISHED for t in launcher.loop.attempts.by_id.values())
+        call_later = loop.call_later
 
-    asyncio.run(scenario())
-    assert sorted(woken) == sorted(f"t{index}" for index in range(count))
+        def counting(delay: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+            woken.extend(arg.task_id for arg in args if isinstance(arg, Tick))
+            return call_later(delay, callback, *args, **kwargs)
+
+        loop.call_later = counting  # type: ignore[method-assign,assignment]
+        job = ClusterSpec((Job("worker", count, cmd="true"),), replica=True)
+        # Each runs until its backend says it ended: its connection stays open.
+        backend = FakeBackend(job, {t.name: Runs(None) for t in job.tasks()})
+        launcher = backend.launcher()
+        try:
+            await launcher.start()
+            for index, task_id in enumerate(backend.tasks):
+                ended = TaskEnded(task_id, "exited", 0, "exited with status 0", "h", ())
+                loop.call_later(index * 0.1, backend.report, ended)
+            await asyncio.wait_for(launcher.wait_for_workers(), 30)
+        finally:
+            await launcher.stop()
+        return launcher.outcomes()
+
+    outcomes = asyncio.run(scenario())
+    assert set(outcomes.values()) == {"exited 0"}, outcomes
+    assert sorted(woken) == sorted(set(woken)) and len(woken) == count
 
 
-def _states(launcher: Launcher) -> dict[str, AttemptState]:
-    return {name: task.state for name, task in launcher.loop.attempts.current.items()}
+def _live(launcher: Launcher) -> list[str]:
+    """The tasks not over yet, by name (their outcome is their state)."""
+    live = {state.value for state in AttemptState if not state.over}
+    return [name for name, outcome in launcher.outcomes().items() if outcome in live]
 
 
 # -- end to end: the real local backend and agent ----------------------------------

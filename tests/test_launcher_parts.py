@@ -1,12 +1,14 @@
 """The launcher package's parts alone (tfmesos.launcher.*): attempts and their
 one state-transition method, the cluster message, the relaunch decision, the
-verdict's words, the output's prefixes. No process, no loop."""
+verdict's words, the output's prefixes, and the boundary between the loop
+that owns a job's state and the launcher that drives it. No process, no loop."""
 
 from __future__ import annotations
 
 import ast
 import io
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,10 @@ import pytest
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import NOT_PLACED, TaskEnded
 from tfmesos.errors import ClusterStartError, TaskFailure
-from tfmesos.launcher import message, relaunch, verdict
+from tfmesos.launcher import endings, grace, message, relaunch, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState, IllegalMove
 from tfmesos.launcher.output import OutputRouter, human_size
+from tfmesos.launcher.policy import MAX_ATTEMPTS, Action, Phase, TaskView
 from tfmesos.rendezvous.reports import Exited
 
 pytestmark = pytest.mark.unit
@@ -106,6 +109,88 @@ def test_an_attempt_keeps_only_the_tail_of_its_output() -> None:
 
 
 # -- the cluster message -----------------------------------------------------------
+
+
+# -- grace: how long an ending task is waited for ---------------------------------
+
+
+def test_a_sigkill_is_held_for_its_backends_word_and_is_the_tasks_own_without_it() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    killed = Exited(task.task_id, 137, signal.SIGKILL)
+    assert grace.after_exit(task, killed, 20.0, now=100.0) == grace.WaitUntil(120.0)
+    assert grace.after_exit(task, killed, 0.0, now=100.0) == grace.Over(
+        137, verdict.describe_exit(killed), signal.SIGKILL
+    )
+    task.held_exit, task.deadline = killed, 120.0
+    assert grace.at_deadline(task, 119.0, 60.0) == grace.WaitUntil(120.0)  # woken early
+    assert grace.at_deadline(task, 120.0, 60.0) == grace.Over(
+        137, verdict.describe_exit(killed), signal.SIGKILL
+    )
+    # The backend's word came, naming no limit: the task's own report stands.
+    task.ended = TaskEnded(task.task_id, "TASK_KILLED", 137, "killed", "h")
+    assert grace.after_backend_end(task, task.ended) == grace.Over(
+        137, verdict.describe_exit(killed), signal.SIGKILL
+    )
+
+
+def test_an_end_heard_only_from_the_backend_waits_for_the_last_output() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    ended = TaskEnded(task.task_id, "exited", 0, "exited with status 0", "h")
+    task.ended, task.ended_at = ended, 50.0
+    # No connection: nothing more can come.
+    assert grace.after_backend_end(task, ended) == grace.Over(0, verdict.describe_end(ended))
+    task.connection = object()  # type: ignore[assignment]
+    assert grace.after_backend_end(task, ended) == grace.WaitUntil(50.0 + grace.DISCONNECT_GRACE)
+    task.disconnected = True
+    assert grace.after_disconnect(task, now=51.0) == grace.Over(0, verdict.describe_end(ended))
+
+
+def test_a_lost_connection_waits_for_the_backend_then_says_so() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    task.disconnected = True
+    assert grace.after_disconnect(task, now=10.0) == grace.WaitUntil(
+        10.0 + grace.LOST_CONNECTION_GRACE
+    )
+    task.deadline = 20.0
+    assert grace.at_deadline(task, 20.0, 60.0) == grace.Over(
+        None, "lost its connection to the launcher"
+    )
+    task.move(AttemptState.FAILED)
+    assert grace.at_deadline(task, 20.0, 60.0) is None
+
+
+# -- endings: what an attempt's end means for the job -----------------------------
+
+
+def _end(task: Attempt, phase: Phase, code: int | None, *, replica: bool = True) -> endings.Ending:
+    from tfmesos.testing.fake import FakeBackend
+
+    view = TaskView(phase=phase, current=True, attempt=task.attempt, replica=replica)
+    backend = FakeBackend(JOB)
+    return endings.end_of(task, view, code, "exited with status 1", backend=backend,
+                          server_relaunches=0, max_restarts=0)  # fmt: skip
+
+
+def test_an_end_before_the_cluster_is_up_is_relaunched_then_given_up() -> None:
+    first = attempt(state=AttemptState.LAUNCHED)
+    end = _end(first, Phase.STARTING, 1)
+    assert (end.action, end.state, end.relaunch, end.error) == (
+        Action.RELAUNCH, AttemptState.FAILED, True, None,
+    )  # fmt: skip
+    assert end.note is not None and f"attempt 2 of {MAX_ATTEMPTS}" in end.note[1]
+    last = Attempt(first.spec, "worker:0.3", MAX_ATTEMPTS, b"", False, AttemptState.LAUNCHED)
+    end = _end(last, Phase.STARTING, 1)
+    assert isinstance(end.error, ClusterStartError) and not end.relaunch
+    assert "it printed nothing the launcher could see" in str(end.error)
+
+
+def test_an_end_once_the_cluster_runs_finishes_or_fails_the_job() -> None:
+    task = attempt(state=AttemptState.RUNNING)
+    end = _end(task, Phase.RUNNING, 0)
+    assert (end.state, end.after_output, end.error) == (AttemptState.FINISHED, True, None)
+    end = _end(task, Phase.RUNNING, 1)
+    assert end.action is Action.FAIL_JOB and end.error is not None
+    assert _end(task, Phase.STOPPING, 1).state is AttemptState.STOPPED
 
 
 def test_the_cluster_definition_is_by_job_in_index_order() -> None:
@@ -201,3 +286,124 @@ def test_prefixes_are_coloured_only_for_shown_tasks_where_colour_is_on() -> None
     plain = OutputRouter(io.BytesIO(), ["worker:0"], colour=False, notes_after_output=False)
     assert plain.prefix("worker:0") == b"[worker:0] "
     assert human_size(10) == "10 B" and human_size(3 << 20) == "3.0 MiB"
+
+
+# -- one owner of a job's state ------------------------------------------------------
+
+LAUNCHER = Path(message.__file__).parent
+OWNERS = ("loop.py", "attempts.py")
+"""The loop owns the job's state; the attempts it holds are records of
+attempts.py's. Only these two write an attempt's fields."""
+
+
+def _launcher_modules(root: Path = LAUNCHER) -> list[Path]:
+    """The launcher's modules and the two outside it that drive one."""
+    return [
+        *sorted(root.glob("*.py")),
+        root.parent / "finegrained" / "__init__.py",
+        root.parent / "testing" / "fake.py",
+    ]
+
+
+def _fields(path: Path, name: str, *, after_init: bool = False) -> set[str]:
+    """The attributes class ``name`` in ``path`` sets on itself (only in
+    methods other than ``__init__``, with ``after_init``), and its declared
+    (dataclass) fields."""
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    found = set()
+    for method in cls.body:
+        if isinstance(method, ast.AnnAssign) and isinstance(method.target, ast.Name):
+            found.add(method.target.id)
+        if not isinstance(method, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        if after_init and method.name == "__init__":
+            continue
+        for node in ast.walk(method):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                found.add(node.attr)
+    return found
+
+
+def _writes(path: Path) -> Iterator[ast.Attribute]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            yield node
+
+
+def shared_state_writes(root: Path = LAUNCHER) -> list[str]:
+    """Writes across the boundary: a field of a field (``self._loop.phase =
+    ...``: an object writes only its own fields), and, outside the owners, a
+    field of the loop or of an attempt, or an attempt's move."""
+    state = {
+        field.lstrip("_")
+        for field in _fields(root / "loop.py", "Loop") | _fields(root / "attempts.py", "Attempt")
+    }
+    found = []
+    for path in _launcher_modules(root):
+        for node in _writes(path):
+            through_a_field = not isinstance(node.value, ast.Name)
+            others = not (isinstance(node.value, ast.Name) and node.value.id == "self")
+            outside = path.parent != root or path.name not in OWNERS
+            if through_a_field or (others and outside and node.attr.lstrip("_") in state):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)} = ...")
+        if path.parent != root or path.name not in OWNERS:
+            found.extend(f"{path.name}:{line}: {call}" for line, call in _moves(path))
+    return found
+
+
+def _moves(path: Path) -> Iterator[tuple[int, str]]:
+    """Each ``x.move(...)``: an attempt's state changed."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "move"
+        ):
+            yield node.lineno, ast.unparse(node)
+
+
+def private_reads(root: Path = LAUNCHER) -> list[str]:
+    """Reads of another object's ``_private`` attribute."""
+    found = []
+    for path in _launcher_modules(root):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            ):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def public_state(root: Path = LAUNCHER) -> list[str]:
+    """Fields that another object could read or write behind the owner's
+    back: every field of the loop, and each the launcher changes after it
+    is made, must be private (read through a named query)."""
+    loop = _fields(root / "loop.py", "Loop")
+    launcher = _fields(root / "job.py", "Launcher", after_init=True)
+    return sorted(f"{name}" for name in loop | launcher if not name.startswith("_"))
+
+
+def test_only_the_loop_writes_the_jobs_state() -> None:
+    # The launcher once wrote twelve of its loop's fields (its phase, its
+    # stopped flag, its cluster definition, its relaunch lists...) and its
+    # attempts' fields: the job's state had two writers.
+    assert shared_state_writes() == []
+
+
+def test_no_object_reads_anothers_private_fields() -> None:
+    assert private_reads() == []
+
+
+def test_the_loop_keeps_its_fields_to_itself() -> None:
+    # Its state is read through named queries and changed through named
+    # methods (begin_stop, deliver_cluster, new_attempt, ...), never reached.
+    assert public_state() == []

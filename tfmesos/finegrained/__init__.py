@@ -114,7 +114,7 @@ class Cluster:
             # program's own server to bind.
             port, self._chief_port = reserve_port()
             address = f"{self._backend.rendezvous_host}:{port}"
-            self._launcher.outside = {CHIEF_JOB: [address]}
+            self._launcher.set_outside({CHIEF_JOB: [address]})
         self._thread.start()
         try:
             self._call(self._launcher.start())

@@ -104,9 +104,6 @@ class Attempt:
     """The job ended with it unheard and no word of its end: tfrun could not
     stop it (its agent stops it once it has not heard tfrun for the limit)."""
     tail: bytearray = field(default_factory=bytearray)
-    cut: bool = False
-    """Its output is no longer shown: the job is stopping and the terminal
-    did not keep up (what is shown stays a prefix of what it printed)."""
     observer: Observer | None = None
     """Told of every move (old state, new state), after it is made."""
 
@@ -131,9 +128,13 @@ class Attempt:
             )
         self._state = state
         if self._tally is not None:
-            self._tally._moved(self, old, state)
+            self._tally.moved(self, old, state)
         if self.observer is not None:
             self.observer(self, old, state)
+
+    def count_in(self, table: Attempts) -> None:
+        """Tell ``table`` of every move from now on (:meth:`Attempts.add`)."""
+        self._tally = table
 
     @property
     def output_complete(self) -> bool:
@@ -173,10 +174,11 @@ class Attempts:
         if replaced is not None:
             self._count(replaced, replaced.state, -1)
         self.current[attempt.spec.name] = attempt
-        attempt._tally = self
+        attempt.count_in(self)
         self._count(attempt, attempt.state, 1)
 
-    def _moved(self, attempt: Attempt, old: AttemptState, new: AttemptState) -> None:
+    def moved(self, attempt: Attempt, old: AttemptState, new: AttemptState) -> None:
+        """``attempt`` moved from ``old`` to ``new`` (:meth:`Attempt.move` says)."""
         if self.current.get(attempt.spec.name) is attempt:
             self._count(attempt, old, -1)
             self._count(attempt, new, 1)

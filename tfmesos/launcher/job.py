@@ -1,8 +1,10 @@
 """The launcher: one job from the first launch to the last teardown.
 
-:class:`Launcher` starts the backends and the rendezvous, launches every
-task, delivers the cluster once every task has registered, and stops it all;
-what happens meanwhile is the loop's (:mod:`tfmesos.launcher.loop`). Every
+:class:`Launcher` checks, starts and closes the backends, opens the
+rendezvous, launches every task, delivers the cluster once every task has
+registered, and stops it all, in that order. The job's state is its loop's
+(:mod:`tfmesos.launcher.loop`), which is its only writer: the launcher makes
+each change through the loop's named methods and reads nothing private. Every
 way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
 :meth:`Launcher.watch` and :meth:`Launcher.stop` goes through teardown.
 """
@@ -16,23 +18,17 @@ import time
 from typing import TYPE_CHECKING, BinaryIO
 
 from tfmesos.backends.base import Backend, Launch, TaskPlaced
-from tfmesos.common import taskenv
-from tfmesos.common.tasklog import new_task_id
 from tfmesos.errors import ClusterStartError, JobFailedError, SpecError
-from tfmesos.launcher import message, verdict
-from tfmesos.launcher.attempts import Attempt, AttemptState
+from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.events import NO_EVENTS, Events
 from tfmesos.launcher.loop import (
-    KILL_WAIT,
-    OUTPUT_LINGER,
     Event,
     Loop,
     RendezvousFactory,
     real_rendezvous,
 )
-from tfmesos.launcher.policy import Phase
 from tfmesos.rendezvous import protocol
-from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
+from tfmesos.spec import ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
     import ssl
@@ -48,8 +44,9 @@ class Launcher:
     """Runs one job: ``await start()``, then ``wait_for_workers()`` (replica
     mode) or ``watch()`` (fine-grained mode), and ``stop()`` at the end.
 
-    The job's sequence is here; what happens meanwhile, event by event, is
-    its :class:`Loop`'s, which holds the tasks' attempts and the job's phase."""
+    The job's sequence is here, and the backends' lifecycle; what happens
+    meanwhile, event by event, is its :class:`Loop`'s, which owns the tasks'
+    attempts and the job's phase: the launcher asks it, never reaches in."""
 
     def __init__(
         self,
@@ -70,7 +67,12 @@ class Launcher:
         self.chief_backend = chief_backend
         self.restart = restart
         """Which run of the job this is (``--max-restarts``): 0 for the first."""
-        self.loop = Loop(
+        self._backend_started = False
+        """Whether the backend's start was tried: it is closed at the end."""
+        self._chief_started = chief_backend is None
+        """Whether the chief's backend has started: only once the cluster
+        has placed a first task (see :meth:`start`)."""
+        self._loop = Loop(
             spec,
             backend,
             output=output,
@@ -87,54 +89,63 @@ class Launcher:
     @property
     def cluster_def(self) -> dict[str, list[str]]:
         """Each job's task addresses, once the cluster is up."""
-        return self.loop.cluster_def
+        return self._loop.cluster_def
 
-    @property
-    def outside(self) -> dict[str, list[str]]:
-        """Jobs in the cluster definition whose tasks the launcher does not
-        run, first in it: fine-grained mode's chief, the program itself."""
-        return self.loop.outside
-
-    @outside.setter
-    def outside(self, jobs: dict[str, list[str]]) -> None:
-        self.loop.outside = jobs
+    def set_outside(self, jobs: dict[str, list[str]]) -> None:
+        """Put ``jobs``, whose tasks the launcher does not run, first in the
+        cluster definition: fine-grained mode's chief, the program itself."""
+        self._loop.set_outside(jobs)
 
     @property
     def run_id(self) -> str:
-        return self.loop.run_id
+        return self._loop.run_id
 
     @property
     def targets(self) -> dict[str, str]:
-        return {
-            f"/job:{job}/task:{index}": f"{self.spec.protocol}://{addr}"
-            for job, addrs in self.loop.cluster_def.items()
-            for index, addr in enumerate(addrs)
-        }
+        return self._loop.targets()
 
     async def start(self) -> dict[str, list[str]]:
         """Launch every task and bring the cluster up; return its definition."""
         tasks = self.spec.tasks()
-        for backend in self.loop.backends():
-            backend.check([t for t in tasks if self.loop.backend_for(t) is backend])
+        for backend in self._loop.backends():
+            backend.check([t for t in tasks if self._loop.backend_for(t) is backend])
         port = os.environ.get(protocol.ENV_RENDEZVOUS_PORT, "")
-        await self.loop.rendezvous.start(
-            self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, self._tls_context()
+        await self._loop.open_rendezvous(
+            self.backend.rendezvous_bind, int(port) if port.isdigit() else 0, tls_of(self.spec)
         )
-        self.loop.started_backend = True
-        await self.backend.start(self.loop.on_backend)
+        self._backend_started = True
+        await self.backend.start(self._loop.on_backend)
         self._emit_started(tasks)
-        local = [(task, 1) for task in tasks if self.loop.backend_for(task) is not self.backend]
+        await self._launch_first(tasks)
+        deadline = (
+            None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
+        )
+        await self._loop.pump(
+            self._loop.all_registered, self.spec.start_timeout, self._start_timed_out
+        )
+        self._loop.deliver_cluster()
+        if not self.spec.replica:
+            # Fine-grained mode hands out targets: they must answer when it does.
+            await self._wait_for_servers(
+                None if deadline is None else max(0.1, deadline - time.monotonic())
+            )
+        return self._loop.cluster_def
+
+    async def _launch_first(self, tasks: list[TaskSpec]) -> None:
+        """Launch each task's first attempt; the chief, beside the launcher,
+        is held for the cluster's first placement where the cluster runs
+        the rest."""
+        local = [(task, 1) for task in tasks if self._loop.backend_for(task) is not self.backend]
         if local and len(local) < len(tasks):
             # The chief, beside the launcher, waits for the cluster's first
             # placement (a Mesos offer taken, a Slurm allocation running): a
             # wrong master or a job that never fits starts nothing here.
             remote = []
             for task in tasks:  # in the job's order, which messages keep
-                if self.loop.backend_for(task) is self.backend:
-                    remote.append(self._prepare(task, 1))
+                if self._loop.backend_for(task) is self.backend:
+                    remote.append(self._loop.new_attempt(task, 1))
                 else:
-                    self._prepare(task, 1, state=AttemptState.PENDING)
-            self.loop.chief_waits = local
+                    self._loop.new_attempt(task, 1, held=True)
             await self.backend.launch_many(remote)
         else:
             if local:
@@ -149,36 +160,29 @@ class Launcher:
                 )
             await self._start_chief()
             await self._launch_all([(task, 1) for task in tasks])
-        deadline = (
-            None if self.spec.start_timeout is None else time.monotonic() + self.spec.start_timeout
-        )
-        await self.loop.pump(
-            self.loop.attempts.all_registered, self.spec.start_timeout, self._start_timed_out
-        )
-        self._deliver_cluster()
-        if not self.spec.replica:
-            # Fine-grained mode hands out targets: they must answer when it does.
-            left = None if deadline is None else max(0.1, deadline - time.monotonic())
-            try:
-                await self.loop.pump(self.loop.attempts.all_ready, left, self._start_timed_out)
-            except JobFailedError as exc:
-                # Not retried: every other server already holds the dead
-                # one's address in its cluster definition.
-                raise ClusterStartError(
-                    f"{exc.failure.describe()}\nits TensorFlow server died before it accepted "
-                    "connections",
-                    exc.failure,
-                ) from None
-            logger.info("every TensorFlow server accepts connections")
-        return self.loop.cluster_def
+
+    async def _wait_for_servers(self, timeout: float | None) -> None:
+        """Fine-grained mode: wait until every TensorFlow server accepts
+        connections."""
+        try:
+            await self._loop.pump(self._loop.all_ready, timeout, self._start_timed_out)
+        except JobFailedError as exc:
+            # Not retried: every other server already holds the dead
+            # one's address in its cluster definition.
+            raise ClusterStartError(
+                f"{exc.failure.describe()}\nits TensorFlow server died before it accepted "
+                "connections",
+                exc.failure,
+            ) from None
+        logger.info("every TensorFlow server accepts connections")
 
     def _emit_started(self, tasks: list[TaskSpec]) -> None:
         backends: dict[str, list[str]] = {}
         for task in tasks:
-            backends.setdefault(self.loop.backend_for(task).name, []).append(task.name)
+            backends.setdefault(self._loop.backend_for(task).name, []).append(task.name)
         # Every backend of a job keeps its logs in one directory (run.py).
-        log_dir = next((b.log_dir for b in self.loop.backends() if b.log_dir is not None), None)
-        self.loop.emit(
+        log_dir = next((b.log_dir for b in self._loop.backends() if b.log_dir is not None), None)
+        self._loop.emit(
             "job_started",
             restart=self.restart,
             max_restarts=self.spec.max_restarts,
@@ -189,16 +193,16 @@ class Launcher:
     async def wait_for_workers(self) -> None:
         """Replica mode: return when every worker has exited 0, or the chief
         where there is one (``tfrun --chief``); raise if any task failed."""
-        await self.loop.pump(self.loop.attempts.workers_done, None, None)
-        rest = bool(self.loop.attempts.live())
+        await self._loop.pump(self._loop.workers_done, None, None)
+        rest = self._loop.any_live()
         done = "all workers finished" if self.spec.ending_job == "worker" else "the chief finished"
-        self.loop.output.report_after_output(
+        self._loop.report_after_output(
             logging.INFO, done + ("; stopping the rest of the job" if rest else "")
         )
 
     async def watch(self) -> None:
         """Fine-grained mode: run until cancelled; raise when a task fails."""
-        await self.loop.pump(lambda: False, None, None)
+        await self._loop.pump(lambda: False, None, None)
 
     async def stop(self, *, drop_stalled_output: bool = False) -> None:
         """Stop every task and release the backend. Safe to call more than once.
@@ -209,227 +213,94 @@ class Launcher:
         failure, a signal), output the terminal has not taken is dropped
         once it takes nothing for ``OUTPUT_STALL`` seconds; otherwise (the
         job's normal end, every task gone) it is all written first."""
-        if self.loop.stopped:
+        if self._loop.stopping:
             return
-        self.loop.stopped = True
-        # A job refused before its first launch says only its verdict.
-        launched = bool(self.loop.attempts.by_id)
-        if launched:
-            self.loop.emit("job_stopping", restart=self.restart)
-        self.loop.phase = Phase.STOPPING
-        # A task that dials in from now on is refused, as expected: not news.
-        self.loop.rendezvous.stopping()
-        self.loop.output.stopping = True
-        self.loop.output.console.release()
-        live = self.loop.attempts.live()
-        for task in live:
-            if task.connection is not None:
-                task.connection.send({"type": protocol.STOP, "reason": "the job is ending"})
+        kills = self._loop.begin_stop()
         try:
-            unregistered = [t for t in live if t.connection is None]
-            await asyncio.gather(
-                *(
-                    self.loop.backend_for(t.spec).kill(t.task_id)
-                    for t in unregistered
-                    if t.state is not AttemptState.PENDING
-                )
-            )
-            for task in unregistered:  # nothing of theirs is left to wait for
-                task.move(AttemptState.STOPPED)
-            if live:
-                await self.loop.pump(self.loop.attempts.all_over, KILL_WAIT, lambda: None)
+            await asyncio.gather(*(backend.kill(task_id) for backend, task_id in kills))
+            await self._loop.wait_for_stop()
         finally:
             try:
-                if self.loop.started_backend:
-                    for backend in self.loop.backends():
-                        if backend is not self.chief_backend or self.loop.chief_started:
+                if self._backend_started:
+                    for backend in self._loop.backends():
+                        if backend is not self.chief_backend or self._chief_started:
                             await backend.close()
             finally:
                 # The tasks are gone; what they sent last may still be on
                 # its way in.
-                await self.loop.rendezvous.close(linger=OUTPUT_LINGER)
-                # Every task is gone: what they printed goes out before the
-                # launcher says how the job ended.
-                await self.loop.output.close(
-                    drop_stalled=drop_stalled_output, where=self.logs_location()
+                await self._loop.close(
+                    drop_stalled_output=drop_stalled_output, where=self.logs_location()
                 )
-        for task in self.loop.attempts.current.values():
-            if not task.state.over:
-                task.left_unreached = task.unheard
-                task.move(AttemptState.STOPPED)
-        if launched:
-            self.loop.emit("job_stopped", restart=self.restart, outcomes=self.outcomes())
+        self._loop.end_stop()
 
     def outcomes(self) -> dict[str, str]:
         """How each task ended, in words, by task name, in the job's order:
         ``exited 0``, ``stopped by tfrun``, or how it failed."""
-        return verdict.outcomes(self.loop.attempts.current.values(), self.loop.silence_limit)
+        return self._loop.outcomes()
 
     def lost_logs(self) -> list[str]:
         """The tasks whose output could not all be kept where
         :meth:`logs_location` says (each was said in a warning), by name."""
-        names = [*self.loop.lost_logs, *(n for b in self.loop.backends() for n in b.lost_logs())]
-        return list(dict.fromkeys(names))
+        return self._loop.lost_logs()
 
     def incomplete_output(self) -> dict[str, str]:
         """The tasks whose copy in :meth:`logs_location` lacks some of what
         they printed (tfrun could not hear it all before their end), by name,
         each with where its full output is."""
-        missing = {}
-        for task in self.loop.attempts.current.values():
-            backend = self.loop.backend_for(task.spec)
-            if (
-                backend.output_through_launcher
-                and task.connection is not None
-                and not task.output_complete
-            ):
-                missing[task.spec.name] = backend.unseen_output_location(task.host)
-        return missing
+        return self._loop.incomplete_output()
 
     def logs_location(self) -> str:
         """Where the full output of every task is kept, for the user."""
-        return "; ".join(dict.fromkeys(b.logs_location() for b in self.loop.backends()))
+        return "; ".join(dict.fromkeys(b.logs_location() for b in self._loop.backends()))
 
     def abandon_output(self, reason: str) -> None:
         """Drop task output not yet written, so that :meth:`stop` need not
         wait for a terminal that does not read, and say so once, with where
         the full output is."""
-        self.loop.output.abandon(reason, self.logs_location())
-
-    def _tls_context(self) -> ssl.SSLContext | None:
-        if self.spec.tls_cert is None:
-            return None
-        import ssl
-
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        try:
-            context.load_cert_chain(self.spec.tls_cert, self.spec.tls_key)
-            with open(self.spec.tls_cert) as cert:
-                self.loop.tls_pem = cert.read()
-        except (OSError, ssl.SSLError) as exc:
-            raise SpecError(f"cannot use TLS certificate {self.spec.tls_cert}: {exc}") from None
-        return context
+        self._loop.abandon_output(reason, self.logs_location())
 
     async def _launch_all(self, specs: list[tuple[TaskSpec, int]]) -> None:
         """Launch tasks (each with its attempt number) that start together:
         each backend is handed its share at once (``Backend.launch_many``)."""
         shares: dict[int, tuple[Backend, list[Launch]]] = {}
         for spec, attempt in specs:
-            backend = self.loop.backend_for(spec)
-            shares.setdefault(id(backend), (backend, []))[1].append(self._prepare(spec, attempt))
+            backend = self._loop.backend_for(spec)
+            shares.setdefault(id(backend), (backend, []))[1].append(
+                self._loop.new_attempt(spec, attempt)
+            )
         for backend, launches in shares.values():
             await backend.launch_many(launches)
 
     async def _start_chief(self) -> None:
         """Start the backend of the tasks beside the launcher (the chief), and
         launch those that waited for the cluster's first placement."""
-        if self.chief_backend is None or self.loop.chief_started:
+        if self.chief_backend is None or self._chief_started:
             return
-        self.loop.chief_started = True
-        await self.chief_backend.start(self.loop.on_backend)
-        waiting, self.loop.chief_waits = self.loop.chief_waits, []
-        launches = []
-        for spec, _ in waiting:
-            task = self.loop.attempts.current[spec.name]
-            if task.state is AttemptState.PENDING:
-                task.move(AttemptState.LAUNCHED)
-                launches.append(self._launch_of(task))
-                self._emit_launched(task)
+        self._chief_started = True
+        await self.chief_backend.start(self._loop.on_backend)
+        launches = self._loop.launch_held()
         if launches:
             logger.debug("the cluster has its first task placed: starting the chief here")
             await self.chief_backend.launch_many(launches)
 
-    def _prepare(
-        self, spec: TaskSpec, attempt: int, state: AttemptState = AttemptState.LAUNCHED
-    ) -> Launch:
-        task_id = new_task_id(spec.job_name, spec.index, self.restart, attempt)
-        task = Attempt(
-            spec=spec,
-            task_id=task_id,
-            attempt=attempt,
-            prefix=self.loop.output.prefix(spec.name),
-            forward=self.spec.forwards(spec),
-            initial=state,
-        )
-        self.loop.attempts.add(task)
-        if state is AttemptState.LAUNCHED:
-            self._emit_launched(task)
-        return self._launch_of(task)
-
-    def _emit_launched(self, task: Attempt) -> None:
-        backend = self.loop.backend_for(task.spec).name
-        self.loop.emit(
-            "task_launched", task, task_id=task.task_id, backend=backend, restart=self.restart
-        )
-
-    def _launch_of(self, task: Attempt) -> Launch:
-        env = dict(self.spec.env)
-        env.update(
-            {
-                protocol.ENV_LAUNCHER: os.environ.get(protocol.ENV_RENDEZVOUS_VIA)
-                or f"{self.backend.rendezvous_host}:{self.loop.rendezvous.port}",
-                protocol.ENV_TASK_ID: task.task_id,
-                protocol.ENV_SECRET: self.loop.secret.hex(),
-                taskenv.ENV_RESTART: str(self.restart),
-            }
-        )
-        if self.loop.tls_pem is not None:
-            env[protocol.ENV_TLS_CERT] = self.loop.tls_pem
-        if protocol.ENV_SILENCE_LIMIT in os.environ:
-            env[protocol.ENV_SILENCE_LIMIT] = f"{self.loop.silence_limit:g}"
-        return Launch(task.task_id, task.spec, env)
-
-    def _deliver_cluster(self) -> None:
-        self.loop.cluster_def = {
-            **self.loop.outside,
-            **message.cluster_def_of(self.loop.attempts.current.values()),
-        }
-        # Every address is known, and no command has started: one too many
-        # for a task's environment is refused now.
-        message.check_environment(self.spec, self.loop.cluster_def)
-        checked = False
-        for task in self.loop.attempts.current.values():
-            assert task.connection is not None
-            sealed = task.connection.seal(self.loop.cluster_message(task))
-            if not checked:
-                message.check_size(sealed)
-                checked = True
-            task.connection.send(sealed)
-            task.move(AttemptState.RUNNING)
-        self.loop.phase = Phase.RUNNING
-        for target, url in sorted(self.targets.items()):
-            logger.debug("%s at %s", target, url)
-        # An evaluator is in no cluster list, but is up too.
-        aside = ", 1 evaluator" if self.spec.has_job(EVALUATOR_JOB) else ""
-        logger.info("cluster up: %s%s", message.summary(self.loop.cluster_def), aside)
-        if self.spec.replica and self.restart == 0:  # where the output starts to come
-            logger.info("%s", shown_output(self.spec.tasks(), self.spec.forward_logs))
-        # As TF_CONFIG has it: with --nproc-per-task, every worker process's address.
-        cluster = taskenv.process_cluster(self.loop.cluster_def, self.spec.nproc)
-        self.loop.emit("cluster_up", cluster=cluster, restart=self.restart)
-
     async def _after_event(self, event: Event) -> None:
-        if not self.loop.chief_started and not self.loop.stopped and isinstance(event, TaskPlaced):
+        if not self._chief_started and not self._loop.stopping and isinstance(event, TaskPlaced):
             await self._start_chief()
-        if self.loop.relaunches:
-            again, self.loop.relaunches = self.loop.relaunches, []
+        again, at_address = self._loop.take_relaunches()
+        if again:
             await self._launch_all(again)
-        if self.loop.relaunches_at:
-            at_address, self.loop.relaunches_at = self.loop.relaunches_at, []
-            for earlier, decision in at_address:
-                await self._launch_at(earlier, decision)
+        for earlier, decision in at_address:
+            await self._launch_at(earlier, decision)
 
     async def _launch_at(self, earlier: Attempt, decision: relaunch.RelaunchAt) -> None:
-        launch = self._prepare(earlier.spec, earlier.attempt + 1)
-        later = self.loop.attempts.get(launch.task_id)
-        assert later is not None
-        later.keep_address = decision.address
+        launch = self._loop.new_attempt(
+            earlier.spec, earlier.attempt + 1, keep_address=decision.address
+        )
         port = int(decision.address.rpartition(":")[2])
-        await self.loop.backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
+        await self._loop.backend_for(earlier.spec).launch_at(launch, earlier.task_id, port)
 
     def _start_timed_out(self) -> None:
-        waiting = self.loop.waiting()
+        waiting = self._loop.waiting()
         detail = self.backend.progress()
         raise ClusterStartError(
             f"the cluster did not come up within {self.spec.start_timeout:g}s: "
@@ -437,19 +308,18 @@ class Launcher:
         )
 
 
-def shown_output(tasks: list[TaskSpec], shown: frozenset[str] | None) -> str:
-    """Whose output tfrun shows (``--worker-logs``), said once at the start:
-    the rest is only in the logs, and a user should not have to guess."""
-    if shown is None or all(task.name in shown for task in tasks):
-        return "showing every task's output here"
-    if not shown:
-        return "showing no task's output here (--worker-logs none): each is in its log"
-    by_job: dict[str, list[int]] = {}
-    for task in tasks:
-        if task.name in shown:
-            by_job.setdefault(task.job_name, []).append(task.index)
-    named = ", ".join(verdict.names(job, indices) for job, indices in by_job.items())
-    return (
-        f"showing {named}'s output here; every other task's is only in its log "
-        "(--worker-logs chooses whose: all, worker:1, ps:0, ...)"
-    )
+def tls_of(spec: ClusterSpec) -> tuple[ssl.SSLContext, str] | None:
+    """The rendezvous's TLS context and the certificate the tasks pin
+    (``--tls-cert``), or None."""
+    if spec.tls_cert is None:
+        return None
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(spec.tls_cert, spec.tls_key)
+        with open(spec.tls_cert) as cert:
+            return context, cert.read()
+    except (OSError, ssl.SSLError) as exc:
+        raise SpecError(f"cannot use TLS certificate {spec.tls_cert}: {exc}") from None

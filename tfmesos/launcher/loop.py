@@ -1,4 +1,11 @@
-"""The launcher's loop: the events that come in, and what each changes.
+"""The job's state and its loop: the one owner of both.
+
+:class:`Loop` holds everything a job's run changes (the attempts at its tasks
+and their records, the job's phase, the tasks held for the chief, the
+relaunches, the cluster definition) and is its only writer. It handles the
+events that come in (:mod:`tfmesos.launcher.inbox`) and makes the job's
+changes of phase as named methods that :class:`~tfmesos.launcher.job.Launcher`
+calls; the launcher reads nothing of it but through named queries.
 
 The supervision loop is written once, here; backends only start, kill and
 report. Each attempt at a task moves through the states of
@@ -6,23 +13,20 @@ report. Each attempt at a task moves through the states of
 that ends before the cluster is up is relaunched (``MAX_ATTEMPTS`` per task,
 as the original allowed); once the cluster is up, a task that fails ends the
 job, but in fine-grained mode, where a dead worker's server may come back at
-its address (:mod:`tfmesos.launcher.relaunch`). Those rules are decided in
-:mod:`tfmesos.launcher.policy`, as pure functions; this module carries them out. Every
-way out of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
+its address (:mod:`tfmesos.launcher.relaunch`). Those rules are decided as
+pure functions (:mod:`tfmesos.launcher.policy`, :mod:`tfmesos.launcher.grace`,
+:mod:`tfmesos.launcher.endings`); this module carries them out. Every way out
+of :meth:`Launcher.start`, :meth:`Launcher.wait_for_workers`,
 :meth:`Launcher.watch` and :meth:`Launcher.stop` goes through teardown.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tfmesos.backends.base import (
@@ -31,25 +35,26 @@ from tfmesos.backends.base import (
     BackendEvent,
     BackendFailed,
     InProcessRendezvous,
+    Launch,
     TaskEnded,
     TaskPlaced,
 )
+from tfmesos.common import taskenv
+from tfmesos.common.tasklog import new_task_id
 from tfmesos.errors import (
     EXIT_USAGE,
-    ClusterStartError,
     JobFailedError,
     ResourceError,
     TaskFailure,
     TFMesosError,
-    task_status,
 )
-from tfmesos.launcher import message, verdict
+from tfmesos.launcher import endings, grace, message, verdict
 from tfmesos.launcher.attempts import Attempt, Attempts, AttemptState
 from tfmesos.launcher.console import binary_stream
 from tfmesos.launcher.events import NO_EVENTS, Events
-from tfmesos.launcher.output import OutputRouter
+from tfmesos.launcher.inbox import Event, Inbox, Tick
+from tfmesos.launcher.output import OutputRouter, shown_output
 from tfmesos.launcher.policy import (
-    MAX_ATTEMPTS,
     Action,
     Phase,
     TaskView,
@@ -57,7 +62,6 @@ from tfmesos.launcher.policy import (
     admits_helper,
     on_backend_failure,
     on_registered,
-    on_task_end,
 )
 from tfmesos.rendezvous import protocol
 from tfmesos.rendezvous.reports import (
@@ -75,34 +79,18 @@ from tfmesos.rendezvous.server import RendezvousServer
 from tfmesos.spec import EVALUATOR_JOB, ClusterSpec, TaskSpec
 
 if TYPE_CHECKING:
+    import ssl
+
     from tfmesos.launcher import relaunch
 
 __all__ = ["Event", "Loop", "RendezvousFactory", "Tick", "real_rendezvous"]
 
 logger = logging.getLogger("tfmesos")
 
-PROGRESS_INTERVAL = 15.0
-LOST_CONNECTION_GRACE = 10.0
-"""After a task's connection drops, how long to wait for its backend to say why."""
 OUTPUT_LINGER = 2.0
 """At teardown, how long the tasks' connections get to deliver their last output."""
-DISCONNECT_GRACE = 2.0
-"""After a backend says a task ended, how long to wait for its last output."""
 KILL_WAIT = protocol.STOP_GRACE + 3.0
-BEAT_OVERDUE = 1.5 * protocol.BEAT_INTERVAL
-"""Silence after which a task's heartbeat is overdue: the launcher cannot hear it."""
 
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """Wakes the loop to re-check one task's grace deadline."""
-
-    task_id: str
-
-
-Event = RendezvousEvent | TaskPlaced | TaskEnded | BackendFailed | Tick
-"""What the loop takes off its queue: every backend event but
-:class:`BackendAttached`, which changes nothing and is said at once."""
 
 RendezvousFactory = Callable[
     [
@@ -128,11 +116,11 @@ def real_rendezvous(
 
 
 class Loop:
-    """The job's state and its event loop: what comes in (the rendezvous's
+    """The job's state, and its only writer: what comes in (the rendezvous's
     and the backends' events), what each means for the task it is about
     (:mod:`tfmesos.launcher.policy` decides), and the moves of each attempt.
     A :class:`tfmesos.launcher.job.Launcher` owns one and drives the job's
-    sequence through it."""
+    sequence through its named methods; every field is private."""
 
     def __init__(
         self,
@@ -149,73 +137,294 @@ class Loop:
         events: Events = NO_EVENTS,
         after_event: Callable[[Event], Awaitable[None]],
     ) -> None:
-        self.spec = spec
+        self._spec = spec
         self._after_event = after_event
         """What the job does once an event is handled: start the chief, launch
         what is to be relaunched (:class:`tfmesos.launcher.job.Launcher`)."""
-        self.backend = backend
-        self.events = events
+        self._backend = backend
+        self._events = events
         """Where what the launcher decides and sees goes (``tfrun --events``)."""
-        self.restart = restart
+        self._restart = restart
         """Which run of the job this is (``--max-restarts``): 0 for the first."""
         # Where the backend runs its tasks elsewhere, replica mode runs the
         # chief beside the launcher (Backend.chief_beside_launcher): its exit
         # decides the job's.
-        self.chief_backend = chief_backend
+        self._chief_backend = chief_backend
         stream = output if output is not None else binary_stream(sys.stdout)
-        self.output = OutputRouter(
+        self._output = OutputRouter(
             stream,
             [t.name for t in spec.tasks() if spec.forwards(t)],
             colour=colour,
             notes_after_output=notes_after_output,
             processes=spec.nproc > 1,
         )
-        self.secret = secret or os.urandom(32)
-        self.silence_limit = protocol.silence_limit(os.environ)
+        self._secret = secret or os.urandom(32)
+        self._silence_limit = protocol.silence_limit(os.environ)
         """How long a task's agent goes on without hearing the launcher, and
         so how long its last output may take to come (``protocol.SILENCE_LIMIT``)."""
-        self._events: asyncio.Queue[Event] = asyncio.Queue()
-        self._held: collections.deque[Event] = collections.deque()
-        """Events taken off the queue when the pump was cancelled (_next_event)."""
-        self.attempts = Attempts(spec.ending_job)
-        self.rendezvous = rendezvous(
-            self.secret, self._admit, self._on_rendezvous, self._output_flow
+        self._inbox = Inbox()
+        self._attempts = Attempts(spec.ending_job)
+        self._rendezvous = rendezvous(
+            self._secret, self._admit, self._on_rendezvous, self._output_flow
         )
         in_process = InProcessRendezvous(
             self._admit, self._on_rendezvous, self._output_flow, self._output_held
         )
         for each in self.backends():
             each.attach_rendezvous(in_process)
-        self.phase = Phase.STARTING
-        self.started_backend = False
-        self.chief_started = chief_backend is None
-        """Whether the chief's backend has started: only once the cluster
-        has placed a first task (see :meth:`start`)."""
-        self.chief_waits: list[tuple[TaskSpec, int]] = []
-        """The tasks beside the launcher that wait for that first placement."""
-        self.stopped = False
-        self.relaunches: list[tuple[TaskSpec, int]] = []
-        self.relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
+        self._phase = Phase.STARTING
+        self._relaunches: list[tuple[TaskSpec, int]] = []
+        self._relaunches_at: list[tuple[Attempt, relaunch.RelaunchAt]] = []
         """Fine-grained mode: dead servers to start again at their address."""
         self._server_relaunches = 0
-        self.lost_logs: list[str] = []
+        self._lost_logs: list[str] = []
         """Tasks whose agent said its log could not be written (``log_failed``)."""
-        self.tls_pem: str | None = None
+        self._tls_pem: str | None = None
         """The certificate tasks pin, read once when the rendezvous starts."""
-        self.cluster_def: dict[str, list[str]] = {}
-        self.outside: dict[str, list[str]] = {}
+        self._cluster_def: dict[str, list[str]] = {}
+        self._outside: dict[str, list[str]] = {}
         """Jobs in the cluster definition whose tasks the launcher does not
         run, first in it: fine-grained mode's chief, the program itself."""
-        self.run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
+        self._run_id = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex
         """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
 
+    # -- what the launcher asks ---------------------------------------------------
+
+    @property
+    def cluster_def(self) -> dict[str, list[str]]:
+        """Each job's task addresses, once the cluster is up (a copy)."""
+        return {job: list(addrs) for job, addrs in self._cluster_def.items()}
+
+    @property
+    def run_id(self) -> str:
+        """The job's id, the same for every task (torch's ``TORCHELASTIC_RUN_ID``)."""
+        return self._run_id
+
+    def all_registered(self) -> bool:
+        return self._attempts.all_registered()
+
+    def all_ready(self) -> bool:
+        return self._attempts.all_ready()
+
+    def workers_done(self) -> bool:
+        return self._attempts.workers_done()
+
+    def all_over(self) -> bool:
+        return self._attempts.all_over()
+
+    def any_live(self) -> bool:
+        """Whether a task is not over yet."""
+        return bool(self._attempts.live())
+
+    def lost_logs(self) -> list[str]:
+        """The tasks whose output could not all be kept in their logs (each
+        was said in a warning), by name."""
+        names = [*self._lost_logs, *(n for b in self.backends() for n in b.lost_logs())]
+        return list(dict.fromkeys(names))
+
+    def incomplete_output(self) -> dict[str, str]:
+        """The tasks whose copy in their logs lacks some of what they printed
+        (tfrun could not hear it all before their end), by name, each with
+        where its full output is."""
+        missing = {}
+        for task in self._attempts.current.values():
+            backend = self.backend_for(task.spec)
+            if (
+                backend.output_through_launcher
+                and task.connection is not None
+                and not task.output_complete
+            ):
+                missing[task.spec.name] = backend.unseen_output_location(task.host)
+        return missing
+
+    def report_after_output(self, level: int, message: str, *args: object) -> None:
+        """Log ``message`` once the tasks' output printed so far is out
+        (:meth:`OutputRouter.report_after_output`)."""
+        self._output.report_after_output(level, message, *args)
+
+    def abandon_output(self, reason: str, where: str) -> None:
+        """Drop the tasks' output not yet written, saying once where
+        (``where``) the full output is."""
+        self._output.abandon(reason, where)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the job's end is decided and its teardown under way."""
+        return self._phase is Phase.STOPPING
+
+    async def open_rendezvous(
+        self, bind: str, port: int, tls: tuple[ssl.SSLContext, str] | None
+    ) -> None:
+        """Listen for the tasks at ``bind``, on ``port`` (0: any), over TLS
+        where ``tls`` gives the context and the certificate the tasks pin."""
+        context = None
+        if tls is not None:
+            context, self._tls_pem = tls
+        await self._rendezvous.start(bind, port, context)
+
+    def new_attempt(
+        self, spec: TaskSpec, attempt: int, *, held: bool = False, keep_address: str = ""
+    ) -> Launch:
+        """Attempt number ``attempt`` at task ``spec``, launched, or ``held``
+        (pending) until the cluster's first placement; ``keep_address``: where
+        a fine-grained relaunch must serve. Return what its backend launches."""
+        task = Attempt(
+            spec=spec,
+            task_id=new_task_id(spec.job_name, spec.index, self._restart, attempt),
+            attempt=attempt,
+            prefix=self._output.prefix(spec.name),
+            forward=self._spec.forwards(spec),
+            initial=AttemptState.PENDING if held else AttemptState.LAUNCHED,
+            keep_address=keep_address,
+        )
+        self._attempts.add(task)
+        if not held:
+            self._emit_launched(task)
+        return self._launch_of(task)
+
+    def launch_held(self) -> list[Launch]:
+        """The cluster has placed a task: launch those held for it (the
+        chief's backend has started). Return what to launch."""
+        launches = []
+        for task in self._held():
+            task.move(AttemptState.LAUNCHED)
+            launches.append(self._launch_of(task))
+            self._emit_launched(task)
+        return launches
+
+    def _held(self) -> list[Attempt]:
+        """The tasks held (pending) for the cluster's first placement: only
+        the chief's, beside the launcher, ever are (:meth:`new_attempt`)."""
+        return [t for t in self._attempts.current.values() if t.state is AttemptState.PENDING]
+
+    def _emit_launched(self, task: Attempt) -> None:
+        backend = self.backend_for(task.spec).name
+        self.emit(
+            "task_launched", task, task_id=task.task_id, backend=backend, restart=self._restart
+        )
+
+    def _launch_of(self, task: Attempt) -> Launch:
+        env = message.launch_env(
+            self._spec,
+            task.task_id,
+            rendezvous=f"{self._backend.rendezvous_host}:{self._rendezvous.port}",
+            secret=self._secret,
+            restart=self._restart,
+            tls_pem=self._tls_pem,
+            silence_limit=self._silence_limit,
+        )
+        return Launch(task.task_id, task.spec, env)
+
+    def take_relaunches(
+        self,
+    ) -> tuple[list[tuple[TaskSpec, int]], list[tuple[Attempt, relaunch.RelaunchAt]]]:
+        """What the events handled since the last call decided to launch
+        again: tasks (each with its attempt number) that failed before the
+        cluster was up, and fine-grained mode's servers to start again at
+        their address. Each is handed out once."""
+        again, self._relaunches = self._relaunches, []
+        at_address, self._relaunches_at = self._relaunches_at, []
+        return again, at_address
+
+    def set_outside(self, jobs: dict[str, list[str]]) -> None:
+        """Put ``jobs``, whose tasks the launcher does not run, first in the
+        cluster definition (fine-grained mode's chief: the program itself)."""
+        self._outside = jobs
+
+    def targets(self) -> dict[str, str]:
+        """Each task's target (``/job:worker/task:0``) and its URL."""
+        return message.targets(self._spec.protocol, self._cluster_def)
+
+    def deliver_cluster(self) -> None:
+        """Every task has registered: send each the cluster's definition, and
+        the cluster runs."""
+        self._cluster_def = {
+            **self._outside,
+            **message.cluster_def_of(self._attempts.current.values()),
+        }
+        # Every address is known, and no command has started: one too many
+        # for a task's environment is refused now.
+        message.check_environment(self._spec, self._cluster_def)
+        checked = False
+        for task in self._attempts.current.values():
+            assert task.connection is not None
+            sealed = task.connection.seal(self._cluster_message(task))
+            if not checked:
+                message.check_size(sealed)
+                checked = True
+            task.connection.send(sealed)
+            task.move(AttemptState.RUNNING)
+        self._phase = Phase.RUNNING
+        for target, url in sorted(self.targets().items()):
+            logger.debug("%s at %s", target, url)
+        # An evaluator is in no cluster list, but is up too.
+        aside = ", 1 evaluator" if self._spec.has_job(EVALUATOR_JOB) else ""
+        logger.info("cluster up: %s%s", message.summary(self._cluster_def), aside)
+        if self._spec.replica and self._restart == 0:  # where the output starts to come
+            logger.info("%s", shown_output(self._spec.tasks(), self._spec.forward_logs))
+        # As TF_CONFIG has it: with --nproc-per-task, every worker process's address.
+        cluster = taskenv.process_cluster(self._cluster_def, self._spec.nproc)
+        self.emit("cluster_up", cluster=cluster, restart=self._restart)
+
+    def begin_stop(self) -> list[tuple[Backend, str]]:
+        """The job's end is decided: refuse whoever dials in from now on, let
+        the output go on whether or not the terminal keeps up, and tell every
+        task that has registered to stop. Return those to kill: each task
+        launched that never registered, by its backend and id."""
+        # A job refused before its first launch says only its verdict.
+        if self._attempts.by_id:
+            self.emit("job_stopping", restart=self._restart)
+        self._phase = Phase.STOPPING
+        # A task that dials in from now on is refused, as expected: not news.
+        self._rendezvous.stopping()
+        self._output.stop()
+        kills = []
+        for task in self._attempts.live():
+            if task.connection is not None:
+                task.connection.send({"type": protocol.STOP, "reason": "the job is ending"})
+            elif task.state is not AttemptState.PENDING:
+                kills.append((self.backend_for(task.spec), task.task_id))
+        return kills
+
+    async def wait_for_stop(self) -> None:
+        """The tasks that never registered are killed (or never launched):
+        nothing of theirs is left to wait for. Wait up to ``KILL_WAIT`` for
+        the rest to end."""
+        for task in self._attempts.live():
+            if task.connection is None:
+                task.move(AttemptState.STOPPED)
+        await self.pump(self.all_over, KILL_WAIT, lambda: None)
+
+    async def close(self, *, drop_stalled_output: bool, where: str) -> None:
+        """The tasks are gone: close the rendezvous once what they sent last
+        is in, and write their output (``where`` its full copy is kept)."""
+        await self._rendezvous.close(linger=OUTPUT_LINGER)
+        # Every task is gone: what they printed goes out before the
+        # launcher says how the job ended.
+        await self._output.close(drop_stalled=drop_stalled_output, where=where)
+
+    def end_stop(self) -> None:
+        """Teardown is over: a task not over yet is stopped (left unreached
+        where it could not be heard), and the job's end said."""
+        for task in self._attempts.current.values():
+            if not task.state.over:
+                task.left_unreached = task.unheard
+                task.move(AttemptState.STOPPED)
+        if self._attempts.by_id:
+            self.emit("job_stopped", restart=self._restart, outcomes=self.outcomes())
+
+    def outcomes(self) -> dict[str, str]:
+        """How each task ended, in words, by task name, in the job's order:
+        ``exited 0``, ``stopped by tfrun``, or how it failed."""
+        return verdict.outcomes(self._attempts.current.values(), self._silence_limit)
+
     def backend_for(self, task: TaskSpec) -> Backend:
-        if self.chief_backend is not None and self.spec.is_chief(task):
-            return self.chief_backend
-        return self.backend
+        if self._chief_backend is not None and self._spec.is_chief(task):
+            return self._chief_backend
+        return self._backend
 
     def backends(self) -> list[Backend]:
-        return [self.backend] + ([self.chief_backend] if self.chief_backend else [])
+        return [self._backend] + ([self._chief_backend] if self._chief_backend else [])
 
     async def pump(
         self,
@@ -223,47 +432,15 @@ class Loop:
         timeout: float | None,
         on_timeout: Callable[[], None] | None,
     ) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        next_progress = time.monotonic() + PROGRESS_INTERVAL
-        while not done():
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                if on_timeout is not None:
-                    on_timeout()
-                return
-            wait = next_progress - now if deadline is None else min(deadline, next_progress) - now
-            event = await self._next_event(max(wait, 0.0))
-            if event is None:
-                if time.monotonic() >= next_progress:
-                    self._report_progress()
-                    next_progress = time.monotonic() + PROGRESS_INTERVAL
-                continue
-            self._handle(event)
-            await self._after_event(event)
+        """Handle what comes in until ``done()``; after ``timeout`` seconds
+        (None: none), call ``on_timeout`` and return."""
+        await self._inbox.pump(
+            done, timeout, on_timeout, handle=self._handle_event, progress=self._report_progress
+        )
 
-    async def _next_event(self, timeout: float) -> Event | None:
-        """The next event, or None after ``timeout`` seconds. Not
-        ``asyncio.wait_for``: on Python 3.10 and 3.11 it returns the event
-        and drops the caller's cancellation when both come on one turn of the
-        loop, and a Ctrl-C (run.py cancels the job) would be lost."""
-        if self._held:
-            return self._held.popleft()
-        if not self._events.empty():
-            return self._events.get_nowait()
-        getter = asyncio.ensure_future(self._events.get())
-        try:
-            await asyncio.wait({getter}, timeout=timeout)
-        except asyncio.CancelledError:
-            if getter.done() and not getter.cancelled():
-                # Taken off the queue as the caller was cancelled: the pump
-                # that stops the job handles it first.
-                self._held.append(getter.result())
-            getter.cancel()
-            raise
-        if getter.done():
-            return getter.result()
-        getter.cancel()
-        return None
+    async def _handle_event(self, event: Event) -> None:
+        self._handle(event)
+        await self._after_event(event)
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Tick):
@@ -272,7 +449,7 @@ class Loop:
         if isinstance(event, BackendFailed):
             self._backend_failed(event)
             return
-        task = self.attempts.get(event.task_id)
+        task = self._attempts.get(event.task_id)
         if task is None:
             return
         if isinstance(event, Message):
@@ -295,13 +472,13 @@ class Loop:
             self._on_task_ended(task, event)
 
     def _backend_failed(self, event: BackendFailed) -> None:
-        if on_backend_failure(self.phase) is Action.CARRY_ON:
+        if on_backend_failure(self._phase) is Action.CARRY_ON:
             # The job's verdict is already made; teardown goes on.
             logger.warning(
-                "the %s backend failed while stopping: %s", self.backend.name, event.message
+                "the %s backend failed while stopping: %s", self._backend.name, event.message
             )
             return
-        message = f"the {self.backend.name} backend failed: {event.message}"
+        message = f"the {self._backend.name} backend failed: {event.message}"
         if event.exit_status == EXIT_USAGE:
             # A job the backend found it can never run (no Mesos agent
             # could hold a task): refused, as a local job too big is.
@@ -314,7 +491,7 @@ class Loop:
         if event.message.get("type") == protocol.LOG_FAILED:  # its agent's log; it goes on
             where = f" on {task.host}" if task.host else ""
             logger.warning("task %s%s %s", task.spec.name, where, event.message.get("problem"))
-            self.lost_logs.append(task.spec.name)
+            self._lost_logs.append(task.spec.name)
 
     def _on_registered(self, task: Attempt, event: Registered) -> None:
         task.connection = event.connection
@@ -323,12 +500,12 @@ class Loop:
         task.host = task.host or event.addr.rpartition(":")[0]
         task.move(AttemptState.REGISTERED)
         self.emit("task_registered", task, addr=task.addr, host=task.host)
-        registered = self.attempts.count(AttemptState.REGISTERED)
+        registered = self._attempts.count(AttemptState.REGISTERED)
         logger.info(
             "task %s registered at %s (%s)",
             task.spec.name,
             task.addr,
-            "relaunched" if task.keep_address else f"{registered}/{len(self.attempts.current)}",
+            "relaunched" if task.keep_address else f"{registered}/{len(self._attempts.current)}",
         )
         action = on_registered(self._view(task))
         if action is Action.REJOIN:
@@ -345,26 +522,15 @@ class Loop:
     def _on_exited(self, task: Attempt, event: Exited) -> None:
         task.reported = event.output_bytes
         wait = self.backend_for(task.spec).kill_reason_timeout
-        if (event.signal == signal.SIGKILL or event.agent_signal) and task.ended is None and wait:
-            # SIGKILL is also how a memory limit ends a command, and a signal
-            # to the agent how an operator's drain ends a task: its backend's
-            # word, which names the limit or the drain, may be behind.
+        decision = grace.after_exit(task, event, wait, time.monotonic())
+        if isinstance(decision, grace.WaitUntil):
             task.held_exit = event
-            self._wait_until(time.monotonic() + wait, task)
-            return
-        self._over(task, event.code, verdict.describe_exit(event), signal=event.signal)
+        self._carry_out(task, decision)
 
     def _on_disconnected(self, task: Attempt, event: Disconnected) -> None:
         task.closed_by_task = task.closed_by_task or event.by_peer
         task.disconnected = True
-        if task.state.over:
-            return  # its exit came first: nothing to wait for
-        if task.ended is not None:
-            self._over(task, task.ended.exit_code, verdict.describe_end(task.ended))
-        elif task.held_exit is None:
-            # An agent exits when its connection drops, so the task is as
-            # good as gone; wait a little for the backend's word on why.
-            self._wait_until(time.monotonic() + LOST_CONNECTION_GRACE, task)
+        self._carry_out(task, grace.after_disconnect(task, time.monotonic()))
 
     def _on_task_ended(self, task: Attempt, event: TaskEnded) -> None:
         task.ended = event
@@ -378,70 +544,21 @@ class Loop:
                 task.spec.name,
                 f" on {task.host}" if task.host else "",
             )
-        held = task.held_exit
-        if held is not None and not (event.limited or event.drained):
-            # Nothing said beyond the signal: the task's own report.
-            self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
-        elif task.connection is None or task.disconnected or held is not None:
-            self._over(task, event.exit_code, verdict.describe_end(event))
-        else:
-            # The agent's last output and exit report may still be in
-            # flight on its connection: give them a moment.
-            self._wait_until(task.ended_at + DISCONNECT_GRACE, task)
-
-    def _wait_until(self, deadline: float, task: Attempt) -> None:
-        """Make ``deadline`` (``time.monotonic()``) ``task``'s, and look at
-        it again then."""
-        task.deadline = deadline
-        self._tick_in(deadline - time.monotonic(), task)
-
-    def _tick_in(self, delay: float, task: Attempt) -> None:
-        """Look at ``task``'s deadline again in ``delay`` seconds."""
-        asyncio.get_running_loop().call_later(delay, self._events.put_nowait, Tick(task.task_id))
+        self._carry_out(task, grace.after_backend_end(task, event))
 
     def _check_grace(self, task_id: str) -> None:
-        """One task's deadline may be past: for its backend's word after a
-        SIGKILL or a lost connection, or for its last output after its end."""
-        task = self.attempts.get(task_id)
-        if task is None or task.state.over or task.deadline is None:
-            return
-        now = time.monotonic()
-        if task.deadline - now > 0.001:  # woken early (a deadline moved): look again then
-            self._tick_in(task.deadline - now, task)
-            return
-        held = task.held_exit
-        if held is not None and task.ended is None:  # no word came: the task's own report it is
-            self._over(task, held.code, verdict.describe_exit(held), signal=held.signal)
-        elif task.ended is not None:
-            connection = task.connection
-            if (
-                connection is not None
-                and not task.disconnected
-                and connection.last_heard < task.ended_at
-            ):
-                # Not heard since its end: its agent may be delivering its
-                # last output and exit report through a network that fails,
-                # for as long as it heard the launcher within the limit, and
-                # the launcher waits as long. One heard since (an agent alive
-                # and beating, its task lost by its backend) has nothing
-                # stuck on the way: the backend's word stands.
-                if now - connection.last_heard >= BEAT_OVERDUE:
-                    later = connection.last_heard + self.silence_limit
-                else:  # a beat may yet come: look again once it is overdue
-                    later = connection.last_heard + BEAT_OVERDUE
-                if later - now > 0.001:
-                    self._wait_until(later, task)
-                    return
-            reason = verdict.describe_end(task.ended)
-            if connection is not None and not task.disconnected and task.unheard:
-                # Its agent may have stopped it for want of tfrun: say so.
-                reason += (
-                    f" (tfrun had not heard it for {now - connection.last_heard:.0f}s; an agent "
-                    f"that does not hear tfrun for {self.silence_limit:g}s stops its task)"
-                )
-            self._over(task, task.ended.exit_code, reason)
-        else:
-            self._over(task, None, "lost its connection to the launcher")
+        task = self._attempts.get(task_id)
+        if task is not None:
+            self._carry_out(task, grace.at_deadline(task, time.monotonic(), self._silence_limit))
+
+    def _carry_out(self, task: Attempt, decision: grace.Over | grace.WaitUntil | None) -> None:
+        """End ``task`` as ``decision`` says, or look at it again at its
+        deadline (:mod:`tfmesos.launcher.grace`)."""
+        if isinstance(decision, grace.WaitUntil):
+            task.deadline = decision.deadline
+            self._inbox.put_later(decision.deadline - time.monotonic(), Tick(task.task_id))
+        elif decision is not None:
+            self._over(task, decision.code, decision.reason, signal=decision.signal)
 
     def _hearing(self, task: Attempt, event: Unheard | Heard) -> None:
         """Say that ``task`` cannot be heard, or is heard again."""
@@ -457,7 +574,7 @@ class Loop:
                 task.spec.name,
                 where,
                 event.silent,
-                self.silence_limit,
+                self._silence_limit,
             )
             self.emit("task_unheard", task, host=task.host, silent=round(event.silent, 1))
         else:
@@ -470,52 +587,52 @@ class Loop:
             # terminal fills the console's buffer, which makes the readers wait
             # (the rendezvous's flow), TCP slows the agent, and the pipe slows
             # the task: no unbounded queue anywhere, and the loop never blocks.
-            task = self.attempts.get(event.task_id)
+            task = self._attempts.get(event.task_id)
             if task is not None:
                 task.received += len(event.data)
                 self.backend_for(task.spec).task_output(task.task_id, event.data)
-                self.output.write(task, event.data)
+                self._output.write(task, event.data)
             return
-        if self.attempts.get(event.task_id) is None:
+        if self._attempts.get(event.task_id) is None:
             if not isinstance(event, Unheard | Heard):  # a helper's silence is its backend's
-                self.backend.on_peer(event)  # the backend's own helper
+                self._backend.on_peer(event)  # the backend's own helper
             return
-        self._events.put_nowait(event)
+        self._inbox.put(event)
 
     def on_backend(self, event: BackendEvent) -> None:
         if isinstance(event, BackendAttached):
             # Nothing to decide: said at once, not queued, so that the ID of
             # a Slurm job is out even when the launch that submitted it
             # fails before the loop runs again.
-            fields = {"backend": event.backend, "restart": self.restart, **event.details}
+            fields = {"backend": event.backend, "restart": self._restart, **event.details}
             self.emit("backend_attached", None, **fields)
             return
-        self._events.put_nowait(event)
+        self._inbox.put(event)
 
     async def _output_flow(self, task_id: str) -> None:
-        task = self.attempts.get(task_id)
+        task = self._attempts.get(task_id)
         if task is not None:
-            await self.output.flow(task)
+            await self._output.flow(task)
 
     def _output_held(self, task_id: str) -> bool:
         """Whether :meth:`_output_flow` would make ``task_id`` wait."""
-        task = self.attempts.get(task_id)
-        return task is not None and self.output.must_wait(task)
+        task = self._attempts.get(task_id)
+        return task is not None and self._output.must_wait(task)
 
     def _admit(self, task_id: str) -> bool:
-        task = self.attempts.get(task_id)
+        task = self._attempts.get(task_id)
         if task is None:
             # Not a task: maybe the backend's own helper (Slurm's job script).
-            return admits_helper(self.phase) and self.backend.admit(task_id)
+            return admits_helper(self._phase) and self._backend.admit(task_id)
         return admits(self._view(task), launched=task.state is AttemptState.LAUNCHED)
 
     def _view(self, task: Attempt) -> TaskView:
         """What the rules (tfmesos.launcher.policy) know of ``task``."""
         return TaskView(
-            phase=self.phase,
-            current=self.attempts.is_current(task),
+            phase=self._phase,
+            current=self._attempts.is_current(task),
             attempt=task.attempt,
-            replica=self.spec.replica,
+            replica=self._spec.replica,
             relaunched_at_address=bool(task.keep_address),
             side=task.spec.job_name == EVALUATOR_JOB,
         )
@@ -524,156 +641,58 @@ class Loop:
         """The one seam through which the launcher's events go out."""
         if task is not None:
             fields = {"task": task.spec.name, "attempt": task.attempt, **fields}
-        self.events.emit(event, **fields)
+        self._events.emit(event, **fields)
 
     def _over(
         self, task: Attempt, code: int | None, reason: str, *, signal: int | None = None
     ) -> None:
+        """``task`` is over: carry out what that means for the job
+        (:func:`tfmesos.launcher.endings.end_of` decides)."""
         if task.state.over:
             return
-        if code == protocol.UNRESOLVED_STATUS and not task.addr:
-            # Its in-task agent could not resolve the name it dials, and its
-            # backend heard only the status: name the name.
-            reason = (
-                f"cannot resolve tfrun's host name {self.backend_for(task.spec).rendezvous_host}: "
-                f"its in-task agent exited with status {code} before registering"
-            )
         task.exit_code = code
         if task.connection is not None:
             task.connection.close()
-        action = on_task_end(self._view(task), code)
-
-        def exited(action: Action) -> None:
-            self.emit(
-                "task_exited",
-                task,
-                host=task.host,
-                exit_code=code,
-                signal=None if signal is None else verdict.signal_name(signal),
-                reason=reason,
-                action=action.value,
-            )
-
-        if self.spec.replica or action is not Action.FAIL_JOB:
-            exited(action)  # else once fine-grained mode has decided, below
-        if action is Action.STOP:
-            task.move(AttemptState.STOPPED)
-            return
-        if action is Action.CARRY_ON:
-            # The evaluator, outside the cluster: said, and the job goes on.
-            task.move(AttemptState.FAILED)
-            where = f" on {task.host}" if task.host else ""
-            self.output.report_after_output(
-                logging.WARNING,
-                "task %s%s %s: the job goes on without it (an evaluator is outside the cluster)",
-                task.spec.name,
-                where,
-                reason,
-            )
-            return
-        # The task's own log (the backend's tail) has all it printed; what
-        # came over the connection may stop short of the end.
-        tail = (task.ended.output_tail if task.ended else ()) or task.tail_lines()
-        drained = task.ended is not None and task.ended.drained
-        failure = TaskFailure(task.spec.name, reason, task.host, tail, drained)
-        if action in (Action.RELAUNCH, Action.GIVE_UP):
-            task.move(AttemptState.FAILED)
-            if action is Action.GIVE_UP:
-                hint = ""
-                if not failure.output_tail:
-                    hint = (
-                        "; it printed nothing the launcher could see: its own output is kept "
-                        f"in {self.backend_for(task.spec).unseen_output_location()}"
-                    )
-                raise ClusterStartError(
-                    f"{failure.describe()}\nthe task failed {task.attempt} times before the "
-                    f"cluster was up; giving up{hint}",
-                    failure,
-                )
-            logger.warning(
-                "%s",
-                failure.describe(
-                    f" before the cluster was up; relaunching it "
-                    f"(attempt {task.attempt + 1} of {MAX_ATTEMPTS})"
-                ),
-            )
-            self.relaunches.append((task.spec, task.attempt + 1))
-            self.events.emit(
+        end = endings.end_of(
+            task,
+            self._view(task),
+            code,
+            reason,
+            backend=self.backend_for(task.spec),
+            server_relaunches=self._server_relaunches,
+            max_restarts=self._spec.max_restarts,
+        )
+        self.emit(
+            "task_exited",
+            task,
+            host=task.host,
+            exit_code=code,
+            signal=None if signal is None else verdict.signal_name(signal),
+            reason=end.reason,
+            action=end.action.value,
+        )
+        task.move(end.state)
+        if end.note is not None:
+            level, line = end.note
+            if end.after_output:
+                self._output.report_after_output(level, "%s", line)
+            else:
+                logger.log(level, "%s", line)
+        if end.relaunch or end.relaunch_at is not None:
+            if end.relaunch_at is None:
+                self._relaunches.append((task.spec, task.attempt + 1))
+            else:
+                self._server_relaunches = end.relaunch_at.number
+                self._relaunches_at.append((task, end.relaunch_at))
+            self._events.emit(
                 "task_relaunched",
                 task=task.spec.name,
                 attempt=task.attempt + 1,
-                reason=reason,
-                address=None,
+                reason=end.relaunch_reason,
+                address=None if end.relaunch_at is None else end.relaunch_at.address,
             )
-            return
-        if action is Action.FINISH:
-            task.move(AttemptState.FINISHED)
-            # Its output came in before its exit report, on the same
-            # connection, and is on its way to the terminal from the
-            # console's thread: said after it.
-            self.output.report_after_output(
-                logging.INFO, "task %s finished (exit 0)", task.spec.name
-            )
-            return
-        task.move(AttemptState.FAILED)
-        if code == 0:
-            failure = TaskFailure(
-                task.spec.name,
-                "exited while the cluster was running",
-                task.host,
-                failure.output_tail,
-            )
-        if not self.spec.replica:
-            # A dead server may come back at its address: the event says
-            # what is done about it once that is decided.
-            unrelaunched = self._relaunch_server(task, failure, exited)
-            if unrelaunched is None:
-                return
-            failure = unrelaunched
-        raise JobFailedError(failure, exit_code=task_status(code))
-
-    def _relaunch_server(
-        self, task: Attempt, failure: TaskFailure, exited: Callable[[Action], None]
-    ) -> TaskFailure | None:
-        """Fine-grained mode: queue the dead server ``task`` for a relaunch
-        at its address and return None, where the policy allows
-        (:func:`tfmesos.launcher.relaunch.relaunch_or_fail`); else return the
-        failure that ends the job, saying why it was not relaunched. Either
-        way, first ``exited`` with what is done."""
-        # Here: only fine-grained mode relaunches a server (its dataclasses
-        # cost every tfrun ~1 ms to make; docs/benchmarks.md, section 15).
-        from tfmesos.launcher import relaunch
-
-        backend = self.backend_for(task.spec)
-        decision = relaunch.relaunch_or_fail(
-            task,
-            failure,
-            done=self._server_relaunches,
-            allowed=self.spec.max_restarts,
-            backend=backend.name,
-            backend_keeps_addresses=backend.keeps_addresses,
-        )
-        if isinstance(decision, TaskFailure):
-            exited(Action.FAIL_JOB)
-            return decision
-        exited(Action.RELAUNCH)
-        self._server_relaunches = decision.number
-        logger.warning(
-            "%s",
-            failure.describe(
-                f"; relaunching it at {decision.address} "
-                f"(relaunch {decision.number} of {decision.allowed})"
-            ),
-        )
-        self.relaunches_at.append((task, decision))
-        self.events.emit(
-            "task_relaunched",
-            task=task.spec.name,
-            attempt=task.attempt + 1,
-            reason=failure.reason,
-            address=decision.address,
-        )
-        return None
+        if end.error is not None:
+            raise end.error
 
     def _rejoin(self, task: Attempt) -> None:
         """A relaunched server registered: give it the cluster it left."""
@@ -687,27 +706,31 @@ class Loop:
                     task.host,
                 )
             )
-        task.connection.send(task.connection.seal(self.cluster_message(task)))
+        task.connection.send(task.connection.seal(self._cluster_message(task)))
         task.move(AttemptState.RUNNING)
 
-    def cluster_message(self, task: Attempt) -> dict[str, object]:
+    def _cluster_message(self, task: Attempt) -> dict[str, object]:
         """What ``task`` runs, with the cluster's definition."""
         return message.cluster_message(
-            self.spec, task, run_id=self.run_id, restart=self.restart, cluster_def=self.cluster_def
+            self._spec,
+            task,
+            run_id=self._run_id,
+            restart=self._restart,
+            cluster_def=self._cluster_def,
         )
 
     def waiting(self) -> list[str]:
-        return self.attempts.waiting({spec.name for spec, _ in self.chief_waits})
+        return self._attempts.waiting({task.spec.name for task in self._held()})
 
     def _report_progress(self) -> None:
-        if self.phase is not Phase.STARTING:
+        if self._phase is not Phase.STARTING:
             return
         waiting = self.waiting()
-        detail = self.backend.progress()
+        detail = self._backend.progress()
         logger.info(
             "waiting for %d of %d tasks to register: %s%s",
             len(waiting),
-            len(self.attempts.current),
+            len(self._attempts.current),
             ", ".join(waiting[:10]) + ("…" if len(waiting) > 10 else ""),
             f" ({detail})" if detail else "",
         )

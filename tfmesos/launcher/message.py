@@ -1,8 +1,10 @@
-"""The cluster message: what each task is sent once every task has registered
-(its command, its place, the cluster's definition), and its size check."""
+"""What each task is given: the environment it is launched with, and the
+cluster message it is sent once every task has registered (its command, its
+place, the cluster's definition), with its size check."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,7 +15,15 @@ from tfmesos.launcher.attempts import Attempt
 from tfmesos.rendezvous import protocol
 from tfmesos.spec import EVALUATOR_JOB, MAX_COMMAND_LINE, ClusterSpec
 
-__all__ = ["check_environment", "check_size", "cluster_def_of", "cluster_message", "summary"]
+__all__ = [
+    "check_environment",
+    "check_size",
+    "cluster_def_of",
+    "cluster_message",
+    "launch_env",
+    "summary",
+    "targets",
+]
 
 
 def cluster_def_of(attempts: Iterable[Attempt]) -> dict[str, list[str]]:
@@ -63,6 +73,45 @@ def cluster_message(
             "cpus": task.spec.cpus,
             "gpus": task.spec.gpus,
         },
+    }
+
+
+def launch_env(
+    spec: ClusterSpec,
+    task_id: str,
+    *,
+    rendezvous: str,
+    secret: bytes,
+    restart: int,
+    tls_pem: str | None,
+    silence_limit: float,
+) -> dict[str, str]:
+    """What a task is launched with, before it dials in: the job's own
+    environment (``-e``), and how its agent reaches the launcher (at
+    ``rendezvous``, unless tfrun is reached through another address) and
+    proves who it is."""
+    env = dict(spec.env)
+    env.update(
+        {
+            protocol.ENV_LAUNCHER: os.environ.get(protocol.ENV_RENDEZVOUS_VIA) or rendezvous,
+            protocol.ENV_TASK_ID: task_id,
+            protocol.ENV_SECRET: secret.hex(),
+            taskenv.ENV_RESTART: str(restart),
+        }
+    )
+    if tls_pem is not None:
+        env[protocol.ENV_TLS_CERT] = tls_pem
+    if protocol.ENV_SILENCE_LIMIT in os.environ:
+        env[protocol.ENV_SILENCE_LIMIT] = f"{silence_limit:g}"
+    return env
+
+
+def targets(protocol: str, cluster_def: Mapping[str, list[str]]) -> dict[str, str]:
+    """Each task's target (``/job:worker/task:0``) and its URL."""
+    return {
+        f"/job:{job}/task:{index}": f"{protocol}://{addr}"
+        for job, addrs in cluster_def.items()
+        for index, addr in enumerate(addrs)
     }
 
 

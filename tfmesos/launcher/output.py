@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
+from tfmesos.launcher import verdict
 from tfmesos.launcher.attempts import Attempt
 from tfmesos.launcher.console import ConsoleWriter, colour_prefix, same_destination, use_colour
 
-__all__ = ["OUTPUT_STALL", "OutputRouter", "human_size"]
+if TYPE_CHECKING:
+    from tfmesos.spec import TaskSpec
+
+__all__ = ["OUTPUT_STALL", "OutputRouter", "human_size", "shown_output"]
 
 logger = logging.getLogger("tfmesos")
 
@@ -33,7 +37,7 @@ class OutputRouter:
         notes_after_output: bool | None = None,
         processes: bool = False,
     ) -> None:
-        self.console = ConsoleWriter(stream)
+        self._console = ConsoleWriter(stream)
         self._processes = processes
         """Each task runs several processes (``--nproc-per-task``), whose
         lines come named already, ``[worker:1.3]``: shown so, not under the
@@ -52,11 +56,15 @@ class OutputRouter:
         output before it is written: where both go to one place (a terminal,
         ``2>&1``), so that they come out in order there. Elsewhere it is said
         at once, so that a stdout nobody reads cannot hold it back."""
-        self.stopping = False
-        """Set when the job stops: from then on a task whose output the
-        terminal does not keep up with is cut off."""
+        self._stopping = False
+        """Set when the job stops (:meth:`stop`): from then on a task whose
+        output the terminal does not keep up with is cut off."""
         self._dropped = 0
         """Bytes of shown output dropped while stopping, the terminal being full."""
+        self._cut: set[str] = set()
+        """The attempts (by task id) whose output is no longer shown: the job
+        is stopping and the terminal did not keep up (what is shown stays a
+        prefix of what each printed)."""
         self._abandoned = False
 
     def prefix(self, name: str) -> bytes:
@@ -70,27 +78,27 @@ class OutputRouter:
         # others (by default every task but worker 0) never do, so a paused
         # terminal cannot hide their failures.
         if task.forward:
-            await self.console.writable()
+            await self._console.writable()
 
     def must_wait(self, task: Attempt) -> bool:
         """Whether :meth:`flow` would make ``task`` wait."""
-        return task.forward and not self.console.has_room()
+        return task.forward and not self._console.has_room()
 
     def write(self, task: Attempt, data: bytes) -> None:
         task.keep_output(data)
         if not task.forward:
             return
-        if self.stopping and (task.cut or self.console.full):
+        if self._stopping and (task.task_id in self._cut or self._console.full):
             # Stopping: taken in so that the task hears "stop", not shown
             # once the terminal is behind.
-            task.cut = True
+            self._cut.add(task.task_id)
             self._dropped += len(data)
             return
         body = data[:-1] if data.endswith(b"\n") else data
         if self._processes:
-            self.console.write(self._process_lines(task, body) + b"\n")
+            self._console.write(self._process_lines(task, body) + b"\n")
             return
-        self.console.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
+        self._console.write(task.prefix + body.replace(b"\n", b"\n" + task.prefix) + b"\n")
 
     def _process_lines(self, task: Attempt, body: bytes) -> bytes:
         """``[worker:1.3] line`` kept as it came, its name coloured; other lines
@@ -109,19 +117,25 @@ class OutputRouter:
                 lines.append(line)
         return b"\n".join(lines)
 
+    def stop(self) -> None:
+        """The job is stopping: the tasks' output is taken in whether or not
+        the terminal keeps up, so that nothing waits for it."""
+        self._stopping = True
+        self._console.release()
+
     def report_after_output(self, level: int, message: str, *args: object) -> None:
         """Log ``message`` once the tasks' output printed so far is out: the
         output goes to stdout from the console's thread, logging writes to
         stderr at once, and on a terminal a task's "finished" must come after
         its last line, not before it."""
         if self._notes_after_output:
-            self.console.after_written(lambda: logger.log(level, message, *args))
+            self._console.after_written(lambda: logger.log(level, message, *args))
         else:
             logger.log(level, message, *args)
 
     def abandon(self, reason: str, where: str) -> None:
         """Drop unwritten output, saying once where the full output is."""
-        dropped = self.console.abandon() + self._dropped
+        dropped = self._console.abandon() + self._dropped
         self._dropped = 0
         if self._abandoned:
             return
@@ -144,8 +158,26 @@ class OutputRouter:
         """Write what is left; ``drop_stalled`` drops it once the terminal stalls
         ``OUTPUT_STALL``."""
         stall = OUTPUT_STALL if drop_stalled else None
-        if not await self.console.aclose(stall=stall):
+        if not await self._console.aclose(stall=stall):
             self.abandon(f"the terminal took no output for {OUTPUT_STALL:g}s", where)
+
+
+def shown_output(tasks: list[TaskSpec], shown: frozenset[str] | None) -> str:
+    """Whose output tfrun shows (``--worker-logs``), said once at the start:
+    the rest is only in the logs, and a user should not have to guess."""
+    if shown is None or all(task.name in shown for task in tasks):
+        return "showing every task's output here"
+    if not shown:
+        return "showing no task's output here (--worker-logs none): each is in its log"
+    by_job: dict[str, list[int]] = {}
+    for task in tasks:
+        if task.name in shown:
+            by_job.setdefault(task.job_name, []).append(task.index)
+    named = ", ".join(verdict.names(job, indices) for job, indices in by_job.items())
+    return (
+        f"showing {named}'s output here; every other task's is only in its log "
+        "(--worker-logs chooses whose: all, worker:1, ps:0, ...)"
+    )
 
 
 def human_size(count: int) -> str:
