@@ -482,7 +482,7 @@ def wait_until(
 
 # -- several TensorFlow workers a task (--nproc-per-task) ------------------------
 
-MWMS = str(Path(__file__).with_name("mwms_ranks.py"))
+MWMS = str(Path(__file__).parent / "programs" / "mwms_ranks.py")
 """A MultiWorkerMirrored program of ``tfrun --nproc-per-task`` tests."""
 FOUR_WORKERS = ("worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1")
 

@@ -34,7 +34,7 @@ from tfmesos.launcher.relaunch import NotRelaunched, RelaunchAt, decide
 from tfmesos.spec import TaskSpec
 
 PY = sys.executable
-STAND_IN_AGENT = ROOT / "tests" / "stand_in_server_agent.py"
+STAND_IN_AGENT = ROOT / "tests" / "programs" / "stand_in_server_agent.py"
 
 
 # -- the policy ----------------------------------------------------------------
