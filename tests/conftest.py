@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -457,6 +458,23 @@ def guide_section(page: str, heading: str) -> str:
 T = TypeVar("T")
 
 
+class _Deadline:
+    """The waiting rule of :func:`wait_until` and :func:`until`: after
+    ``timeout`` (a hang guard, not a measure), an AssertionError that names
+    ``what`` was awaited, with ``explain()``'s text (a cluster's logs, say)."""
+
+    def __init__(self, what: str, timeout: float, explain: Callable[[], str] | None) -> None:
+        self.what, self.timeout, self.explain = what, timeout, explain
+        self.at = time.monotonic() + timeout
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise AssertionError(
+                f"never: {self.what} (not within {self.timeout:g}s)"
+                + (f"\n{self.explain()}" if self.explain else "")
+            )
+
+
 def wait_until(
     condition: Callable[[], T],
     what: str,
@@ -466,18 +484,30 @@ def wait_until(
     explain: Callable[[], str] | None = None,
 ) -> T:
     """Poll ``condition`` until it gives something true, and return that;
-    after ``timeout`` (a hang guard, not a measure) fail naming ``what``,
-    with ``explain()``'s text (a cluster's logs, say)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"never: {what} (not within {timeout:g}s)" + (f"\n{explain()}" if explain else "")
-            )
+    fail as :class:`_Deadline` says. It sleeps between looks: in a coroutine,
+    where the condition waits on the loop's own tasks, use :func:`until`."""
+    deadline = _Deadline(what, timeout, explain)
+    while not (found := condition()):
+        deadline.check()
         time.sleep(poll)
+    return found
+
+
+async def until(
+    condition: Callable[[], T],
+    what: str,
+    timeout: float = 10.0,
+    *,
+    poll: float = 0.002,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """:func:`wait_until` for a coroutine: the loop turns between looks, so
+    that the tasks the condition waits on can run."""
+    deadline = _Deadline(what, timeout, explain)
+    while not (found := condition()):
+        deadline.check()
+        await asyncio.sleep(poll)
+    return found
 
 
 # -- several TensorFlow workers a task (--nproc-per-task) ------------------------
