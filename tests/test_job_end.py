@@ -183,6 +183,16 @@ def test_a_failed_tasks_status_never_reads_as_tfruns_own(
     assert job_events.exited()["worker:0"]["exit_code"] == task_status
 
 
+def test_a_tasks_own_77_never_reads_as_refused_credentials() -> None:
+    """77 is tfrun's own now (the master refused the credentials): a task
+    that exits 77 makes tfrun exit 1, as with tfrun's other statuses."""
+    from tfmesos.errors import EXIT_NOT_PERMITTED, task_status
+
+    assert EXIT_NOT_PERMITTED == 77
+    assert task_status(77) == 1
+    assert task_status(78) == 78
+
+
 def test_a_command_not_found_is_127_as_the_shell_says(
     job_procs: JobProcesses, job_events: JobEvents
 ) -> None:
