@@ -246,6 +246,37 @@ def _colour_as_on_a_plain_machine() -> Iterator[None]:
     os.environ.update({name: value for name, value in before.items() if value is not None})
 
 
+def slurm_problem() -> str | None:
+    """Why no Slurm can run the tests here, or None."""
+    for command in ("sbatch", "squeue", "scancel", "srun", "scontrol", "sinfo"):
+        if shutil.which(command) is None:
+            return f"{command} is not installed (run scripts/start-slurm as root)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+        nodes = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"Slurm does not answer: {exc}"
+    if "is UP" not in ping.stdout:
+        return f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): run scripts/start-slurm"
+    if not re.search(r"^(idle|mixed|allocated)", nodes.stdout, re.M):
+        return f"no Slurm node is up ({nodes.stdout.strip() or 'none'}): run scripts/start-slurm"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    """Slurm up to run the tests on, or the test skipped saying why (failed under CI)."""
+    problem = slurm_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs scripts/start-slurm, yet {problem}")
+    print(f"\nskipping the Slurm tests: {problem}", file=sys.stderr)
+    pytest.skip(problem)
+
+
 @pytest.fixture
 def zk() -> Iterator[Any]:
     """A started client of the ZooKeeper server the zk:// tests use

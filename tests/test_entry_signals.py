@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_slurm_jobs import slurm  # noqa: F401 - the fixture: Slurm up, or skipped saying why
 
 HOLD = textwrap.dedent(
     """

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,36 +36,6 @@ from tests.jobevents import JobEvents
 
 RELEASE_BOUND = 15.0
 """docs and README: a job's allocation is gone within 15 s of tfrun's death."""
-
-
-def _slurm_problem() -> str | None:
-    """Why no Slurm can run the tests here, or None."""
-    for command in ("sbatch", "squeue", "scancel", "srun", "scontrol", "sinfo"):
-        if shutil.which(command) is None:
-            return f"{command} is not installed (run scripts/start-slurm as root)"
-    try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
-        nodes = subprocess.run(
-            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"Slurm does not answer: {exc}"
-    if "is UP" not in ping.stdout:
-        return f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): run scripts/start-slurm"
-    if not re.search(r"^(idle|mixed|allocated)", nodes.stdout, re.M):
-        return f"no Slurm node is up ({nodes.stdout.strip() or 'none'}): run scripts/start-slurm"
-    return None
-
-
-@pytest.fixture(scope="module")
-def slurm() -> None:
-    problem = _slurm_problem()
-    if problem is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI runs scripts/start-slurm, yet {problem}")
-    print(f"\nskipping the Slurm tests: {problem}", file=sys.stderr)
-    pytest.skip(problem)
 
 
 pytestmark = pytest.mark.usefixtures("slurm")
