@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -14,12 +15,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import psutil
 import pytest
 
 from tests.jobevents import JobEvents
+
+if TYPE_CHECKING:
+    from tests.mesos_clusters import MesosUnderTest
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "TFMESOS_TEST_MARK"
@@ -135,6 +139,69 @@ def mesos(
         yield cluster
 
 
+# -- one scenario on every backend ----------------------------------------------
+
+EVERY_BACKEND = ("local", "test-master", "real-mesos", "slurm")
+"""What ``job_backend`` is parametrized over: this machine, the test Mesos
+master, real Apache Mesos and Slurm."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobBackend:
+    """Where a scenario's job runs (the ``job_backend`` fixture): tfrun's
+    flags for it, and on Mesos the cluster."""
+
+    name: str
+    flags: tuple[str, ...] = ()
+    mesos: MesosUnderTest | None = None
+    """The cluster a Mesos job runs on."""
+
+    @property
+    def host(self) -> str | None:
+        """Where a remote task runs, as its events say: this machine, except
+        on Slurm, whose node has a name of its own (None: any)."""
+        return None if self.name == "slurm" else "127.0.0.1"
+
+    def assert_left_nothing(self, events: JobEvents) -> None:
+        """Nothing of the job (whose events are ``events``) is left with the
+        backend: on Mesos its framework torn down, no task running and no
+        executor left; on Slurm its allocation released."""
+        if self.mesos is not None:
+            assert self.mesos.torn_down()
+            ended = {"TASK_KILLED", "TASK_FINISHED", "TASK_FAILED"}
+            assert {task["state"] for task in self.mesos.tasks()} <= ended, self.mesos.tasks()
+            mesos = self.mesos
+            mesos.wait_for("no executor left", lambda: not mesos.left_on_agents())
+        elif self.name == "slurm":
+            from tests.test_slurm_jobs import ACTIVE, states, submitted
+
+            (job,) = submitted(events)
+            assert states([job])[job] not in ACTIVE
+
+
+@pytest.fixture
+def job_backend(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[JobBackend]:
+    """The backend a scenario runs its job on, named by the test's parameter
+    (``@pytest.mark.parametrize("job_backend", EVERY_BACKEND, indirect=True)``):
+    one scenario, not a copy of it a backend."""
+    name = request.param
+    if name == "local":
+        yield JobBackend(name)
+    elif name == "slurm":
+        request.getfixturevalue("slurm")  # up, or the test skipped saying why
+        yield JobBackend(name, ("--backend", "slurm"))
+    else:
+        from tests.mesos_clusters import open_cluster
+
+        with open_cluster(name, job_procs, monkeypatch, tmp_path / "mesos") as cluster:
+            yield JobBackend(name, ("-m", cluster.url), cluster)
+
+
 # -- test lanes ----------------------------------------------------------------
 #
 # Every test is in one of two lanes: ``unit`` (no process started: policy,
@@ -148,6 +215,7 @@ E2E_FIXTURES = frozenset(
         "job_procs",
         "master",
         "mesos",
+        "job_backend",
         "slurm",
         "zk",
         "zookeeper",
@@ -215,7 +283,8 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing test on real Mesos shows the master's and agents' last log lines."""
     report = yield
-    cluster = getattr(item, "funcargs", {}).get("mesos")
+    funcargs = getattr(item, "funcargs", {})
+    cluster = funcargs.get("mesos") or getattr(funcargs.get("job_backend"), "mesos", None)
     if report.failed and cluster is not None and cluster.real is not None:
         report.sections.append(("real Mesos logs", cluster.real.logs(40)))
     return report

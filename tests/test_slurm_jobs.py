@@ -178,34 +178,6 @@ def test_plus_runs_on_slurm_in_fine_grained_mode(job_procs: JobProcesses, tmp_pa
     assert job_procs.wait_gone(10) == []
 
 
-def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
-    job_procs: JobProcesses, tmp_path: Path
-) -> None:
-    code = (
-        "import sys, time\n"
-        "if '{job_name}:{task_index}' == 'worker:1':\n"
-        "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(3)\n"
-        "time.sleep(3600)\n"  # past run_tfrun's hang guard: the others must be stopped
-    )
-    events = JobEvents(tmp_path / "events.jsonl")
-    result = run_tfrun(
-        "--backend", "slurm", *events.flag, "-w", "2", "-s", "1", "--", *py(code),
-        env=job_procs.env(),
-    )  # fmt: skip
-    assert result.returncode == 3, result.stderr
-    verdict = events.verdict()
-    assert (verdict["result"], verdict["exit_status"]) == ("failed", 3), result.stderr
-    worker_1 = events.exited()["worker:1"]
-    assert (worker_1["exit_code"], worker_1["action"]) == (3, "fail job"), worker_1
-    assert worker_1["host"], worker_1  # the Slurm node it ran on
-    # The verdict's wording: the task's last lines, from its Slurm step.
-    assert "  | worker 1 gives up" in result.stderr
-    (job,) = submitted(events)
-    # tfrun waited for the allocation to be released before it exited.
-    assert states([job])[job] not in ACTIVE
-    assert job_procs.wait_gone(10) == []
-
-
 def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
     job_procs: JobProcesses, blocker: list[str], tmp_path: Path
 ) -> None:
@@ -309,38 +281,6 @@ def test_tfrun_killed_while_its_job_waits_in_the_queue_leaves_no_job(
     # Nothing in the job could run yet: tfrun's watchdog removes it.
     assert wait_released([job], RELEASE_BOUND)[job] == "CANCELLED"
     assert job_procs.wait_gone(5) == []
-
-
-def test_sigterm_stops_the_job_and_cancels_the_allocation(job_procs: JobProcesses) -> None:
-    proc, _ = start_tfrun(
-        "--backend", "slurm", "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
-        env=job_procs.env(),
-    )  # fmt: skip
-    events = proc.events
-    (job,) = submitted(events)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 143
-    verdict = events.verdict()
-    assert (verdict["result"], verdict["signal"]) == ("interrupted", "SIGTERM"), verdict
-    assert states([job])[job] not in ACTIVE
-    assert job_procs.wait_gone(10) == []
-
-
-def test_no_output_line_is_lost_from_slurm_tasks(job_procs: JobProcesses) -> None:
-    lines = 333_334  # a million lines from three tasks, two of them Slurm job steps
-    code = (
-        "import sys\n"
-        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
-    )
-    result = run_tfrun(
-        "--backend", "slurm", "-w", "3", "-s", "0", "--worker-logs", "*", "--", *py(code),
-        env=job_procs.env(),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    for index in range(3):
-        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
-        assert got == [f"[worker:{index}] {index} line {i}" for i in range(lines)]
-    assert job_procs.wait_gone(10) == []
 
 
 def node_cpus() -> int:
