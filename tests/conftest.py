@@ -162,21 +162,35 @@ class JobBackend:
         on Slurm, whose node has a name of its own (None: any)."""
         return None if self.name == "slurm" else "127.0.0.1"
 
-    def assert_left_nothing(self, events: JobEvents) -> None:
-        """Nothing of the job (whose events are ``events``) is left with the
-        backend: on Mesos its framework torn down, no task running and no
-        executor left; on Slurm its allocation released."""
+    @property
+    def cluster_flags(self) -> tuple[str, ...]:
+        """The flags of an example that calls ``tfmesos.cluster()``
+        (examples/plus.py): where its servers run."""
         if self.mesos is not None:
-            assert self.mesos.torn_down()
-            ended = {"TASK_KILLED", "TASK_FINISHED", "TASK_FAILED"}
-            assert {task["state"] for task in self.mesos.tasks()} <= ended, self.mesos.tasks()
+            return ("--master", self.mesos.url)
+        return ("--backend", "slurm") if self.name == "slurm" else ()
+
+    def assert_left_nothing(
+        self, events: JobEvents | None = None, *, finished: bool = False
+    ) -> None:
+        """Nothing of the job is left with the backend: on Mesos its
+        framework torn down, no task running and no executor left; on Slurm,
+        given the job's ``events``, its allocation released (``finished``:
+        waited for, and COMPLETED)."""
+        if self.mesos is not None:
             mesos = self.mesos
+            assert mesos.torn_down()
+            ended = {"TASK_KILLED", "TASK_FINISHED", "TASK_FAILED"}
+            assert {task["state"] for task in mesos.tasks()} <= ended, mesos.tasks()
             mesos.wait_for("no executor left", lambda: not mesos.left_on_agents())
-        elif self.name == "slurm":
-            from tests.test_slurm_jobs import ACTIVE, states, submitted
+        elif self.name == "slurm" and events is not None:
+            from tests.test_slurm_jobs import ACTIVE, states, submitted, wait_released
 
             (job,) = submitted(events)
-            assert states([job])[job] not in ACTIVE
+            if finished:
+                assert wait_released([job], 30) == {job: "COMPLETED"}
+            else:
+                assert states([job])[job] not in ACTIVE
 
 
 @pytest.fixture

@@ -401,53 +401,6 @@ def test_a_lost_agent_fails_the_job_naming_the_task(
     assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
 
 
-def test_mnist_replica_through_the_master(mesos: MesosUnderTest, job_procs: JobProcesses) -> None:
-    result = run_tfrun(
-        "-m",
-        mesos.url,
-        "-w",
-        "2",
-        "-s",
-        "1",
-        "--",
-        PY,
-        "examples/mnist/mnist_replica.py",
-        "--ps_hosts",
-        "{ps_hosts}",
-        "--worker_hosts",
-        "{worker_hosts}",
-        "--job_name",
-        "{job_name}",
-        "--task_index",
-        "{task_index}",
-        env=job_procs.env(),
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert re.search(r"\[worker:0\] validation cross entropy = [0-9.]+", result.stdout)
-    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
-
-
-def test_plus_in_fine_grained_mode_through_the_master(
-    mesos: MesosUnderTest, job_procs: JobProcesses
-) -> None:
-    import subprocess
-
-    from tests.conftest import ROOT
-
-    result = subprocess.run(
-        [PY, "examples/plus.py", mesos.url],
-        capture_output=True,
-        text=True,
-        env=job_procs.env(),
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "42"
-    assert mesos.torn_down()
-    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
-
-
 def test_an_unreachable_master_is_reported_at_the_timeout(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:

@@ -24,7 +24,6 @@ import pytest
 from tests.conftest import (
     MWMS,
     PY,
-    ROOT,
     JobProcesses,
     check_four_tensorflow_workers,
     popen_tfrun,
@@ -139,42 +138,6 @@ def test_a_replica_job_runs_its_remote_tasks_as_one_slurm_job(
     assert not any(a.startswith(("localhost:", "127.")) for a in addresses), addresses
     # A job that went well ends by itself: COMPLETED, not CANCELLED.
     assert wait_released([job], 30) == {job: "COMPLETED"}
-    assert job_procs.wait_gone(10) == []
-
-
-def test_mnist_replica_trains_on_slurm(job_procs: JobProcesses, tmp_path: Path) -> None:
-    events = JobEvents(tmp_path / "events.jsonl")
-    result = run_tfrun(
-        "--backend", "slurm", *events.flag, "-w", "2", "-s", "1", "--worker-logs", "*", "--",
-        PY, "examples/mnist/mnist_replica.py", "--ps_hosts", "{ps_hosts}",
-        "--worker_hosts", "{worker_hosts}", "--job_name", "{job_name}",
-        "--task_index", "{task_index}",
-        env=job_procs.env(),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    initial = re.search(r"\[worker:0\] initial validation cross entropy = ([\d.]+)", result.stdout)
-    final = re.search(r"\[worker:0\] validation cross entropy = ([\d.]+)", result.stdout)
-    assert initial and final, result.stdout[-3000:]
-    assert float(final.group(1)) < float(initial.group(1)) / 4
-    assert "[worker:1]" in result.stdout  # worker 1, in the Slurm job, trained too
-    worker_1 = events.exited()["worker:1"]
-    assert (worker_1["exit_code"], worker_1["action"]) == (0, "finish"), worker_1
-    (job,) = submitted(events)
-    assert wait_released([job], 30) == {job: "COMPLETED"}
-    assert job_procs.wait_gone(10) == []
-
-
-def test_plus_runs_on_slurm_in_fine_grained_mode(job_procs: JobProcesses, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [PY, "examples/plus.py", "--backend", "slurm"],
-        capture_output=True,
-        text=True,
-        env=job_procs.env(),
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.stdout.splitlines() == ["42"]
     assert job_procs.wait_gone(10) == []
 
 
