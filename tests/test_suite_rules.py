@@ -87,15 +87,15 @@ def used_fixtures(decorators: list[ast.expr]) -> set[str]:
     }
 
 
-def pytestmark_of(body: list[ast.stmt]) -> set[str]:
-    """The marks of a module's or a class's ``pytestmark = ...``."""
+def pytestmark_of(body: list[ast.stmt]) -> list[ast.expr]:
+    """The marks of a module's or a class's ``pytestmark = ...``, as decorators."""
     for node in body:
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
         ):
             value = node.value
-            return mark_names(list(value.elts) if isinstance(value, ast.List) else [value])
-    return set()
+            return list(value.elts) if isinstance(value, ast.List) else [value]
+    return []
 
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -119,14 +119,14 @@ def e2e_fixtures(defined: dict[str, set[str]]) -> set[str]:
     return found
 
 
-def collected_in(tree: ast.Module) -> Iterator[tuple[str, Function, set[str]]]:
+def collected_in(tree: ast.Module) -> Iterator[tuple[str, Function, list[ast.expr]]]:
     """Each test function, by its name in pytest's node id, with the marks
     its class gives it."""
     for node in tree.body:
         if isinstance(node, Function) and node.name.startswith("test"):
-            yield node.name, node, set()
+            yield node.name, node, []
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            marks = mark_names(node.decorator_list) | pytestmark_of(node.body)
+            marks = node.decorator_list + pytestmark_of(node.body)
             for inner in node.body:
                 if isinstance(inner, Function) and inner.name.startswith("test"):
                     yield f"{node.name}::{inner.name}", inner, marks
@@ -139,8 +139,9 @@ def lanes(path: Path, conftest: dict[str, set[str]]) -> dict[str, set[str]]:
     module = pytestmark_of(tree.body)
     found = {}
     for name, test, class_marks in collected_in(tree):
-        marks = module | class_marks | mark_names(test.decorator_list)
-        asks = {a.arg for a in test.args.args} | used_fixtures(test.decorator_list)
+        decorators = module + class_marks + test.decorator_list
+        marks = mark_names(decorators)
+        asks = {a.arg for a in test.args.args} | used_fixtures(decorators)
         in_e2e = bool(marks & {"e2e", "heavy"} or asks & e2e)
         found[name] = ({"e2e"} if in_e2e else set()) | (
             {"unit"} if "unit" in marks or not in_e2e else set()
@@ -186,9 +187,13 @@ def test_a_disagreement_is_found_wherever_it_stands(tmp_path: Path) -> None:
         "@pytest.mark.unit\ndef test_both(): ...\ndef test_e2e(): ...\n"
     )
     (tmp_path / "test_real_z.py").write_text("def test_pure(): ...\n")
+    (tmp_path / "test_w_unit.py").write_text(
+        "import pytest\npytestmark = pytest.mark.usefixtures('zk')\ndef test_zk(): ...\n"
+    )
     assert disagreements(tmp_path) == [
         "test_real_y.py::test_both is marked unit but is e2e",
         "test_real_z.py::test_pure is unit in a file of real Mesos (e2e)",
+        "test_w_unit.py::test_zk is e2e in a file named unit",
         "test_x_unit.py::test_on_a_cluster is e2e in a file named unit",
         "test_x_unit.py::test_on_slurm is e2e in a file named unit",
         "test_x_unit.py::TestSome::test_in_a_class is e2e in a file named unit",
