@@ -40,7 +40,7 @@ def test_until_lets_the_loop_turn_while_it_waits() -> None:
     assert asyncio.run(scenario()) == "here"
 
 
-WAITS = {"until", "_until", "wait_until"}
+WAITS = {"until", "_until", "wait_until", "_wait_for"}
 
 
 def test_only_the_helpers_define_a_wait_on_a_condition() -> None:
