@@ -5,7 +5,7 @@ The job is ``examples/mnist/mnist_replica.py`` with 1 ps and 2 workers
 into a fresh directory. Once a checkpoint past step 0 is on disk, the benchmark
 itself kills worker 1's process with SIGKILL (it found the process by its
 command line beforehand, and polls the checkpoint index every 10 ms, as
-``tests/crash_after_checkpoint.py`` does), and takes that moment as the crash.
+``tests/programs/crash_after_checkpoint.py`` does), and takes that moment as the crash.
 The end is the moment the chief's ``training from global step N`` line, with
 N > 0, of the next run reaches the benchmark through tfrun's output.
 

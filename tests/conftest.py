@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -13,12 +15,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import psutil
 import pytest
 
 from tests.jobevents import JobEvents
+
+if TYPE_CHECKING:
+    from tests.mesos_clusters import MesosUnderTest
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "TFMESOS_TEST_MARK"
@@ -134,6 +139,83 @@ def mesos(
         yield cluster
 
 
+# -- one scenario on every backend ----------------------------------------------
+
+EVERY_BACKEND = ("local", "test-master", "real-mesos", "slurm")
+"""What ``job_backend`` is parametrized over: this machine, the test Mesos
+master, real Apache Mesos and Slurm."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobBackend:
+    """Where a scenario's job runs (the ``job_backend`` fixture): tfrun's
+    flags for it, and on Mesos the cluster."""
+
+    name: str
+    flags: tuple[str, ...] = ()
+    mesos: MesosUnderTest | None = None
+    """The cluster a Mesos job runs on."""
+
+    @property
+    def host(self) -> str | None:
+        """Where a remote task runs, as its events say: this machine, except
+        on Slurm, whose node has a name of its own (None: any)."""
+        return None if self.name == "slurm" else "127.0.0.1"
+
+    @property
+    def cluster_flags(self) -> tuple[str, ...]:
+        """The flags of an example that calls ``tfmesos.cluster()``
+        (examples/plus.py): where its servers run."""
+        if self.mesos is not None:
+            return ("--master", self.mesos.url)
+        return ("--backend", "slurm") if self.name == "slurm" else ()
+
+    def assert_left_nothing(
+        self, events: JobEvents | None = None, *, finished: bool = False
+    ) -> None:
+        """Nothing of the job is left with the backend: on Mesos its
+        framework torn down, no task running and no executor left; on Slurm,
+        given the job's ``events``, its allocation released (``finished``:
+        waited for, and COMPLETED)."""
+        if self.mesos is not None:
+            mesos = self.mesos
+            assert mesos.torn_down()
+            ended = {"TASK_KILLED", "TASK_FINISHED", "TASK_FAILED"}
+            assert {task["state"] for task in mesos.tasks()} <= ended, mesos.tasks()
+            mesos.wait_for("no executor left", lambda: not mesos.left_on_agents())
+        elif self.name == "slurm" and events is not None:
+            from tests.test_slurm_jobs import ACTIVE, states, submitted, wait_released
+
+            (job,) = submitted(events)
+            if finished:
+                assert wait_released([job], 30) == {job: "COMPLETED"}
+            else:
+                assert states([job])[job] not in ACTIVE
+
+
+@pytest.fixture
+def job_backend(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[JobBackend]:
+    """The backend a scenario runs its job on, named by the test's parameter
+    (``@pytest.mark.parametrize("job_backend", EVERY_BACKEND, indirect=True)``):
+    one scenario, not a copy of it a backend."""
+    name = request.param
+    if name == "local":
+        yield JobBackend(name)
+    elif name == "slurm":
+        request.getfixturevalue("slurm")  # up, or the test skipped saying why
+        yield JobBackend(name, ("--backend", "slurm"))
+    else:
+        from tests.mesos_clusters import open_cluster
+
+        with open_cluster(name, job_procs, monkeypatch, tmp_path / "mesos") as cluster:
+            yield JobBackend(name, ("-m", cluster.url), cluster)
+
+
 # -- test lanes ----------------------------------------------------------------
 #
 # Every test is in one of two lanes: ``unit`` (no process started: policy,
@@ -147,6 +229,7 @@ E2E_FIXTURES = frozenset(
         "job_procs",
         "master",
         "mesos",
+        "job_backend",
         "slurm",
         "zk",
         "zookeeper",
@@ -214,7 +297,8 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     """A failing test on real Mesos shows the master's and agents' last log lines."""
     report = yield
-    cluster = getattr(item, "funcargs", {}).get("mesos")
+    funcargs = getattr(item, "funcargs", {})
+    cluster = funcargs.get("mesos") or getattr(funcargs.get("job_backend"), "mesos", None)
     if report.failed and cluster is not None and cluster.real is not None:
         report.sections.append(("real Mesos logs", cluster.real.logs(40)))
     return report
@@ -243,6 +327,37 @@ def _colour_as_on_a_plain_machine() -> Iterator[None]:
     before = {name: os.environ.pop(name, None) for name in ("NO_COLOR", "FORCE_COLOR")}
     yield
     os.environ.update({name: value for name, value in before.items() if value is not None})
+
+
+def slurm_problem() -> str | None:
+    """Why no Slurm can run the tests here, or None."""
+    for command in ("sbatch", "squeue", "scancel", "srun", "scontrol", "sinfo"):
+        if shutil.which(command) is None:
+            return f"{command} is not installed (run scripts/start-slurm as root)"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
+        nodes = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"Slurm does not answer: {exc}"
+    if "is UP" not in ping.stdout:
+        return f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): run scripts/start-slurm"
+    if not re.search(r"^(idle|mixed|allocated)", nodes.stdout, re.M):
+        return f"no Slurm node is up ({nodes.stdout.strip() or 'none'}): run scripts/start-slurm"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    """Slurm up to run the tests on, or the test skipped saying why (failed under CI)."""
+    problem = slurm_problem()
+    if problem is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs scripts/start-slurm, yet {problem}")
+    print(f"\nskipping the Slurm tests: {problem}", file=sys.stderr)
+    pytest.skip(problem)
 
 
 @pytest.fixture
@@ -457,6 +572,23 @@ def guide_section(page: str, heading: str) -> str:
 T = TypeVar("T")
 
 
+class _Deadline:
+    """The waiting rule of :func:`wait_until` and :func:`until`: after
+    ``timeout`` (a hang guard, not a measure), an AssertionError that names
+    ``what`` was awaited, with ``explain()``'s text (a cluster's logs, say)."""
+
+    def __init__(self, what: str, timeout: float, explain: Callable[[], str] | None) -> None:
+        self.what, self.timeout, self.explain = what, timeout, explain
+        self.at = time.monotonic() + timeout
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise AssertionError(
+                f"never: {self.what} (not within {self.timeout:g}s)"
+                + (f"\n{self.explain()}" if self.explain else "")
+            )
+
+
 def wait_until(
     condition: Callable[[], T],
     what: str,
@@ -466,23 +598,35 @@ def wait_until(
     explain: Callable[[], str] | None = None,
 ) -> T:
     """Poll ``condition`` until it gives something true, and return that;
-    after ``timeout`` (a hang guard, not a measure) fail naming ``what``,
-    with ``explain()``'s text (a cluster's logs, say)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = condition()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"never: {what} (not within {timeout:g}s)" + (f"\n{explain()}" if explain else "")
-            )
+    fail as :class:`_Deadline` says. It sleeps between looks: in a coroutine,
+    where the condition waits on the loop's own tasks, use :func:`until`."""
+    deadline = _Deadline(what, timeout, explain)
+    while not (found := condition()):
+        deadline.check()
         time.sleep(poll)
+    return found
+
+
+async def until(
+    condition: Callable[[], T],
+    what: str,
+    timeout: float = 10.0,
+    *,
+    poll: float = 0.002,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """:func:`wait_until` for a coroutine: the loop turns between looks, so
+    that the tasks the condition waits on can run."""
+    deadline = _Deadline(what, timeout, explain)
+    while not (found := condition()):
+        deadline.check()
+        await asyncio.sleep(poll)
+    return found
 
 
 # -- several TensorFlow workers a task (--nproc-per-task) ------------------------
 
-MWMS = str(Path(__file__).with_name("mwms_ranks.py"))
+MWMS = str(Path(__file__).parent / "programs" / "mwms_ranks.py")
 """A MultiWorkerMirrored program of ``tfrun --nproc-per-task`` tests."""
 FOUR_WORKERS = ("worker:0.0", "worker:0.1", "worker:1.0", "worker:1.1")
 

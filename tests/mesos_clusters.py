@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -157,15 +156,8 @@ class MesosUnderTest:
         ]
 
     def wait_for(self, what: str, condition: Callable[[], Any], timeout: float = 60.0) -> Any:
-        """Poll ``condition`` until it is true; fail naming ``what`` (and the logs)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.kind}: {what} not within {timeout:g}s\n{self.logs()}")
-            time.sleep(0.1)
+        """:func:`tests.conftest.wait_until`, a failure naming the cluster and showing its logs."""
+        return wait_until(condition, f"{self.kind}: {what}", timeout, poll=0.1, explain=self.logs)
 
     def torn_down(self, name_part: str = "") -> bool:
         """The job's framework is over: no longer among the master's active ones."""

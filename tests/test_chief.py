@@ -5,7 +5,7 @@ Each TF_CONFIG shape TensorFlow's strategies document is expressible:
 MultiWorkerMirrored without a chief (worker 0 is it) and with one,
 ParameterServerStrategy with a coordinator chief, and a side-car evaluator,
 which is in no cluster list. The end-to-end runs are of a program written as
-TF's documents deploy one (tests/ps_tfconfig.py): one program, every task
+TF's documents deploy one (tests/programs/ps_tfconfig.py): one program, every task
 reads TF_CONFIG, the ps and worker tasks block in ``server.join()``.
 """
 
@@ -27,7 +27,7 @@ from tfmesos.launcher.policy import Action, Phase, TaskView, on_task_end
 from tfmesos.launcher.verdict import ends
 
 PY = sys.executable
-PROGRAM = str(Path(__file__).with_name("ps_tfconfig.py"))
+PROGRAM = str(Path(__file__).parent / "programs" / "ps_tfconfig.py")
 
 CHIEF, W0, W1, PS0, EVAL = "c:1", "w:2", "w:3", "p:4", "e:5"
 
@@ -206,7 +206,7 @@ def test_multi_worker_mirrored_with_a_chief_and_an_evaluator_as_tf_reads_them(
     """TF itself takes the shapes: the chief is a member of the collective
     (three ones sum to 3) and the one that saves; the evaluator's
     TFConfigClusterResolver sees no evaluator job, and its end is no one's."""
-    program = str(Path(__file__).with_name("mwms_tfconfig.py"))
+    program = str(Path(__file__).parent / "programs" / "mwms_tfconfig.py")
     argv = [*job_events.flag, "--chief", "--evaluator", "-w", "2", "--", PY, program]
     result = run_tfrun(*argv, env=job_procs.env())
     assert result.returncode == 0, result.stderr

@@ -602,9 +602,9 @@ def test_chdir_runs_each_mesos_task_in_dir(mesos, job_procs, tmp_path: Path) -> 
 def test_chdir_runs_each_slurm_task_in_dir(job_procs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import sys
 
-    from tests.test_slurm_jobs import _slurm_problem
+    from tests.conftest import slurm_problem
 
-    problem = _slurm_problem()
+    problem = slurm_problem()
     if problem is not None and os.environ.get("CI"):
         pytest.fail(f"CI runs scripts/start-slurm, yet {problem}")
     if problem is not None:

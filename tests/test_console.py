@@ -7,12 +7,11 @@ import io
 import logging
 import os
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import until
 from tfmesos.launcher.console import ConsoleWriter, binary_stream, use_colour
 
 
@@ -31,16 +30,6 @@ class GatedStream(io.BytesIO):
         self.gate.wait()
         self.writes += 1
         return super().write(data)
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Turn the loop until ``condition()`` holds; after ``timeout`` seconds,
-    fail naming ``what`` was awaited."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting after {timeout:g}s for {what}")
-        await asyncio.sleep(0.002)
 
 
 def test_chunks_come_out_whole_and_in_order() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT, JobProcesses, py, runs_in, tfrun_argv, wait_until
 from tests.jobevents import JobEvents
-from tests.test_slurm_jobs import slurm, states  # noqa: F401 - slurm: the fixture
+from tests.test_slurm_jobs import states
 
 pytestmark = pytest.mark.e2e
 

@@ -19,9 +19,6 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_slurm_jobs import slurm  # noqa: F401 - the fixture: Slurm up, or skipped saying why
-
-pytestmark = pytest.mark.e2e
 
 HOLD = textwrap.dedent(
     """
@@ -45,6 +42,7 @@ HOLD = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("module", "args"),
     [
@@ -115,6 +113,7 @@ def barrage_after(proc: subprocess.Popen[str], line: str, signum: int) -> list[s
     return said
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_after_tfruns_error_at_an_unreachable_master_keeps_125(
     tmp_path: Path, signum: int
@@ -169,6 +168,7 @@ def test_sigint_after_a_slurm_jobs_verdict_keeps_the_verdicts_status(tmp_path: P
     sigint_after_the_verdict(("--backend", "slurm"), tmp_path)
 
 
+@pytest.mark.e2e
 def test_nohup_keeps_sighup_ignored_for_the_whole_job(tmp_path: Path) -> None:
     # Before: the job's loop took SIGHUP in, so `nohup tfrun ... &` was
     # stopped (129) when the terminal closed.
@@ -215,7 +215,6 @@ class InterruptingStderr(io.StringIO):
         return super().write(text)
 
 
-@pytest.mark.unit
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_while_tfrun_says_its_error_cuts_neither_it_nor_its_status(
     tfrun_in_process: None, monkeypatch: pytest.MonkeyPatch, signum: int

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import pytest
 
+from tests.conftest import until
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import BackendEvent, BackendFailed
 from tfmesos.backends.mesos import MesosBackend, MesosOptions
@@ -26,14 +26,6 @@ def mesos_backend(monkeypatch: pytest.MonkeyPatch) -> MesosBackend:
     return MesosBackend(SPEC, MesosOptions(master="127.0.0.1:1"))
 
 
-async def until(condition: Any) -> None:
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never held")
-
-
 # -- the caller's own cancellation ------------------------------------------------
 
 
@@ -47,7 +39,7 @@ def test_reap_drops_the_tasks_error_and_keeps_the_callers_cancellation() -> None
         release = asyncio.Event()
         slow = asyncio.create_task(release.wait())
         caller = asyncio.create_task(reap(slow))
-        await until(lambda: not caller.done())
+        await until(lambda: not caller.done(), "the caller started", poll=0)
         caller.cancel()
         release.set()
         await asyncio.wait({caller})
@@ -92,11 +84,15 @@ def test_closing_the_rendezvous_keeps_the_callers_cancellation() -> None:
         # A connection gets its handler once it speaks: one byte of a frame.
         writer.write(b"\0")
         await writer.drain()
-        await until(lambda: server._handlers)
+        await until(lambda: server._handlers, "a handler for the connection", poll=0)
         closing = asyncio.create_task(server.close())
         # close() stops listening, cancels the handlers, and waits for them:
         # its first wait.
-        await until(lambda: server._listener is not None and server._listener.fileno() == -1)
+        await until(
+            lambda: server._listener is not None and server._listener.fileno() == -1,
+            "the listener closed",
+            poll=0,
+        )
         closing.cancel()
         await asyncio.wait({closing})
         writer.close()
@@ -122,7 +118,7 @@ def test_a_bug_in_the_mesos_backends_loop_keeps_its_traceback(
 
     async def scenario() -> None:
         await backend.start(events.append)
-        await until(lambda: events)
+        await until(lambda: events, "the backend's event", poll=0)
 
     asyncio.run(scenario())
     [failed] = events
@@ -146,7 +142,7 @@ def test_a_foreseen_mesos_failure_is_said_in_its_words_with_its_traceback_at_deb
 
     async def scenario() -> None:
         await backend.start(events.append)
-        await until(lambda: events)
+        await until(lambda: events, "the backend's event", poll=0)
 
     asyncio.run(scenario())
     assert events == [BackendFailed("lost the Mesos master for 120s")]

@@ -1,5 +1,6 @@
-"""The examples, run for real through ``tfrun`` on the local backend: real
-TensorFlow processes talking gRPC to each other."""
+"""The examples, run for real through ``tfrun``: real TensorFlow processes
+talking gRPC to each other, on the local backend (MNIST replica on every
+backend)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import re
 import sys
 
 import numpy as np
+import pytest
 
-from tests.conftest import ROOT, JobProcesses, run_tfrun
+from tests.conftest import EVERY_BACKEND, ROOT, JobBackend, JobProcesses, run_tfrun
+from tests.jobevents import JobEvents
 
 
 def _number(pattern: str, text: str) -> float:
@@ -18,33 +21,25 @@ def _number(pattern: str, text: str) -> float:
     return float(match.group(1))
 
 
-def test_mnist_replica_trains_with_ps_and_two_workers(job_procs: JobProcesses) -> None:
+@pytest.mark.parametrize("job_backend", EVERY_BACKEND, indirect=True)
+def test_mnist_replica_trains_with_ps_and_two_workers(
+    job_backend: JobBackend, job_procs: JobProcesses, job_events: JobEvents
+) -> None:
     result = run_tfrun(
-        "-w",
-        "2",
-        "-s",
-        "1",
-        "--worker-logs",
-        "*",
-        "--",
-        sys.executable,
-        "examples/mnist/mnist_replica.py",
-        "--ps_hosts",
-        "{ps_hosts}",
-        "--worker_hosts",
-        "{worker_hosts}",
-        "--job_name",
-        "{job_name}",
-        "--task_index",
-        "{task_index}",
+        *job_backend.flags, *job_events.flag, "-w", "2", "-s", "1", "--worker-logs", "*", "--",
+        sys.executable, "examples/mnist/mnist_replica.py", "--ps_hosts", "{ps_hosts}",
+        "--worker_hosts", "{worker_hosts}", "--job_name", "{job_name}",
+        "--task_index", "{task_index}",
         env=job_procs.env(),
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     initial = _number(r"\[worker:0\] initial validation cross entropy", result.stdout)
     final = _number(r"\[worker:0\] validation cross entropy", result.stdout)
     assert final < initial / 4, (initial, final)
     # Both workers took part in training.
     assert "[worker:1]" in result.stdout
+    worker_1 = job_events.exited()["worker:1"]
+    assert (worker_1["exit_code"], worker_1["action"]) == (0, "finish"), worker_1
     # Quiet, as the README's first job should be: no TensorFlow start-up
     # lines from any task (issue 40, item 16: "WARNING: All log messages
     # before absl::InitializeLog() ...", "I0000 ... oneDNN custom operations").
@@ -52,7 +47,8 @@ def test_mnist_replica_trains_with_ps_and_two_workers(job_procs: JobProcesses) -
              if "absl::InitializeLog" in line or re.search(r"\] [IWE]\d{4} ", line)]  # fmt: skip
     assert noise == [], noise
     assert "task worker:1 finished" in result.stderr
-    assert job_procs.wait_gone(5) == []
+    job_backend.assert_left_nothing(job_events, finished=True)
+    assert job_procs.wait_gone(10) == []
 
 
 def test_keras_multi_worker_trains_from_tf_config(job_procs: JobProcesses) -> None:

@@ -17,7 +17,6 @@ import pytest
 
 from tests.conftest import JobProcesses, guide_section, popen_tfrun, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
-from tests.test_slurm_jobs import slurm  # noqa: F401 - the Slurm tests' fixture
 from tfmesos.agent import supervisor
 from tfmesos.backends.base import Launch
 from tfmesos.backends.mesos.taskinfo import task_info

@@ -1,6 +1,7 @@
-"""Fine-grained (in-graph) mode, run for real on the local backend: the
-examples drive plain TensorFlow gRPC servers that ``tfmesos.cluster`` starts,
-and every server is gone once the ``with`` block is left."""
+"""Fine-grained (in-graph) mode, run for real on the local backend (``plus``
+on every backend): the examples drive plain TensorFlow gRPC servers that
+``tfmesos.cluster`` starts, and every server is gone once the ``with`` block
+is left."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from tests.conftest import ROOT, JobProcesses
+from tests.conftest import EVERY_BACKEND, ROOT, JobBackend, JobProcesses
 from tfmesos import SpecError, cluster
 from tfmesos.finegrained.tfcontext import _all_ours, forget_servers
 
@@ -46,9 +47,13 @@ def number(name: str, text: str) -> float:
     return float(match.group(1))
 
 
-def test_plus_adds_across_the_cluster(job_procs: JobProcesses, tmp_path: Path) -> None:
-    stdout = run_example("examples/plus.py", job_procs, tmp_path)
+@pytest.mark.parametrize("job_backend", EVERY_BACKEND, indirect=True)
+def test_plus_adds_across_the_cluster(
+    job_backend: JobBackend, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    stdout = run_example("examples/plus.py", job_procs, tmp_path, *job_backend.cluster_flags)
     assert stdout.splitlines() == ["42"]
+    job_backend.assert_left_nothing()
 
 
 def test_mnist_trains_in_graph_on_two_workers(job_procs: JobProcesses, tmp_path: Path) -> None:

@@ -27,7 +27,6 @@ import pytest
 
 from tests.conftest import ROOT, JobProcesses, install_in_new_venv, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
-from tests.test_slurm_jobs import slurm  # noqa: F401  (the fixture)
 
 PTH = ROOT / "tfmesos" / "tfmesos-jax.pth"
 

@@ -1,25 +1,152 @@
 """How a ``tfrun`` job ends, as its user sees it: the verdict when it
 succeeds, a task's "finished" after its last line, coloured prefixes on a
-terminal only, and exit statuses that say who failed."""
+terminal only, and exit statuses that say who failed. The scenarios of the
+first section run on every backend (the ``job_backend`` fixture): every
+output line arrives, a failing worker fails the job naming it, a signal to
+tfrun stops every task, and nothing is left behind."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import pty
 import re
+import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 
-from tests.conftest import PY, ROOT, JobProcesses, py, run_tfrun, tfrun_argv
+from tests.conftest import (
+    EVERY_BACKEND,
+    PY,
+    ROOT,
+    JobBackend,
+    JobProcesses,
+    py,
+    run_tfrun,
+    start_tfrun,
+    tfrun_argv,
+    wait_until,
+)
 from tests.jobevents import JobEvents
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.local.backend import LocalBackend
 
 ESC = "\x1b["
+
+
+# -- on every backend --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("job_backend", "workers"),
+    [("local", 4), ("test-master", 4), ("slurm", 3)],  # three fit Slurm's node
+    indirect=["job_backend"],
+)
+def test_no_output_line_is_lost(
+    job_backend: JobBackend, job_procs: JobProcesses, workers: int
+) -> None:
+    lines = 1_000_000 // workers  # a million lines from all the tasks, most of them remote
+    code = (
+        "import sys\n"
+        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
+        "sys.stdout.write('no newline at the end')"
+    )
+    result = run_tfrun(
+        *job_backend.flags, "-w", str(workers), "-s", "0", "--worker-logs", "*", "--", *py(code),
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for index in range(workers):
+        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
+        expected = [f"[worker:{index}] {index} line {i}" for i in range(lines)]
+        assert got[:-1] == expected  # all of them, in order
+        assert got[-1] == f"[worker:{index}] no newline at the end"
+    assert job_procs.wait_gone(10) == []
+
+
+@pytest.mark.parametrize("job_backend", EVERY_BACKEND, indirect=True)
+def test_a_failing_worker_fails_the_job_naming_it(
+    job_backend: JobBackend, job_procs: JobProcesses, job_events: JobEvents
+) -> None:
+    code = (
+        "import sys, time\n"
+        "if '{job_name}:{task_index}' == 'worker:1':\n"
+        "    time.sleep(1); print('about to fail', flush=True); print('boom', file=sys.stderr)\n"
+        "    sys.exit(3)\n"
+        "time.sleep(3600)\n"  # past run_tfrun's hang guard: the others must be stopped
+    )
+    result = run_tfrun(
+        *job_backend.flags, *job_events.flag, "-w", "2", "-s", "1", "--", *py(code),
+        env=job_procs.env(),
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    verdict = job_events.verdict()
+    assert (verdict["result"], verdict["exit_status"]) == ("failed", 3), result.stderr
+    failed = job_events.exited()["worker:1"]
+    assert (failed["exit_code"], failed["signal"], failed["action"]) == (3, None, "fail job")
+    host = failed["host"]
+    assert host == (job_backend.host or host) and host, failed  # on Slurm, its node
+    # The wording a user sees (the one check of a failed task's verdict):
+    # the task, its host, its status and its last output.
+    said = result.stderr[result.stderr.index("job failed:") :]
+    assert said.startswith(f"job failed: task worker:1 on {host} exited with status 3"), said
+    assert "| about to fail" in said and "| boom" in said, said
+    # tfrun exits once the backend has let go of the job.
+    job_backend.assert_left_nothing(job_events)
+    assert job_procs.wait_gone(10) == []
+
+
+SIGNALS_ON = {
+    "local": (signal.SIGINT, signal.SIGTERM, signal.SIGHUP),
+    "test-master": (signal.SIGINT, signal.SIGTERM),
+    "real-mesos": (signal.SIGINT, signal.SIGTERM),
+    "slurm": (signal.SIGTERM,),
+}
+
+
+def commands_up(job_procs: JobProcesses, code: str) -> int:
+    """How many of the job's processes run ``python -c code`` (not the
+    shells or agents that start them)."""
+    found = 0
+    for proc in job_procs.alive():
+        with contextlib.suppress(psutil.Error):
+            found += proc.cmdline()[1:] == ["-c", code]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("job_backend", "signum"),
+    [
+        pytest.param(backend, signum, id=f"{backend}-{signum.name}")
+        for backend in EVERY_BACKEND
+        for signum in SIGNALS_ON[backend]
+    ],
+    indirect=["job_backend"],
+)
+def test_a_signal_stops_every_task(
+    job_backend: JobBackend, job_procs: JobProcesses, signum: signal.Signals
+) -> None:
+    code = "import time; print('up', flush=True); time.sleep(600)"
+    proc, _ = start_tfrun(
+        *job_backend.flags, "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
+    )
+    wait_until(lambda: commands_up(job_procs, code) == 3, "every task's command up")
+    proc.send_signal(signum)
+    status = 128 + signum
+    assert proc.wait(timeout=60) == status
+    verdict = proc.events.verdict()
+    assert (verdict["result"], verdict["exit_status"], verdict["signal"]) == (
+        "interrupted",
+        status,
+        signum.name,
+    ), verdict
+    assert job_procs.wait_gone(15) == []
+    job_backend.assert_left_nothing(proc.events)
 
 
 def read_slowly(proc: subprocess.Popen[bytes], pause: float = 0.002) -> list[str]:
@@ -181,6 +308,16 @@ def test_a_failed_tasks_status_never_reads_as_tfruns_own(
     assert (verdict["result"], verdict["exit_status"]) == ("failed", tfrun_status), verdict
     # The task's own status is kept whatever tfrun exits with.
     assert job_events.exited()["worker:0"]["exit_code"] == task_status
+
+
+def test_a_tasks_own_77_never_reads_as_refused_credentials() -> None:
+    """77 is tfrun's own now (the master refused the credentials): a task
+    that exits 77 makes tfrun exit 1, as with tfrun's other statuses."""
+    from tfmesos.errors import EXIT_NOT_PERMITTED, task_status
+
+    assert EXIT_NOT_PERMITTED == 77
+    assert task_status(77) == 1
+    assert task_status(78) == 78
 
 
 def test_a_command_not_found_is_127_as_the_shell_says(

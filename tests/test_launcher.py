@@ -9,11 +9,12 @@ import io
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from tests.conftest import until
 from tfmesos import ClusterSpec, ClusterStartError, Job
 from tfmesos.backends.base import Launch
 from tfmesos.backends.local.backend import LocalBackend
@@ -49,16 +50,6 @@ async def run_job(launcher: Launcher) -> None:
         await launcher.wait_for_workers()
     finally:
         await launcher.stop()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Let the loop turn until ``condition`` holds (the fake's events all
-    come on its next turns; a bound, not a clock, says it never will)."""
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("the condition never held")
 
 
 def fake(plans: Mapping[str, Plan | Sequence[Plan]] | None = None, **kw: object) -> FakeBackend:
@@ -295,12 +286,12 @@ def test_a_caller_that_cancels_the_job_still_gets_every_task_stopped() -> None:
 
     async def scenario() -> None:
         job = asyncio.create_task(run_job(launcher))
-        await until(lambda: launcher.cluster_def != {})
+        await until(lambda: launcher.cluster_def != {}, "the cluster up", poll=0)
         # Cancelled on the very turn the tasks' next events come in: on
         # Python 3.10/3.11 asyncio.wait_for dropped such a cancellation, and
         # the job (a Ctrl-C, in run.py) went on.
         job.cancel()
-        await until(job.done)
+        await until(job.done, "the cancelled job done", poll=0)
         assert job.cancelled()
 
     asyncio.run(scenario())

@@ -91,30 +91,6 @@ def assert_failed(events: JobEvents, task: str, status: int) -> None:
     assert (verdict["result"], verdict["exit_status"]) == ("failed", status), verdict
 
 
-def test_a_failing_worker_fails_the_job_naming_it(
-    job_procs: JobProcesses, job_events: JobEvents
-) -> None:
-    code = (
-        "import sys, time\n"
-        "if '{job_name}' == 'worker' and '{task_index}' == '1':\n"
-        "    print('about to fail', flush=True); print('boom', file=sys.stderr); sys.exit(3)\n"
-        "time.sleep(3600)\n"
-    )
-    # The others are stopped at once: were they left to their sleep, tfrun
-    # would outlive run_tfrun's hang guard.
-    result = run_tfrun(*job_events.flag, "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env())
-    assert result.returncode == 3, result.stderr
-    assert_failed(job_events, "worker:1", 3)
-    assert job_procs.wait_gone(5) == []
-    # The wording a user sees (the one check of a failed task's verdict):
-    # the task, its host, its status and its last output.
-    verdict = result.stderr[result.stderr.index("job failed:") :]
-    assert verdict.startswith("job failed: task worker:1 on 127.0.0.1 exited with status 3"), (
-        verdict
-    )
-    assert "| about to fail" in verdict and "| boom" in verdict, verdict
-
-
 def test_a_failing_ps_fails_the_job(job_procs: JobProcesses, job_events: JobEvents) -> None:
     code = "import sys, time; sys.exit(9) if '{job_name}' == 'ps' else time.sleep(60)"
     result = run_tfrun(*job_events.flag, "-w", "1", "-s", "1", "--", *py(code), env=job_procs.env())
@@ -136,24 +112,6 @@ def test_the_job_ends_when_workers_end_and_ps_are_stopped(job_procs: JobProcesse
         "[worker:1] done worker",
     ]
     assert job_procs.wait_gone(5) == []
-
-
-def test_no_output_line_is_lost(job_procs: JobProcesses) -> None:
-    lines = 250_000  # a million lines from four tasks
-    code = (
-        "import sys\n"
-        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
-        "sys.stdout.write('no newline at the end')"
-    )
-    result = run_tfrun(
-        "-w", "4", "-s", "0", "--worker-logs", "*", "--", *py(code), env=job_procs.env()
-    )
-    assert result.returncode == 0, result.stderr
-    for index in range(4):
-        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
-        expected = [f"[worker:{index}] {index} line {i}" for i in range(lines)]
-        assert got[:-1] == expected  # all of them, in order
-        assert got[-1] == f"[worker:{index}] no newline at the end"
 
 
 # Worker 0 prints 100,000 lines (7 MB) and waits; worker 1 fails after 1 s.
@@ -502,17 +460,6 @@ def _start_long_job(job_procs: JobProcesses, run_by: str = "launcher") -> Tfrun:
     )
     assert len(job_procs.alive(exclude=proc.pid)) == processes(3), job_procs.alive(exclude=proc.pid)
     return proc
-
-
-@pytest.mark.parametrize(
-    ("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]
-)
-def test_a_signal_stops_every_task(job_procs: JobProcesses, signum: int, status: int) -> None:
-    proc = _start_long_job(job_procs)
-    proc.send_signal(signum)
-    assert proc.wait(timeout=30) == status
-    assert proc.events.verdict()["signal"] == signal.Signals(signum).name
-    assert job_procs.wait_gone(5) == []
 
 
 @pytest.mark.parametrize("run_by", list(RUN_BY))

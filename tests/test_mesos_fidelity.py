@@ -32,7 +32,6 @@ import queue
 import re
 import socket
 import threading
-import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -42,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import MARK, JobProcesses
+from tests.conftest import MARK, JobProcesses, wait_until
 from tests.mesos_clusters import real_mesos_home
 from tfmesos.testing.master import ThreadedTestMaster
 from tfmesos.testing.real_mesos import AgentSpec, RealMesos
@@ -214,19 +213,21 @@ class ScriptedFramework:
 
     # -- events ----------------------------------------------------------
 
-    def wait_until(self, what: str, condition: Callable[[], Any]) -> Any:
-        """Handle events until ``condition`` holds; fail naming ``what``."""
-        deadline = time.monotonic() + STEP_TIMEOUT
-        while not (met := condition()):
-            try:
-                event = self.events.get(timeout=max(deadline - time.monotonic(), 0.01))
-            except queue.Empty:
-                raise AssertionError(
-                    f"{self.kind}: {what} not within {STEP_TIMEOUT:g}s; updates so far: "
-                    f"{ {task: self.states(task) for task in self.updates} }\n{self.logs()}"
-                ) from None
-            self.handle(event)
-        return met
+    def handle_events_until(self, what: str, condition: Callable[[], Any]) -> Any:
+        """Handle events, one at each look, until ``condition`` holds; fail
+        naming ``what``, with the updates so far and the cluster's logs."""
+
+        def met() -> Any:
+            if not (found := condition()):
+                with contextlib.suppress(queue.Empty):
+                    self.handle(self.events.get(timeout=0.05))
+            return found
+
+        def explain() -> str:
+            updates = {task: self.states(task) for task in self.updates}
+            return f"updates so far: {updates}\n{self.logs()}"
+
+        return wait_until(met, f"{self.kind}: {what}", STEP_TIMEOUT, poll=0, explain=explain)
 
     def handle(self, event: JSON | None) -> None:
         if event is None:
@@ -278,7 +279,7 @@ class ScriptedFramework:
         for call in [*calls, {"type": "RECONCILE", "reconcile": {"tasks": [barrier]}}]:
             answer = self.post(call)
             assert answer == "202", f"{self.kind}: {call['type']} answered {answer}"
-        self.wait_until(
+        self.handle_events_until(
             f"the answer about {NEVER_LAUNCHED}",
             lambda: self.answers is not None and NEVER_LAUNCHED in self.answers,
         )
@@ -359,14 +360,14 @@ def run_script(url: str, kind: str, logs: Callable[[], str]) -> JSON:
     }
     try:
         seen["SUBSCRIBE"] = fw.subscribe(framework_info)
-        fw.wait_until("SUBSCRIBED", lambda: fw.framework_id)
+        fw.handle_events_until("SUBSCRIBED", lambda: fw.framework_id)
         fw.placeholders[fw.stream_id] = "<stream>"
         seen["SUBSCRIBED"] = {
             "fields": sorted(fw.subscribed),
             "heartbeat_interval_seconds": fw.subscribed.get("heartbeat_interval_seconds"),
             "master_info fields": sorted(fw.subscribed.get("master_info", {})),
         }
-        first_offers = fw.wait_until("the first offers", lambda: fw.offer_events)[0]
+        first_offers = fw.handle_events_until("the first offers", lambda: fw.offer_events)[0]
         seen["offers in the first OFFERS event"] = len(first_offers)
         offer, *others = first_offers
         seen["first offer"] = fw.normalise_offer(offer)
@@ -392,7 +393,7 @@ def run_script(url: str, kind: str, logs: Callable[[], str]) -> JSON:
         def ended(task: str) -> bool:
             return bool(set(fw.states(task)) & {"TASK_FAILED", "TASK_FINISHED"})
 
-        fw.wait_until(
+        fw.handle_events_until(
             "the short tasks ending and sleep-60 running",
             lambda: (
                 fw.states("port-not-offered")
@@ -407,7 +408,9 @@ def run_script(url: str, kind: str, logs: Callable[[], str]) -> JSON:
 
         kill = {"type": "KILL", "kill": {"task_id": {"value": "sleep-60"}, "agent_id": agent_id}}
         seen["KILL"] = fw.post(kill)
-        fw.wait_until("sleep-60 killed", lambda: fw.states("sleep-60")[-1] != "TASK_RUNNING")
+        fw.handle_events_until(
+            "sleep-60 killed", lambda: fw.states("sleep-60")[-1] != "TASK_RUNNING"
+        )
         finished = {"task_id": {"value": "true"}, "agent_id": agent_id}
         kill_unknown = {
             "type": "KILL",
@@ -443,14 +446,14 @@ def run_script(url: str, kind: str, logs: Callable[[], str]) -> JSON:
         seen["ACKNOWLEDGE of a task the master does not know"] = fw.post(stray)
 
         seen["TEARDOWN"] = fw.post({"type": "TEARDOWN"})
-        fw.wait_until("the stream's end after TEARDOWN", lambda: fw.stream_ended)
+        fw.handle_events_until("the stream's end after TEARDOWN", lambda: fw.stream_ended)
         seen["event types"] = sorted(fw.event_types)
         seen["REVIVE after TEARDOWN"] = fw.post(revive)
 
         fw.close_stream()
         removed = {**framework_info, "id": {"value": fw.framework_id}}
         seen["SUBSCRIBE as the removed framework"] = fw.subscribe(removed)
-        fw.wait_until("the stream's end", lambda: fw.stream_ended)
+        fw.handle_events_until("the stream's end", lambda: fw.stream_ended)
         seen["SUBSCRIBE as the removed framework: events"] = fw.event_types
         seen["SUBSCRIBE as the removed framework: ERROR"] = json.loads(
             fw.normalise(json.dumps(fw.error))

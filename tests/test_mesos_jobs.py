@@ -170,32 +170,6 @@ def test_a_task_that_fails_to_launch_is_retried(
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
 
 
-def test_a_worker_failing_mid_job_fails_it_and_tears_down(
-    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
-) -> None:
-    code = (
-        "import sys, time\n"
-        "if '{job_name}:{task_index}' == 'worker:1':\n"
-        "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(4)\n"
-        "time.sleep(120)\n"
-    )
-    events = JobEvents(tmp_path / "events.jsonl")
-    result = run_tfrun(
-        "-m", mesos.url, *events.flag, "-w", "2", "-s", "1", "--", *py(code), env=job_procs.env()
-    )
-    assert result.returncode == 4, result.stderr
-    verdict = events.verdict()
-    assert (verdict["result"], verdict["exit_status"]) == ("failed", 4), result.stderr
-    worker_1 = events.exited()["worker:1"]
-    assert (worker_1["host"], worker_1["exit_code"], worker_1["action"]) == (
-        "127.0.0.1",
-        4,
-        "fail job",
-    ), worker_1
-    assert mesos.torn_down()
-    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
-
-
 def test_a_dropped_subscription_is_renewed_without_losing_the_job(
     master: ThreadedTestMaster, job_procs: JobProcesses
 ) -> None:
@@ -427,53 +401,6 @@ def test_a_lost_agent_fails_the_job_naming_the_task(
     assert [p.cmdline() for p in job_procs.wait_gone(30)] == []
 
 
-def test_mnist_replica_through_the_master(mesos: MesosUnderTest, job_procs: JobProcesses) -> None:
-    result = run_tfrun(
-        "-m",
-        mesos.url,
-        "-w",
-        "2",
-        "-s",
-        "1",
-        "--",
-        PY,
-        "examples/mnist/mnist_replica.py",
-        "--ps_hosts",
-        "{ps_hosts}",
-        "--worker_hosts",
-        "{worker_hosts}",
-        "--job_name",
-        "{job_name}",
-        "--task_index",
-        "{task_index}",
-        env=job_procs.env(),
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert re.search(r"\[worker:0\] validation cross entropy = [0-9.]+", result.stdout)
-    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
-
-
-def test_plus_in_fine_grained_mode_through_the_master(
-    mesos: MesosUnderTest, job_procs: JobProcesses
-) -> None:
-    import subprocess
-
-    from tests.conftest import ROOT
-
-    result = subprocess.run(
-        [PY, "examples/plus.py", mesos.url],
-        capture_output=True,
-        text=True,
-        env=job_procs.env(),
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "42"
-    assert mesos.torn_down()
-    assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
-
-
 def test_an_unreachable_master_is_reported_at_the_timeout(
     job_procs: JobProcesses, tmp_path: Path
 ) -> None:
@@ -573,61 +500,6 @@ def test_killing_the_launcher_outright_leaves_no_task_on_mesos(
     assert framework["connected"] is False
     if mesos.double is not None:
         assert not framework_calls(mesos.double, "TEARDOWN")
-
-
-def test_sigterm_stops_every_task_and_tears_down(
-    mesos: MesosUnderTest, job_procs: JobProcesses
-) -> None:
-    import signal
-
-    proc, _ = start_tfrun(
-        "-m",
-        mesos.url,
-        "--no-checkpoint",
-        "-w",
-        "2",
-        "-s",
-        "1",
-        "--",
-        *py("import time; time.sleep(600)"),
-        env=job_procs.env(),
-    )
-    events = proc.events
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 143
-    verdict = events.verdict()
-    assert (verdict["result"], verdict["signal"]) == ("interrupted", "SIGTERM"), verdict
-    assert mesos.torn_down()
-    assert mesos.framework()["checkpoint"] is False
-    assert job_procs.wait_gone(10) == []
-
-
-def test_no_output_line_is_lost_from_remote_tasks(
-    master: ThreadedTestMaster, job_procs: JobProcesses
-) -> None:
-    lines = 250_000  # a million lines from four tasks, three of them on Mesos agents
-    code = (
-        "import sys\n"
-        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
-    )
-    result = run_tfrun(
-        "-m",
-        master.url,
-        "-w",
-        "4",
-        "-s",
-        "0",
-        "--worker-logs",
-        "*",
-        "--",
-        *py(code),
-        env=job_procs.env(),
-    )
-    assert result.returncode == 0, result.stderr
-    for index in range(4):
-        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
-        assert got == [f"[worker:{index}] {index} line {i}" for i in range(lines)]
-    assert job_procs.wait_gone(10) == []
 
 
 def test_an_exception_in_a_cluster_block_tears_the_framework_down(
@@ -1076,27 +948,6 @@ def test_a_task_killed_by_a_signal_is_named_with_its_signal_and_last_lines(
     assert "| about to die" in result.stderr
     assert mesos.torn_down()
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
-
-
-@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_or_sigterm_of_tfrun_stops_every_task_and_tears_down(
-    mesos: MesosUnderTest, job_procs: JobProcesses, signum: int, status: int
-) -> None:
-    proc, _ = start_tfrun(
-        "-m", mesos.url, "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
-        env=job_procs.env(),
-    )  # fmt: skip
-    events = proc.events
-    proc.send_signal(signum)
-    assert proc.wait(timeout=60) == status
-    verdict = events.verdict()
-    assert (verdict["result"], verdict["exit_status"]) == ("interrupted", status), verdict
-    assert verdict["signal"] == signal.Signals(signum).name, verdict
-    assert job_procs.wait_gone(15) == []
-    assert mesos.torn_down()
-    # Nothing of the job left on the agents: no executor, no task running.
-    assert {t["state"] for t in mesos.tasks()} <= {"TASK_KILLED", "TASK_FINISHED", "TASK_FAILED"}
-    assert mesos.wait_for("no executor left", lambda: not mesos.left_on_agents())
 
 
 def test_a_job_in_a_role_is_offered_and_runs_in_that_role(

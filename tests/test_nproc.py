@@ -551,7 +551,7 @@ def test_a_parameter_server_job_with_a_chief_coordinates_four_workers(
     processes, each serving at its own address, and one ps. Before: refused
     (``-s``)."""
     _needs("tensorflow")
-    program = str(Path(__file__).with_name("ps_tfconfig.py"))
+    program = str(Path(__file__).parent / "programs" / "ps_tfconfig.py")
     result = run_tfrun(
         *("--chief", "-w", "2", "-s", "1", "--nproc-per-task", "2", "--worker-logs", "all"),
         *("--", PY, program, "--steps", "5"),

@@ -644,16 +644,6 @@ def test_a_secret_without_a_principal_is_bad_usage(tmp_path: Path) -> None:
     assert "s3cret" not in done.stderr
 
 
-def test_a_tasks_own_77_never_reads_as_refused_credentials() -> None:
-    """77 is tfrun's own now (the master refused the credentials): a task
-    that exits 77 makes tfrun exit 1, as with tfrun's other statuses."""
-    from tfmesos.errors import EXIT_NOT_PERMITTED, task_status
-
-    assert EXIT_NOT_PERMITTED == 77
-    assert task_status(77) == 1
-    assert task_status(78) == 78
-
-
 @pytest.mark.parametrize(
     ("flags", "said"),
     [

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.conftest import until
 from tfmesos.rendezvous import protocol
 from tfmesos.rendezvous.reports import Exited, Output, Registered, RendezvousEvent
 from tfmesos.rendezvous.server import RendezvousServer
@@ -99,16 +100,6 @@ async def serve(admit: set[str]) -> tuple[RendezvousServer, list[RendezvousEvent
 
 async def in_thread(func: Callable[..., T], *args: object) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, func, *args)
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    """Turn the loop until ``condition()`` holds; after ``timeout`` seconds,
-    fail naming ``what`` was awaited."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting after {timeout:g}s for {what}")
-        await asyncio.sleep(0.005)
 
 
 def test_a_task_with_the_secret_registers_and_streams() -> None:

@@ -26,14 +26,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-from tests.conftest import JobProcesses, Tfrun, popen_tfrun
+from tests.conftest import JobProcesses, Tfrun, popen_tfrun, wait_until
 from tests.mesos_clusters import BlackholeProxy, MesosUnderTest
 from tfmesos.rendezvous import protocol
 
@@ -100,13 +99,9 @@ def start_job(
     )
 
 
-def wait_until(condition: Any, timeout: float, what: str, tfrun: Tfrun) -> float:
-    """Wait for ``condition()``; return when it held (``time.monotonic()``)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:g}s\n{tfrun.said()}")
-        time.sleep(0.05)
+def held_at(condition: Callable[[], object], timeout: float, what: str, tfrun: Tfrun) -> float:
+    """When ``condition()`` held (``time.monotonic()``), waited for with tfrun's words on failure."""
+    wait_until(condition, what, timeout, explain=tfrun.said)
     return time.monotonic()
 
 
@@ -131,8 +126,10 @@ def printed(tfrun: Tfrun) -> int:
 
 def cut_after(tfrun: Tfrun, proxy: BlackholeProxy, lines: int) -> float:
     """Cut worker:1 once ``lines`` of its lines are in the run directory."""
-    wait_until(lambda: tfrun.events.of("job_started"), 300, "job started", tfrun)
-    wait_until(lambda: printed(tfrun) >= lines, 300, f"{lines} lines of worker:1", tfrun)
+    wait_until(lambda: tfrun.events.of("job_started"), "job started", 300, explain=tfrun.said)
+    wait_until(
+        lambda: printed(tfrun) >= lines, f"{lines} lines of worker:1", 300, explain=tfrun.said
+    )
     assert proxy.cut(WORKER_1) == 2, "worker:1's connection, both ends"
     return time.monotonic()
 
@@ -150,7 +147,7 @@ def test_a_cut_mid_task_is_said_and_its_output_all_kept(
     tfrun said nothing at all."""
     tfrun = start_job(mesos, proxy, job_procs, tmp_path, lines=50, pause=0.3)
     cut_at = cut_after(tfrun, proxy, 5)
-    said_at = wait_until(lambda: said_unheard(tfrun), 30, "tfrun says it cannot hear", tfrun)
+    said_at = held_at(lambda: said_unheard(tfrun), 30, "tfrun says it cannot hear", tfrun)
     assert said_at - cut_at <= protocol.UNHEARD_AFTER + 2 * protocol.BEAT_INTERVAL + 2, tfrun.said()
     time.sleep(max(0.0, cut_at + 8 - time.monotonic()))  # the cut's length: the scenario
     proxy.heal()
@@ -175,7 +172,7 @@ def test_b_a_cut_past_the_task_s_end_loses_none_of_its_output(
     backend's word 2 s after the end and lost the lines in flight."""
     tfrun = start_job(mesos, proxy, job_procs, tmp_path, lines=50, pause=0.1)
     cut_after(tfrun, proxy, 30)
-    wait_until((tmp_path / "done").exists, 60, "worker:1 done", tfrun)
+    wait_until((tmp_path / "done").exists, "worker:1 done", 60, explain=tfrun.said)
     time.sleep(5)  # the cut lasts ~5 s past the task's end: the scenario
     proxy.heal()
     said = finish(tfrun)
@@ -227,7 +224,7 @@ def test_d_a_task_that_cannot_hear_tfrun_stops_within_the_bound(
         except psutil.NoSuchProcess:
             return True
 
-    gone_at = wait_until(
+    gone_at = held_at(
         gone,
         limit + protocol.STOP_GRACE + 60,
         "worker:1's command gone",
@@ -264,8 +261,7 @@ def test_d_a_task_whose_tfrun_is_killed_behind_a_cut_stops_within_the_bound(
             return True
 
     took = (
-        wait_until(gone, limit + protocol.STOP_GRACE + 60, "worker:1's command gone", tfrun)
-        - cut_at
+        held_at(gone, limit + protocol.STOP_GRACE + 60, "worker:1's command gone", tfrun) - cut_at
     )
     print(f"worker:1's command gone {took:.1f}s after the cut and tfrun's SIGKILL")
     assert took <= limit + protocol.STOP_GRACE + 5, took

@@ -219,7 +219,11 @@ def test_a_worker_crashing_mid_training_resumes_from_its_checkpoint(
     assert "[worker:0] worker 0: training from global step 0" in whole.stdout
 
     # The chief is killed once a checkpoint past step 0 is on disk.
-    crash = (PY, str(ROOT / "tests" / "crash_after_checkpoint.py"), str(tmp_path / "crashed"))
+    crash = (
+        PY,
+        str(ROOT / "tests" / "programs" / "crash_after_checkpoint.py"),
+        str(tmp_path / "crashed"),
+    )
     crashed = run_tfrun(
         *job_events.flag,
         *job,

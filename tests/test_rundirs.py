@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import runs_in
-from tests.test_slurm_jobs import slurm  # noqa: F401 - the fixture: Slurm up, or skipped saying why
 from tfmesos import ClusterSpec, Job
 from tfmesos.backends.local.backend import LocalBackend
 from tfmesos.common import rundirs

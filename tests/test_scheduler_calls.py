@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.conftest import until
 from tests.test_scheduler_client import (
+    CONDITION_TIMEOUT,
     FakeTransport,
     make_client,
     run,
     running,
     stream,
     task_call,
-    until,
     within,
 )
 from tfmesos.mesos.calls import call_subjects
@@ -44,7 +45,9 @@ def test_a_call_left_unanswered_holds_up_only_the_calls_that_depend_on_it() -> N
             subscription.subscribed()
             await within(client.subscribed.wait())
             accept = client.submit(task_call("ACCEPT", "t1"))
-            await until(lambda: started == [("ACCEPT", "task:t1")])
+            await until(
+                lambda: started == [("ACCEPT", "task:t1")], "the ACCEPT started", CONDITION_TIMEOUT
+            )
             independent = [
                 client.submit(task_call("ACKNOWLEDGE", "t2")),
                 client.submit(task_call("KILL", "t2")),

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 
+from tests.conftest import until
 from tfmesos.mesos.recordio import encode
 from tfmesos.mesos.scheduler import MasterLostError, SchedulerClient, SchedulerError
 from tfmesos.mesos.transport import (
@@ -146,14 +147,6 @@ class FakeTransport:
         return [call["type"] for _, call, _ in self.received]
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.001)
-
-    await asyncio.wait_for(poll(), CONDITION_TIMEOUT)
-
-
 async def within(awaitable: Awaitable[T]) -> T:
     return await asyncio.wait_for(awaitable, CONDITION_TIMEOUT)
 
@@ -220,7 +213,9 @@ def test_backoff_doubles_up_to_its_cap(caplog: pytest.LogCaptureFixture) -> None
         transport = FakeTransport()  # every attempt refused
         client = make_client(transport, initial_backoff=initial, max_backoff=cap)
         async with running(client):
-            await until(lambda: len(transport.subscribes) >= 12)
+            await until(
+                lambda: len(transport.subscribes) >= 12, "12 subscriptions", CONDITION_TIMEOUT
+            )
         delays = []
         for record in caplog.records:
             # No master ever answered here: the tries are said at debug.
@@ -255,7 +250,9 @@ def test_missed_heartbeats_resubscribe_with_the_framework_id(
         client = make_client(transport)
         async with running(client):
             first.subscribed("fw-1", heartbeat=0.002)  # then silence
-            await until(lambda: len(transport.subscribes) == 2)
+            await until(
+                lambda: len(transport.subscribes) == 2, "a second subscription", CONDITION_TIMEOUT
+            )
             assert first.closed
             _, resubscribe = transport.subscribes[1]
             assert resubscribe["framework_id"] == {"value": "fw-1"}
@@ -370,7 +367,7 @@ def test_each_call_waits_for_the_answer_to_the_one_before() -> None:
             await within(client.subscribed.wait())
             decline = client.submit({"type": "DECLINE"})
             revive = client.submit({"type": "REVIVE"})
-            await until(lambda: started == ["DECLINE"])
+            await until(lambda: started == ["DECLINE"], "the DECLINE started", CONDITION_TIMEOUT)
             assert not revive.done()
             release.set()
             assert await within(revive) is None
@@ -387,7 +384,9 @@ def test_calls_wait_for_the_subscription() -> None:
         client = make_client(transport)
         futures = [client.submit({"type": "REVIVE"})]  # even before run()
         async with running(client):
-            await until(lambda: len(transport.subscribes) == 1)
+            await until(
+                lambda: len(transport.subscribes) == 1, "the subscription", CONDITION_TIMEOUT
+            )
             futures.append(client.submit({"type": "SUPPRESS"}))
             for _ in range(50):  # give a wrongly eager sender its chances
                 await asyncio.sleep(0)
@@ -412,9 +411,13 @@ def test_calls_queued_across_a_resubscription_go_out_on_the_new_stream_in_order(
             first.subscribed()
             await within(client.subscribed.wait())
             first.end()
-            await until(lambda: not client.subscribed.is_set())
+            await until(
+                lambda: not client.subscribed.is_set(), "the client unsubscribed", CONDITION_TIMEOUT
+            )
             futures = [client.submit({"type": kind}) for kind in ["KILL", "ACKNOWLEDGE"]]
-            await until(lambda: len(transport.subscribes) == 2)
+            await until(
+                lambda: len(transport.subscribes) == 2, "a second subscription", CONDITION_TIMEOUT
+            )
             second.subscribed()
             assert await within(asyncio.gather(*futures)) == [None, None]
             assert transport.types() == ["KILL", "ACKNOWLEDGE"]
@@ -479,7 +482,7 @@ def test_a_call_in_flight_when_the_stream_is_lost_is_reported() -> None:
             subscription.subscribed()
             await within(client.subscribed.wait())
             future = client.submit({"type": "ACCEPT"})
-            await until(lambda: started == ["ACCEPT"])
+            await until(lambda: started == ["ACCEPT"], "the ACCEPT started", CONDITION_TIMEOUT)
             subscription.end()
             assert await within(future) == (
                 "the subscription to http://10.0.0.1:5050 was lost before the master answered"
@@ -546,7 +549,11 @@ def test_teardown_answered_after_the_master_ends_the_stream_is_no_failure(
         await within(client.subscribed.wait())
         closing = asyncio.create_task(client.close(teardown=True))
         # The stream's end reaches the client before the answer does.
-        await until(lambda: subscription.closed and bool(transport._answering))
+        await until(
+            lambda: subscription.closed and bool(transport._answering),
+            "the subscription closed while a call is answered",
+            CONDITION_TIMEOUT,
+        )
         for _ in range(10):
             await asyncio.sleep(0)
         written.set()

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import ROOT, JobProcesses
+from tests.conftest import ROOT, JobProcesses, until
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest
 from tests.test_mesos_backend import Harness, in_loop, offer
@@ -34,7 +34,7 @@ from tfmesos.launcher.relaunch import NotRelaunched, RelaunchAt, decide
 from tfmesos.spec import TaskSpec
 
 PY = sys.executable
-STAND_IN_AGENT = ROOT / "tests" / "stand_in_server_agent.py"
+STAND_IN_AGENT = ROOT / "tests" / "programs" / "stand_in_server_agent.py"
 
 
 # -- the policy ----------------------------------------------------------------
@@ -157,13 +157,12 @@ def kill_server(name: str) -> int:
     raise AssertionError(f"no stand-in server for {name}")
 
 
-async def until(condition: Callable[[], bool], watch: asyncio.Task[None]) -> None:
-    """Wait for ``condition`` while the launcher watches (its failure is raised)."""
-    while not condition():
-        if watch.done():
-            watch.result()
-            raise AssertionError("the launcher stopped watching")
-        await asyncio.sleep(0.02)
+def watching(watch: asyncio.Task[None]) -> bool:
+    """True while the launcher watches; once it stops, its failure raised."""
+    if watch.done():
+        watch.result()
+        raise AssertionError("the launcher stopped watching")
+    return True
 
 
 def fine_grained(max_restarts: int) -> ClusterSpec:
@@ -197,7 +196,12 @@ def run_killing(
                     def one_more_back(back: int = back) -> bool:
                         return relaunches_back() > back
 
-                    await until(one_more_back, watch)
+                    await until(
+                        lambda: watching(watch) and one_more_back(),
+                        f"{victim}'s server back",
+                        120,
+                        poll=0.02,
+                    )
             except JobFailedError as exc:
                 return exc
             finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,6 @@ import pytest
 from tests.conftest import (
     MWMS,
     PY,
-    ROOT,
     JobProcesses,
     check_four_tensorflow_workers,
     popen_tfrun,
@@ -37,36 +35,6 @@ from tests.jobevents import JobEvents
 
 RELEASE_BOUND = 15.0
 """docs and README: a job's allocation is gone within 15 s of tfrun's death."""
-
-
-def _slurm_problem() -> str | None:
-    """Why no Slurm can run the tests here, or None."""
-    for command in ("sbatch", "squeue", "scancel", "srun", "scontrol", "sinfo"):
-        if shutil.which(command) is None:
-            return f"{command} is not installed (run scripts/start-slurm as root)"
-    try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=20)
-        nodes = subprocess.run(
-            ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=20
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"Slurm does not answer: {exc}"
-    if "is UP" not in ping.stdout:
-        return f"slurmctld is not up ({ping.stdout.strip() or ping.stderr.strip()}): run scripts/start-slurm"
-    if not re.search(r"^(idle|mixed|allocated)", nodes.stdout, re.M):
-        return f"no Slurm node is up ({nodes.stdout.strip() or 'none'}): run scripts/start-slurm"
-    return None
-
-
-@pytest.fixture(scope="module")
-def slurm() -> None:
-    problem = _slurm_problem()
-    if problem is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI runs scripts/start-slurm, yet {problem}")
-    print(f"\nskipping the Slurm tests: {problem}", file=sys.stderr)
-    pytest.skip(problem)
 
 
 pytestmark = pytest.mark.usefixtures("slurm")
@@ -173,70 +141,6 @@ def test_a_replica_job_runs_its_remote_tasks_as_one_slurm_job(
     assert job_procs.wait_gone(10) == []
 
 
-def test_mnist_replica_trains_on_slurm(job_procs: JobProcesses, tmp_path: Path) -> None:
-    events = JobEvents(tmp_path / "events.jsonl")
-    result = run_tfrun(
-        "--backend", "slurm", *events.flag, "-w", "2", "-s", "1", "--worker-logs", "*", "--",
-        PY, "examples/mnist/mnist_replica.py", "--ps_hosts", "{ps_hosts}",
-        "--worker_hosts", "{worker_hosts}", "--job_name", "{job_name}",
-        "--task_index", "{task_index}",
-        env=job_procs.env(),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    initial = re.search(r"\[worker:0\] initial validation cross entropy = ([\d.]+)", result.stdout)
-    final = re.search(r"\[worker:0\] validation cross entropy = ([\d.]+)", result.stdout)
-    assert initial and final, result.stdout[-3000:]
-    assert float(final.group(1)) < float(initial.group(1)) / 4
-    assert "[worker:1]" in result.stdout  # worker 1, in the Slurm job, trained too
-    worker_1 = events.exited()["worker:1"]
-    assert (worker_1["exit_code"], worker_1["action"]) == (0, "finish"), worker_1
-    (job,) = submitted(events)
-    assert wait_released([job], 30) == {job: "COMPLETED"}
-    assert job_procs.wait_gone(10) == []
-
-
-def test_plus_runs_on_slurm_in_fine_grained_mode(job_procs: JobProcesses, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [PY, "examples/plus.py", "--backend", "slurm"],
-        capture_output=True,
-        text=True,
-        env=job_procs.env(),
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.stdout.splitlines() == ["42"]
-    assert job_procs.wait_gone(10) == []
-
-
-def test_a_failing_task_is_named_in_the_verdict_and_the_job_cancelled(
-    job_procs: JobProcesses, tmp_path: Path
-) -> None:
-    code = (
-        "import sys, time\n"
-        "if '{job_name}:{task_index}' == 'worker:1':\n"
-        "    time.sleep(1); print('worker 1 gives up', flush=True); sys.exit(3)\n"
-        "time.sleep(3600)\n"  # past run_tfrun's hang guard: the others must be stopped
-    )
-    events = JobEvents(tmp_path / "events.jsonl")
-    result = run_tfrun(
-        "--backend", "slurm", *events.flag, "-w", "2", "-s", "1", "--", *py(code),
-        env=job_procs.env(),
-    )  # fmt: skip
-    assert result.returncode == 3, result.stderr
-    verdict = events.verdict()
-    assert (verdict["result"], verdict["exit_status"]) == ("failed", 3), result.stderr
-    worker_1 = events.exited()["worker:1"]
-    assert (worker_1["exit_code"], worker_1["action"]) == (3, "fail job"), worker_1
-    assert worker_1["host"], worker_1  # the Slurm node it ran on
-    # The verdict's wording: the task's last lines, from its Slurm step.
-    assert "  | worker 1 gives up" in result.stderr
-    (job,) = submitted(events)
-    # tfrun waited for the allocation to be released before it exited.
-    assert states([job])[job] not in ACTIVE
-    assert job_procs.wait_gone(10) == []
-
-
 def test_a_job_that_does_not_fit_says_slurms_reason_at_the_timeout(
     job_procs: JobProcesses, blocker: list[str], tmp_path: Path
 ) -> None:
@@ -340,38 +244,6 @@ def test_tfrun_killed_while_its_job_waits_in_the_queue_leaves_no_job(
     # Nothing in the job could run yet: tfrun's watchdog removes it.
     assert wait_released([job], RELEASE_BOUND)[job] == "CANCELLED"
     assert job_procs.wait_gone(5) == []
-
-
-def test_sigterm_stops_the_job_and_cancels_the_allocation(job_procs: JobProcesses) -> None:
-    proc, _ = start_tfrun(
-        "--backend", "slurm", "-w", "2", "-s", "1", "--", *py("import time; time.sleep(600)"),
-        env=job_procs.env(),
-    )  # fmt: skip
-    events = proc.events
-    (job,) = submitted(events)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 143
-    verdict = events.verdict()
-    assert (verdict["result"], verdict["signal"]) == ("interrupted", "SIGTERM"), verdict
-    assert states([job])[job] not in ACTIVE
-    assert job_procs.wait_gone(10) == []
-
-
-def test_no_output_line_is_lost_from_slurm_tasks(job_procs: JobProcesses) -> None:
-    lines = 333_334  # a million lines from three tasks, two of them Slurm job steps
-    code = (
-        "import sys\n"
-        f"w = sys.stdout.write\nfor i in range({lines}): w(f'{{task_index}} line {{{{i}}}}\\n')\n"
-    )
-    result = run_tfrun(
-        "--backend", "slurm", "-w", "3", "-s", "0", "--worker-logs", "*", "--", *py(code),
-        env=job_procs.env(),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    for index in range(3):
-        got = [line for line in result.stdout.splitlines() if line.startswith(f"[worker:{index}] ")]
-        assert got == [f"[worker:{index}] {index} line {i}" for i in range(lines)]
-    assert job_procs.wait_gone(10) == []
 
 
 def node_cpus() -> int:

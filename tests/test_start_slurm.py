@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.e2e  # every test here starts processes
 
@@ -54,13 +53,6 @@ def _fake_slurm(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(tmp_path)}
 
 
-def _wait_for(condition, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_a_job_a_killed_slurmd_left_completing_is_cleared_once_its_processes_are_gone(
     tmp_path: Path,
 ) -> None:
@@ -80,7 +72,11 @@ def test_a_job_a_killed_slurmd_left_completing_is_cleared_once_its_processes_are
         try:
             calls = tmp_path / "squeue-calls"
             # It has looked at the completing job twice, and left it alone.
-            _wait_for(lambda: calls.exists() and calls.read_text().count("-t CG") >= 2)
+            wait_until(
+                lambda: calls.exists() and calls.read_text().count("-t CG") >= 2,
+                "the script looked at the completing job twice",
+                30,
+            )
             assert not (tmp_path / "scontrol-calls").exists()
             assert script.poll() is None
             stepd.kill()

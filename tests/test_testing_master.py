@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.conftest import JobProcesses, marked_master, run_tfrun
+from tests.conftest import JobProcesses, marked_master, run_tfrun, until
 from tfmesos.testing.master import TestMaster, ThreadedTestMaster
 
 JSON = dict[str, Any]
@@ -80,13 +80,6 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-async def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 _OPEN_STREAMS: list[Stream] = []
@@ -235,7 +228,7 @@ class Scheduler:
         )
         assert code == 202, text
 
-    async def until(self, task_id: str, state: str, timeout: float = 5.0) -> JSON:
+    async def updates_until(self, task_id: str, state: str, timeout: float = 5.0) -> JSON:
         """Acknowledge the task's updates until one in ``state`` arrives (and ack it)."""
         assert self.stream is not None
         while True:
@@ -374,7 +367,11 @@ async def test_calls_are_validated_like_the_master_does(
     assert (await post(update, **{"Mesos-Stream-Id": stream.stream_id}))[0] == 400
     # Known but not subscribed (its connection dropped): 403 until it subscribes again.
     stream.close()
-    await wait_until(lambda: not master.framework(sched.framework_id)["connected"])
+    await until(
+        lambda: not master.framework(sched.framework_id)["connected"],
+        "the framework disconnected",
+        5.0,
+    )
     status, text = await post(ok, **{"Mesos-Stream-Id": stream.stream_id})
     assert status == 403, text
     types = [c["type"] for c in master.calls()]
@@ -441,7 +438,7 @@ async def test_tasks_that_do_not_fit_the_offer_get_task_error(
         assert status["reason"] == "REASON_TASK_INVALID"
         assert status["source"] == "SOURCE_MASTER"
         assert "uuid" not in status  # master-generated: not retried, not acknowledged
-    await sched.until("fits", "TASK_FINISHED")
+    await sched.updates_until("fits", "TASK_FINISHED")
     stream.close()
 
 
@@ -523,14 +520,14 @@ async def test_kill_sends_task_killed_and_ends_the_process(
     stream = await sched.subscribe()
     [offer] = await sched.offers()
     await sched.launch(offer, task_info("sleeper", offer, "sleep 30"))
-    running = await sched.until("sleeper", "TASK_RUNNING")
+    running = await sched.updates_until("sleeper", "TASK_RUNNING")
     pid = running["container_status"]["executor_pid"]
     assert pid_alive(pid)
     status, _ = await sched.call(
         "KILL", kill={"task_id": {"value": "sleeper"}, "agent_id": offer["agent_id"]}
     )
     assert status == 202
-    killed = await sched.until("sleeper", "TASK_KILLED")
+    killed = await sched.updates_until("sleeper", "TASK_KILLED")
     assert killed["source"] == "SOURCE_EXECUTOR"
     assert killed["message"] == "Command terminated with signal Terminated"
     assert not pid_alive(pid)
@@ -549,7 +546,7 @@ async def test_reconcile_implicit_and_explicit(
     stream = await sched.subscribe()
     [offer] = await sched.offers()
     await sched.launch(offer, task_info("r1", offer, "sleep 30"))
-    await sched.until("r1", "TASK_RUNNING")
+    await sched.updates_until("r1", "TASK_RUNNING")
     assert (await sched.call("RECONCILE", reconcile={}))[0] == 202
     latest = await stream.update("r1")
     assert latest["state"] == "TASK_RUNNING"
@@ -585,10 +582,10 @@ async def test_teardown_kills_the_tasks_and_closes_the_stream(
     stream = await sched.subscribe(framework_info(failover_timeout=300))
     [offer] = await sched.offers()
     await sched.launch(offer, task_info("a", offer, "sleep 30"))
-    pid = (await sched.until("a", "TASK_RUNNING"))["container_status"]["executor_pid"]
+    pid = (await sched.updates_until("a", "TASK_RUNNING"))["container_status"]["executor_pid"]
     assert (await sched.call("TEARDOWN"))[0] == 202
     await asyncio.wait_for(stream.ended.wait(), 5)
-    await wait_until(lambda: not pid_alive(pid))
+    await until(lambda: not pid_alive(pid), "the task's process gone", 5.0)
     assert master.framework(sched.framework_id)["removed"]
     assert master.task("a")["state"] == "TASK_KILLED"
     assert [c["type"] for c in master.calls()][-1] == "TEARDOWN"
@@ -613,10 +610,10 @@ async def test_disconnect_with_zero_failover_timeout_kills_the_tasks(
     await sched.subscribe()
     [offer] = await sched.offers()
     await sched.launch(offer, task_info("doomed", offer, "sleep 30"))
-    pid = (await sched.until("doomed", "TASK_RUNNING"))["container_status"]["executor_pid"]
+    pid = (await sched.updates_until("doomed", "TASK_RUNNING"))["container_status"]["executor_pid"]
     assert sched.stream is not None
     sched.stream.close()
-    await wait_until(lambda: not pid_alive(pid))
+    await until(lambda: not pid_alive(pid), "the task's process gone", 5.0)
     assert master.framework(sched.framework_id)["removed"]
 
 
@@ -629,14 +626,18 @@ async def test_resubscribing_within_failover_timeout_keeps_the_tasks(
     first = await sched.subscribe(info)
     [offer] = await sched.offers()
     await sched.launch(offer, task_info("keep", offer, "sleep 30"))
-    pid = (await sched.until("keep", "TASK_RUNNING"))["container_status"]["executor_pid"]
+    pid = (await sched.updates_until("keep", "TASK_RUNNING"))["container_status"]["executor_pid"]
     # Drop the connection through the control API, as a network failure would.
     async with session.post(master.url + "/__test__/drop_subscription", json={}) as response:
         assert (await response.json())["result"] == [sched.framework_id]
     await asyncio.wait_for(first.ended.wait(), 5)
     # The master has seen the disconnection (and started the failover
     # timer) rather than removing the framework: its task lives on.
-    await wait_until(lambda: not master.framework(sched.framework_id)["connected"])
+    await until(
+        lambda: not master.framework(sched.framework_id)["connected"],
+        "the framework disconnected",
+        5.0,
+    )
     assert not master.framework(sched.framework_id)["removed"]
     assert pid_alive(pid)
     old_stream = first.stream_id
@@ -710,7 +711,9 @@ async def test_rescinded_offers_and_lost_agents(
 
     other = offers[1]
     await sched.launch(other, task_info("on-agent", other, "sleep 30"))
-    pid = (await sched.until("on-agent", "TASK_RUNNING"))["container_status"]["executor_pid"]
+    pid = (await sched.updates_until("on-agent", "TASK_RUNNING"))["container_status"][
+        "executor_pid"
+    ]
     async with session.post(
         master.url + "/__test__/kill_agent", json={"agent_id": other["agent_id"]["value"]}
     ) as response:
@@ -720,7 +723,7 @@ async def test_rescinded_offers_and_lost_agents(
     assert lost["source"] == "SOURCE_MASTER"
     failure = await stream.next("FAILURE")
     assert failure["failure"]["agent_id"] == other["agent_id"]
-    await wait_until(lambda: not pid_alive(pid))
+    await until(lambda: not pid_alive(pid), "the task's process gone", 5.0)
     stream.close()
 
 
@@ -733,8 +736,8 @@ async def test_partition_aware_frameworks_see_unreachable_and_gone(
     first, second = await sched.offers(2)
     await sched.launch(first, task_info("u", first, "sleep 30"))
     await sched.launch(second, task_info("g", second, "sleep 30"))
-    await sched.until("u", "TASK_RUNNING")
-    await sched.until("g", "TASK_RUNNING")
+    await sched.updates_until("u", "TASK_RUNNING")
+    await sched.updates_until("g", "TASK_RUNNING")
     master.kill_agent(first["agent_id"]["value"])
     unreachable = await stream.update("u")
     assert unreachable["state"] == "TASK_UNREACHABLE"
@@ -779,7 +782,7 @@ async def test_injected_launch_failure_and_task_environment(
     assert failed["state"] == "TASK_FAILED"
     assert failed["reason"] == "REASON_CONTAINER_LAUNCH_FAILED"
     await sched.ack(failed)
-    finished = await sched.until("plain", "TASK_FINISHED")
+    finished = await sched.updates_until("plain", "TASK_FINISHED")
     assert finished["message"] == "Command exited with status 0"
     recorded = master.task("plain")
     assert recorded["container"] == {"type": "MESOS", "mesos": {}}
@@ -958,13 +961,17 @@ async def test_launch_group_runs_on_the_default_executor_and_fails_together(
         "filters": {"refuse_seconds": 0},
     }
     assert (await sched.call("ACCEPT", accept=accept))[0] == 202
-    running = await sched.until("g-sleep", "TASK_RUNNING")
+    running = await sched.updates_until("g-sleep", "TASK_RUNNING")
     assert running["executor_id"] == {"value": "group-exec"}
-    assert (await sched.until("g-fail", "TASK_FAILED"))["message"] == "Command exited with status 1"
-    await sched.until("g-sleep", "TASK_KILLED")
+    assert (await sched.updates_until("g-fail", "TASK_FAILED"))[
+        "message"
+    ] == "Command exited with status 1"
+    await sched.updates_until("g-sleep", "TASK_KILLED")
     # The default executor is known to the master: its exit is a FAILURE event.
     expected = {"agent_id": offer["agent_id"], "executor_id": {"value": "group-exec"}, "status": 0}
-    await wait_until(lambda: {"type": "FAILURE", "failure": expected} in stream.seen)
+    await until(
+        lambda: {"type": "FAILURE", "failure": expected} in stream.seen, "the FAILURE event", 5.0
+    )
     # An invalid group is refused as a whole.
     [offer] = await sched.offers(timeout=3)
     bad = {
@@ -1007,7 +1014,7 @@ async def test_an_injected_refusal_answers_the_call_and_does_nothing(
     (refused,) = master.calls("ACCEPT")
     assert (refused["status"], refused["error"]) == (503, "Master has not finished recovery")
     await sched.launch(offer, task_info("t", offer, "true"))
-    await sched.until("t", "TASK_FINISHED")
+    await sched.updates_until("t", "TASK_FINISHED")
     # Only that type, and only as many times as asked.
     master.fail_next_call("REVIVE", status=400, message="bad stream", count=2)
     assert await sched.call("SUPPRESS") == (202, "")
@@ -1038,7 +1045,7 @@ async def test_a_delayed_call_is_overtaken_by_a_later_one(
             "DECLINE", decline={"offer_ids": [offer["id"]], "filters": {"refuse_seconds": 30}}
         )
     )
-    await wait_until(lambda: master.http.held == 1)
+    await until(lambda: master.http.held == 1, "a call held", 5.0)
     assert await sched.call("SUPPRESS") == (202, "")
     assert master.http.held == 1, "the DECLINE was not held until the SUPPRESS was taken"
     assert await decline == (202, "")

@@ -44,7 +44,7 @@ def sent(master: TestMaster, task_id: str) -> list[JSON]:
 async def running(sched: Scheduler, master: TestMaster, command: str = "sleep 600") -> JSON:
     [offer] = await sched.offers()
     await sched.launch(offer, task_info("t1", offer, command))
-    await sched.until("t1", "TASK_RUNNING")
+    await sched.updates_until("t1", "TASK_RUNNING")
     return master.task("t1")
 
 
@@ -79,7 +79,7 @@ async def test_a_partitioned_agent_s_task_keeps_running_and_returns_when_it_rere
     assert "uuid" not in back
     assert master.framework(sched.framework_id)["task_ids"] == ["t1"]
     await sched.call("KILL", kill={"task_id": {"value": "t1"}})
-    await sched.until("t1", "TASK_KILLED")
+    await sched.updates_until("t1", "TASK_KILLED")
     await master.wait_for(lambda: not alive(task["pid"]))
 
 

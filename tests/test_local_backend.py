@@ -13,9 +13,8 @@ from tfmesos import ClusterSpec, Job
 from tfmesos.backends.base import BackendEvent, Launch, TaskEnded
 from tfmesos.backends.local.backend import LocalBackend
 
-pytestmark = pytest.mark.e2e  # every test here starts processes
 
-
+@pytest.mark.e2e  # it starts the task's command
 def test_a_gpu_task_gets_its_gpus_whether_or_not_check_ran_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -71,7 +70,6 @@ def refusal(job: Any, *, chief_only: bool = False) -> str:
     return str(refused.value)
 
 
-@pytest.mark.unit
 def test_a_local_job_too_large_is_told_of_every_cluster_backend_not_mesos_alone(
     a_small_machine: None,
 ) -> None:
@@ -103,7 +101,6 @@ def test_a_local_job_too_large_is_told_of_every_cluster_backend_not_mesos_alone(
     )
 
 
-@pytest.mark.unit
 def test_the_chief_of_a_job_on_a_cluster_is_told_of_tfruns_machine_not_of_mesos(
     a_small_machine: None, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tfmesos.agent import main as agent
 from tfmesos.agent.supervisor import task_command

@@ -1,6 +1,6 @@
 """Run a command; the first time, kill it once it has saved a checkpoint past step 0.
 
-    python tests/crash_after_checkpoint.py MARKER CHECKPOINT_DIR -- COMMAND...
+    python tests/programs/crash_after_checkpoint.py MARKER CHECKPOINT_DIR -- COMMAND...
 
 A crash in the middle of training, made to order for the restart tests: while
 MARKER does not exist, it waits until CHECKPOINT_DIR's ``checkpoint`` index
