@@ -21,8 +21,8 @@ from tests.test_slurm_jobs import slurm  # noqa: F401 - the Slurm tests' fixture
 from tfmesos import wire
 from tfmesos.agent import supervisor
 from tfmesos.backends.base import Launch
+from tfmesos.backends.mesos.options import MesosOptions
 from tfmesos.backends.mesos.taskinfo import task_info
-from tfmesos.backends.mesos_options import MesosOptions
 from tfmesos.common import exported, taskenv
 from tfmesos.common.exported import (
     Export,

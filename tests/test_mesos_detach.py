@@ -3,7 +3,7 @@ of the job's own framework, which takes the framework over from the
 submitting tfrun (tfmesos.backends.mesos.detached); ``tfrun list``,
 ``status``, ``logs``, ``wait`` and ``stop`` find the job on the master and
 read its launcher's sandbox through the agent's files API
-(tfmesos.cli.mesos_jobs). Real Mesos only: the failover, the labels and the
+(tfmesos.backends.mesos.jobs). Real Mesos only: the failover, the labels and the
 files API are Mesos's own.
 """
 

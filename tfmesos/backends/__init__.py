@@ -35,13 +35,13 @@ __all__ = [
 
 BACKENDS = {
     "local": "tfmesos.backends.local.backend:LocalBackend",
-    "mesos": "tfmesos.backends.mesos:MesosBackend",
-    "slurm": "tfmesos.backends.slurm:SlurmBackend",
+    "mesos": "tfmesos.backends.mesos.backend:MesosBackend",
+    "slurm": "tfmesos.backends.slurm.backend:SlurmBackend",
 }
 OPTIONS = {
     "local": "tfmesos.backends.options:LocalOptions",
-    "mesos": "tfmesos.backends.mesos_options:MesosOptions",
-    "slurm": "tfmesos.backends.slurm_options:SlurmOptions",
+    "mesos": "tfmesos.backends.mesos.options:MesosOptions",
+    "slurm": "tfmesos.backends.slurm.options:SlurmOptions",
 }
 """Each backend's options class (its :attr:`Backend.options_type`), in a
 module light enough for tfrun to check a job against before it starts."""

@@ -5,7 +5,7 @@ Each backend that detaches a job has a :class:`JobStore`: where its jobs are
 found by id, their state read, their logs, and how one is stopped. The local
 backend's, :class:`LocalJobs`, reads the run directories under
 ``$XDG_STATE_HOME/tfmesos/runs``: a job's id is its directory's name, its
-state its event stream (``events.jsonl``, tfmesos.cli.jobstate) and whether its
+state its event stream (``events.jsonl``, tfmesos.backends.jobstate) and whether its
 launcher still holds the directory's lock. Another backend (Mesos: the
 master's state and the agents' sandboxes) brings a store of its own; the
 commands below know only the interface.
@@ -26,13 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from tfmesos.backends.jobs import JobError, JobStore, Run
+from tfmesos.backends.jobstate import SCHEMA_VERSION, JobState, job_state, read_events
 from tfmesos.cli import detach
-from tfmesos.cli.jobstate import JobState, job_state, read_events
-from tfmesos.cli.jobstore import JobError, JobStore, Run
 from tfmesos.common import rundirs
 from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_TFRUN_FAILED
-from tfmesos.launcher.events import SCHEMA_VERSION
 from tfmesos.slurm.commands import SQUEUE_FORMAT, JobStatus, parse_squeue
 
 __all__ = ["EXIT_NO_OUTPUT", "JobStore", "LocalJobs", "Run", "main"]
@@ -233,7 +232,9 @@ def store_for(backend: str | None, args: argparse.Namespace | None = None) -> Jo
     if backend == "mesos" or (
         backend is None and (getattr(args, "master", None) or given_id.startswith("mesos-"))
     ):
-        from tfmesos.cli.mesos_jobs import MesosJobs  # detached Mesos jobs: found on the master
+        from tfmesos.backends.mesos.jobs import (
+            MesosJobs,  # detached Mesos jobs: found on the master
+        )
 
         return MesosJobs.from_args(args)
     if backend not in (None, "local", "slurm"):
@@ -322,7 +323,7 @@ def _parser(word: str) -> argparse.ArgumentParser:
 
 
 def _mesos_flags(parser: argparse.ArgumentParser) -> None:
-    """Where a detached Mesos job is found, and as whom (tfmesos.cli.mesos_jobs)."""
+    """Where a detached Mesos job is found, and as whom (tfmesos.backends.mesos.jobs)."""
     parser.add_argument("-m", "--master", help="a detached Mesos job's master (else $MESOS_MASTER)")
     parser.add_argument("--principal", help="the principal the job's framework runs as")
     parser.add_argument("--secret-file", metavar="FILE", help="the principal's secret")

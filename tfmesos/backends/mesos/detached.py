@@ -8,7 +8,7 @@ leaves the framework up. The launcher task (:func:`launcher_main`) is an
 attached tfrun that takes the framework over by Mesos's scheduler failover,
 runs the job with the chief beside it, keeps the logs and events in its
 sandbox, and tears the framework down at the end. ``tfrun list`` and the
-other job commands find the job by its label (:mod:`tfmesos.cli.mesos_jobs`)."""
+other job commands find the job by its label (:mod:`tfmesos.backends.mesos.jobs`)."""
 
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ from typing import Any, NoReturn
 from tfmesos import wire
 from tfmesos.backends.base import Launch, advertised_host
 from tfmesos.backends.mesos import handover
-from tfmesos.backends.mesos.taskinfo import framework_info, task_info
-from tfmesos.backends.mesos_options import (
+from tfmesos.backends.mesos.options import (
     PRINCIPAL_VARIABLE,
     MesosOptions,
     framework_credentials,
 )
+from tfmesos.backends.mesos.taskinfo import framework_info, task_info
 from tfmesos.common.exported import IMAGE, carried, parse_export, task_base
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, TFMesosError
 from tfmesos.mesos import calls

@@ -11,7 +11,7 @@ from typing import Any
 
 from tfmesos import wire
 from tfmesos.backends.base import Launch
-from tfmesos.backends.mesos_options import MesosOptions
+from tfmesos.backends.mesos.options import MesosOptions
 from tfmesos.common.exported import IMAGE
 from tfmesos.mesos.scheduler import DEFAULT_HEARTBEAT_SECONDS, MISSED_HEARTBEATS
 from tfmesos.spec import ClusterSpec

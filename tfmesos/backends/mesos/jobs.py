@@ -26,6 +26,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tfmesos.backends.jobs import JobError, Run
+from tfmesos.backends.jobstate import SCHEMA_VERSION, JobState, job_state, read_events
 from tfmesos.backends.mesos.detached import (
     LABEL_JOB,
     LABEL_STOPPED,
@@ -34,12 +36,9 @@ from tfmesos.backends.mesos.detached import (
     SANDBOX_LOGS,
     teardown,
 )
-from tfmesos.backends.mesos_options import framework_credentials
-from tfmesos.cli.jobstate import JobState, job_state, read_events
-from tfmesos.cli.jobstore import JobError, Run
+from tfmesos.backends.mesos.options import framework_credentials
 from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
-from tfmesos.launcher.events import SCHEMA_VERSION
 
 __all__ = ["MesosJobs"]
 

@@ -2,7 +2,7 @@
 job it finds (:class:`Run`), and the one error its commands say
 (:class:`JobError`): the interface ``tfrun list``, ``status``, ``logs``,
 ``wait``, ``stop`` and ``attach`` (:mod:`tfmesos.cli.jobs`) know, which the
-local and Slurm store there and the Mesos one (:mod:`tfmesos.cli.mesos_jobs`)
+local and Slurm store there and the Mesos one (:mod:`tfmesos.backends.mesos.jobs`)
 implement."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Protocol
 
-from tfmesos.cli.jobstate import JobState
+from tfmesos.backends.jobstate import JobState
 from tfmesos.errors import EXIT_USAGE
 
 __all__ = ["JobError", "JobStore", "Run"]
