@@ -11,6 +11,7 @@ only) and tears it down."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import contextlib
@@ -24,9 +25,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from tfmesos.backends.jobs import JobError, Run
+from tfmesos.backends.jobs import DetachedJob, JobError, JobStore, Run
 from tfmesos.backends.jobstate import SCHEMA_VERSION, JobState, job_state, read_events
 from tfmesos.backends.mesos.detached import (
     LABEL_JOB,
@@ -34,6 +35,7 @@ from tfmesos.backends.mesos.detached import (
     LAUNCHER_TASK,
     SANDBOX_EVENTS,
     SANDBOX_LOGS,
+    submit_mesos,
     teardown,
 )
 from tfmesos.backends.mesos.options import framework_credentials
@@ -49,7 +51,7 @@ HTTP_TIMEOUT = 15.0
 STOP_TIMEOUT = 60.0
 
 
-class MesosJobs:
+class MesosJobs(JobStore):
     """The detached jobs of one Mesos cluster (``-m``, else ``$MESOS_MASTER``)."""
 
     backend = "mesos"
@@ -78,7 +80,11 @@ class MesosJobs:
         )
 
     @classmethod
-    def from_args(cls, args: Any) -> MesosJobs:
+    def submit(cls, job: DetachedJob) -> NoReturn:
+        submit_mesos(job)
+
+    @classmethod
+    def from_flags(cls, args: argparse.Namespace) -> MesosJobs:
         master = getattr(args, "master", None) or os.environ.get("MESOS_MASTER")
         if not master:
             raise JobError("a detached Mesos job is found on its master: give -m HOST:5050")
