@@ -22,7 +22,7 @@ import abc
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tfmesos.backends.jobstate import JobState
 from tfmesos.errors import EXIT_USAGE
@@ -90,14 +90,12 @@ class JobStore(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def submit(cls, job: DetachedJob) -> Path:
+    def submit(cls, job: DetachedJob) -> NoReturn:
         """Start ``job``'s launcher where it outlives this tfrun, hand it
         the job's description (:mod:`tfmesos.backends.jobspec`), print the
         job's id last on standard output (how to follow it on standard
         error), and exit 0 once the launcher has the job; exit as an
-        attached tfrun would where it cannot. Returns only in a launcher
-        forked from this process (the local backend's daemon), with the
-        run's directory, for it to run the job."""
+        attached tfrun would where it cannot."""
 
     @abc.abstractmethod
     def runs(self) -> list[Run]:

@@ -29,6 +29,8 @@ from tfmesos.errors import EXIT_TFRUN_FAILED
 __all__ = [
     "CONSOLE",
     "ENV_RUN_DIR",
+    "ENV_RUN_LOCK",
+    "ENV_STARTED",
     "EVENTS",
     "JOB",
     "POLL",
@@ -55,6 +57,12 @@ ENV_RUN_DIR = "TFMESOS_DETACHED_RUN"
 """Set for a detached job's launcher (:mod:`tfmesos.cli.launch`): its
 run's directory, which the submitter made, and whose lock it takes
 (:func:`adopt`)."""
+ENV_RUN_LOCK = "TFMESOS_DETACHED_LOCK"
+"""Set beside :data:`ENV_RUN_DIR` where the launcher inherits the lock (the
+local daemon's, kept through its ``exec``): the descriptor that holds it."""
+ENV_STARTED = "TFMESOS_DETACHED_STARTED"
+"""Set where the submitter waits for the launcher's word that the job has
+begun (the local daemon's): the pipe's descriptor to write ``ok`` to."""
 
 
 class LauncherHandle:
@@ -208,10 +216,11 @@ def adopt() -> Path | None:
     made it, its lock taken; None for a launcher that keeps no run here
     (a Mesos task's, which keeps it in its sandbox)."""
     given = os.environ.pop(ENV_RUN_DIR, None)
+    held_by = os.environ.pop(ENV_RUN_LOCK, None)
     if not given:
         return None
     run_dir = Path(given)
-    rundirs.adopt(run_dir)
+    rundirs.adopt(run_dir, int(held_by) if held_by and held_by.isdigit() else None)
     return run_dir
 
 

@@ -50,11 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         events=None if args.events is None else str(args.events),
         argv=tuple(given),
     )
-    run_dir = None
     if args.detach:
-        # Returns in the local daemon only: else the launcher is a Slurm job or a Mesos task.
-        run_dir = job_store_class(args.backend).submit(job)
-    return run_job(job, started=started, run_dir=run_dir, as_program=argv is None)
+        # Returns never: the launcher is a daemon, a Slurm job or a Mesos task.
+        job_store_class(args.backend).submit(job)
+    return run_job(job, started=started, as_program=argv is None)
 
 
 def run_job(

@@ -3,10 +3,13 @@ daemon on this machine that outlives the terminal.
 
 The submitting tfrun makes the run's directory (its name is the job's id)
 and forks twice; the grandchild, in a session of its own with no terminal,
-runs the job as an attached tfrun would and says through a pipe that it has
-begun, and only then does the submitter print the id and exit. The run
-directory's lock, the daemon's from then on, is how ``tfrun list`` tells a
-running job (:class:`~tfmesos.backends.rundirjobs.RunDirJobs`)."""
+becomes the launcher (``exec``: :mod:`tfmesos.cli.launch`, the job's
+description in an anonymous file, so that its command line names nothing
+of the job's), which runs the job as an attached tfrun would and says
+through a pipe that it has begun; only then does the submitter print the id
+and exit. The run directory's lock, inherited through the ``exec`` and the
+launcher's from then on, is how ``tfrun list`` tells a running job
+(:class:`~tfmesos.backends.rundirjobs.RunDirJobs`)."""
 
 from __future__ import annotations
 
@@ -18,8 +21,19 @@ from pathlib import Path
 from typing import NoReturn
 
 from tfmesos.backends.jobs import DetachedJob
-from tfmesos.backends.rundirjobs import CONSOLE, RunDirJobs, fail, follow_hint, write_job
+from tfmesos.backends.jobspec import ENV_JOB, to_descriptor
+from tfmesos.backends.rundirjobs import (
+    CONSOLE,
+    ENV_RUN_DIR,
+    ENV_RUN_LOCK,
+    ENV_STARTED,
+    RunDirJobs,
+    fail,
+    follow_hint,
+    write_job,
+)
 from tfmesos.common import rundirs
+from tfmesos.errors import EXIT_TFRUN_FAILED
 
 __all__ = ["LocalJobs"]
 
@@ -32,9 +46,9 @@ class LocalJobs(RunDirJobs):
     backend = "local"
 
     @classmethod
-    def submit(cls, job: DetachedJob) -> Path:
-        """Detach ``job``. Returns, in the daemon only, the run's directory;
-        the submitter exits here, 0 once the daemon has begun the job."""
+    def submit(cls, job: DetachedJob) -> NoReturn:
+        """Detach ``job``: the submitter exits here, 0 once the daemon has
+        begun the job."""
         # Until the daemon is in a session of its own, a signal to the submitter's
         # process group (the terminal's Ctrl-C, a closed SSH session) would reach
         # it too: ignored, and so discarded, from before the run's directory is
@@ -68,10 +82,7 @@ class LocalJobs(RunDirJobs):
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         _daemon_streams(run_dir)
         write_job(run_dir, job.backend, job.argv, job.spec.name)
-        with contextlib.suppress(OSError):  # a submitter gone (its terminal closed) costs nothing
-            os.write(started, b"ok")
-        os.close(started)
-        return run_dir
+        _become_launcher(job, run_dir, started)
 
 
 def _submitter(run_dir: Path, ready: int, child: int) -> NoReturn:
@@ -89,6 +100,28 @@ def _submitter(run_dir: Path, ready: int, child: int) -> NoReturn:
     print(follow_hint(job), file=sys.stderr, flush=True)
     print(job, flush=True)
     raise SystemExit(0)
+
+
+def _become_launcher(job: DetachedJob, run_dir: Path, started: int) -> NoReturn:
+    """Replace this process with the job's launcher, handing it the job's
+    description, the run's lock and the pipe to say it has begun through."""
+    lock = rundirs.lock_descriptor(run_dir)
+    described = to_descriptor(job)
+    os.set_inheritable(started, True)
+    env = dict(os.environ)
+    env[ENV_JOB] = f"fd:{described}"
+    env[ENV_RUN_DIR] = str(run_dir)
+    env[ENV_STARTED] = str(started)
+    if lock is not None:
+        os.set_inheritable(lock, True)
+        env[ENV_RUN_LOCK] = str(lock)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, [sys.executable, "-m", "tfmesos.cli.launch"], env)
+    except OSError as exc:
+        print(f"tfrun: error: the detached job's launcher could not start: {exc}", flush=True)
+        os._exit(EXIT_TFRUN_FAILED)
 
 
 def _daemon_streams(run_dir: Path) -> None:
