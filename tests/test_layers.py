@@ -228,6 +228,42 @@ def test_the_cli_check_sees_a_backends_own_module(tmp_path: Path) -> None:
     ]
 
 
+HTTP_CLIENTS = ("aiohttp", "urllib.request", "http.client", "requests", "httpx")
+
+
+def http_clients(path: Path) -> set[str]:
+    """The HTTP client libraries the module at ``path`` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and not node.level
+            else []
+        )
+        found.update(n for n in names for c in HTTP_CLIENTS if n == c or n.startswith(c + "."))
+    return found
+
+
+def test_one_http_client_speaks_to_mesos() -> None:
+    # Issue 47: cli/mesos_jobs.py had a second client (urllib, its own
+    # leader lookup and Basic-auth header) beside the scheduler's. The test
+    # double and real Mesos's harness (testing/) are Mesos's side, not ours.
+    speaking = {
+        module
+        for module, path in MODULES.items()
+        if not module.startswith("tfmesos.testing") and http_clients(path)
+    }
+    assert speaking == {"tfmesos.mesos.transport"}
+
+
+def test_the_http_client_check_sees_urllib(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.py"
+    path.write_text("import json\nimport urllib.request\nfrom aiohttp import web\n")
+    assert http_clients(path) == {"urllib.request", "aiohttp"}
+
+
 LONG_MODULE = 600
 """A module longer than this is reported: worth a look, not a failure."""
 MAX_LINES = 1000

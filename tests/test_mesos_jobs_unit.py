@@ -58,7 +58,10 @@ def agent() -> Iterator[str]:
 def test_a_chunk_ending_inside_a_character_is_copied_exactly(agent: str, tmp_path: Path) -> None:
     jobs = MesosJobs("127.0.0.1:5050")
     target = tmp_path / "stdout"
-    copied = jobs._copy((agent, "/sandbox"), "stdout", target, 0)
+    try:
+        copied = jobs._copy((agent, "/sandbox"), "stdout", target, 0)
+    finally:
+        jobs.close()
     assert copied == len(CONTENT)
     assert target.read_bytes() == CONTENT
 

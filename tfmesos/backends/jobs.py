@@ -118,6 +118,9 @@ class JobStore(abc.ABC):
     def console(self, run: Run) -> Path:
         """What the job's tfrun says, as an attached tfrun's terminal shows it (``attach``)."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Let go of what the store holds (Mesos: its client's connections)."""
+
     @abc.abstractmethod
     def stop(self, run: Run) -> bool:
         """End the job as Ctrl-C ends an attached one, or what an ended job

@@ -48,6 +48,7 @@ def main(argv: Sequence[str]) -> int:
     word, rest = argv[0], list(argv[1:])
     parser = _parser(word)
     args = parser.parse_args(rest)
+    store: JobStore | None = None
     try:
         store = job_store(args.backend, args)
         return int(COMMANDS[word](store, args))
@@ -62,6 +63,9 @@ def main(argv: Sequence[str]) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _parser(word: str) -> argparse.ArgumentParser:
