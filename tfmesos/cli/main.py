@@ -1,6 +1,8 @@
 """``tfrun``'s main: a job's command line parsed (:mod:`tfmesos.cli.parser`),
-then run to its verdict (:func:`tfmesos.launcher.run.run_replica_job`), or
-handed to a detached job's command (``tfrun list``, ...: :mod:`tfmesos.cli.jobs`)."""
+then run to its verdict (:func:`run_job`, :func:`tfmesos.launcher.run.run_replica_job`),
+handed typed to its backend's store to detach (``--detach``:
+:meth:`tfmesos.backends.jobs.JobStore.submit`), or handed to a detached
+job's command (``tfrun list``, ...: :mod:`tfmesos.cli.jobs`)."""
 
 from __future__ import annotations
 
