@@ -20,7 +20,7 @@ from tfmesos.backends import (
 )
 from tfmesos.backends.local.backend import LocalBackend, LocalOptions
 from tfmesos.backends.mesos import MesosBackend, MesosOptions
-from tfmesos.backends.slurm_options import SlurmOptions
+from tfmesos.backends.slurm.options import SlurmOptions
 from tfmesos.cli.parser import Parser
 from tfmesos.common import advertise, rundirs
 from tfmesos.errors import SpecError

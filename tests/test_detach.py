@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -456,3 +457,50 @@ def test_a_slurm_launcher_sbatch_refuses_is_one_line_and_leaves_nothing(
     assert "sbatch refused the detached job: " in refused.stderr
     assert refused.stdout == ""
     assert not detached.runs.exists() or runs_in(detached.runs) == []
+
+
+def command_lines_holding(text: str) -> list[str]:
+    """Every command line on this machine (``ps``'s, ``/proc/PID/cmdline``)
+    that holds ``text``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                line = (entry / "cmdline").read_bytes()
+                if text.encode() in line:
+                    shown = line.replace(b"\0", b" ").decode(errors="replace")
+                    found.append(f"{entry.name}: {shown}")
+    return found
+
+
+@pytest.mark.parametrize("backend", ["local", "slurm"])
+def test_no_command_line_of_a_detached_job_holds_what_it_exports(
+    detached: Detached, tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    # Issue 46: the detached launcher was a copy of the submitter's command
+    # line (the local daemon, a fork of it; Slurm's batch script ran
+    # `tfrun --export ALL,MYSECRET=...` again), where any user's ps reads it.
+    # Its job now comes typed, through a descriptor or a private file.
+    if backend == "slurm":
+        request.getfixturevalue("slurm")
+    secret = uuid.uuid4().hex
+    go = tmp_path / "go"
+    command = py(
+        "import os, time\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+        "print('sees', os.environ['MYSECRET'], flush=True)"
+    )
+    job = detached.submit(
+        *("--backend", backend, "--export", f"ALL,MYSECRET={secret}", "-w", "2", "--", *command)
+    )
+    detached.events(job).wait_for("cluster_up", timeout=300)
+    record = json.loads((detached.runs / job / "job.json").read_text())
+    if backend == "local":
+        launcher = Path(f"/proc/{record['pid']}/cmdline").read_bytes()
+        assert b"tfmesos.cli.launch" in launcher and secret.encode() not in launcher
+    assert command_lines_holding(secret) == []
+    assert not (detached.runs / job / "job-description.json").exists()  # taken once read
+    go.touch()
+    assert detached.tfrun("wait", job, timeout=300).returncode == 0
+    shown = detached.tfrun("logs", job, "--task", "worker:1")
+    assert shown.stdout == f"sees {secret}\n", shown.stderr

@@ -19,8 +19,8 @@ from tests.conftest import JobProcesses, guide_section, popen_tfrun, run_tfrun
 from tests.mesos_clusters import MesosUnderTest
 from tfmesos.agent import supervisor
 from tfmesos.backends.base import Launch
+from tfmesos.backends.mesos.options import MesosOptions
 from tfmesos.backends.mesos.taskinfo import task_info
-from tfmesos.backends.mesos_options import MesosOptions
 from tfmesos.common import exported, taskenv
 from tfmesos.common.exported import (
     Export,

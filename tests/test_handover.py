@@ -1,9 +1,10 @@
 """The handover of a detached Mesos job (tfmesos.backends.mesos.handover):
 the submitter gives what the launcher task needs only to a peer that proves
 the job's one-time key, sealed (AES-GCM, under a key of the session's own
-X25519 exchange) so that only that session opens it; and the flags the
-launcher must not take from the submitter are dropped
-(tfmesos.backends.mesos.detached). Real sockets on 127.0.0.1, no process."""
+X25519 exchange) so that only that session opens it; the job goes in it
+typed (tfmesos.backends.jobspec), as the launcher runs it, less what is the
+submitter's alone (tfmesos.backends.mesos.detached). Real sockets on
+127.0.0.1, no process."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tfmesos.backends.jobs import DetachedJob
+from tfmesos.backends.jobspec import from_json
 from tfmesos.backends.mesos import handover
-from tfmesos.backends.mesos.detached import _flag_values, _handover
+from tfmesos.backends.mesos.detached import _handover
+from tfmesos.backends.mesos.options import MesosOptions
 
 
 async def _serve_and_receive(server_key: bytes, client_key: bytes) -> tuple[object, bool]:
@@ -61,11 +65,17 @@ def test_a_sealed_handover_opens_only_with_its_key_and_nonces() -> None:
             handover.unseal(other_key, nonces, box)
 
 
-def test_the_submitters_own_flags_stay_behind() -> None:
-    flags = ["--detach", "-m", "m:5050", "--events=e.jsonl", "--log-dir", "d", "--ssl-ca", "ca"]
-    kept, values = _flag_values(flags, ("--detach", "--events", "--log-dir", "--ssl-ca"))
-    assert kept == ["-m", "m:5050"]
-    assert values == {"--events": "e.jsonl", "--log-dir": "d", "--ssl-ca": "ca"}
+def test_the_submitters_own_options_stay_behind(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MESOS_MASTER", "127.0.0.1:5050")
+    (tmp_path / "ca.pem").write_text("a CA")
+    argv = ["--detach", "--events=e.jsonl", "--log-dir", "d", "--ssl-ca", "ca.pem", "-w", "1"]
+    job, given = _launcher_job([*argv, "--", "true"], monkeypatch, tmp_path)
+    assert job.events is None
+    assert isinstance(job.options, MesosOptions)
+    assert job.options.log_dir is None and job.options.ssl_ca is None
+    assert given["files"] == {"ssl-ca.pem": b"a CA".hex()}
 
 
 def test_a_proof_or_seal_that_is_not_ascii_is_refused_not_a_traceback() -> None:
@@ -292,17 +302,20 @@ def test_the_handover_goes_to_one_launcher_only() -> None:
     assert isinstance(second, handover.HandoverError), second
 
 
-def _launcher_words(
+def _launcher_job(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> tuple[list[str], list[str], dict[str, object]]:
-    """What the launcher task's tfrun is given (its flags, its command) for a
-    submitter's ``argv``, parsed as tfrun parses it."""
+) -> tuple[DetachedJob, dict[str, object]]:
+    """What the launcher task's tfrun runs for a submitter's ``argv``,
+    parsed as tfrun parses it, read back from the handover."""
     from tfmesos.cli.parser import parse_args
 
     monkeypatch.chdir(tmp_path)
-    args, _ = parse_args(argv)
-    given = _handover(args, argv, "mesos-job", None)
-    return list(given["flags"]), list(given["command"]), given
+    args, spec = parse_args(argv)
+    job = DetachedJob(args.backend, spec, args.options, argv=tuple(argv))
+    given = _handover(job, "mesos-job", None)
+    there = from_json(str(given["description"]))
+    assert isinstance(there.options, MesosOptions)
+    return there, given
 
 
 def test_the_launcher_is_given_the_master_and_principal_of_the_environment(
@@ -313,9 +326,10 @@ def test_the_launcher_is_given_the_master_and_principal_of_the_environment(
     monkeypatch.setenv("MESOS_PRINCIPAL", "alice")
     monkeypatch.delenv("LIBPROCESS_SSL_ENABLED", raising=False)
     monkeypatch.delenv("SSL_ENABLED", raising=False)
-    flags, _, given = _launcher_words(["--detach", "-w", "1", "--", "true"], monkeypatch, tmp_path)
-    assert flags[flags.index("-m") + 1] == "zk://127.0.0.1:2181/mesos"
-    assert flags[flags.index("--principal") + 1] == "alice"
+    job, given = _launcher_job(["--detach", "-w", "1", "--", "true"], monkeypatch, tmp_path)
+    assert isinstance(job.options, MesosOptions)
+    assert job.options.master == "zk://127.0.0.1:2181/mesos"
+    assert job.options.principal == "alice"
     assert given["master"] == "zk://127.0.0.1:2181/mesos"
 
 
@@ -326,18 +340,19 @@ def test_a_master_file_given_with_m_is_read_here(
     monkeypatch.delenv("MESOS_MASTER", raising=False)
     monkeypatch.setenv("LIBPROCESS_SSL_ENABLED", "1")  # which the launcher's environment lacks
     argv = ["--detach", "-m", f"file://{tmp_path}/master", "-w", "1", "--", "true"]
-    flags, _, _ = _launcher_words(argv, monkeypatch, tmp_path)
-    assert flags.count("-m") == 1
-    assert flags[flags.index("-m") + 1] == "https://10.0.0.1:5050,http://10.0.0.2:5050"
+    job, _ = _launcher_job(argv, monkeypatch, tmp_path)
+    assert isinstance(job.options, MesosOptions)
+    assert job.options.master == "https://10.0.0.1:5050,http://10.0.0.2:5050"
 
 
-def test_an_attached_extra_config_is_carried_and_the_command_left_alone(
+def test_an_extra_config_is_carried_in_the_spec_and_the_command_left_alone(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     (tmp_path / "extra.json").write_text('{"env": {"A": "1"}}')
     monkeypatch.setenv("MESOS_MASTER", "127.0.0.1:5050")
     argv = ["--detach", f"-e{tmp_path}/extra.json", "-w", "1", "python", "x.py", "--events", "e"]
-    flags, command, given = _launcher_words(argv, monkeypatch, tmp_path)
-    assert not any(str(tmp_path) in word for word in flags), flags
-    assert given["files"] == {"extra-config.json": ["-e", b'{"env": {"A": "1"}}'.hex()]}
-    assert command == ["--", "python", "x.py", "--events", "e"]
+    job, given = _launcher_job(argv, monkeypatch, tmp_path)
+    assert dict(job.spec.env) == {"A": "1"}
+    assert given["files"] == {}
+    assert "extra.json" not in str(given["description"])
+    assert {task.cmd for task in job.spec.tasks()} == {"python x.py --events e"}

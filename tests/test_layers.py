@@ -169,6 +169,102 @@ def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     assert layer_of("tfmesos.mesos.calls") == PROTOCOL
 
 
+BACKEND_PACKAGES = sorted(
+    f"tfmesos.backends.{path.name}"
+    for path in (PACKAGE / "backends").iterdir()
+    if (path / "__init__.py").exists()
+)
+"""Each backend's own package (``backends/local/``, ``backends/mesos/``, ...)."""
+BACKEND_PROTOCOLS = ("tfmesos.mesos", "tfmesos.slurm")
+"""The cluster managers' own code, which only their backends call."""
+
+
+def backend_internals(module: str, path: Path) -> list[str]:
+    """What ``module`` imports of a backend's own package or of a cluster
+    manager's protocol: the registry (``tfmesos.backends``) and the
+    interfaces beside it (``tfmesos.backends.jobs``, ...) are not."""
+    return sorted(
+        target
+        for target in imported(module, path)
+        if any(
+            target == inner or target.startswith(inner + ".")
+            for inner in (*BACKEND_PACKAGES, *BACKEND_PROTOCOLS)
+        )
+    )
+
+
+def test_the_cli_calls_the_backends_only_through_their_interface() -> None:
+    # Issue 47: cli/ imported the Slurm backend's squeue (jobs.py), the
+    # Mesos one's detach (main.py) and the local one's fork server; a
+    # second Mesos client lived in cli/. Each backend is reached by name
+    # through the registry, and its job's life through JobStore.
+    assert BACKEND_PACKAGES == [
+        "tfmesos.backends.local",
+        "tfmesos.backends.mesos",
+        "tfmesos.backends.slurm",
+    ]
+    reaching = [
+        f"{module} imports {target}"
+        for module, path in MODULES.items()
+        if module == "tfmesos.cli" or module.startswith("tfmesos.cli.")
+        for target in backend_internals(module, path)
+    ]
+    assert not reaching, "cli/ reaches into a backend:\n" + "\n".join(reaching)
+
+
+def test_the_cli_check_sees_a_backends_own_module(tmp_path: Path) -> None:
+    # The check above must be able to fail.
+    path = tmp_path / "jobs.py"
+    path.write_text(
+        "from tfmesos.backends import job_store\n"
+        "from tfmesos.backends.jobs import JobStore\n"
+        "from tfmesos.backends.mesos.jobs import MesosJobs\n"
+        "from tfmesos.slurm.commands import parse_squeue\n"
+        "from tfmesos.backends.local import forkstart\n"
+    )
+    assert backend_internals("tfmesos.cli.jobs", path) == [
+        "tfmesos.backends.local.forkstart",
+        "tfmesos.backends.mesos.jobs",
+        "tfmesos.slurm.commands",
+    ]
+
+
+HTTP_CLIENTS = ("aiohttp", "urllib.request", "http.client", "requests", "httpx")
+
+
+def http_clients(path: Path) -> set[str]:
+    """The HTTP client libraries the module at ``path`` imports."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = (
+            [alias.name for alias in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and not node.level
+            else []
+        )
+        found.update(n for n in names for c in HTTP_CLIENTS if n == c or n.startswith(c + "."))
+    return found
+
+
+def test_one_http_client_speaks_to_mesos() -> None:
+    # Issue 47: cli/mesos_jobs.py had a second client (urllib, its own
+    # leader lookup and Basic-auth header) beside the scheduler's. The test
+    # double and real Mesos's harness (testing/) are Mesos's side, not ours.
+    speaking = {
+        module
+        for module, path in MODULES.items()
+        if not module.startswith("tfmesos.testing") and http_clients(path)
+    }
+    assert speaking == {"tfmesos.mesos.transport"}
+
+
+def test_the_http_client_check_sees_urllib(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.py"
+    path.write_text("import json\nimport urllib.request\nfrom aiohttp import web\n")
+    assert http_clients(path) == {"urllib.request", "aiohttp"}
+
+
 LONG_MODULE = 600
 """A module longer than this is reported: worth a look, not a failure."""
 MAX_LINES = 1000

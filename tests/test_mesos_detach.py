@@ -3,7 +3,7 @@ of the job's own framework, which takes the framework over from the
 submitting tfrun (tfmesos.backends.mesos.detached); ``tfrun list``,
 ``status``, ``logs``, ``wait`` and ``stop`` find the job on the master and
 read its launcher's sandbox through the agent's files API
-(tfmesos.cli.mesos_jobs). Real Mesos only: the failover, the labels and the
+(tfmesos.backends.mesos.jobs). Real Mesos only: the failover, the labels and the
 files API are Mesos's own.
 """
 
@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import JobProcesses, py, run_tfrun, wait_until
 from tests.mesos_clusters import open_cluster
+from tests.test_detach import command_lines_holding
 
 pytestmark = pytest.mark.e2e
 
@@ -108,9 +109,14 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
         assert key.read_text().splitlines()[1] not in seen
 
         # Its master from $MESOS_MASTER, which the launcher task's environment
-        # does not carry: the launcher is given it as -m.
+        # does not carry: the launcher is given it as -m. What it exports
+        # (issue 46) is on no command line: the launcher task's, or ps's of
+        # its tfrun, which ran `tfrun --export ALL,DETACH_TOKEN=...` again.
+        exported = uuid.uuid4().hex
         endless = run_tfrun(
             "--detach",
+            "--export",
+            f"ALL,DETACH_TOKEN={exported}",
             "-w",
             "2",
             "-s",
@@ -147,7 +153,9 @@ def test_a_detached_job_runs_in_its_own_task_and_is_waited_for_then_stopped(
             env=env,
         )
         assert follow.stdout is not None
-        assert follow.stdout.readline().startswith("task says worker 1")
+        assert follow.stdout.readline() == f"task says worker 1 {exported}\n"
+        assert command_lines_holding(exported) == []
+        assert exported not in _all_states(real)  # the launcher task's command among them
         # Another user's stop is refused in one line (with credentials, the
         # master itself refuses another principal's failover).
         other = run_tfrun(

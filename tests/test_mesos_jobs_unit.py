@@ -1,4 +1,4 @@
-"""Detached Mesos jobs from the client's side (tfmesos.cli.mesos_jobs), no
+"""Detached Mesos jobs from the client's side (tfmesos.backends.mesos.jobs), no
 Mesos: reading the launcher's sandbox through an agent's ``/files/read``
 (the bytes exactly, a chunk that ends inside a UTF-8 character included; a
 real HTTP server on 127.0.0.1 in a thread), and ``tfrun stop`` of a job
@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from tfmesos.cli import jobs, mesos_jobs
-from tfmesos.cli.jobstate import JobState
-from tfmesos.cli.jobstore import JobError, Run
-from tfmesos.cli.mesos_jobs import MesosJobs
+from tfmesos.backends.jobs import JobError, Run
+from tfmesos.backends.jobstate import JobState
+from tfmesos.backends.mesos import jobs as mesos_jobs
+from tfmesos.backends.mesos.jobs import MesosJobs
+from tfmesos.cli import jobs
 
 CONTENT = "aé€b".encode()
 CHUNK = 2
@@ -57,7 +58,10 @@ def agent() -> Iterator[str]:
 def test_a_chunk_ending_inside_a_character_is_copied_exactly(agent: str, tmp_path: Path) -> None:
     jobs = MesosJobs("127.0.0.1:5050")
     target = tmp_path / "stdout"
-    copied = jobs._copy((agent, "/sandbox"), "stdout", target, 0)
+    try:
+        copied = jobs._copy((agent, "/sandbox"), "stdout", target, 0)
+    finally:
+        jobs.close()
     assert copied == len(CONTENT)
     assert target.read_bytes() == CONTENT
 

@@ -55,14 +55,16 @@ def test_where_the_local_and_slurm_backends_keep_the_logs_is_shown_quoted(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tfmesos.backends.local.backend import LocalBackend
-    from tfmesos.backends.slurm import SlurmBackend
+    from tfmesos.backends.slurm.backend import SlurmBackend
     from tfmesos.spec import ClusterSpec, Job
 
     where = tmp_path / "a\nb"
     job = ClusterSpec((Job("worker", 1),))
     assert LocalBackend(job, log_dir=where).logs_location() == repr(str(where))
     # Slurm's commands as if on PATH: nothing is run.
-    monkeypatch.setattr("tfmesos.backends.slurm.shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(
+        "tfmesos.backends.slurm.backend.shutil.which", lambda name: f"/usr/bin/{name}"
+    )
     assert SlurmBackend(job, log_dir=where).logs_location() == repr(str(where))
 
 
@@ -76,7 +78,7 @@ def test_each_backend_says_where_its_own_logs_are_kept() -> None:
 
 
 def test_the_mesos_backends_files_are_shown_quoted(tmp_path: Any) -> None:
-    from tfmesos.backends.mesos_options import read_secret
+    from tfmesos.backends.mesos.options import read_secret
     from tfmesos.errors import SpecError
     from tfmesos.mesos.masters import parse_masters
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tfmesos.backends.slurm_options import SlurmOptions, validate
+from tfmesos.backends.slurm.options import SlurmOptions, validate
 from tfmesos.cli.parser import parse_args
 from tfmesos.errors import SpecError
 from tfmesos.slurm.commands import (
@@ -176,7 +176,7 @@ def test_slurm_flags_with_another_backend_are_usage_errors(
 
 
 def test_sbatch_s_refusal_is_said_once() -> None:
-    from tfmesos.backends.slurm import _sbatch_error
+    from tfmesos.backends.slurm.backend import _sbatch_error
 
     assert (
         _sbatch_error(

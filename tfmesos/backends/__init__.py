@@ -1,9 +1,14 @@
 """Backends, looked up by name; each is imported only when it is used.
 
-The registry below is the one place that names them: a backend declares its
-own options (:attr:`Backend.options_type`, a frozen dataclass) and whether the
-chief runs beside the launcher (:attr:`Backend.chief_beside_launcher`); the
-CLI, :mod:`tfmesos.launcher.run` and :func:`tfmesos.cluster` ask it by name.
+The registry below is the one place that names them. Each backend is a
+package of its own (``backends/local/``, ``backends/mesos/``,
+``backends/slurm/``) with three parts: its :class:`~tfmesos.backends.base.Backend`
+(one run of a job's tasks, driven by the launcher: a job submitted
+attached), its options (:attr:`Backend.options_type`, a frozen dataclass
+that declares its flags), and its store of detached jobs
+(:class:`~tfmesos.backends.jobs.JobStore`: submit detached, list, status,
+logs, stop). The CLI, :mod:`tfmesos.launcher.run` and
+:func:`tfmesos.cluster` ask for them by name.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ from tfmesos.backends.options import BackendOptions
 from tfmesos.errors import SpecError
 
 if TYPE_CHECKING:
+    import argparse
+
     from tfmesos.backends.base import Backend
+    from tfmesos.backends.jobs import JobStore
     from tfmesos.spec import ClusterSpec
 
 __all__ = [
@@ -30,21 +38,29 @@ __all__ = [
     "create_backend",
     "default_backend",
     "foreign_options",
+    "job_store",
+    "job_store_class",
     "options_class",
 ]
 
 BACKENDS = {
     "local": "tfmesos.backends.local.backend:LocalBackend",
-    "mesos": "tfmesos.backends.mesos:MesosBackend",
-    "slurm": "tfmesos.backends.slurm:SlurmBackend",
+    "mesos": "tfmesos.backends.mesos.backend:MesosBackend",
+    "slurm": "tfmesos.backends.slurm.backend:SlurmBackend",
 }
 OPTIONS = {
-    "local": "tfmesos.backends.options:LocalOptions",
-    "mesos": "tfmesos.backends.mesos_options:MesosOptions",
-    "slurm": "tfmesos.backends.slurm_options:SlurmOptions",
+    "local": "tfmesos.backends.local.options:LocalOptions",
+    "mesos": "tfmesos.backends.mesos.options:MesosOptions",
+    "slurm": "tfmesos.backends.slurm.options:SlurmOptions",
 }
 """Each backend's options class (its :attr:`Backend.options_type`), in a
 module light enough for tfrun to check a job against before it starts."""
+JOBS = {
+    "local": "tfmesos.backends.local.jobs:LocalJobs",
+    "mesos": "tfmesos.backends.mesos.jobs:MesosJobs",
+    "slurm": "tfmesos.backends.slurm.jobs:SlurmJobs",
+}
+"""Each backend's store of detached jobs (:class:`~tfmesos.backends.jobs.JobStore`)."""
 DEFAULT_BACKEND = "local"
 """The backend used when nothing given chooses one."""
 
@@ -148,3 +164,21 @@ def choose_backend(named: str | None, given: Mapping[str, Any], *, as_flags: boo
 def create_backend(name: str, spec: ClusterSpec, options: BackendOptions | None = None) -> Backend:
     backend_type = backend_class(name)
     return backend_type.from_options(spec, options or backend_type.options_type())
+
+
+def job_store_class(name: str) -> type[JobStore]:
+    """The store of detached jobs of the backend called ``name``, its module imported now."""
+    if name not in JOBS:
+        raise SpecError(f"unknown backend {name!r} (known: {', '.join(BACKENDS)})")
+    found: type[JobStore] = _load(JOBS[name])
+    return found
+
+
+def job_store(named: str | None, args: argparse.Namespace) -> JobStore:
+    """The store a job command (``tfrun list``, ...) asks: the backend
+    ``named`` (``--backend``), else the one its flags or the job's id claim
+    (:meth:`BackendOptions.claims_job`), else the local one (whose run
+    directories hold the Slurm backend's jobs too)."""
+    if named is None:
+        named = next((n for n in OPTIONS if options_class(n).claims_job(args)), DEFAULT_BACKEND)
+    return job_store_class(named).from_flags(args)

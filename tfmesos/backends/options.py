@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tfmesos.common.flagtypes import FlagGroup
     from tfmesos.spec import ClusterSpec
 
-__all__ = ["BackendOptions", "LocalOptions"]
+__all__ = ["BackendOptions"]
 
 _Options = TypeVar("_Options", bound="BackendOptions")
 
@@ -96,22 +96,40 @@ class BackendOptions:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in given.items() if k in names and v is not None})
 
+    @classmethod
+    def from_record(cls: type[_Options], record: Mapping[str, Any]) -> _Options:
+        """The options a detached job's description holds
+        (:mod:`tfmesos.backends.jobspec`: JSON of these fields, a tuple as a
+        list); a backend whose fields JSON does not hold as they are
+        (Mesos's volumes) rebuilds them."""
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in record.items()
+        }
+        return cls(**fields)
+
+    @classmethod
+    def add_job_flags(cls, parser: argparse.ArgumentParser) -> None:
+        """Add to the job commands' parser (``tfrun list``, ``status``, ...)
+        the flags that say where this backend's detached jobs are found
+        (Mesos: its master, and as whom); the store reads them
+        (:meth:`tfmesos.backends.jobs.JobStore.from_flags`)."""
+
+    @classmethod
+    def claims_job(cls, args: argparse.Namespace) -> bool:
+        """Whether a job command given no ``--backend`` is for this backend's
+        jobs (Mesos: ``-m``, or an id of its own form)."""
+        return False
+
+    def start_early(self, spec: ClusterSpec) -> None:
+        """What to start as soon as tfrun knows the job is this backend's,
+        before the launcher's imports (local: the fork server)."""
+
+    def discard_early(self) -> None:
+        """Let go of what :meth:`start_early` started and the job did not take."""
+
     def for_restarts(self: _Options) -> _Options:
         """These options for a job that may restart: every run logs to one
         directory."""
         if self.log_dir:
             return self
         return dataclasses.replace(self, log_dir=str(rundirs.new_run_dir()))
-
-
-@dataclass(frozen=True)
-class LocalOptions(BackendOptions):
-    """The local backend's options: only where the tasks' logs go (``--log-dir``).
-    Declared here, not in :mod:`tfmesos.backends.local.backend`, so that tfrun checks
-    a job against it without importing the backend."""
-
-    @classmethod
-    def task_limit(cls, tasks: int, nproc: int = 1) -> str | None:
-        from tfmesos.common.resources import local_task_limit
-
-        return local_task_limit(tasks, nproc)

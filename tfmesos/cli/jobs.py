@@ -5,7 +5,7 @@ Each backend that detaches a job has a :class:`JobStore`: where its jobs are
 found by id, their state read, their logs, and how one is stopped. The local
 backend's, :class:`LocalJobs`, reads the run directories under
 ``$XDG_STATE_HOME/tfmesos/runs``: a job's id is its directory's name, its
-state its event stream (``events.jsonl``, tfmesos.cli.jobstate) and whether its
+state its event stream (``events.jsonl``, tfmesos.backends.jobstate) and whether its
 launcher still holds the directory's lock. Another backend (Mesos: the
 master's state and the agents' sandboxes) brings a store of its own; the
 commands below know only the interface.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import signal
@@ -26,16 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from tfmesos.cli import detach
-from tfmesos.cli.jobstate import JobState, job_state, read_events
-from tfmesos.cli.jobstore import JobError, JobStore, Run
-from tfmesos.common import rundirs
-from tfmesos.common.tasklog import log_name
+from tfmesos.backends import BACKENDS, job_store, options_class
+from tfmesos.backends.jobs import JobError, JobStore, Run
+from tfmesos.backends.jobstate import JobState
 from tfmesos.errors import EXIT_TFRUN_FAILED
-from tfmesos.launcher.events import SCHEMA_VERSION
-from tfmesos.slurm.commands import SQUEUE_FORMAT, JobStatus, parse_squeue
 
-__all__ = ["EXIT_NO_OUTPUT", "JobStore", "LocalJobs", "Run", "main"]
+__all__ = ["EXIT_NO_OUTPUT", "main"]
 
 EXIT_NO_OUTPUT = 1
 """``tfrun logs`` of a task that never started: there is nothing to show."""
@@ -48,209 +43,14 @@ at the job's state: a line is printed within this of reaching its log
 (bench/detach.py measures it), for a read() each time."""
 
 
-class LocalJobs:
-    """The local backend's detached jobs: this user's run directories."""
-
-    backend = "local"
-
-    def __init__(self, root: Path | None = None) -> None:
-        self.root = root or rundirs.runs_root()
-
-    def runs(self) -> list[Run]:
-        found = []
-        with contextlib.suppress(OSError):
-            for path in sorted(self.root.iterdir()):
-                if path.is_symlink() or not (path / detach.JOB).exists():
-                    continue
-                with contextlib.suppress(ValueError):
-                    found.append(self._run(path))
-        return found
-
-    def find(self, job_id: str) -> Run:
-        path = self.root / job_id
-        if job_id == rundirs.LATEST:
-            runs = self.runs()
-            if not runs:
-                raise JobError("there is no detached job yet (tfrun --detach starts one)")
-            return runs[-1]
-        if "/" in job_id or job_id in ("", ".", "..") or not (path / detach.JOB).is_file():
-            matches = [run for run in self.runs() if run.id.endswith(job_id)] if job_id else []
-            if len(matches) == 1:
-                return matches[0]
-            if matches:
-                raise JobError(
-                    f"{job_id!r} is the end of {len(matches)} jobs' ids "
-                    f"({', '.join(run.id for run in matches[:3])}...): give more of it"
-                )
-            raise JobError(f"no job {job_id!r} among this user's jobs (tfrun list shows them)")
-        try:
-            return self._run(path)
-        except ValueError:
-            raise JobError(f"job {job_id}: its record {path / detach.JOB} cannot be read") from None
-
-    def _run(self, path: Path) -> Run:
-        record = json.loads((path / detach.JOB).read_text())
-        if not isinstance(record, dict):
-            raise ValueError(path)
-        return Run(path.name, str(record.get("backend", "local")), path, record)
-
-    def running(self, run: Run) -> bool:
-        """Whether its launcher still runs (or, on Slurm, waits to)."""
-        return _HANDLES.get(run.backend, _LOCAL).alive(run)
-
-    def state(self, run: Run) -> JobState:
-        # Whether it runs, looked at before the events: a job that ends in
-        # between is read with its verdict, never as gone without one.
-        running = self.running(run)
-        return job_state(read_events(run.where / detach.EVENTS), running)
-
-    def task_logs(self, run: Run, state: JobState, task: str) -> list[Path]:
-        task_state = state.tasks.get(task)
-        if task_state is None or task_state.task_id is None or state.log_dir is None:
-            return []
-        log = Path(state.log_dir) / log_name(task_state.task_id)
-        legacy = log.with_name(f"{task_state.task_id}.log")  # a run from before plain names
-        if not log.exists() and legacy.exists():
-            log = legacy
-        rotated = log.with_name(log.name + ".1")
-        return [rotated, log] if rotated.exists() else [log]
-
-    def console(self, run: Run) -> Path:
-        return run.where / detach.CONSOLE
-
-    def stop(self, run: Run) -> bool:
-        if not self.running(run):
-            return False
-        detach.record_stop(run.where)
-        handle = _HANDLES.get(run.backend, _LOCAL)
-        handle.signal(run)
-        while handle.alive(run):  # the launcher stops every task, then lets the run go
-            time.sleep(POLL)
-        if self.state(run).verdict is None:
-            # Stopped before its launcher ran (a Slurm job still pending):
-            # nobody else says the verdict.
-            handle.verdict_for_never_started(run)
-        return True
-
-
-class LauncherHandle:
-    """A detached job's launcher on one backend: whether it runs, and the
-    signal that stops it as Ctrl-C would. This one: a daemon on this machine,
-    running while it holds its run's lock."""
-
-    def alive(self, run: Run) -> bool:
-        return _locked(run.where / rundirs.LOCK)
-
-    def signal(self, run: Run) -> None:
-        pid = run.record.get("pid")
-        if isinstance(pid, int):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-
-    def verdict_for_never_started(self, run: Run) -> None:
-        stop: dict[str, Any] = {}
-        with contextlib.suppress(OSError, ValueError):
-            stop = json.loads((run.where / detach.STOP).read_text())
-        verdict = {
-            "v": SCHEMA_VERSION,
-            "ts": time.time(),
-            "event": "job_verdict",
-            "exit_status": 128 + signal.SIGTERM,
-            "result": "interrupted",
-            "message": "the job was stopped before its launcher started",
-            "signal": "SIGTERM",
-            **stop,
-        }
-        with open(run.where / detach.EVENTS, "a", encoding="utf-8") as events:
-            events.write(json.dumps(verdict, separators=(",", ":")) + "\n")
-
-
-class SlurmLauncher(LauncherHandle):
-    """A detached Slurm job's launcher: the batch step of the job's one
-    Slurm job (its id in ``job.json``), running while it holds the lock or
-    Slurm has the job pending or running; stopped by ``scancel``: SIGTERM to
-    its batch step (the launcher, which stops the tasks' steps) once it
-    runs, the job itself while it waits."""
-
-    def alive(self, run: Run) -> bool:
-        if super().alive(run):
-            return True
-        status = self._squeue(run)
-        return status is not None and status.active
-
-    def signal(self, run: Run) -> None:
-        import subprocess
-
-        job_id = str(run.record.get("slurm_job_id"))
-        status = self._squeue(run)
-        argv = ["scancel", job_id]
-        if status is not None and not status.pending:
-            argv = ["scancel", "--signal=TERM", "--batch", job_id]
-        subprocess.run(argv, capture_output=True, timeout=60, check=False)
-
-    def _squeue(self, run: Run) -> JobStatus | None:
-        import subprocess
-
-        job_id = run.record.get("slurm_job_id")
-        if not isinstance(job_id, str):
-            return None
-        try:
-            done = subprocess.run(
-                ["squeue", "-h", "-t", "all", "-j", job_id, "-o", SQUEUE_FORMAT],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return parse_squeue(done.stdout).get(job_id)
-
-
-def _locked(path: Path) -> bool:
-    """Whether another process holds the lock on ``path``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # and the lock with it
-    return False
-
-
-_LOCAL = LauncherHandle()
-_HANDLES: dict[str, LauncherHandle] = {"local": _LOCAL, "slurm": SlurmLauncher()}
-"""Each backend's launcher handle, by the backend's name (``job.json``'s)."""
-
-
-def store_for(backend: str | None, args: argparse.Namespace | None = None) -> JobStore:
-    given_id = str(getattr(args, "id", ""))
-    if backend == "mesos" or (
-        backend is None and (getattr(args, "master", None) or given_id.startswith("mesos-"))
-    ):
-        from tfmesos.cli.mesos_jobs import MesosJobs  # detached Mesos jobs: found on the master
-
-        return MesosJobs.from_args(args)
-    if backend not in (None, "local", "slurm"):
-        raise JobError(
-            f"detached jobs are not yet kept on the {backend} backend: "
-            "only the local, Slurm and Mesos backends' (tfrun --detach -w N -- command)"
-        )
-    return LocalJobs()
-
-
 def main(argv: Sequence[str]) -> int:
     """``tfrun WORD ...`` for a WORD of :data:`tfmesos.cli.main.SUBCOMMANDS`."""
     word, rest = argv[0], list(argv[1:])
     parser = _parser(word)
     args = parser.parse_args(rest)
+    store: JobStore | None = None
     try:
-        store = store_for(args.backend, args)
+        store = job_store(args.backend, args)
         return int(COMMANDS[word](store, args))
     except JobError as exc:
         print(f"tfrun {word}: {exc}", file=sys.stderr, flush=True)
@@ -263,6 +63,9 @@ def main(argv: Sequence[str]) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _parser(word: str) -> argparse.ArgumentParser:
@@ -283,11 +86,12 @@ def _parser(word: str) -> argparse.ArgumentParser:
     parser = _JobParser(prog=f"tfrun {word}", usage=usage, allow_abbrev=False)
     parser.add_argument(
         "--backend",
-        choices=["local", "mesos", "slurm"],
+        choices=list(BACKENDS),
         help="whose jobs: the local and Slurm backends' are all in this user's run directories; "
         "Mesos's (-m) are on the master",
     )
-    _mesos_flags(parser)
+    for name in BACKENDS:  # where each backend's jobs are found (Mesos: -m)
+        options_class(name).add_job_flags(parser)
     if word != "list":
         parser.add_argument(
             "id", metavar="ID", help="the job's id, as tfrun --detach printed it (or latest)"
@@ -319,14 +123,6 @@ def _parser(word: str) -> argparse.ArgumentParser:
             "until the task or the job ends",
         )
     return parser
-
-
-def _mesos_flags(parser: argparse.ArgumentParser) -> None:
-    """Where a detached Mesos job is found, and as whom (tfmesos.cli.mesos_jobs)."""
-    parser.add_argument("-m", "--master", help="a detached Mesos job's master (else $MESOS_MASTER)")
-    parser.add_argument("--principal", help="the principal the job's framework runs as")
-    parser.add_argument("--secret-file", metavar="FILE", help="the principal's secret")
-    parser.add_argument("--ssl-ca", metavar="PEM", help="the CA of a master over TLS")
 
 
 def _list(store: JobStore, args: argparse.Namespace) -> int:

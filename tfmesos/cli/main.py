@@ -1,6 +1,8 @@
 """``tfrun``'s main: a job's command line parsed (:mod:`tfmesos.cli.parser`),
-then run to its verdict (:func:`tfmesos.launcher.run.run_replica_job`), or
-handed to a detached job's command (``tfrun list``, ...: :mod:`tfmesos.cli.jobs`)."""
+then run to its verdict (:func:`run_job`, :func:`tfmesos.launcher.run.run_replica_job`),
+handed typed to its backend's store to detach (``--detach``:
+:meth:`tfmesos.backends.jobs.JobStore.submit`), or handed to a detached
+job's command (``tfrun list``, ...: :mod:`tfmesos.cli.jobs`)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,12 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
-from tfmesos.backends.local import forkstart
+from tfmesos.backends import job_store_class
+from tfmesos.backends.jobs import DetachedJob
+from tfmesos.cli.detach import RunEvents
 from tfmesos.cli.parser import SUBCOMMANDS, parse_args
 from tfmesos.common import rundirs
 from tfmesos.common.pathtext import shown_path
@@ -28,7 +33,7 @@ from tfmesos.errors import (
     interrupted_status,
 )
 
-__all__ = ["main"]
+__all__ = ["main", "run_job"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,40 +44,50 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return jobs_main(given)
     args, spec = parse_args(given)
-    from tfmesos.cli import detach
-
-    run_dir = None
+    job = DetachedJob(
+        backend=args.backend,
+        spec=spec,
+        options=args.options,
+        verbose=bool(args.verbose),
+        events=None if args.events is None else str(args.events),
+        argv=tuple(given),
+    )
     if args.detach:
-        if args.backend == "slurm":
-            detach.submit_slurm(args, given, spec)  # returns never: the launcher is Slurm's
-        if args.backend == "mesos":
-            from tfmesos.backends.mesos.detached import submit_mesos
+        # Returns never: the launcher is a daemon, a Slurm job or a Mesos task.
+        job_store_class(args.backend).submit(job)
+    return run_job(job, started=started, as_program=argv is None)
 
-            submit_mesos(args, given, spec)  # returns never: the launcher is a Mesos task
-        run_dir = detach.submit(args, given, spec.name)  # returns in the detached launcher only
-    else:
-        run_dir = detach.adopt()  # a detached Slurm job's launcher takes its run over
-    if run_dir is not None and not args.options.log_dir:
-        args.options = dataclasses.replace(args.options, log_dir=str(run_dir))
+
+def run_job(
+    job: DetachedJob,
+    *,
+    started: float,
+    run_dir: Path | None = None,
+    as_program: bool = False,
+) -> int:
+    """Run ``job`` attached, here, to its verdict: tfrun's own job, or a
+    detached one's in its launcher (``run_dir``: the run's directory the
+    submitter made, where the job's events are kept)."""
+    options = job.options
+    if run_dir is not None and not options.log_dir:
+        options = dataclasses.replace(options, log_dir=str(run_dir))
     logging.basicConfig(format="[tfrun] %(message)s", level=logging.INFO, stream=sys.stderr)
     # -v is tfmesos's own detail, not every library's (asyncio's "Using selector").
-    logging.getLogger("tfmesos").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    logging.getLogger("tfmesos").setLevel(logging.DEBUG if job.verbose else logging.INFO)
     # kazoo narrates every ZooKeeper connection step at INFO.
     logging.getLogger("kazoo").setLevel(logging.WARNING)
-    if args.backend == "local" and not forkstart.runs_tasks_itself(spec):
-        # Its start overlaps the launcher's imports (docs/benchmarks.md).
-        forkstart.start()
+    options.start_early(job.spec)
     from tfmesos.launcher.events import NO_EVENTS, Events, open_events
     from tfmesos.launcher.run import LateSignals, run_replica_job
 
     events: Events = NO_EVENTS
-    if args.events is not None:
+    if job.events is not None:
         try:
-            events = open_events(args.events)
+            events = open_events(job.events)
         except OSError as exc:
-            forkstart.discard()
+            options.discard_early()
             print(
-                f"tfrun: error: --events: cannot write {shown_path(args.events)}: "
+                f"tfrun: error: --events: cannot write {shown_path(job.events)}: "
                 f"{exc.strerror or exc}",
                 file=sys.stderr,
                 flush=True,
@@ -80,9 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
     # Every run's events are kept in its directory too, for tfrun list and the others.
     if run_dir is not None:
-        events = detach.RunEvents([events], run_dir=run_dir)
+        events = RunEvents([events], run_dir=run_dir)
     else:
-        events = detach.RunEvents([events], job=(args.backend, given, spec.name))
+        events = RunEvents([events], job=(job.backend, job.argv, job.spec.name))
     late = LateSignals()  # from the job's end to tfrun's, no signal cuts the verdict short
     made_before = rundirs.held()
 
@@ -94,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         status = run_replica_job(
-            spec, args.backend, args.options, started=started, events=events, late_signals=late
+            job.spec, job.backend, options, started=started, events=events, late_signals=late
         )
     except (ResourceError, SpecError) as exc:
         # Bad usage, found when the backend looked (a job this machine can
@@ -124,15 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # directory: one that kept nothing goes (rundirs.release).
         for run in rundirs.held() - made_before:
             rundirs.release(run)
-        forkstart.discard()
+        options.discard_early()
         events.close()
         if run_dir is not None:
             rundirs.release(run_dir)
-        if argv is not None:
+        if not as_program:
             # Called in a process that goes on: its own handlers back. (Run
             # as tfrun, they stay taken in until the interpreter exits.)
             late.restore()
-    if argv is None and args.backend == "local":
+    if as_program and job.backend == "local":
         _exit_now(status)
     return status
 

@@ -124,11 +124,16 @@ def new_run_dir() -> Path:
     return run
 
 
-def adopt(run: Path) -> None:
+def adopt(run: Path, held_by: int | None = None) -> None:
     """Take the lock of ``run``, a run's directory that another process made
     (a detached Slurm job's submitter) and that this one now runs, waiting
     for its maker to let go of it; released by :func:`release`. Raises
-    OSError where it cannot be locked."""
+    OSError where it cannot be locked. ``held_by``: a descriptor this
+    process inherited that holds the lock already (the local daemon's, kept
+    through its ``exec``)."""
+    if held_by is not None:
+        _held[run] = os.fdopen(held_by, "ab")
+        return
     lock = open(run / LOCK, "ab")  # noqa: SIM115 - held until release()
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -136,6 +141,13 @@ def adopt(run: Path) -> None:
         lock.close()
         raise
     _held[run] = lock
+
+
+def lock_descriptor(run: Path) -> int | None:
+    """The descriptor that holds ``run``'s lock here, for a process this one
+    becomes (``exec``) to :func:`adopt`; None where none is held."""
+    lock = _held.get(Path(run))
+    return None if lock is None else lock.fileno()
 
 
 def hand_over(run: Path) -> None:

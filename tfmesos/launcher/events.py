@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from tfmesos.backends.jobstate import SCHEMA_VERSION
+
 __all__ = [
     "EVENTS",
     "NO_EVENTS",
@@ -32,9 +34,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SCHEMA_VERSION = 1
-"""Changed only by what breaks a consumer of the old schema (see above)."""
 
 EVENTS = frozenset(
     {

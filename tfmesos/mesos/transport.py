@@ -545,6 +545,25 @@ class AiohttpTransport:
         except (aiohttp.ClientError, OSError) as exc:
             raise TransportError(describe(exc)) from exc
 
+    async def read(self, url: str, timeout: float) -> tuple[int, bytes]:
+        """GET ``url`` (a master's ``/state``, an agent's ``/files/read``)
+        with this transport's credentials and TLS: its status and body."""
+        try:
+            async with self._open().get(
+                url,
+                headers=self._headers({}),
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                ssl=self._ssl(url),
+            ) as response:
+                return response.status, await response.read()
+        except asyncio.TimeoutError:
+            raise TransportError(f"no answer within {timeout:g}s") from None
+        except TLSError as exc:
+            raise TransportError(str(exc)) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransportError(describe(exc)) from exc
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -44,7 +44,7 @@ from tfmesos.backends.local.forkstart import (
     raise_open_file_limit,
     runs_tasks_itself,
 )
-from tfmesos.backends.options import LocalOptions
+from tfmesos.backends.local.options import LocalOptions
 from tfmesos.common import exported, rundirs
 from tfmesos.common.pathtext import shown_path
 from tfmesos.common.ports import PortAllocator

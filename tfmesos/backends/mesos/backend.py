@@ -47,12 +47,12 @@ from tfmesos.backends.mesos.hold import (
     StopHold,
     Suppress,
 )
+from tfmesos.backends.mesos.options import MesosOptions, framework_credentials
 from tfmesos.backends.mesos.pins import Pin, Pins
 from tfmesos.backends.mesos.reconcile import Reconciliation
 from tfmesos.backends.mesos.subscriptions import Subscriptions
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
 from tfmesos.backends.mesos.tasks import PlacedTasks
-from tfmesos.backends.mesos_options import MesosOptions, framework_credentials
 from tfmesos.common import rundirs
 from tfmesos.common.advertise import is_loopback_name
 from tfmesos.common.aio import reap

@@ -8,7 +8,11 @@ leaves the framework up. The launcher task (:func:`launcher_main`) is an
 attached tfrun that takes the framework over by Mesos's scheduler failover,
 runs the job with the chief beside it, keeps the logs and events in its
 sandbox, and tears the framework down at the end. ``tfrun list`` and the
-other job commands find the job by its label (:mod:`tfmesos.cli.mesos_jobs`)."""
+other job commands find the job by its label (:mod:`tfmesos.backends.mesos.jobs`).
+
+The job reaches the launcher task typed (:mod:`tfmesos.backends.jobspec`),
+inside the sealed handover, and its tfrun through a descriptor: no command
+line, the launcher task's or its tfrun's, holds what the job carries."""
 
 from __future__ import annotations
 
@@ -25,18 +29,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from tfmesos.backends.base import Launch, advertised_host
+from tfmesos.backends.jobs import DetachedJob
+from tfmesos.backends.jobspec import ENV_JOB as DESCRIPTION_VARIABLE
+from tfmesos.backends.jobspec import from_json, to_descriptor, to_json
 from tfmesos.backends.mesos import handover
-from tfmesos.backends.mesos.taskinfo import framework_info, task_info
-from tfmesos.backends.mesos_options import (
+from tfmesos.backends.mesos.options import (
     PRINCIPAL_VARIABLE,
     MesosOptions,
     framework_credentials,
 )
+from tfmesos.backends.mesos.taskinfo import framework_info, task_info
 from tfmesos.common.exported import IMAGE, carried, parse_export, task_base
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, TFMesosError
 from tfmesos.mesos import calls
@@ -44,7 +50,6 @@ from tfmesos.mesos.masters import default_scheme, read_master_files
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient
 from tfmesos.rendezvous import protocol
-from tfmesos.spec import ClusterSpec
 
 __all__ = [
     "ENV_FRAMEWORK_ID",
@@ -84,21 +89,10 @@ SANDBOX_EVENTS = "events.jsonl"
 """In the launcher task's sandbox: the job's event stream, its verdict last."""
 LAUNCHER_TASK = "launcher"
 
-_CARRIED_FILES = {
-    "--ssl-ca": "ssl-ca.pem",
-    "--tls-cert": "tls-cert.pem",
-    "--tls-key": "tls-key.pem",
-    "--extra-config": "extra-config.json",
-    "--extra_config": "extra-config.json",
-    "-e": "extra-config.json",
-}
-"""Flags naming files of the submitting machine that the launcher needs:
-their contents go in the handover, and the launcher's own copies replace them."""
-_GIVEN = ("-m", "--master", "--principal")
-"""Flags the launcher is given as this machine resolved them (:func:`_handover`)."""
-_DROPPED = ("--detach", "--events", "--log-dir", "--secret-file")
-"""Flags of the submitter's alone: the launcher keeps its events and logs in
-its sandbox, and has the principal's secret in its environment."""
+_SSL_CA, _TLS_CERT, _TLS_KEY = "ssl-ca.pem", "tls-cert.pem", "tls-key.pem"
+"""The files of the submitting machine the launcher needs (``--ssl-ca``,
+``--tls-cert``, ``--tls-key``), by the names of its own copies: their
+contents go in the handover."""
 
 
 def job_labels(job: str) -> dict[str, Any]:
@@ -165,40 +159,6 @@ def new_job_id() -> str:
     return f"mesos-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
-def _split(argv: Sequence[str], command: Sequence[str]) -> tuple[list[str], list[str]]:
-    """tfrun's flags in ``argv``, and the job's command from its ``--`` on;
-    ``command``: the parsed one (``args.command``), which is the end of
-    ``argv`` when there is no ``--``, so that none of its words is taken
-    for a flag of tfrun's."""
-    argv = list(argv)
-    if "--" in argv:
-        split = argv.index("--")
-        return argv[:split], argv[split:]
-    split = len(argv) - len(command)
-    return argv[:split], ["--", *argv[split:]]
-
-
-def _flag_values(flags: Sequence[str], names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """``flags`` less each of ``names`` (``--x V``, ``--x=V``, ``-xV``, a
-    bare ``--detach``), and the values those had."""
-    kept: list[str] = []
-    values: dict[str, str] = {}
-    words = iter(flags)
-    for word in words:
-        name, equals, value = word.partition("=")
-        if not word.startswith("--") and len(word) > 2 and word[:2] in names:
-            name, equals, value = word[:2], "=", word[2:]  # -eFILE, as argparse takes it
-        if name not in names:
-            kept.append(word)
-        elif name == "--detach":
-            continue
-        elif equals:
-            values[name] = value
-        else:
-            values[name] = next(words, "")
-    return kept, values
-
-
 def _master_url(given: str) -> str:
     """The master spec ``given`` as this machine reads it, for a launcher
     elsewhere: each ``file://`` read, each address given its scheme (this
@@ -211,63 +171,88 @@ def _master_url(given: str) -> str:
     return ",".join(part if "://" in part else f"{scheme}://{part}" for part in parts)
 
 
-def _handover(args: Any, argv: Sequence[str], job: str, secret: str | None) -> dict[str, Any]:
-    flags, command = _split(argv, getattr(args, "command", None) or [])
-    flags, values = _flag_values(flags, (*_DROPPED, *_CARRIED_FILES, *_GIVEN))
-    files = {}
-    for flag, name in _CARRIED_FILES.items():
-        if flag in values:
-            path = Path(values[flag])
-            if path.is_dir():
-                _fail(f"{flag} {path}: a detached job's launcher needs a file, not a directory")
-            files[name] = [flag, path.read_bytes().hex()]
-    options: MesosOptions = args.options
-    if "--user" not in flags and options.user is None:
-        flags += ["--user", getpass.getuser()]  # the framework's user, which a failover keeps
-    # Given whatever way on this machine ($MESOS_MASTER, $MESOS_PRINCIPAL,
-    # -m file://PATH): the launcher's environment carries no MESOS_*, and
-    # its host may lack the file.
+def _read_file(what: str, path: str | None) -> str | None:
+    """The contents (hex) of a file of this machine the launcher needs."""
+    if path is None:
+        return None
+    if Path(path).is_dir():
+        _fail(f"{what} {path}: a detached job's launcher needs a file, not a directory")
+    return Path(path).read_bytes().hex()
+
+
+def _handover(job: DetachedJob, job_id: str, secret: str | None) -> dict[str, Any]:
+    """What the launcher task is handed: the job as it runs there (the
+    master, principal and user as this machine resolved them, given
+    whatever way: ``$MESOS_MASTER``, ``$MESOS_PRINCIPAL``, ``-m
+    file://PATH``; the launcher's environment carries no ``MESOS_*`` and
+    its host may lack the file), the files of this machine it needs, the
+    environment carried and the principal's secret. The submitter's own
+    stay behind: its events and logs (the launcher keeps them in its
+    sandbox), its secret's file."""
+    options = job.options
+    assert isinstance(options, MesosOptions)
+    files = {
+        name: content
+        for name, content in (
+            (_SSL_CA, _read_file("--ssl-ca", options.ssl_ca)),
+            (_TLS_CERT, _read_file("--tls-cert", job.spec.tls_cert)),
+            (_TLS_KEY, _read_file("--tls-key", job.spec.tls_key)),
+        )
+        if content is not None
+    }
     master = _master_url(options.master or os.environ.get("MESOS_MASTER") or "")
-    flags += ["-m", master]
-    principal = options.principal or os.environ.get(PRINCIPAL_VARIABLE)
-    if principal:
-        flags += ["--principal", principal]
-    environment = carried(os.environ, parse_export("ALL"))
+    there = dataclasses.replace(
+        job,
+        spec=dataclasses.replace(job.spec, tls_cert=None, tls_key=None),
+        options=dataclasses.replace(
+            options,
+            master=master,
+            principal=options.principal or os.environ.get(PRINCIPAL_VARIABLE) or None,
+            user=options.user or getpass.getuser(),  # the framework's, which a failover keeps
+            secret_file=None,
+            ssl_ca=None,
+            log_dir=None,
+        ),
+        events=None,
+    )
     return {
         "master": master,
-        "job": job,
-        "flags": flags,
-        "command": command,
+        "job": job_id,
+        "description": to_json(there),
         "files": files,
-        "env": environment,
+        "env": carried(os.environ, parse_export("ALL")),
         "secret": secret,
         "cwd": os.getcwd(),
     }
 
 
-def submit_mesos(args: Any, argv: Sequence[str], spec: ClusterSpec) -> NoReturn:
+def submit_mesos(job: DetachedJob) -> NoReturn:
     """Detach a Mesos job: print its id once its launcher task has taken the
     handover, and exit 0; exit as an attached tfrun would where it could not."""
-    job = new_job_id()
+    job_id = new_job_id()
+    options = job.options
+    assert isinstance(options, MesosOptions)
+    master = options.master or os.environ.get("MESOS_MASTER")
+    if not master:
+        _fail("the mesos backend needs a master: -m HOST:5050 or MESOS_MASTER", EXIT_USAGE)
     try:
-        framework_id, host = asyncio.run(_submit(args, argv, spec, job))
+        framework_id, host = asyncio.run(_submit(job, job_id, master))
     except TFMesosError as exc:
         _fail(str(exc), exc.exit_status)
     except OSError as exc:
         _fail(f"the detached job's launcher could not be started: {exc}")
-    master = args.options.master or os.environ.get("MESOS_MASTER", "")
-    shown = f" -m {master}" if args.options.master else ""
+    shown = f" -m {master}" if options.master else ""
     print(
-        f"tfrun: job {job} runs detached, its launcher a task on {host} "
+        f"tfrun: job {job_id} runs detached, its launcher a task on {host} "
         f"(framework {framework_id}); follow it with:\n"
-        f"  tfrun logs -f{shown} {job}      # worker:0's output as it comes (--task all: every task's)\n"
-        f"  tfrun status{shown} {job}\n"
-        f"  tfrun wait{shown} {job}         # until it ends, with its exit status\n"
-        f"  tfrun stop{shown} {job}",
+        f"  tfrun logs -f{shown} {job_id}      # worker:0's output as it comes (--task all: every task's)\n"
+        f"  tfrun status{shown} {job_id}\n"
+        f"  tfrun wait{shown} {job_id}         # until it ends, with its exit status\n"
+        f"  tfrun stop{shown} {job_id}",
         file=sys.stderr,
         flush=True,
     )
-    print(job, flush=True)
+    print(job_id, flush=True)
     raise SystemExit(0)
 
 
@@ -276,52 +261,85 @@ def _fail(message: str, status: int = EXIT_TFRUN_FAILED) -> NoReturn:
     raise SystemExit(status)
 
 
-async def _submit(args: Any, argv: Sequence[str], spec: ClusterSpec, job: str) -> tuple[str, str]:
-    options: MesosOptions = args.options
-    master = options.master or os.environ.get("MESOS_MASTER")
-    if not master:
-        _fail("the mesos backend needs a master: -m HOST:5050 or MESOS_MASTER", EXIT_USAGE)
-    principal, secret = framework_credentials(options.principal, None, options.secret_file)
-    user = options.user or getpass.getuser()
-    host = advertised_host()
-    info = framework_info(spec, options, user, host, principal)
-    info["failover_timeout"] = HANDOVER_FAILOVER_TIMEOUT
-    info["labels"] = job_labels(job)
-    chief = next(t for t in spec.tasks() if t.job_name == spec.ending_job)
-    need = dataclasses.replace(chief, cpus=chief.cpus + LAUNCHER_CPUS, mem=chief.mem + LAUNCHER_MEM)
-    events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    client = SchedulerClient(
-        master,
-        info,
-        events.put_nowait,
-        reconnect_timeout=options.reconnect_timeout,
-        connect_timeout=options.connect_timeout,
-        auth=(principal, secret) if principal and secret else None,
-        ssl_ca=options.ssl_ca,
-    )
-    runner = asyncio.create_task(client.run())
-    key = os.urandom(32)
-    task_id = f"{job}.{LAUNCHER_TASK}"
-    given = _handover(args, argv, job, secret)
-    given["framework_info"] = info
-    server, port, handed = await handover.serve_one(key, task_id, given, "0.0.0.0")
-    ok = False
-    try:
-        deadline = asyncio.get_running_loop().time() + (spec.start_timeout or PLACE_TIMEOUT)
-        launched_on = ""
+async def _submit(job: DetachedJob, job_id: str, master: str) -> tuple[str, str]:
+    return await _LauncherSubmission(job, job_id, master).run()
+
+
+class _LauncherSubmission:
+    """The submitter's framework, for as long as it takes to launch the
+    launcher task and hand it the job: one offer that holds the chief's
+    resources and the launcher's is taken, the others declined."""
+
+    def __init__(self, job: DetachedJob, job_id: str, master: str) -> None:
+        options = job.options
+        assert isinstance(options, MesosOptions)
+        self.job, self.options, self.job_id = job, options, job_id
+        spec = job.spec
+        self.principal, self.secret = framework_credentials(
+            options.principal, None, options.secret_file
+        )
+        self.user = options.user or getpass.getuser()
+        self.host = advertised_host()
+        self.info = framework_info(spec, options, self.user, self.host, self.principal)
+        self.info["failover_timeout"] = HANDOVER_FAILOVER_TIMEOUT
+        self.info["labels"] = job_labels(job_id)
+        chief = next(t for t in spec.tasks() if t.job_name == spec.ending_job)
+        self.need = dataclasses.replace(
+            chief, cpus=chief.cpus + LAUNCHER_CPUS, mem=chief.mem + LAUNCHER_MEM
+        )
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.client = SchedulerClient(
+            master,
+            self.info,
+            self.events.put_nowait,
+            reconnect_timeout=options.reconnect_timeout,
+            connect_timeout=options.connect_timeout,
+            auth=(self.principal, self.secret) if self.principal and self.secret else None,
+            ssl_ca=options.ssl_ca,
+        )
+        self.key = os.urandom(32)
+        self.task_id = f"{job_id}.{LAUNCHER_TASK}"
+        self.given = _handover(job, job_id, self.secret)
+        self.given["framework_info"] = self.info
+        self.launched_on = ""
+        self.port = 0
+
+    async def run(self) -> tuple[str, str]:
+        """The framework's id and the launcher task's host, once it has the job."""
+        runner = asyncio.create_task(self.client.run())
+        server, self.port, handed = await handover.serve_one(
+            self.key, self.task_id, self.given, "0.0.0.0"
+        )
+        ok = False
+        try:
+            await self._until_handed(runner, handed)
+            assert self.client.framework_id is not None
+            ok = True
+            return self.client.framework_id, self.launched_on
+        finally:
+            server.close()
+            # Left standing on success: the launcher task takes it over.
+            await self.client.close(teardown=not ok)
+            with contextlib.suppress(Exception):
+                await runner
+
+    async def _until_handed(self, runner: asyncio.Task[None], handed: asyncio.Future[str]) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = self.job.spec.start_timeout or PLACE_TIMEOUT
+        deadline = loop.time() + timeout
         while not handed.done():
-            left = deadline - asyncio.get_running_loop().time()
+            left = deadline - loop.time()
             if left <= 0:
                 raise TFMesosError(
-                    f"the detached job's launcher task was not running within "
-                    f"{spec.start_timeout or PLACE_TIMEOUT:g}s "
+                    f"the detached job's launcher task was not running within {timeout:g}s "
                     + (
-                        f"(launched on {launched_on})"
-                        if launched_on
-                        else f"(no offer held {describe_need(need)}: {client.last_error or 'none came'})"
+                        f"(launched on {self.launched_on})"
+                        if self.launched_on
+                        else f"(no offer held {describe_need(self.need)}: "
+                        f"{self.client.last_error or 'none came'})"
                     )
                 )
-            getter = asyncio.ensure_future(events.get())
+            getter = asyncio.ensure_future(self.events.get())
             waited: set[asyncio.Future[Any]] = {getter, handed, runner}
             await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             if runner.done():
@@ -331,51 +349,48 @@ async def _submit(args: Any, argv: Sequence[str], spec: ClusterSpec, job: str) -
             if not getter.done():
                 getter.cancel()
                 continue
-            event = getter.result()
-            kind = event.get("type")
-            if kind == "OFFERS":
-                for offer in event.get("offers", {}).get("offers", []):
-                    capacity = OfferCapacity.of(offer)
-                    if launched_on or not capacity.fits(need):
-                        client.submit(calls.decline(offer["id"], 1.0))
-                        continue
-                    resources, task_port = capacity.take(need)
-                    env = {
-                        protocol.ENV_SECRET: key.hex(),
-                        handover.ENV_HANDOVER: f"{host}:{port}",
-                        protocol.ENV_TASK_ID: task_id,
-                    }
-                    launch = Launch(task_id, need, env)
-                    task = task_info(launch, spec, options, offer, resources, task_port, user)
-                    python = "python3" if options.image else sys.executable
-                    task["name"] = f"{spec.name[:60]} (launcher)"
-                    task["command"]["value"] = f"exec {python} -m tfmesos.backends.mesos.detached"
-                    launched_on = str(offer.get("hostname", ""))
-                    given["framework_id"] = client.framework_id
-                    client.submit(calls.accept(offer["id"], [task], 0.0))
-            elif kind == "UPDATE":
-                status = event["update"]["status"]
-                if "uuid" in status:
-                    client.submit(calls.acknowledge(status))
-                state = str(status.get("state", ""))
-                if state not in ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"):
-                    message = status.get("message") or status.get("reason") or ""
-                    raise TFMesosError(
-                        f"the detached job's launcher task ended before it took the job "
-                        f"over: {state}{': ' + message if message else ''}"
-                    )
-            elif kind == "ERROR":
-                message = event.get("error", {}).get("message", "no message")
-                raise TFMesosError(f"the Mesos master sent an ERROR: {message}")
-        assert client.framework_id is not None
-        ok = True
-        return client.framework_id, launched_on
-    finally:
-        server.close()
-        # Left standing on success: the launcher task takes it over.
-        await client.close(teardown=not ok)
-        with contextlib.suppress(Exception):
-            await runner
+            self._handle(getter.result())
+
+    def _handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "OFFERS":
+            for offer in event.get("offers", {}).get("offers", []):
+                self._offer(offer)
+        elif kind == "UPDATE":
+            status = event["update"]["status"]
+            if "uuid" in status:
+                self.client.submit(calls.acknowledge(status))
+            state = str(status.get("state", ""))
+            if state not in ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"):
+                message = status.get("message") or status.get("reason") or ""
+                raise TFMesosError(
+                    f"the detached job's launcher task ended before it took the job "
+                    f"over: {state}{': ' + message if message else ''}"
+                )
+        elif kind == "ERROR":
+            message = event.get("error", {}).get("message", "no message")
+            raise TFMesosError(f"the Mesos master sent an ERROR: {message}")
+
+    def _offer(self, offer: dict[str, Any]) -> None:
+        capacity = OfferCapacity.of(offer)
+        if self.launched_on or not capacity.fits(self.need):
+            self.client.submit(calls.decline(offer["id"], 1.0))
+            return
+        resources, task_port = capacity.take(self.need)
+        env = {
+            protocol.ENV_SECRET: self.key.hex(),
+            handover.ENV_HANDOVER: f"{self.host}:{self.port}",
+            protocol.ENV_TASK_ID: self.task_id,
+        }
+        launch = Launch(self.task_id, self.need, env)
+        spec, options = self.job.spec, self.options
+        task = task_info(launch, spec, options, offer, resources, task_port, self.user)
+        python = "python3" if options.image else sys.executable
+        task["name"] = f"{spec.name[:60]} (launcher)"
+        task["command"]["value"] = f"exec {python} -m tfmesos.backends.mesos.detached"
+        self.launched_on = str(offer.get("hostname", ""))
+        self.given["framework_id"] = self.client.framework_id
+        self.client.submit(calls.accept(offer["id"], [task], 0.0))
 
 
 # -- in the launcher task --------------------------------------------------------
@@ -396,56 +411,18 @@ def launcher_main() -> int:
     # Outside the sandbox, which the agent's files API serves to its readers.
     private = Path(tempfile.mkdtemp(prefix="tfmesos-launcher-", dir=_private_root(sandbox)))
     try:
-        flags = list(given["flags"])
-        for name, (flag, content) in given["files"].items():
-            path = private / name
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as file:
-                file.write(bytes.fromhex(content))
-            flags += [flag, str(path)]
-        flags += [
-            "--log-dir",
-            str(sandbox / SANDBOX_LOGS),
-            "--events",
-            str(sandbox / SANDBOX_EVENTS),
-        ]
-        base = IMAGE if os.environ.get(protocol.ENV_BASE) == IMAGE else None
-        env = task_base(os.environ, base, given["env"])
-        env.pop(protocol.ENV_BASE, None)
-        env[ENV_FRAMEWORK_ID] = framework_id
-        env[ENV_JOB] = str(given["job"])
-        if given.get("secret"):
-            env["MESOS_SECRET"] = str(given["secret"])
-        argv = [
-            sys.executable,
-            "-m",
-            "tfmesos.cli",
-            "--backend",
-            "mesos",
-            *flags,
-            *given["command"],
-        ]
-        cwd = given.get("cwd") if os.path.isdir(str(given.get("cwd"))) else None
-        child = subprocess.Popen(argv, env=env, cwd=cwd or str(sandbox))
-
-        def forward(signum: int, _frame: object) -> None:
-            with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signum)
-
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, forward)
-        status = child.wait()
+        files = _write_files(private, given["files"])
+        status = _run_job(given, files, sandbox, framework_id)
         # Its tfrun left the framework standing (a restart's next run takes
         # it over again): torn down here, the launcher task with it.
         auth = (str(given["framework_info"].get("principal")), str(given["secret"]))
-        ca = private / _CARRIED_FILES["--ssl-ca"]
         problem = asyncio.run(
             teardown(
                 str(given["master"]),
                 dict(given["framework_info"], failover_timeout=HANDOVER_FAILOVER_TIMEOUT),
                 framework_id,
                 auth=auth if given.get("secret") else None,
-                ssl_ca=str(ca) if ca.exists() else None,
+                ssl_ca=files.get(_SSL_CA),
             )
         )
         if problem is not None:
@@ -453,6 +430,66 @@ def launcher_main() -> int:
         return status if status >= 0 else 128 - status
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def _write_files(private: Path, files: dict[str, str]) -> dict[str, str]:
+    """The submitter's files, written here, private: their paths by name."""
+    written = {}
+    for name, content in files.items():
+        path = private / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(bytes.fromhex(content))
+        written[name] = str(path)
+    return written
+
+
+def _run_job(given: dict[str, Any], files: dict[str, str], sandbox: Path, framework_id: str) -> int:
+    """Run the job handed over as an attached tfrun (:mod:`tfmesos.cli.launch`,
+    its description through a descriptor), its events and logs in the
+    sandbox; its exit status."""
+    job = from_json(str(given["description"]))
+    assert isinstance(job.options, MesosOptions)
+    spec = job.spec
+    if spec.cwd == given.get("cwd") and not os.path.isdir(str(spec.cwd)):
+        # The submitter's directory, which this host lacks: the sandbox, as
+        # a tfrun started here would take its own.
+        spec = dataclasses.replace(spec, cwd=str(sandbox))
+    if _TLS_CERT in files:
+        spec = dataclasses.replace(spec, tls_cert=files[_TLS_CERT], tls_key=files.get(_TLS_KEY))
+    job = dataclasses.replace(
+        job,
+        spec=spec,
+        options=dataclasses.replace(
+            job.options, log_dir=str(sandbox / SANDBOX_LOGS), ssl_ca=files.get(_SSL_CA)
+        ),
+        events=str(sandbox / SANDBOX_EVENTS),
+    )
+    base = IMAGE if os.environ.get(protocol.ENV_BASE) == IMAGE else None
+    env = task_base(os.environ, base, given["env"])
+    env.pop(protocol.ENV_BASE, None)
+    env[ENV_FRAMEWORK_ID] = framework_id
+    env[ENV_JOB] = str(given["job"])
+    if given.get("secret"):
+        env["MESOS_SECRET"] = str(given["secret"])
+    described = to_descriptor(job)
+    env[DESCRIPTION_VARIABLE] = f"fd:{described}"
+    cwd = given.get("cwd") if os.path.isdir(str(given.get("cwd"))) else None
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tfmesos.cli.launch"],
+        env=env,
+        cwd=cwd or str(sandbox),
+        pass_fds=(described,),
+    )
+    os.close(described)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    return child.wait()
 
 
 def _private_root(sandbox: Path) -> str | None:

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from tfmesos.backends.base import Launch
-from tfmesos.backends.mesos_options import MesosOptions
+from tfmesos.backends.mesos.options import MesosOptions
 from tfmesos.common.exported import IMAGE
 from tfmesos.mesos.scheduler import DEFAULT_HEARTBEAT_SECONDS, MISSED_HEARTBEATS
 from tfmesos.rendezvous import protocol

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfmesos.backends import slurm_options
 from tfmesos.backends.base import (
     Backend,
     BackendAttached,
@@ -39,6 +38,7 @@ from tfmesos.backends.base import (
     agent_command,
     make_log_dir,
 )
+from tfmesos.backends.slurm import options as slurm_options
 from tfmesos.common import exported, rundirs
 from tfmesos.common.aio import reap
 from tfmesos.common.pathtext import shown_path

@@ -204,6 +204,28 @@ class MesosOptions(BackendOptions):
         own["image"] = own.get("image") or os.environ.get("DOCKER_IMAGE")
         return super().from_given(own)
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> MesosOptions:
+        fields = dict(record)
+        fields["volumes"] = tuple(Volume(**volume) for volume in record.get("volumes", ()))
+        return super().from_record(fields)
+
+    @classmethod
+    def add_job_flags(cls, parser: argparse.ArgumentParser) -> None:
+        """Where a detached Mesos job is found, and as whom (tfmesos.backends.mesos.jobs)."""
+        parser.add_argument(
+            "-m", "--master", help="a detached Mesos job's master (else $MESOS_MASTER)"
+        )
+        parser.add_argument("--principal", help="the principal the job's framework runs as")
+        parser.add_argument("--secret-file", metavar="FILE", help="the principal's secret")
+        parser.add_argument("--ssl-ca", metavar="PEM", help="the CA of a master over TLS")
+
+    @classmethod
+    def claims_job(cls, args: argparse.Namespace) -> bool:
+        return bool(getattr(args, "master", None)) or str(getattr(args, "id", "")).startswith(
+            "mesos-"
+        )
+
     def check_spec(self, spec: ClusterSpec) -> None:
         if self.containerizer == "DOCKER" and any(job.gpus for job in spec.jobs):
             raise SpecError(

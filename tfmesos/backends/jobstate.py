@@ -17,12 +17,18 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "SCHEMA_VERSION",
     "JobState",
     "TaskAttempt",
     "TaskState",
     "job_state",
     "read_events",
 ]
+
+SCHEMA_VERSION = 1
+"""The event stream's schema version (tfmesos.launcher.events writes it),
+changed only by what breaks a consumer of the old schema: here, beside its
+reader, which the job commands' backends below the launcher use too."""
 
 STATES = ("pending", "running", "succeeded", "failed", "stopped")
 """A job's states, as ``tfrun list`` says them."""

@@ -11,35 +11,33 @@ only) and tears it down."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import base64
 import contextlib
 import getpass
-import json
 import os
 import signal
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from tfmesos.backends.jobs import DetachedJob, JobError, JobStore, Run
+from tfmesos.backends.jobstate import SCHEMA_VERSION, JobState, job_state, read_events
 from tfmesos.backends.mesos.detached import (
     LABEL_JOB,
     LABEL_STOPPED,
     LAUNCHER_TASK,
     SANDBOX_EVENTS,
     SANDBOX_LOGS,
+    submit_mesos,
     teardown,
 )
-from tfmesos.backends.mesos_options import framework_credentials
-from tfmesos.cli.jobstate import JobState, job_state, read_events
-from tfmesos.cli.jobstore import JobError, Run
+from tfmesos.backends.mesos.options import framework_credentials
 from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
-from tfmesos.launcher.events import SCHEMA_VERSION
+from tfmesos.mesos.reader import MasterReader, ReadError
 
 __all__ = ["MesosJobs"]
 
@@ -50,7 +48,7 @@ HTTP_TIMEOUT = 15.0
 STOP_TIMEOUT = 60.0
 
 
-class MesosJobs:
+class MesosJobs(JobStore):
     """The detached jobs of one Mesos cluster (``-m``, else ``$MESOS_MASTER``)."""
 
     backend = "mesos"
@@ -66,6 +64,8 @@ class MesosJobs:
         self.master = master
         self.principal, self._secret = framework_credentials(principal, None, secret_file)
         self.ssl_ca = ssl_ca
+        auth = (self.principal, self._secret) if self.principal and self._secret else None
+        self._reader = MasterReader(master, auth, ssl_ca, HTTP_TIMEOUT)
         self._state: tuple[float, dict[str, Any]] | None = None
         self._master_url = ""
         self._dirs: dict[str, tuple[str, str]] = {}
@@ -79,7 +79,11 @@ class MesosJobs:
         )
 
     @classmethod
-    def from_args(cls, args: Any) -> MesosJobs:
+    def submit(cls, job: DetachedJob) -> NoReturn:
+        submit_mesos(job)
+
+    @classmethod
+    def from_flags(cls, args: argparse.Namespace) -> MesosJobs:
         master = getattr(args, "master", None) or os.environ.get("MESOS_MASTER")
         if not master:
             raise JobError("a detached Mesos job is found on its master: give -m HOST:5050")
@@ -93,60 +97,18 @@ class MesosJobs:
     # -- the master and the agents -----------------------------------------------
 
     def _open(self, url: str) -> Any:
-        request = urllib.request.Request(url)
-        if self.principal and self._secret:
-            token = base64.b64encode(f"{self.principal}:{self._secret}".encode()).decode()
-            request.add_header("Authorization", f"Basic {token}")
-        context = None
-        if url.startswith("https:"):
-            from tfmesos.mesos.transport import client_tls
-
-            context = client_tls(self.ssl_ca).context
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT, context=context) as answer:
-            # surrogateescape: /files/read's data is the file's bytes as they
-            # are, a chunk may end inside a character; _copy encodes them back.
-            return json.loads(answer.read().decode("utf-8", "surrogateescape"))
+        """The JSON at ``url``, read as the backend reads the master."""
+        return self._reader.read_json(url)
 
     def _leader(self) -> tuple[str, dict[str, Any] | None]:
         """The leading master's URL, and its ``/state`` where that was read."""
-        from tfmesos.mesos.masters import parse_masters
-
-        source = parse_masters(self.master)
-        if not isinstance(source, list):
-            return self._zookeeper_leader(source), None
-        problems = []
-        for address in source:
-            try:
-                state = self._open(address.url + "/state")
-            except (OSError, ValueError) as exc:
-                problems.append(f"{address.url}: {exc}")
-                continue
-            if state.get("leader") and state.get("leader") == state.get("pid"):
-                return address.url, state
-            leader = state.get("leader_info") or {}
-            if leader.get("hostname") or leader.get("ip"):
-                host = leader.get("hostname") or leader["ip"]
-                return f"{address.scheme}://{host}:{leader['port']}", None
-        raise self._error(
-            f"no leading Mesos master at {self.master}: {'; '.join(problems) or 'none leads'}",
-            EXIT_TFRUN_FAILED,
-        )
-
-    def _zookeeper_leader(self, source: Any) -> str:
-        from tfmesos.mesos.zookeeper import ZooKeeperError, ZooKeeperLeader
-
-        zookeeper = ZooKeeperLeader(source, lambda leader: None)
         try:
-            zookeeper.start(HTTP_TIMEOUT)
-            if zookeeper.leader is None:
-                raise self._error(
-                    f"ZooKeeper names no leading master: {self.master}", EXIT_TFRUN_FAILED
-                )
-            return zookeeper.leader.url
-        except ZooKeeperError as exc:
+            return self._reader.leader()
+        except ReadError as exc:
             raise self._error(str(exc), EXIT_TFRUN_FAILED) from None
-        finally:
-            zookeeper.stop()
+
+    def close(self) -> None:
+        self._reader.close()
 
     def _master_state(self, fresh: bool = False) -> dict[str, Any]:
         if self._state is not None and not fresh:
@@ -391,14 +353,14 @@ class MesosJobs:
             )
             try:
                 answer = self._open(f"{agent_url}/files/read?{query}")
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
+            except ReadError as exc:
+                if exc.status in (None, 200, 404):
+                    # Not there yet, the agent out of reach, an answer that is
+                    # no JSON: what was copied stands.
                     return copied
                 raise self._error(
                     f"cannot read {name} on {agent_url}: {exc}", EXIT_TFRUN_FAILED
                 ) from None
-            except (OSError, ValueError):
-                return copied  # the agent out of reach: what was copied stands
             data = str(answer.get("data", "")).encode("utf-8", "surrogateescape")
             if not data:
                 return copied
