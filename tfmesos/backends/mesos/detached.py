@@ -43,6 +43,7 @@ from tfmesos.backends.mesos.options import (
     framework_credentials,
 )
 from tfmesos.backends.mesos.taskinfo import framework_info, task_info
+from tfmesos.common import proctree
 from tfmesos.common.exported import IMAGE, carried, parse_export, task_base
 from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, TFMesosError
 from tfmesos.mesos import calls
@@ -400,6 +401,13 @@ def launcher_main() -> int:
     """The launcher task: take the handover, then run the job as an attached
     tfrun that takes the framework over, and end with its exit status."""
     logging.basicConfig(format="[launcher] %(message)s", level=logging.INFO, stream=sys.stderr)
+    # The launcher ends with its executor (SIGTERM: the job stopped, its
+    # verdict said): one that outlived it would run the job unaccounted for,
+    # re-parented to init, and say a verdict after Mesos had said the task died.
+    executor = os.getppid()
+    if not proctree.exit_with_parent(executor):
+        logger.warning("the launcher task's executor is gone (killed?): not taking the job")
+        return 128 + signal.SIGTERM
     key = bytes.fromhex(os.environ.pop(protocol.ENV_SECRET))
     task_id = os.environ.pop(protocol.ENV_TASK_ID)
     address = os.environ.pop(handover.ENV_HANDOVER)
@@ -412,7 +420,7 @@ def launcher_main() -> int:
     private = Path(tempfile.mkdtemp(prefix="tfmesos-launcher-", dir=_private_root(sandbox)))
     try:
         files = _write_files(private, given["files"])
-        status = _run_job(given, files, sandbox, framework_id)
+        status = _run_job(given, files, sandbox, framework_id, executor)
         # Its tfrun left the framework standing (a restart's next run takes
         # it over again): torn down here, the launcher task with it.
         auth = (str(given["framework_info"].get("principal")), str(given["secret"]))
@@ -444,10 +452,13 @@ def _write_files(private: Path, files: dict[str, str]) -> dict[str, str]:
     return written
 
 
-def _run_job(given: dict[str, Any], files: dict[str, str], sandbox: Path, framework_id: str) -> int:
+def _run_job(
+    given: dict[str, Any], files: dict[str, str], sandbox: Path, framework_id: str, executor: int
+) -> int:
     """Run the job handed over as an attached tfrun (:mod:`tfmesos.cli.launch`,
     its description through a descriptor), its events and logs in the
-    sandbox; its exit status."""
+    sandbox; its exit status. A signal is passed on to it (``executor`` gone:
+    said first)."""
     job = from_json(str(given["description"]))
     assert isinstance(job.options, MesosOptions)
     spec = job.spec
@@ -484,6 +495,8 @@ def _run_job(given: dict[str, Any], files: dict[str, str], sandbox: Path, framew
     os.close(described)
 
     def forward(signum: int, _frame: object) -> None:
+        if os.getppid() != executor:
+            logger.warning("the launcher task's executor is gone (killed?): stopping the job")
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 

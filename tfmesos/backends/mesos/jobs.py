@@ -204,8 +204,14 @@ class MesosJobs(JobStore):
         # A framework the master still has, whose launcher task is gone
         # (its host lost: unreachable; or ended), runs no more: nobody
         # schedules it, and the master removes it only once its failover
-        # timeout has passed after it noticed the launcher's connection gone.
-        running = running and _launcher_state(framework, run.id) in _LAUNCHER_ALIVE
+        # timeout has passed. But a launcher task that ended on a host the
+        # master still reaches (its executor killed) may have left its
+        # launcher running: while that launcher's tfrun is still the
+        # framework's connected scheduler, it may yet say a verdict, and a
+        # verdict said before it would be taken back.
+        launcher = _launcher_state(framework, run.id)
+        still_scheduling = launcher not in _LAUNCHER_LOST and bool(framework.get("connected"))
+        running = running and (launcher in _LAUNCHER_ALIVE or still_scheduling)
         self._sync(run, framework)
         events = read_events(run.where / SANDBOX_EVENTS)
         stopped = _label(framework, LABEL_STOPPED)
@@ -372,6 +378,8 @@ class MesosJobs(JobStore):
 
 
 _LAUNCHER_ALIVE = (None, "TASK_STAGING", "TASK_STARTING", "TASK_RUNNING")
+_LAUNCHER_LOST = ("TASK_UNREACHABLE", "TASK_LOST", "TASK_GONE", "TASK_GONE_BY_OPERATOR")
+"""The launcher task's states in which its host is lost to the master."""
 """The launcher task's states (None: not known yet) in which the job runs."""
 
 
