@@ -12,6 +12,7 @@ a bounded hold, so one job runs and then the other.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,4 +144,49 @@ def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
     assert "did not come up within 12s" in result.stderr, result.stderr
     assert "fit 2 of the 3 tasks waiting" in result.stderr, result.stderr
     assert "cpus 3, mem 768 MiB, 3 ports together" in result.stderr, result.stderr
+    assert not job_procs.wait_gone(10)
+
+
+FIVE_AGENTS = tuple(
+    AgentSpec(f"cpus:4;mem:2048;ports:[{32600 + 20 * i}-{32619 + 20 * i}]") for i in range(5)
+)
+"""Five agents, each with room for every task of the job below, on ports no
+other test's agents offer."""
+
+
+@pytest.fixture(params=MESOS_KINDS)
+def five_agents(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[MesosUnderTest]:
+    with open_cluster(
+        request.param, job_procs, monkeypatch, tmp_path / "mesos", FIVE_AGENTS
+    ) as cluster:
+        yield cluster
+
+
+def test_a_job_spreads_over_the_agents_with_room_and_packs_onto_one_when_asked(
+    five_agents: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    # Ten remote tasks (worker 0 runs beside tfrun), each fitting any agent.
+    job = ("-w", "11", "-s", "0", "-Cw", "0.1", "-Mw", "64", "--timeout", "90", "--", "true")
+    for placement in ("spread", "pack"):
+        result = run_tfrun(
+            "-m",
+            five_agents.url,
+            "-n",
+            f"placed-{placement}",
+            "--placement",
+            placement,
+            *job,
+            env=job_procs.env(),
+        )
+        assert result.returncode == 0, result.stderr
+        framework = five_agents.framework(f"placed-{placement}")
+        tasks = framework["tasks"] + framework["completed_tasks"]
+        per_agent = sorted(Counter(t["slave_id"] for t in tasks).values())
+        expected = [2, 2, 2, 2, 2] if placement == "spread" else [10]
+        assert per_agent == expected, (placement, per_agent)
     assert not job_procs.wait_gone(10)

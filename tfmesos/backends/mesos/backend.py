@@ -140,12 +140,12 @@ class MesosBackend(Backend):
         self._logs = TaskLogs(self.log_dir, rundirs.task_log_max())
         self._sink: EventSink | None = None
         self._subscriptions = Subscriptions(self.client, self._attached, lambda: self._closing)
-        self.hold = OfferHold()
+        self.tasks = PlacedTasks()
+        """The tasks launched, and what Mesos says of them."""
+        self.hold = OfferHold(placement=options.placement, load=self.tasks.per_agent)
         """The tasks waiting for offers and the offers held for them."""
         self.pins = Pins()
         """The relaunches waiting for their own agent and port."""
-        self.tasks = PlacedTasks()
-        """The tasks launched, and what Mesos says of them."""
         self._largest_offer: OfferCapacity | None = None
         self._shapes: dict[tuple[float, float, int], TaskSpec] = {}
         """A task of each shape (cpus, mem, gpus) handed to the backend."""

@@ -48,6 +48,14 @@ class PlacedTasks:
     def add(self, launch: Launch, agent_id: str, host: str) -> None:
         self.placed[launch.task_id] = Placed(launch, agent_id, host)
 
+    def per_agent(self) -> dict[str, int]:
+        """How many of the tasks launched are not yet written off, by agent ID."""
+        counts: dict[str, int] = {}
+        for placed in self.placed.values():
+            if not placed.ended:
+                counts[placed.agent_id] = counts.get(placed.agent_id, 0) + 1
+        return counts
+
     def unsettled(self) -> dict[str, str]:
         """The tasks Mesos has not said are over for good, each with its
         agent: those written off as unreachable too, which may come back."""
