@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import MESOS_KINDS, JobProcesses, popen_tfrun, run_tfrun
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, open_cluster
+from tfmesos.backends.mesos.pacing import LAUNCHES_PER_AGENT
 from tfmesos.testing.real_mesos import AgentSpec
 
 # Worker 0 runs beside tfrun; workers 1 and 2 need one CPU each, remotely.
@@ -189,4 +190,30 @@ def test_a_job_spreads_over_the_agents_with_room_and_packs_onto_one_when_asked(
         per_agent = sorted(Counter(t["slave_id"] for t in tasks).values())
         expected = [2, 2, 2, 2, 2] if placement == "spread" else [10]
         assert per_agent == expected, (placement, per_agent)
+    assert not job_procs.wait_gone(10)
+
+
+def test_an_agent_given_more_than_its_launch_slots_starts_them_in_waves(
+    five_agents: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    # Twenty remote tasks packed onto one agent: LAUNCHES_PER_AGENT (16) are
+    # launched at once, the other four on the agent's next offer once the
+    # first have started. On real Mesos: that the next offer comes and the
+    # job completes.
+    result = run_tfrun(
+        *("-m", five_agents.url, "-n", "waves", "--placement", "pack"),
+        *("-w", "21", "-s", "0", "-Cw", "0.1", "-Mw", "64", "--timeout", "90", "--", "true"),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    framework = five_agents.framework("waves")
+    tasks = framework["tasks"] + framework["completed_tasks"]
+    assert sorted(Counter(t["slave_id"] for t in tasks).values()) == [20]
+    if five_agents.double is not None:
+        accepts = [
+            c["body"]["accept"] for c in five_agents.double.calls("ACCEPT") if c["status"] == 202
+        ]
+        launched = [len(a["operations"][0]["launch"]["task_infos"]) for a in accepts]
+        assert launched == [LAUNCHES_PER_AGENT, 20 - LAUNCHES_PER_AGENT], launched
+        assert accepts[0]["filters"]["refuse_seconds"] == 0  # its room straight back
     assert not job_procs.wait_gone(10)

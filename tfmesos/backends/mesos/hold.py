@@ -76,10 +76,12 @@ Placed = list[tuple[Launch, list[dict[str, Any]], int]]
 
 @dataclass(frozen=True)
 class Accept:
-    """ACCEPT ``offer`` with one LAUNCH of the tasks ``placed`` on it."""
+    """ACCEPT ``offer`` with one LAUNCH of the tasks ``placed`` on it, the
+    rest of it filtered for ``refuse_seconds``."""
 
     offer: dict[str, Any]
     placed: Placed = field(default_factory=list)
+    refuse_seconds: float = DECLINE_SECONDS
 
 
 @dataclass(frozen=True)
