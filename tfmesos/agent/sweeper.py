@@ -77,9 +77,7 @@ def sweep(groups: set[int], marks: set[bytes], strays: dict[int, int] | None = N
         try:
             # A command leads its session too (tfmesos.agent.supervisor):
             # what moved to another group of it is found as well.
-            members = [
-                p.pid for p in procfs.processes() if p.pgrp in groups or p.session in groups
-            ]
+            members = [p.pid for p in procfs.processes() if p.pgrp in groups or p.session in groups]
             for pid in members:
                 below.append(pid)  # in the group, or only in the session
                 below.extend(p.pid for p in procfs.descendants(pid))
