@@ -14,10 +14,16 @@ B. Bring-up: time from tfrun's start to every task registered (the ``ts`` of
    the local backend starting the same tasks; and tfrun's own CPU time in
    each. The target: bring-up of 500 tasks bounded by process start, not by
    the framework.
+C. Placement: PLACEMENT_TASKS trivial tasks on PLACEMENT_AGENTS real agents
+   with room for all of them each, under ``--placement spread`` (the default)
+   and ``--placement pack``, alternating: start to cluster up, and how many
+   agents the tasks used (from the master's ``/state``). ``--placement-only``
+   runs this part alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import functools
 import json
@@ -26,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from typing import Any
 
 import psutil
@@ -52,6 +59,8 @@ from tfmesos.testing.real_mesos import AgentSpec, MesosNotAvailable, RealMesos, 
 REAL_AGENTS = 10
 """Real agents are processes of their own (with an executor per task): 10
 of them, 100 ports each, hold 500 tasks."""
+PLACEMENT_TASKS = 50
+PLACEMENT_AGENTS = 5
 REAL_MAX_TASKS = 100
 """The largest job run on real Mesos here. At 500, this -O0 build's executors
 (a mesos-executor and a mesos-containerizer per task) on 2 cores did not
@@ -147,8 +156,8 @@ def start_master(agents: int) -> tuple[subprocess.Popen[bytes], str]:
     )
 
 
-def start_real_mesos() -> RealMesos | str:
-    """Real Mesos with REAL_AGENTS agents, or why there is none here."""
+def start_real_mesos(agent_count: int = REAL_AGENTS) -> RealMesos | str:
+    """Real Mesos with ``agent_count`` agents of 100 ports each, or why there is none here."""
     try:
         home = prepare()
     except MesosNotAvailable as exc:
@@ -158,16 +167,28 @@ def start_real_mesos() -> RealMesos | str:
     executor_env = {k: env[k] for k in ("PATH", "PYTHONPYCACHEPREFIX", "TF_CPP_MIN_LOG_LEVEL")}
     agents = [
         AgentSpec(f"cpus:64;mem:65536;ports:[{31000 + 100 * i}-{31099 + 100 * i}]")
-        for i in range(REAL_AGENTS)
+        for i in range(agent_count)
     ]
     return RealMesos(home, agents=agents, executor_env=executor_env).start()
 
 
-def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
-    """Seconds from tfrun's start to its cluster up, and tfrun's CPU seconds until then."""
+def agents_used(master: str, name: str) -> int:
+    """How many agents the tasks of the framework called ``name`` ran on."""
+    with urllib.request.urlopen(f"{master}/state", timeout=10) as answer:
+        state = json.loads(answer.read())
+    (framework,) = [
+        f for f in state["frameworks"] + state["completed_frameworks"] if f["name"] == name
+    ]
+    tasks = framework["tasks"] + framework["completed_tasks"]
+    return len({task["slave_id"] for task in tasks})
+
+
+def bring_up(tasks: int, master: str | None, *extra: str) -> tuple[float, float]:
+    """Seconds from tfrun's start to its cluster up, and tfrun's CPU seconds
+    until then; ``extra``: more tfrun flags."""
     with scratch("scale") as work:
         events = EventStream(work / "events.jsonl")
-        argv = [*tfrun()]
+        argv = [*tfrun(), *extra]
         if master:
             argv += ["-m", master]
         argv += ["-w", str(tasks), "-s", "0", "-Cw", "0.01", "-Mw", "1", *events.flag]
@@ -198,10 +219,69 @@ def bring_up(tasks: int, master: str | None) -> tuple[float, float]:
         return up, cpu
 
 
+def placement(result: Result, reps: int, tasks: int = PLACEMENT_TASKS) -> None:
+    """Part C: ``tasks`` on PLACEMENT_AGENTS real agents, spread and packed."""
+    real = start_real_mesos(PLACEMENT_AGENTS)
+    if isinstance(real, str):
+        result.note(f"no real Mesos here, so no placement rows: {real}")
+        return
+    runs = 0
+
+    def run(how: str) -> tuple[float, float, int]:
+        nonlocal runs
+        runs += 1
+        name = f"placement-{how}-{runs}"
+        up, cpu = bring_up(tasks, real.url, "--placement", how, "-n", name)
+        return up, cpu, agents_used(real.url, name)
+
+    try:
+        kinds = {how: functools.partial(run, how) for how in ("spread", "pack")}
+        samples = alternate(reps, kinds)
+    finally:
+        real.stop()
+    for how, measured in samples.items():
+        where = f"real Mesos, {tasks} tasks on {PLACEMENT_AGENTS} agents, {how}"
+        result.add(f"start to cluster up, {where}", "s", [m[0] for m in measured])
+        result.add(f"agents used, {where}", "", [m[2] for m in measured])
+    result.ratio(
+        f"start to cluster up, spread / pack, {tasks} tasks on {PLACEMENT_AGENTS} agents",
+        f"start to cluster up, real Mesos, {tasks} tasks on {PLACEMENT_AGENTS} agents, spread",
+        f"start to cluster up, real Mesos, {tasks} tasks on {PLACEMENT_AGENTS} agents, pack",
+    )
+    result.note(
+        f"placement: {PLACEMENT_AGENTS} real agents of 64 CPUs, 64 GiB and 100 ports each "
+        f"on this machine, each with room for all {tasks} tasks (0.01 CPU, 1 MiB, 1 port; worker 0 runs beside tfrun, the rest on the agents)"
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--placement-only",
+        action="store_true",
+        help="only part C: spread against pack on real Mesos",
+    )
+
+
 def main() -> None:
     # Stopped from outside, it still stops the real Mesos it started (finally).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    args = parse_args(__doc__.splitlines()[0], reps=3)
+    args = parse_args(__doc__.splitlines()[0], reps=3, add=add_arguments)
+    if args.placement_only:
+        result = Result(
+            "mesos_placement",
+            command_line("mesos_scale.py", args) + " --placement-only",
+            args.quick,
+            {"tasks": PLACEMENT_TASKS, "agents": PLACEMENT_AGENTS},
+        )
+        load_before = os.getloadavg()[0]
+        placement(result, args.reps, 4 if args.smoke else PLACEMENT_TASKS)
+        result.note(
+            f"load average (1 min) on this machine at the start and the end: "
+            f"{load_before:.1f}, {os.getloadavg()[0]:.1f} (other work on its "
+            f"{os.cpu_count()} cores)"
+        )
+        result.write(args.results_dir)
+        return
     sizes = [2] if args.smoke else [10] if args.quick else [10, 100, 500]
     result = Result(
         "mesos_scale",
@@ -265,6 +345,8 @@ def main() -> None:
         master.wait(timeout=60)
         if not isinstance(real, str):
             real.stop()
+    if not args.quick:
+        placement(result, args.reps)
     biggest = sizes[-1]
     mesos = result.row(f"start to cluster up, mesos, {biggest} tasks").median
     local = result.row(f"start to cluster up, local, {biggest} tasks").median

@@ -5,11 +5,11 @@ this process with the agent's modules loaded (about an agent's size, so that
 a ``fork`` copies as much as an agent's does), its output on a pipe as the
 agent's is, in each of these ways:
 
-- ``sh -c 'exec /bin/true'`` with the agent's ``preexec_fn`` (process group,
-  parent-death signal): how the agent started every command before;
+- ``sh -c 'exec /bin/true'`` with the agent's ``preexec_fn`` (a session and
+  so a process group of its own, parent-death signal): how the agent started every command before;
 - ``/bin/true`` exec'd directly, the same ``preexec_fn``: how it starts a
   command line of plain words now (``tfmesos.common.shell.plain_argv``);
-- ``/bin/true`` with ``process_group=0`` and no ``preexec_fn``, which lets
+- ``/bin/true`` with ``start_new_session`` and no ``preexec_fn``, which lets
   ``subprocess`` use ``vfork``: but without the parent-death signal;
 - ``setpriv --pdeathsig KILL /bin/true`` the same way: the signal asked for
   by a small C program rather than by Python in the child.
@@ -78,17 +78,17 @@ def main() -> None:
     args = parse_args(__doc__.splitlines()[0], reps=7)
     result = Result("spawn_cost", command_line("spawn_cost.py", args), args.quick, {"batch": BATCH})
     proctree.libc()  # loaded once, as the agent has it
-    preexec = {"preexec_fn": proctree.own_group_dying_with_parent}
+    preexec = {"preexec_fn": proctree.own_session_dying_with_parent}
     contenders = {
         "sh -c exec, preexec_fn": _per_command(_popen("exec /bin/true", **preexec)),
         "direct exec, preexec_fn": _per_command(_popen(["/bin/true"], **preexec)),
         "direct exec, vfork (no death signal)": _per_command(
-            _popen(["/bin/true"], process_group=0)
+            _popen(["/bin/true"], start_new_session=True)
         ),
     }
     if os.access(SETPRIV, os.X_OK):
         contenders["setpriv --pdeathsig, vfork"] = _per_command(
-            _popen([SETPRIV, "--pdeathsig", "KILL", "/bin/true"], process_group=0)
+            _popen([SETPRIV, "--pdeathsig", "KILL", "/bin/true"], start_new_session=True)
         )
     samples = alternate(args.reps, contenders, warmup=args.warmup)
     for name, pairs in samples.items():

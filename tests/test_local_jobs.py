@@ -471,6 +471,26 @@ def test_killing_the_launcher_outright_leaves_no_task(job_procs: JobProcesses, r
     assert job_procs.wait_gone(10) == [], "tasks outlived a SIGKILLed launcher"
 
 
+@pytest.mark.parametrize("run_by", list(RUN_BY))
+def test_each_task_leads_a_session_of_its_own(job_procs: JobProcesses, run_by: str) -> None:
+    # Under autogroup each session is a CPU share of its own: as under
+    # torchrun, a job of three tasks holds three beside other programs, not
+    # one. The session is the command's group too, by which it is stopped.
+    extra, _ = RUN_BY[run_by]
+    code = (
+        "import os; me = os.getpid(); "
+        "print('session', os.getsid(0) == me == os.getpgrp(), os.getsid(0), flush=True)"
+    )
+    env = job_procs.env(**extra)
+    result = run_tfrun("-w", "3", "-s", "0", "--worker-logs", "all", "--", *py(code), env=env)
+    assert result.returncode == 0, result.stderr
+    said = re.findall(r"session (True|False) (\d+)", result.stdout)
+    assert [leads for leads, _ in said] == ["True"] * 3, result.stdout
+    sessions = {int(sid) for _, sid in said}
+    assert len(sessions) == 3 and os.getsid(0) not in sessions, said
+    assert job_procs.wait_gone(5) == []
+
+
 def test_each_task_gets_gpus_of_its_own(job_procs: JobProcesses) -> None:
     # The machine's GPUs as CUDA_VISIBLE_DEVICES names them; no real GPU is
     # needed to check that tfrun hands them out one task each.

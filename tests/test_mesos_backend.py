@@ -423,7 +423,8 @@ async def test_offers_that_fit_part_of_the_job_are_held_until_the_whole_job_fits
     assert "fit 2 of the 3 tasks waiting" in harness.backend.progress()
     harness.offers(offer("a2", cpus=2))
     await harness.settle()
-    assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:0"]), ("a2", ["id-worker:1"])]
+    # Spread (the default): one task on each agent in turn, while each has room.
+    assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:1"]), ("a2", ["id-worker:0"])]
     assert harness.client.types() == ["ACCEPT", "ACCEPT", "SUPPRESS"]
 
 
@@ -442,7 +443,8 @@ async def test_offers_that_come_before_the_tasks_are_used_for_them_when_they_com
         [Launch(f"id-{t.name}", t, {}) for t in harness.backend.spec.tasks()]
     )
     await harness.settle()
-    assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:0"]), ("a2", ["id-worker:1"])]
+    # Spread (the default): one task on each agent in turn, while each has room.
+    assert harness.accepted() == [("a1", ["id-ps:0", "id-worker:1"]), ("a2", ["id-worker:0"])]
     # The offer that fits no task goes back with the short filter.
     assert harness.client.types() == ["DECLINE", "ACCEPT", "ACCEPT", "SUPPRESS"]
     assert harness.client.sent[0]["decline"]["offer_ids"] == [{"value": "offer-small"}]

@@ -12,6 +12,7 @@ a bounded hold, so one job runs and then the other.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from tests.conftest import MESOS_KINDS, JobProcesses, popen_tfrun, run_tfrun
 from tests.jobevents import JobEvents
 from tests.mesos_clusters import MesosUnderTest, open_cluster
+from tfmesos.backends.mesos.pacing import LAUNCHES_PER_AGENT
 from tfmesos.testing.real_mesos import AgentSpec
 
 # Worker 0 runs beside tfrun; workers 1 and 2 need one CPU each, remotely.
@@ -143,4 +145,75 @@ def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
     assert "did not come up within 12s" in result.stderr, result.stderr
     assert "fit 2 of the 3 tasks waiting" in result.stderr, result.stderr
     assert "cpus 3, mem 768 MiB, 3 ports together" in result.stderr, result.stderr
+    assert not job_procs.wait_gone(10)
+
+
+FIVE_AGENTS = tuple(
+    AgentSpec(f"cpus:4;mem:2048;ports:[{32600 + 20 * i}-{32619 + 20 * i}]") for i in range(5)
+)
+"""Five agents, each with room for every task of the job below, on ports no
+other test's agents offer."""
+
+
+@pytest.fixture(params=MESOS_KINDS)
+def five_agents(
+    request: pytest.FixtureRequest,
+    job_procs: JobProcesses,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[MesosUnderTest]:
+    with open_cluster(
+        request.param, job_procs, monkeypatch, tmp_path / "mesos", FIVE_AGENTS
+    ) as cluster:
+        yield cluster
+
+
+def test_a_job_spreads_over_the_agents_with_room_and_packs_onto_one_when_asked(
+    five_agents: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    # Ten remote tasks (worker 0 runs beside tfrun), each fitting any agent.
+    job = ("-w", "11", "-s", "0", "-Cw", "0.1", "-Mw", "64", "--timeout", "90", "--", "true")
+    for placement in ("spread", "pack"):
+        result = run_tfrun(
+            "-m",
+            five_agents.url,
+            "-n",
+            f"placed-{placement}",
+            "--placement",
+            placement,
+            *job,
+            env=job_procs.env(),
+        )
+        assert result.returncode == 0, result.stderr
+        framework = five_agents.framework(f"placed-{placement}")
+        tasks = framework["tasks"] + framework["completed_tasks"]
+        per_agent = sorted(Counter(t["slave_id"] for t in tasks).values())
+        expected = [2, 2, 2, 2, 2] if placement == "spread" else [10]
+        assert per_agent == expected, (placement, per_agent)
+    assert not job_procs.wait_gone(10)
+
+
+def test_an_agent_given_more_than_its_launch_slots_starts_them_in_waves(
+    five_agents: MesosUnderTest, job_procs: JobProcesses
+) -> None:
+    # Twenty remote tasks packed onto one agent: LAUNCHES_PER_AGENT (16) are
+    # launched at once, the other four on the agent's next offer once the
+    # first have started. On real Mesos: that the next offer comes and the
+    # job completes.
+    result = run_tfrun(
+        *("-m", five_agents.url, "-n", "waves", "--placement", "pack"),
+        *("-w", "21", "-s", "0", "-Cw", "0.1", "-Mw", "64", "--timeout", "90", "--", "true"),
+        env=job_procs.env(),
+    )
+    assert result.returncode == 0, result.stderr
+    framework = five_agents.framework("waves")
+    tasks = framework["tasks"] + framework["completed_tasks"]
+    assert sorted(Counter(t["slave_id"] for t in tasks).values()) == [20]
+    if five_agents.double is not None:
+        accepts = [
+            c["body"]["accept"] for c in five_agents.double.calls("ACCEPT") if c["status"] == 202
+        ]
+        launched = [len(a["operations"][0]["launch"]["task_infos"]) for a in accepts]
+        assert launched == [LAUNCHES_PER_AGENT, 20 - LAUNCHES_PER_AGENT], launched
+        assert accepts[0]["filters"]["refuse_seconds"] == 0  # its room straight back
     assert not job_procs.wait_gone(10)

@@ -97,3 +97,38 @@ def test_what_it_was_told_is_over_is_left_alone(said: str) -> None:
         sweeper.stdin.close()
         assert sweeper.wait(timeout=30) == 0
         assert command.poll() is None
+
+
+def test_what_moved_to_another_group_of_the_commands_session_is_killed_too() -> None:
+    # A command leads its session (tfmesos.agent.supervisor). Its helper
+    # moved to a group of its own in that session, cleared its environment
+    # (no task id to find it by), and outlived the command that started it.
+    helper = "import os, time; os.setpgid(0, 0); print('up', flush=True); time.sleep(600)"
+    leader = (
+        "import subprocess, sys\n"
+        f"helper = subprocess.Popen(['env', '-i', sys.executable, '-c', {helper!r}],"
+        " stdout=subprocess.PIPE)\n"
+        "assert helper.stdout.readline() == b'up\\n'\n"
+        "print(helper.pid, flush=True)\n"
+    )
+    mark = f"session-{os.getpid()}"
+    env = {**os.environ, "TFMESOS_TASK_ID": mark}
+    with subprocess.Popen(
+        [sys.executable, "-c", leader], stdout=subprocess.PIPE, env=env, start_new_session=True
+    ) as command:
+        assert command.stdout is not None
+        helper_pid = int(command.stdout.readline())
+        try:
+            assert command.wait(timeout=30) == 0  # the helper lives on, alone in the session
+            assert os.getsid(helper_pid) == command.pid != os.getpgid(helper_pid)
+            with _sweeper() as sweeper:
+                assert sweeper.stdin is not None
+                sweeper.stdin.write(
+                    f"carries TFMESOS_TASK_ID={mark}\ngroup {command.pid}\n".encode()
+                )
+                sweeper.stdin.close()
+                assert sweeper.wait(timeout=30) == 0
+            assert _gone(helper_pid), "a helper in the command's session outlived the launcher"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(helper_pid, 9)

@@ -135,6 +135,12 @@ def _start(
     without ``#!``) is handed to the shell after all, which says so in its
     own words or runs the script, as it always did.
 
+    The command leads a session of its own, and so a process group of its
+    own (its ID the command's), which is how it is stopped: where the kernel
+    groups scheduling by session (autogroup), each task is then a CPU share of
+    its own beside other programs, as each process torchrun starts is, rather
+    than all of a job's tasks sharing the launcher's one.
+
     ``death_signal``: the command is SIGKILLed should its parent die
     outright. Without it (the launcher runs the command, and a sweeper of
     its own ends what it leaves: :mod:`tfmesos.agent.sweeper`) nothing runs
@@ -146,14 +152,11 @@ def _start(
         "stderr": subprocess.STDOUT,
         "cwd": cwd,
         "pass_fds": pass_fds,
-        "preexec_fn": proctree.own_group_dying_with_parent,
+        "preexec_fn": proctree.own_session_dying_with_parent,
     }
     if not death_signal:
-        if sys.version_info >= (3, 11):
-            del options["preexec_fn"]
-            options["process_group"] = 0
-        else:
-            options["preexec_fn"] = os.setpgrp
+        del options["preexec_fn"]
+        options["start_new_session"] = True
     if isinstance(argv, str):
         words = plain_argv(argv)
         direct_env = shell_environment(env, cwd) if words is not None else None
@@ -165,7 +168,7 @@ def _start(
                 # The parent-death signal asked for by setpriv, which execs
                 # the command in place: no Python in the child, so vfork.
                 del options["preexec_fn"]
-                options["process_group"] = 0  # Python 3.11's: this is under 3.11 only
+                options["start_new_session"] = True
                 return subprocess.Popen(
                     [wrapper, "--pdeathsig", "KILL", "--", *words], env=direct_env, **options
                 )
@@ -206,7 +209,7 @@ the child, as ``Popen``'s ``close_fds`` does."""
 
 
 def _spawn(words: list[str], env: dict[str, str]) -> Spawned | None:
-    """``words`` started with ``posix_spawn``, in a process group of its own,
+    """``words`` started with ``posix_spawn``, in a session of its own,
     its output on a pipe, ``SIGPIPE`` and ``SIGXFSZ`` at their defaults (as
     ``Popen``'s ``restore_signals``): half a ``Popen``'s CPU in the parent,
     most of which is ``Popen`` turning the environment into bytes in Python
@@ -237,7 +240,7 @@ def _spawn(words: list[str], env: dict[str, str]) -> Spawned | None:
             words,
             env,
             file_actions=actions,
-            setpgroup=0,
+            setsid=True,
             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
         )
     except OSError:

@@ -66,7 +66,8 @@ def main() -> int:
 
 
 def sweep(groups: set[int], marks: set[bytes], strays: dict[int, int] | None = None) -> None:
-    """SIGKILL the groups and what is below their members, the strays that
+    """SIGKILL the groups (and the sessions of the same number: a command
+    leads both) and what is below their members, the strays that
     are still the processes named (``{pid: start}``), then what carries one
     of ``marks`` in its environment, until none is left."""
     below: list[int] = []
@@ -74,8 +75,11 @@ def sweep(groups: set[int], marks: set[bytes], strays: dict[int, int] | None = N
         # Found before any is killed: once a parent dies, what it left is
         # handed to init, and nothing links it to the job any more.
         try:
-            members = [p.pid for p in procfs.processes() if p.pgrp in groups]
+            # A command leads its session too (tfmesos.agent.supervisor):
+            # what moved to another group of it is found as well.
+            members = [p.pid for p in procfs.processes() if p.pgrp in groups or p.session in groups]
             for pid in members:
+                below.append(pid)  # in the group, or only in the session
                 below.extend(p.pid for p in procfs.descendants(pid))
         except OSError:  # no /proc, or no children lists: the groups and marks only
             pass

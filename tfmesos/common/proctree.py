@@ -35,7 +35,7 @@ __all__ = [
     "kill_until_gone",
     "live_descendants",
     "open_pidfd",
-    "own_group_dying_with_parent",
+    "own_session_dying_with_parent",
     "peek_exit_status",
     "signal_group",
     "signal_pid",
@@ -108,11 +108,14 @@ def exit_with_parent(parent_pid: int) -> bool:
     return os.getppid() == parent_pid
 
 
-def own_group_dying_with_parent() -> None:
-    """For ``preexec_fn``: put the child in a process group of its own, so
-    that stopping it reaches its children too; and have it SIGKILLed if its
-    parent dies outright."""
-    os.setpgid(0, 0)
+def own_session_dying_with_parent() -> None:
+    """For ``preexec_fn``: put the child in a session of its own, and so in a
+    process group of its own too (its ID the child's), so that stopping the
+    group reaches its children too; and have it SIGKILLed if its parent dies
+    outright. A session, not only a group: where the kernel groups scheduling
+    by session (autogroup), each is a CPU share of its own, as each process
+    torchrun starts is."""
+    os.setsid()
     if sys.platform.startswith("linux"):
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 

@@ -8,8 +8,9 @@ framework must (``mesos.proto``, ``Resource.allocation_info``).
 
 from __future__ import annotations
 
+import heapq
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,12 +18,21 @@ from tfmesos.common.resources import format_mib
 from tfmesos.spec import TaskSpec
 
 __all__ = [
+    "PLACEMENTS",
     "GangFit",
     "OfferCapacity",
+    "Placement",
     "describe_need",
     "describe_needs",
     "place",
+    "spread",
 ]
+
+PLACEMENTS = ("spread", "pack")
+"""How a job's tasks are put on the offers that hold them all: ``spread``
+over as many agents as can hold them, fewest of the job's tasks first (the
+default: a lost agent costs few tasks, and every agent starts its share at
+once); ``pack``, each offer filled in turn before the next."""
 
 Resource = dict[str, Any]
 _EPSILON = 1e-6
@@ -227,6 +237,68 @@ def place(
         if not capacity.fits(smallest):
             break  # full: no task left can fit
     return placed
+
+
+Placement = dict[int, tuple[dict[str, Any], list[Resource], int]]
+"""By task position: the offer, the resources taken from it, the port."""
+
+
+def spread(
+    tasks: Sequence[TaskSpec],
+    offers: Sequence[tuple[OfferCapacity, Sequence[int] | None]],
+    load: Mapping[str, int] | None = None,
+) -> Placement | None:
+    """Every task of ``tasks`` on the offers, in task order, each on the agent
+    with the fewest tasks that can hold it, agents equally loaded taken in
+    turn (the least lately used first, then offer order); or None if this
+    greedy fit leaves a task out (a first fit, :class:`GangFit`, may still
+    hold them all). ``offers``: each with the positions that may use it (None:
+    every task); ``load``: the job's tasks already on each agent, by agent ID.
+
+    Balanced by count, not by resources: the job's tasks are alike, and the
+    count is what an agent's loss costs and what it starts at once."""
+    load = load or {}
+    by_agent: dict[str, list[tuple[OfferCapacity, frozenset[int] | None]]] = {}
+    for capacity, candidates in offers:
+        agent = str(capacity.offer.get("agent_id", {}).get("value", ""))
+        allowed = None if candidates is None else frozenset(candidates)
+        by_agent.setdefault(agent, []).append((capacity, allowed))
+    agents = list(by_agent)
+    # (tasks on the agent, when it last took one, offer order): a heap, so
+    # that each task finds the least-loaded agent in O(log agents).
+    heap = [(load.get(agent, 0), 0, order) for order, agent in enumerate(agents)]
+    heapq.heapify(heap)
+    smallest = smallest_need(tasks) if tasks else None
+    placed: Placement = {}
+    for position, task in enumerate(tasks):
+        passed = []
+        while heap:
+            count, turn, order = heapq.heappop(heap)
+            taken = _take_on_agent(by_agent[agents[order]], position, task)
+            if taken is not None:
+                placed[position] = taken
+                heapq.heappush(heap, (count + 1, position + 1, order))
+                break
+            assert smallest is not None
+            if any(capacity.fits(smallest) for capacity, _ in by_agent[agents[order]]):
+                passed.append((count, turn, order))  # full for this task, not for all
+        else:
+            return None
+        for entry in passed:
+            heapq.heappush(heap, entry)
+    return placed
+
+
+def _take_on_agent(
+    offers: list[tuple[OfferCapacity, frozenset[int] | None]], position: int, task: TaskSpec
+) -> tuple[dict[str, Any], list[Resource], int] | None:
+    """Take what ``task`` needs from the first of one agent's offers that may
+    hold it, or None."""
+    for capacity, allowed in offers:
+        if (allowed is None or position in allowed) and capacity.fits(task):
+            resources, port = capacity.take(task)
+            return capacity.offer, resources, port
+    return None
 
 
 class GangFit:

@@ -478,9 +478,8 @@ class LocalBackend(Backend):
                     pass_fds=pass_fds,
                     # A process group of its own, so that a signal for the task
                     # reaches only it and Ctrl-C at the terminal reaches only the
-                    # launcher; not a session of its own: on kernels that group
-                    # scheduling by session (autogroup), that would change how the
-                    # CPU is shared between tasks from a hand launch's.
+                    # launcher. The agent's command leads a session of its own
+                    # (tfmesos.agent.supervisor): its CPU share under autogroup.
                     **OWN_PROCESS_GROUP,
                 )
         finally:

@@ -48,6 +48,7 @@ from tfmesos.backends.mesos.hold import (
     Suppress,
 )
 from tfmesos.backends.mesos.options import MesosOptions, framework_credentials
+from tfmesos.backends.mesos.pacing import LaunchPacer
 from tfmesos.backends.mesos.pins import Pin, Pins
 from tfmesos.backends.mesos.reconcile import Reconciliation
 from tfmesos.backends.mesos.subscriptions import Subscriptions
@@ -143,12 +144,14 @@ class MesosBackend(Backend):
         self._logs = TaskLogs(self.log_dir, rundirs.task_log_max())
         self._sink: EventSink | None = None
         self._subscriptions = Subscriptions(self.client, self._attached, lambda: self._closing)
-        self.hold = OfferHold()
+        self.tasks = PlacedTasks()
+        """The tasks launched, and what Mesos says of them."""
+        self.hold = OfferHold(placement=options.placement, load=self.tasks.per_agent)
         """The tasks waiting for offers and the offers held for them."""
         self.pins = Pins()
         """The relaunches waiting for their own agent and port."""
-        self.tasks = PlacedTasks()
-        """The tasks launched, and what Mesos says of them."""
+        self.pacer = LaunchPacer(self.tasks.in_flight)
+        """The placed tasks waiting for a free launch slot on their agent."""
         self._largest_offer: OfferCapacity | None = None
         self._shapes: dict[tuple[float, float, int], TaskSpec] = {}
         """A task of each shape (cpus, mem, gpus) handed to the backend."""
@@ -247,7 +250,7 @@ class MesosBackend(Backend):
     async def launch_many(self, launches: Sequence[Launch]) -> None:
         for launch in launches:
             await self.launch(launch)
-        self._apply(self.hold.handed(bool(self.pins)))
+        self._apply(self.hold.handed(self._for_agents()))
 
     async def launch_at(self, launch: Launch, earlier: str, port: int) -> None:
         placed = self.tasks.placed.get(earlier)
@@ -287,6 +290,7 @@ class MesosBackend(Backend):
     async def kill(self, task_id: str) -> None:
         self.pins.remove(task_id)
         self.hold.forget(task_id)
+        self._apply(self.pacer.forget(task_id))
         placed = self.tasks.placed.get(task_id)
         if placed is not None and not placed.ended:
             placed.killed = True
@@ -295,6 +299,7 @@ class MesosBackend(Backend):
     async def close(self) -> None:
         self._closing = True
         self.pins.clear()
+        self.pacer.clear()
         self._apply(self.hold.stop())
         if self._hold_expiry is not None:
             self._hold_expiry.cancel()
@@ -445,12 +450,22 @@ class MesosBackend(Backend):
 
     # -- decisions -----------------------------------------------------------
 
+    def _for_agents(self) -> bool:
+        """Whether tasks wait for their own agent's offer (a relaunch for its
+        port, tasks for a launch slot), which keeps offers coming."""
+        return bool(self.pins) or bool(self.pacer)
+
     def _apply(self, decisions: list[Decision]) -> None:
-        """Carry out what the hold decided, in its order."""
+        """Carry out what the hold or the pacer decided, in its order."""
         loop = asyncio.get_running_loop() if decisions else None
         for decision in decisions:
             if isinstance(decision, Accept):
-                self._launch_on(decision.offer, decision.placed)
+                # At most the agent's free launch slots now (.pacing).
+                placed, refuse = self.pacer.admit(decision.offer, decision.placed)
+                if placed:
+                    self._launch_on(decision.offer, placed, min(refuse, decision.refuse_seconds))
+                else:
+                    self._call(calls.decline(decision.offer["id"], refuse))
             elif isinstance(decision, Decline):
                 self._call(calls.decline(decision.offer_id, decision.refuse_seconds))
             elif isinstance(decision, Suppress):
@@ -473,7 +488,7 @@ class MesosBackend(Backend):
         if self._closing:
             self.hold.holding = False
             return
-        self._apply(self.hold.hold_expired(bool(self.pins)))
+        self._apply(self.hold.hold_expired(self._for_agents()))
 
     def _backoff_over(self) -> None:
         self._backoff = None
@@ -581,6 +596,7 @@ class MesosBackend(Backend):
             offer_id = event.get("rescind", {}).get("offer_id", {}).get("value")
             logger.debug("Mesos: offer %s rescinded", offer_id)
             self.hold.rescinded(str(offer_id))
+            self.pacer.rescinded(str(offer_id))
 
     def _on_subscribed(self, subscribed: dict[str, Any]) -> None:
         framework_id = subscribed.get("framework_id", {}).get("value")
@@ -600,13 +616,14 @@ class MesosBackend(Backend):
         first = not self._resubscribed
         self._resubscribed = True
         self._apply(self.hold.resubscribed())
-        if self.hold.pending or self.pins:
+        self.pacer.resubscribed()
+        if self.hold.pending or self._for_agents():
             # A new framework is offered everything already: nothing is
             # suppressed or filtered yet, so only a re-subscription asks.
             if not first:
                 self._apply(self.hold.revive())
         else:
-            self._apply(self.hold.suppress_if_idle(bool(self.pins)))
+            self._apply(self.hold.suppress_if_idle(self._for_agents()))
 
     def _attached(self, event: BackendAttached) -> None:
         assert self._sink is not None
@@ -626,15 +643,24 @@ class MesosBackend(Backend):
                 if pinned:
                     self._launch_on(offer, pinned)  # the rest of the offer is declined
                     continue
-            self._apply(self.hold.offered(offer, capacity, bool(self.pins)))
+            paced = self.pacer.offered(offer)
+            if paced is not None:
+                self._paced(*paced)
+                continue
+            self._apply(self.hold.offered(offer, capacity, self._for_agents()))
+        self._paced(*self.pacer.overdue())
         self._apply(self.hold.place())
-        self._apply(self.hold.suppress_if_idle(bool(self.pins)))
+        self._apply(self.hold.suppress_if_idle(self._for_agents()))
 
     def _launch_on(
-        self, offer: dict[str, Any], placed: list[tuple[Launch, list[dict[str, Any]], int]]
+        self,
+        offer: dict[str, Any],
+        placed: list[tuple[Launch, list[dict[str, Any]], int]],
+        refuse_seconds: float = DECLINE_SECONDS,
     ) -> None:
         """Accept ``offer`` with one LAUNCH of the tasks placed on it: each
-        task with the resources and the port it takes of the offer."""
+        task with the resources and the port it takes of the offer; the rest
+        of the offer filtered for ``refuse_seconds``."""
         task_infos = []
         for launch, resources, port in placed:
             task_infos.append(
@@ -643,9 +669,19 @@ class MesosBackend(Backend):
             self.tasks.add(launch, offer["agent_id"]["value"], offer.get("hostname", ""))
             assert self._sink is not None
             self._sink(TaskPlaced(launch.task_id, offer.get("hostname", "")))
-        future = self._submit(calls.accept(offer["id"], task_infos, DECLINE_SECONDS))
+        future = self._submit(calls.accept(offer["id"], task_infos, refuse_seconds))
         if future is not None:
             self._track(self._accept(future, offer["id"], [launch for launch, _, _ in placed]))
+
+    def _paced(self, decisions: list[Decision], back: list[Launch]) -> None:
+        """Carry out the pacer's decisions; tasks it let go wait for any offer."""
+        self._apply(decisions)
+        if back:
+            logger.debug(
+                "Mesos: %d tasks waiting for their agent now wait for any offer", len(back)
+            )
+            self.hold.requeue(back)
+            self._apply(self.hold.revive())
 
     def _unreachable_from(self, offer: dict[str, Any]) -> bool:
         """A task on another host could not dial a loopback name: fail the job
@@ -721,6 +757,9 @@ class MesosBackend(Backend):
         ended, kill = self.tasks.update(status)
         if kill is not None:
             self._call(kill)
+        placed = self.tasks.placed.get(status.get("task_id", {}).get("value"))
+        if placed is not None and self.pacer and status.get("state") != "TASK_STAGING":
+            self._paced(*self.pacer.progressed(placed.agent_id))
         if ended is not None:
             assert self._sink is not None
             self._sink(ended)
@@ -730,6 +769,7 @@ class MesosBackend(Backend):
         if "executor_id" in failure or agent_id is None:
             return
         logger.warning("Mesos: agent %s was lost", agent_id)
+        self._paced([], self.pacer.agent_lost(agent_id))
         for ended in self.tasks.agent_lost(agent_id):
             assert self._sink is not None
             self._sink(ended)

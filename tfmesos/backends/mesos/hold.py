@@ -7,6 +7,15 @@ and wait for ever. Offers that fit part of the job are held until the whole
 fits; a hold that lasts ``GANG_HOLD_SECONDS`` gives them back and asks again
 later, at random, so that another job can run meanwhile.
 
+Once the held offers hold the whole job, where each task goes is the
+placement's (:data:`~tfmesos.mesos.placement.PLACEMENTS`): by default the
+tasks spread over every agent held, fewest of the job's tasks first; ``pack``
+keeps the first fit, each offer filled before the next. The master sends a
+framework the offers of one allocation in one OFFERS event (every agent with
+room, at subscription and at each REVIVE), so the offers held when the job
+first fits are those of every agent that had room then: spreading waits for
+nothing more.
+
 :class:`OfferHold` sends nothing and starts no timer: its methods return
 their decisions (:data:`Decision`) for the backend to carry out, so it is
 tested without a master or an event loop."""
@@ -16,13 +25,13 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfmesos.backends.base import Launch
 from tfmesos.common.backoff import Backoff
-from tfmesos.mesos.placement import GangFit, OfferCapacity
+from tfmesos.mesos.placement import PLACEMENTS, GangFit, OfferCapacity, Placement, spread
 
 __all__ = [
     "DECLINE_IDLE_SECONDS",
@@ -68,10 +77,12 @@ Placed = list[tuple[Launch, list[dict[str, Any]], int]]
 
 @dataclass(frozen=True)
 class Accept:
-    """ACCEPT ``offer`` with one LAUNCH of the tasks ``placed`` on it."""
+    """ACCEPT ``offer`` with one LAUNCH of the tasks ``placed`` on it, the
+    rest of it filtered for ``refuse_seconds``."""
 
     offer: dict[str, Any]
     placed: Placed = field(default_factory=list)
+    refuse_seconds: float = DECLINE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -117,15 +128,23 @@ Decision = Accept | Decline | Suppress | Revive | StartHold | StopHold | StartBa
 class OfferHold:
     """The tasks waiting for offers, the offers held for them, and what to do
     with each new offer. ``pins`` (in the methods that take it): whether a
-    relaunch waits for its own agent's offer, which keeps offers coming."""
+    relaunch waits for its own agent's offer, which keeps offers coming.
+    ``placement``: one of PLACEMENTS; ``load``: the job's tasks on each agent
+    now (by agent ID), which spreading counts with those it places."""
 
     def __init__(
         self,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        placement: str = "spread",
+        load: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
         self._clock = clock
         self._random = rng or random.Random()
+        self.placement = placement
+        self._load = load
         self.pending: list[Launch] = []
         """The tasks waiting for offers, in the order they were handed over."""
         self.waiting_since: dict[str, float] = {}
@@ -222,7 +241,8 @@ class OfferHold:
         self._give_backs = 0
         by_offer: dict[str, Placed] = {}
         self._fit = None
-        for position, (offer, resources, port) in sorted(fit.placed.items()):
+        placed = self._spread() if self.placement == "spread" else None
+        for position, (offer, resources, port) in sorted((placed or fit.placed).items()):
             by_offer.setdefault(offer["id"]["value"], []).append(
                 (self.pending[position], resources, port)
             )
@@ -320,6 +340,18 @@ class OfferHold:
                 candidates = fit.gpu_candidates
             fit.add(capacity, candidates)
         return fit
+
+    def _spread(self) -> Placement | None:
+        """The waiting tasks spread over the held offers, or None where the
+        greedy spread leaves one out (the first fit, which holds them all, is
+        then kept)."""
+        offers = []
+        for offer in self.held.values():
+            capacity = OfferCapacity.of(offer)
+            candidates = self._gpu_candidates() if capacity.total("gpus") > 0 else None
+            offers.append((capacity, candidates))
+        load = self._load() if self._load is not None else None
+        return spread([launch.task for launch in self.pending], offers, load)
 
     def candidates_for(self, capacity: OfferCapacity) -> list[int]:
         """Positions in ``pending`` of the tasks that may use this offer, those

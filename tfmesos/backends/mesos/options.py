@@ -17,6 +17,7 @@ from tfmesos.backends.options import BackendOptions
 from tfmesos.common.flagtypes import FlagGroup, positive_number
 from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import SpecError
+from tfmesos.mesos.placement import PLACEMENTS
 from tfmesos.spec import ClusterSpec, Volume, parse_volume
 
 __all__ = ["MesosOptions", "framework_credentials", "read_secret"]
@@ -60,6 +61,9 @@ class MesosOptions(BackendOptions):
     ssl_ca: str | None = None
     """The CA file or directory for a master over TLS; None:
     $LIBPROCESS_SSL_CA_FILE / $LIBPROCESS_SSL_CA_DIR, else the system's."""
+    placement: str = "spread"
+    """How a job's tasks are put on the agents: ``spread`` over as many as
+    can hold them, or ``pack``ed onto as few (see docs/mesos.md, Placement)."""
 
     label: ClassVar[str] = "Mesos"
     flags: ClassVar[Mapping[str, str]] = {
@@ -76,6 +80,7 @@ class MesosOptions(BackendOptions):
         "principal": "--principal",
         "secret_file": "--secret-file",
         "ssl_ca": "--ssl-ca",
+        "placement": "--placement",
     }
     choosing: ClassVar[frozenset[str]] = frozenset({"master"})
 
@@ -160,6 +165,14 @@ class MesosOptions(BackendOptions):
             "$LIBPROCESS_SSL_CA_FILE / $LIBPROCESS_SSL_CA_DIR, else the system's)",
         )
 
+        group.add_argument(
+            "--placement",
+            choices=PLACEMENTS,
+            help="Mesos: spread a job's tasks over the agents that can hold them, fewest "
+            "tasks first, so that an agent lost costs few and each starts its share at "
+            "once (default); pack: fill each agent before the next",
+        )
+
     @classmethod
     def chosen_by_default(cls) -> bool:
         return bool(os.environ.get("MESOS_MASTER"))
@@ -179,6 +192,9 @@ class MesosOptions(BackendOptions):
                 "the Docker containerizer runs Docker images only: give --image "
                 "(or image=...), or drop -C DOCKER / containerizer_type='DOCKER'"
             )
+        if self.placement not in PLACEMENTS:
+            choices = " or ".join(PLACEMENTS)
+            raise SpecError(f"placement must be {choices}, not {self.placement!r}")
         if self.principal is not None:
             _check_principal(self.principal, "--principal")
         if self.secret_file is not None:

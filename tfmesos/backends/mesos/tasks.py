@@ -36,6 +36,9 @@ class Placed:
     """Mesos has said the task is over for good (a terminal state); until
     then a task written off as unreachable may come back."""
     killed: bool = False
+    started: bool = False
+    """Mesos has said the task is starting or running: its agent is past
+    starting its executor."""
     strays_killed: int = 0
     """KILLs sent for this task after it was reported gone and came back."""
 
@@ -47,6 +50,22 @@ class PlacedTasks:
 
     def add(self, launch: Launch, agent_id: str, host: str) -> None:
         self.placed[launch.task_id] = Placed(launch, agent_id, host)
+
+    def per_agent(self) -> dict[str, int]:
+        """How many of the tasks launched are not yet written off, by agent ID."""
+        counts: dict[str, int] = {}
+        for placed in self.placed.values():
+            if not placed.ended:
+                counts[placed.agent_id] = counts.get(placed.agent_id, 0) + 1
+        return counts
+
+    def in_flight(self) -> dict[str, int]:
+        """How many of the tasks launched are neither started nor over, by agent ID."""
+        counts: dict[str, int] = {}
+        for placed in self.placed.values():
+            if not (placed.started or placed.ended):
+                counts[placed.agent_id] = counts.get(placed.agent_id, 0) + 1
+        return counts
 
     def unsettled(self) -> dict[str, str]:
         """The tasks Mesos has not said are over for good, each with its
@@ -63,6 +82,8 @@ class PlacedTasks:
             return None, None
         if state.terminal:
             placed.settled = True
+        if state is not TaskState.STAGING:
+            placed.started = True  # starting, running, or past them
         if placed.ended:
             return None, self._kill_stray(placed, status) if state.alive else None
         if not (state.terminal or state.out_of_reach):
