@@ -9,6 +9,7 @@ files API are Mesos's own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -18,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.conftest import JobProcesses, py, run_tfrun, wait_until
@@ -345,3 +347,51 @@ def test_a_detached_job_whose_launcher_host_is_lost_fails_without_a_verdict(
             assert not labelled, "the job's framework is still registered after stop"
         finally:
             real.rejoin(f"agent{lost}")
+
+
+def test_a_detached_job_whose_launcher_executor_is_killed_ends_with_one_verdict(
+    job_procs: JobProcesses, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``kill -9`` of the launcher task's executor (issue 45): the launcher
+    dies with it and stops the job, whose verdict says so; ``wait`` gives
+    that verdict and ``status`` the same after it. Before: ``wait`` exited
+    125 (``gone without a verdict``) while the launcher, re-parented to
+    init, ran the job on to a later ``job succeeded``."""
+    forever = "import time; print('up', flush=True); time.sleep(3600)"
+    with open_cluster("real", job_procs, monkeypatch, tmp_path / "mesos") as cluster:
+        real = cluster.real
+        assert real is not None
+        master = ("-m", real.address)
+        env = job_procs.env()
+        submitted = run_tfrun("--detach", *master, "-w", "2", "--", *py(forever), env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.splitlines()[-1]
+
+        def launcher() -> psutil.Process | None:
+            for proc in job_procs.alive():
+                with contextlib.suppress(psutil.Error):
+                    if "tfmesos.backends.mesos.detached" in " ".join(proc.cmdline()):
+                        return proc
+            return None
+
+        def both_up() -> bool:
+            said = run_tfrun("status", *master, job, "--json", env=env)
+            if said.returncode != 0:
+                return False
+            tasks = json.loads(said.stdout)["tasks"].values()
+            return sum(t["state"] in ("registered", "up") for t in tasks) == 2
+
+        wait_until(both_up, "the job's two tasks up", timeout=120, poll=0.5)
+        found = wait_until(launcher, "the launcher task's launcher process")
+        assert found is not None
+        executor = found.parent()
+        assert executor is not None
+        executor.kill()
+        waited = run_tfrun("wait", *master, job, env=env, timeout=120)
+        assert waited.returncode == 143, waited.stderr
+        said = json.loads(run_tfrun("status", *master, job, "--json", env=env).stdout)
+        assert said["verdict"]["exit_status"] == 143, said
+        again = run_tfrun("wait", *master, job, env=env, timeout=120)
+        assert again.returncode == 143, again.stderr
+        wait_until(lambda: not real.state()["frameworks"], "the framework torn down")
+        assert job_procs.wait_gone(30) == []
