@@ -293,3 +293,30 @@ def test_a_job_whose_tasks_never_fit_at_once_is_told_apart_from_one_that_might()
     # What might fit is never refused: 3 + 1 and 2 + 2 CPUs fill both agents.
     fits = [TaskSpec("ps", 0, 3, 1024, 0, None), *_workers(3, 1)]
     assert never_held_together(fits, two) is None
+
+
+def test_a_job_whose_tasks_never_fit_at_once_ends_at_once_or_waits_when_asked(
+    mesos: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
+) -> None:
+    """The issue's: ``-w 5 -Cw 3`` on agents of 4 CPUs, each task fitting
+    one, four never fitting at once. Before: it waited for ever (until
+    ``--timeout``), saying an agent could hold it once it had room."""
+    events = JobEvents(tmp_path / "events.jsonl")
+    job = ("-m", mesos.url, "-w", "5", "-Cw", "3", "--", "true")
+    result = run_tfrun(*events.flag, *job, env=job_procs.env(), timeout=120)
+    assert result.returncode == 2, result.stderr
+    line = _refusal(result.stderr)
+    assert (
+        "the job's 4 tasks of cpus 3, mem 1 GiB, 1 port (worker:1, ...) never fit at once" in line
+    )
+    assert re.search(r"the \d agents registered with the Mesos master hold at most 2 of them", line)
+    assert "(--wait-for-agents waits for more agents)" in line
+    assert events.verdict()["result"] == "refused"
+    assert not events.of("task_placed"), events.of("task_placed")
+    waited = run_tfrun(
+        "--wait-for-agents", "--timeout", "8", *job, env=job_procs.env(), timeout=120
+    )
+    assert waited.returncode == 124, waited.stderr
+    assert waited.stderr.count("never fit at once") == 1, waited.stderr  # said once, not every look
+    assert "waiting for more agents (--wait-for-agents)" in waited.stderr
+    assert mesos.torn_down(), mesos.state()["frameworks"]

@@ -61,7 +61,14 @@ from tfmesos.common.backoff import Backoff
 from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import EXIT_TFRUN_FAILED, ResourceError, SpecError, TFMesosError
 from tfmesos.mesos import calls
-from tfmesos.mesos.agents import AGENTS_CALL, AgentTotal, agent_totals, all_draining, never_held
+from tfmesos.mesos.agents import (
+    AGENTS_CALL,
+    AgentTotal,
+    agent_totals,
+    all_draining,
+    never_held,
+    never_held_together,
+)
 from tfmesos.mesos.placement import OfferCapacity, describe_need
 from tfmesos.mesos.scheduler import SchedulerClient, SchedulerError
 from tfmesos.mesos.tasklogs import TaskLogs
@@ -161,6 +168,11 @@ class MesosBackend(Backend):
         self._agents_held = False
         self._agents: list[AgentTotal] = []
         """The master's last agent list, while tasks wait (their drains)."""
+        self._gang: list[TaskSpec] | None = None
+        """The tasks of the first round, which gang placement holds at once."""
+        self._never_said: set[str] = set()
+        """Why the agents could never hold the job, said once each
+        (``--wait-for-agents``: said, not ended on)."""
         """An agent registered with the master could hold each task handed so far."""
         self._waiting_since: float | None = None
         self._wait_noted = False
@@ -248,6 +260,9 @@ class MesosBackend(Backend):
         self._apply(self.hold.add(launch))
 
     async def launch_many(self, launches: Sequence[Launch]) -> None:
+        if self._gang is None:  # the first round: every task the job places at once
+            self._gang = [launch.task for launch in launches]
+            self._shape_added.set()
         for launch in launches:
             await self.launch(launch)
         self._apply(self.hold.handed(self._for_agents()))
@@ -402,7 +417,7 @@ class MesosBackend(Backend):
             await self.client.subscribed.wait()
             self._shape_added.clear()
             unchecked = {k: v for k, v in self._shapes.items() if k not in checked}
-            if not unchecked and not self.hold.pending:
+            if not unchecked and not self.hold.pending and not self._gang:
                 self._agents = []
                 await self._shape_added.wait()
                 continue
@@ -428,17 +443,46 @@ class MesosBackend(Backend):
                 continue
             self._agents_unknown = None
             self._agents = agents
-            if not unchecked:  # tasks wait: look again soon, for drains
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._shape_added.wait(), AGENTS_RECHECK)
-                continue
-            for shape, task in unchecked.items():
-                why = never_held(task, agents, self.roles)
-                if why is not None:
-                    self._fail(ResourceError(why))
-                    return
+            if self._never_held(agents, unchecked, checked):
+                return
+            # While tasks wait, look again soon: for drains, and for the
+            # agents --wait-for-agents waits for.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._shape_added.wait(), AGENTS_RECHECK)
+
+    def _never_held(
+        self,
+        agents: list[AgentTotal],
+        unchecked: dict[tuple[float, float, int], TaskSpec],
+        checked: set[tuple[float, float, int]],
+    ) -> bool:
+        """Whether the job ends because ``agents`` could never hold one of its
+        tasks, or all of its first round at once; with ``--wait-for-agents``
+        it waits instead, saying why once, and looks again (not ``checked``)."""
+        reasons = []
+        for shape, task in unchecked.items():
+            why = never_held(task, agents, self.roles)
+            if why is None:
                 checked.add(shape)
+            else:
+                reasons.append(why)
+        gang = self._gang or []
+        together = never_held_together(gang, agents) if not reasons else None
+        if together is not None:
+            reasons.append(together)
+        elif gang and not reasons:
+            self._gang = []  # it might fit: not looked at again
+        if not reasons:
             self._agents_held = True
+            return False
+        if not self.options.wait_for_agents:
+            self._fail(ResourceError(f"{reasons[0]} (--wait-for-agents waits for more agents)"))
+            return True
+        for why in reasons:
+            if why not in self._never_said:
+                self._never_said.add(why)
+                logger.warning("Mesos: %s: waiting for more agents (--wait-for-agents)", why)
+        return False
 
     async def _agent_list(self) -> tuple[int | None, str]:
         """The master's answer to GET_AGENTS (status, text), or (None, why not)."""

@@ -64,6 +64,9 @@ class MesosOptions(BackendOptions):
     placement: str = "spread"
     """How a job's tasks are put on the agents: ``spread`` over as many as
     can hold them, or ``pack``ed onto as few (see docs/mesos.md, Placement)."""
+    wait_for_agents: bool = False
+    """Wait for agents to register that can hold the job, rather than end it
+    at once when the agents registered never could (the cluster grows)."""
 
     label: ClassVar[str] = "Mesos"
     flags: ClassVar[Mapping[str, str]] = {
@@ -81,6 +84,7 @@ class MesosOptions(BackendOptions):
         "secret_file": "--secret-file",
         "ssl_ca": "--ssl-ca",
         "placement": "--placement",
+        "wait_for_agents": "--wait-for-agents",
     }
     choosing: ClassVar[frozenset[str]] = frozenset({"master"})
 
@@ -171,6 +175,12 @@ class MesosOptions(BackendOptions):
             help="Mesos: spread a job's tasks over the agents that can hold them, fewest "
             "tasks first, so that an agent lost costs few and each starts its share at "
             "once (default); pack: fill each agent before the next",
+        )
+        group.add_argument(
+            "--wait-for-agents",
+            action="store_true",
+            help="Mesos: when the agents registered could never hold a task, or all of the "
+            "job's tasks at once, wait for more to register rather than end the job",
         )
 
     @classmethod
