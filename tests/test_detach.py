@@ -504,3 +504,26 @@ def test_no_command_line_of_a_detached_job_holds_what_it_exports(
     assert detached.tfrun("wait", job, timeout=300).returncode == 0
     shown = detached.tfrun("logs", job, "--task", "worker:1")
     assert shown.stdout == f"sees {secret}\n", shown.stderr
+
+
+def test_a_detached_jobs_console_is_capped_as_its_task_logs_are(
+    detached: Detached,
+) -> None:
+    """A chief printing 1 MiB with ``TFMESOS_TASK_LOG_MAX=64K``: its log and
+    the run's console.log (what the launcher showed of it) each hold at most
+    the cap, the newest output kept. Before: console.log grew to the whole
+    output (issue 45: 100 MB of it) while the task log kept to its cap."""
+    detached.env["TFMESOS_TASK_LOG_MAX"] = "64K"
+    prints = "import sys\nfor n in range(16384): print(f'{n:063d}')\nprint('the last line')"
+    job = detached.submit("-w", "1", "--", *py(prints))
+    assert detached.tfrun("wait", job).returncode == 0
+    run = detached.runs / job
+
+    def held(name: str) -> int:
+        return sum(p.stat().st_size for p in run.glob(f"{name}*"))
+
+    assert held("worker.0.log") <= 64 << 10
+    wait_until(lambda: "job succeeded" in (run / "console.log").read_text(), "the verdict")
+    assert held("console.log") <= 64 << 10, held("console.log")
+    assert "the last line" in (run / "console.log").read_text()
+    assert detached.job_procs.wait_gone(10) == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -32,7 +33,7 @@ from tfmesos.backends.rundirjobs import (
     follow_hint,
     write_job,
 )
-from tfmesos.common import rundirs
+from tfmesos.common import proctree, rundirs
 from tfmesos.errors import EXIT_TFRUN_FAILED
 
 __all__ = ["LocalJobs"]
@@ -124,10 +125,28 @@ def _become_launcher(job: DetachedJob, run_dir: Path, started: int) -> NoReturn:
         os._exit(EXIT_TFRUN_FAILED)
 
 
+def _console_keeper(path: Path) -> int:
+    """A pipe whose reader, a keeper of its own (:mod:`tfmesos.common.logkeeper`,
+    which names nothing of the job on its command line), writes what comes
+    to the run's console at ``path``, capped as every task's log is: the
+    write end. The keeper ends once every writer has."""
+    reader, writer = os.pipe()
+    os.set_inheritable(writer, False)
+    subprocess.Popen(
+        [*proctree.bootstrap_command("tfmesos.common.logkeeper"), str(path)],
+        stdin=reader,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(reader)
+    return writer
+
+
 def _daemon_streams(run_dir: Path) -> None:
-    """Standard input from /dev/null; output and errors to the run's console."""
+    """Standard input from /dev/null; output and errors to the run's console,
+    through its keeper (:func:`_console_keeper`), which caps it."""
     null = os.open(os.devnull, os.O_RDONLY)
-    console = os.open(run_dir / CONSOLE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    console = _console_keeper(run_dir / CONSOLE)
     os.dup2(null, 0)
     os.dup2(console, 1)
     os.dup2(console, 2)
