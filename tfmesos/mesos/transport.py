@@ -529,25 +529,17 @@ class AiohttpTransport:
             raise TransportError(describe(exc)) from exc
 
     async def get(self, url: str, timeout: float) -> tuple[int, str]:
-        try:
-            async with self._open().get(
-                url,
-                headers=self._headers({}),
-                allow_redirects=False,
-                timeout=aiohttp.ClientTimeout(total=timeout),
-                ssl=self._ssl(url),
-            ) as response:
-                return response.status, response.headers.get("Content-Type", "")
-        except asyncio.TimeoutError:
-            raise TransportError(f"no answer within {timeout:g}s") from None
-        except TLSError as exc:
-            raise TransportError(str(exc)) from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TransportError(describe(exc)) from exc
+        status, content_type, _ = await self._get(url, timeout, body=False)
+        return status, content_type
 
     async def read(self, url: str, timeout: float) -> tuple[int, bytes]:
         """GET ``url`` (a master's ``/state``, an agent's ``/files/read``)
         with this transport's credentials and TLS: its status and body."""
+        status, _, data = await self._get(url, timeout, body=True)
+        return status, data
+
+    async def _get(self, url: str, timeout: float, *, body: bool) -> tuple[int, str, bytes]:
+        """GET ``url``: its status, its Content-Type and, if ``body``, its body."""
         try:
             async with self._open().get(
                 url,
@@ -556,7 +548,8 @@ class AiohttpTransport:
                 timeout=aiohttp.ClientTimeout(total=timeout),
                 ssl=self._ssl(url),
             ) as response:
-                return response.status, await response.read()
+                data = await response.read() if body else b""
+                return response.status, response.headers.get("Content-Type", ""), data
         except asyncio.TimeoutError:
             raise TransportError(f"no answer within {timeout:g}s") from None
         except TLSError as exc:
