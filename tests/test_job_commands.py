@@ -1,0 +1,63 @@
+"""``tfrun list``, ``status``, ``wait``, ``stop``, ``logs`` in process
+(tfmesos.cli.jobs), over run directories made here: what each says to a
+user, in one line, with its status. No process."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from tfmesos.cli import jobs
+
+
+@pytest.fixture
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.delenv("MESOS_MASTER", raising=False)
+    return tmp_path
+
+
+def said(capsys: pytest.CaptureFixture[str]) -> str:
+    """What the command said on stderr: its one line."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err.strip()
+
+
+def test_an_id_longer_than_a_file_name_is_no_job(
+    state_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: OSError: [Errno 36] File name too long, a traceback and exit 1.
+    (state_home / "tfmesos" / "runs").mkdir(parents=True)
+    assert jobs.main(["status", "a" * 256]) == 2
+    assert said(capsys).startswith("tfrun status: no job 'aaaa")
+
+
+@pytest.mark.parametrize("word", ["list", "status", "stop"])
+def test_a_state_home_this_user_cannot_read_is_one_line_and_exit_2(
+    word: str, state_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another user's XDG_STATE_HOME: every look inside is refused (as root
+    # nothing is, so the refusal is made here). Before: PermissionError,
+    # a traceback and exit 1 (list: an empty table, as if there were no job).
+    runs = state_home / "tfmesos" / "runs"
+    runs.mkdir(parents=True)
+    real_stat = Path.stat
+
+    def refused(path: Path, **kwargs: bool) -> object:
+        if path.is_relative_to(runs) and path != runs:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_stat(path, **kwargs)
+
+    def unlisted(path: Path) -> object:
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "stat", refused)
+    monkeypatch.setattr(Path, "iterdir", unlisted)
+    assert jobs.main([word] if word == "list" else [word, "some-job"]) == 2
+    assert said(capsys) == (
+        f"tfrun {word}: cannot read this user's jobs in {runs}: Permission denied "
+        "(check $XDG_STATE_HOME)"
+    )
