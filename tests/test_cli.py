@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, JobProcesses, one_error_line, run_tfrun, runs_in
 from tfmesos import SpecError
 from tfmesos.cli import parser
+from tfmesos.cli.main import main as tfrun_main
 from tfmesos.cli.parser import build_parser, parse_args
 from tfmesos.common import taskenv
 from tfmesos.spec import ClusterSpec, Job, parse_volume
@@ -51,6 +52,22 @@ def test_help_documents_every_flag() -> None:
         "{task_index}",
     ]:
         assert flag in result.stdout, flag
+
+
+@pytest.mark.parametrize(
+    ("argv", "same_as"), [(["help"], ["--help"]), (["help", "logs"], ["logs", "--help"])]
+)
+def test_tfrun_help_is_tfrun_dash_dash_help(
+    argv: list[str], same_as: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: tfrun help said "-w is required", exit 2.
+    with pytest.raises(SystemExit) as asked:
+        tfrun_main(same_as)
+    expected = capsys.readouterr().out
+    with pytest.raises(SystemExit) as helped:
+        tfrun_main(argv)
+    assert (helped.value.code, asked.value.code) == (0, 0)
+    assert capsys.readouterr().out == expected
 
 
 @pytest.mark.parametrize(
