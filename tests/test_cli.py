@@ -93,7 +93,8 @@ def test_tfrun_help_is_tfrun_dash_dash_help(
         # -w/--nworker: invalid _positive_int value", which names a helper.
         (
             ["-w", "x", "-s", "1", "--", "true"],
-            r"tfrun: error: -w/--nworker must be a whole number \(0 or more\), not 'x' ",
+            r"tfrun: error: -w/--nworker must be a whole number, 1 or more \(0 with --chief\), "
+            "not 'x' ",
         ),
         (
             ["-w", "1", "-s", "-1", "--", "true"],
@@ -112,7 +113,7 @@ def test_tfrun_help_is_tfrun_dash_dash_help(
             r"error: -Gw/--worker-gpus must be a whole number \(0 or more\), not '1.5' ",
         ),
         (["-w", "1", "-s", "0"], "no command given"),
-        (["-w", "0", "-s", "1", "--", "true"], "at least one worker"),
+        (["-w", "0", "-s", "1", "--", "true"], r"-w must be 1 or more, not 0"),
         (
             ["-w", "1", "-s", "0", "--", "echo", "{worker_index}"],
             r"unknown placeholder \{worker_index\}",
@@ -741,7 +742,10 @@ def refused_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     ("argv", "said"),
     [
         (["-w", "1", "--wroker-logs", "0", "--", "true"], "unknown flag --wroker-logs (did you"),
-        (["-w", "x", "--", "true"], "-w/--nworker must be a whole number (0 or more), not 'x'"),
+        (
+            ["-w", "x", "--", "true"],
+            "-w/--nworker must be a whole number, 1 or more (0 with --chief), not 'x'",
+        ),
         (["-w", "1", "-Gw", "1.5", "--", "true"], "-Gw/--worker-gpus must be a whole number"),
         (["-w", "1", "--max-restarts", "x", "--", "true"], "--max-restarts must be a whole"),
     ],
@@ -777,6 +781,16 @@ def test_counts_are_plain_ascii_digits(text: str, capsys: pytest.CaptureFixture[
         argv = ["-w", "1", flag, text, "--", "true"] if flag != "-w" else [flag, text, "--", "true"]
         said = refused_usage(argv, capsys)
         assert repr(text) in said
+
+
+@pytest.mark.parametrize("text", ["-1", "0"])
+def test_w_says_what_it_takes_whatever_it_refuses(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: -w -1 said "0 or more", and -w 0 was then refused.
+    said = refused_usage(["-w", text, "--", "true"], capsys)
+    assert "1 or more" in said and "0 or more" not in said
+    assert "--chief" in said
 
 
 @pytest.mark.parametrize("text", ["1_0", "\u0663", "2\u0660"])

@@ -267,7 +267,7 @@ def build_parser() -> Parser:
     job.add_argument(
         "-w",
         "--nworker",
-        type=count,
+        type=_workers,
         metavar="N",
         help="number of workers (worker 0 is the chief, unless --chief)",
     )
@@ -484,6 +484,16 @@ def _restarts(text: str) -> int:
             f"must be a whole number from 0 to {MAX_RESTARTS}, not {text!r}"
         )
     return value
+
+
+def _workers(text: str) -> int:
+    """``-w``: a count, said as what it takes (0 only with ``--chief``)."""
+    try:
+        return count(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number, 1 or more (0 with --chief), not {text!r}"
+        ) from None
 
 
 def _nproc(text: str) -> int:
@@ -767,7 +777,10 @@ def _check_tasks(args: argparse.Namespace) -> int:
     """The job's tasks, counted before anything is built per task
     (``-w 10**20`` must cost nothing): their number."""
     if args.nworker < 1 and not args.chief:
-        raise SpecError("-w must be at least 1: replica mode needs at least one worker (the chief)")
+        raise SpecError(
+            f"-w must be 1 or more, not {args.nworker}: worker 0 is the chief; "
+            "-w 0 is for a job with --chief"
+        )
     for what in ("cpus", "gpus", "mem"):
         if getattr(args, f"chief_{what}") is not None and not args.chief:
             raise SpecError(f"--chief-{what} is for the chief: give --chief too")
