@@ -222,13 +222,19 @@ def test_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert re.search(message, lines[0]), lines[0]
 
 
-@pytest.mark.e2e
-def test_a_bare_number_for_the_name_is_taken_with_a_warning() -> None:
-    # srun's -n is its task count; tfrun's names the job. Before: no word.
-    result = run_tfrun("-n", "4", "-w", "1", "--", "true")
-    assert result.returncode == 0, result.stderr
-    assert "tfrun: warning: -n 4 names the job '4'" in result.stderr
-    assert "the number of workers is -w" in result.stderr
+def test_a_bare_number_for_n_is_refused_unless_given_as_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # srun's -n is its task count; tfrun's names the job. Before: taken as
+    # the name, with a warning, and the job ran.
+    for argv in (["-n", "4"], ["-n4"], ["-n", " 4"]):
+        said = refused_usage([*argv, "-w", "1", "--", "true"], capsys)
+        assert "srun's -n (its number of tasks) is tfrun's -w (-w 4)" in said
+        assert "give --name" in said
+    args, _ = parse_args(["--name", "4", "-w", "1", "--", "true"])
+    assert args.name == "4" and capsys.readouterr().err == ""
+    args, _ = parse_args(["-n", "run4", "-w", "1", "--", "true"])
+    assert args.name == "run4"
 
 
 def test_worker_logs_takes_any_task_by_name_and_all() -> None:

@@ -253,6 +253,21 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _NameAction(argparse.Action):
+    """``-n``/``--name``, and which of the two was typed (``name_flag``):
+    a number is taken as a name only from ``--name``."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.name_flag = option_string
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog="tfrun",
@@ -444,6 +459,7 @@ def build_parser() -> Parser:
     where.add_argument(
         "-n",
         "--name",
+        action=_NameAction,
         help="the job's name: the Mesos framework's, the Slurm job's (default: [tfrun] and the command)",
     )
     for name in BACKENDS:
@@ -764,12 +780,12 @@ def _check_name(args: argparse.Namespace) -> None:
             f"-n/--name {args.name!r} must be one line of printable text "
             "(no newline, escape or byte that is not UTF-8)"
         )
-    if args.name.strip().isdigit():
+    if args.name.strip().isdigit() and getattr(args, "name_flag", "-n") == "-n":
         # srun's -n is the number of tasks: most likely meant as such.
-        print(
-            f"tfrun: warning: -n {args.name} names the job {args.name!r}; "
-            "the number of workers is -w (srun's -n)",
-            file=sys.stderr,
+        raise SpecError(
+            f"-n {args.name} would name the job {args.name!r}: tfrun's -n is the job's name, "
+            f"and srun's -n (its number of tasks) is tfrun's -w (-w {args.name.strip()}); "
+            f"to name the job {args.name!r}, give --name {args.name}"
         )
 
 
