@@ -285,6 +285,26 @@ def test_the_originals_snake_case_flags_have_kebab_case_spellings(
     assert args.options.containerizer == "DOCKER" and args.options.force_pull_image
 
 
+def test_tfruns_multi_word_flags_take_their_underscore_spellings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # As torchrun users type them. Before: --max_restarts was refused
+    # ("did you mean --max-restarts?") while --nproc_per_node was taken.
+    flags = ["--max-restarts", "1", "--log-dir", "/tmp", "--worker-logs", "all", "--chief"]
+    flags += ["--chief-cpus", "2", "--nproc-per-task", "2", "-w", "2", "--", "true"]
+    kebab, spec = parse_args(flags)
+    snake, same = parse_args(
+        ["--" + f[2:].replace("-", "_") if f[:2] == "--" else f for f in flags]
+    )
+    assert same == spec and vars(snake) | {"name_flag": None} == vars(kebab) | {"name_flag": None}
+    assert (snake.max_restarts, snake.log_dir, snake.chief_cpus) == (1, "/tmp", 2.0)
+    # Only the shown spelling's default: one without the flag is as before.
+    assert parse_args(["-w", "1", "--", "true"])[0].max_restarts == 0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    assert "--max_restarts" not in capsys.readouterr().out
+
+
 def test_the_version_has_one_source() -> None:
     from importlib.metadata import version
 

@@ -10,7 +10,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar, overload
 
 from tfmesos.backends import BACKENDS, BackendOptions, choose_backend, options_class
@@ -159,6 +159,7 @@ class Parser(argparse.ArgumentParser):
     def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*name_or_flags, **kwargs)
         self.flags.extend(action.option_strings)
+        _underscore_spellings(super().add_argument, action, kwargs)
         return action
 
     def flag_group(self, title: str) -> FlagGroup:
@@ -231,7 +232,26 @@ class _KnownFlags:
     def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
         action = self._group.add_argument(*name_or_flags, **kwargs)
         self._flags.extend(action.option_strings)
+        _underscore_spellings(self._group.add_argument, action, kwargs)
         return action
+
+
+def _underscore_spellings(
+    add: Callable[..., argparse.Action], action: argparse.Action, kwargs: dict[str, Any]
+) -> None:
+    """``--max_restarts`` for ``--max-restarts``, as torchrun users type
+    tfrun's multi-word flags: taken alike, never shown in the help, never
+    suggested for a typo (not in :attr:`Parser.flags`)."""
+    spellings = [
+        "--" + flag[2:].replace("-", "_")
+        for flag in action.option_strings
+        if flag.startswith("--") and "-" in flag[2:]
+    ]
+    spellings = [flag for flag in spellings if flag not in action.option_strings]
+    if spellings:
+        hidden = {**kwargs, "dest": action.dest, "help": argparse.SUPPRESS}
+        hidden["default"] = argparse.SUPPRESS  # the shown flag's default stands
+        add(*spellings, **hidden)
 
 
 class _VersionAction(argparse.Action):
