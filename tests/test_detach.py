@@ -241,7 +241,7 @@ def test_stop_leaves_no_process_and_wait_gives_the_stopped_status(
     detached.events(job).wait_for("cluster_up")
     assert detached.job_procs.alive()
     stopped = detached.tfrun("stop", job)
-    assert stopped.returncode == 0, stopped.stderr
+    assert (stopped.returncode, stopped.stderr) == (0, f"tfrun stop: job {job} stopped\n")
     assert [p.cmdline() for p in detached.job_procs.wait_gone(30)] == []
     assert detached.tfrun("wait", job).returncode == 143
     verdict = detached.events(job).verdict()

@@ -5,6 +5,7 @@ user, in one line, with its status. No process."""
 from __future__ import annotations
 
 import errno
+import json
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,33 @@ def test_a_state_home_this_user_cannot_read_is_one_line_and_exit_2(
         f"tfrun {word}: cannot read this user's jobs in {runs}: Permission denied "
         "(check $XDG_STATE_HOME)"
     )
+
+
+def a_run(state_home: Path, job: str, *events: dict[str, object]) -> Path:
+    """A detached job's run directory, as its launcher leaves it: its
+    record, and ``events`` (``job_started`` first, its log directory the run's)."""
+    run = state_home / "tfmesos" / "runs" / job
+    run.mkdir(parents=True)
+    (run / "job.json").write_text(json.dumps({"id": job, "backend": "local", "name": "x"}))
+    started = {"event": "job_started", "restart": 0, "max_restarts": 0, "log_dir": str(run)}
+    lines = [{"v": 1, "ts": 1.0 + n, **e} for n, e in enumerate([started, *events])]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return run
+
+
+LAUNCHED = {"event": "task_launched", "task": "worker:0", "attempt": 1, "task_id": "worker.0.a"}
+KILLED = {"event": "task_exited", "task": "worker:0", "attempt": 1, "exit_code": None}
+STOPPED = {"event": "job_verdict", "exit_status": 143, "result": "interrupted", "message": "m"}
+SUCCEEDED = {"event": "job_verdict", "exit_status": 0, "result": "succeeded", "message": "m"}
+
+
+def test_wait_says_how_the_job_ended_on_stderr(
+    state_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: nothing, only the status.
+    a_run(state_home, "done", LAUNCHED, SUCCEEDED)
+    a_run(state_home, "stopped", LAUNCHED, KILLED, STOPPED)
+    assert jobs.main(["wait", "done"]) == 0
+    assert capsys.readouterr() == ("", "tfrun wait: job done succeeded (exit 0)\n")
+    assert jobs.main(["wait", "stopped"]) == 143
+    assert capsys.readouterr() == ("", "tfrun wait: job stopped stopped (exit 143)\n")

@@ -426,6 +426,8 @@ def _wait(store: JobStore, args: argparse.Namespace) -> int:
         state = store.state(run)
         if state.verdict is not None:
             status = state.exit_status
+            # On stderr: a script reads the status, and stdout stays empty.
+            print(f"tfrun wait: job {run.id} {_ended(state)}", file=sys.stderr)
             return EXIT_TFRUN_FAILED if status is None else status
         if not state.running:
             raise JobError(
@@ -441,6 +443,7 @@ def _stop(store: JobStore, args: argparse.Namespace) -> int:
         # Gone without a verdict (its launcher lost): what it left is ended
         # (a Mesos framework the master still lists, and its tasks).
         if state.verdict is None and store.stop(run):
+            print(f"tfrun stop: job {run.id} stopped", file=sys.stderr)
             return 0
         if state.state != "stopped":
             print(
@@ -451,7 +454,14 @@ def _stop(store: JobStore, args: argparse.Namespace) -> int:
             )
         return 0
     store.stop(run)
+    print(f"tfrun stop: job {run.id} stopped", file=sys.stderr)
     return 0
+
+
+def _ended(state: JobState) -> str:
+    """How a job ended: ``succeeded (exit 0)``, ``stopped (exit 143)``."""
+    status = state.exit_status
+    return f"{state.state}" + ("" if status is None else f" (exit {status})")
 
 
 def _attach(store: JobStore, args: argparse.Namespace) -> int:
