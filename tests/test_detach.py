@@ -184,6 +184,7 @@ def test_logs_follow_a_task_as_its_lines_come_until_it_ends(
     # worker:1 is over, worker:0 (and the job) not: the follower ends with the task.
     out, err = follower.communicate(timeout=60)
     assert (follower.returncode, out) == (0, ""), err
+    assert err == f"tfrun logs: worker:1 done; job {job} goes on (running)\n"
     assert detached.json("status", job)["state"] == "running"
     end.touch()
     assert detached.tfrun("wait", job).returncode == 0

@@ -92,3 +92,13 @@ def test_wait_says_how_the_job_ended_on_stderr(
     assert capsys.readouterr() == ("", "tfrun wait: job done succeeded (exit 0)\n")
     assert jobs.main(["wait", "stopped"]) == 143
     assert capsys.readouterr() == ("", "tfrun wait: job stopped stopped (exit 143)\n")
+
+
+def test_logs_follow_says_how_the_job_ended(
+    state_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: the output, then exit 0 without a word of the job's stop.
+    run = a_run(state_home, "job", LAUNCHED, KILLED, STOPPED)
+    (run / "worker.0.a.log").write_text("step 1\n")
+    assert jobs.main(["logs", "-f", "job"]) == 0
+    assert capsys.readouterr() == ("step 1\n", "tfrun logs: job job stopped (exit 143)\n")

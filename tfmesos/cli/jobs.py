@@ -344,7 +344,19 @@ def _follow(store: JobStore, run: Run, tasks: list[str], *, prefix: bool, since:
         raise JobError(
             f"task {', '.join(never)} never started: the job ended before it did", EXIT_NO_OUTPUT
         )
+    sys.stdout.flush()
+    print(f"tfrun logs: {_follow_end(store.state(run), run, tasks)}", file=sys.stderr, flush=True)
     return 0
+
+
+def _follow_end(state: JobState, run: Run, tasks: list[str]) -> str:
+    """Why following ended: how the job ended, or that its tasks followed
+    are done while it goes on."""
+    if state.verdict is not None:
+        return f"job {run.id} {_ended(state)}"
+    if not state.running:
+        return f"job {run.id}'s launcher is gone without a verdict (killed?)"
+    return f"{', '.join(tasks)} done; job {run.id} goes on ({state.state})"
 
 
 def _follow_one(
