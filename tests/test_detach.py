@@ -253,6 +253,17 @@ def test_stop_leaves_no_process_and_wait_gives_the_stopped_status(
     assert detached.json("list")[0]["state"] == "stopped"
 
 
+def test_two_stops_at_once_both_exit_0(detached: Detached, tmp_path: Path) -> None:
+    # Stop is idempotent: two at once must both succeed, whichever ends the job.
+    job = detached.submit("-w", "1", "--", *waits_for(tmp_path / "never"))
+    detached.events(job).wait_for("cluster_up")
+    stops = [detached.popen("stop", job) for _ in range(2)]
+    said = [stop.communicate(timeout=60) for stop in stops]
+    assert [stop.returncode for stop in stops] == [0, 0], said
+    assert [p.cmdline() for p in detached.job_procs.wait_gone(30)] == []
+    assert detached.tfrun("wait", job).returncode == 143
+
+
 def test_list_and_status_agree_with_the_event_stream(detached: Detached) -> None:
     job = detached.submit("-w", "2", "-s", "1", "--", "sh", "-c", "exit $(({task_index} * 0))")
     assert detached.tfrun("wait", job).returncode == 0
