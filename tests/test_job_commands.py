@@ -4,12 +4,14 @@ user, in one line, with its status. No process."""
 
 from __future__ import annotations
 
+import argparse
 import errno
 import json
 from pathlib import Path
 
 import pytest
 
+from tfmesos.backends import job_store
 from tfmesos.cli import jobs
 
 
@@ -102,3 +104,24 @@ def test_logs_follow_says_how_the_job_ended(
     (run / "worker.0.a.log").write_text("step 1\n")
     assert jobs.main(["logs", "-f", "job"]) == 0
     assert capsys.readouterr() == ("step 1\n", "tfrun logs: job job stopped (exit 143)\n")
+
+
+def test_mesos_master_in_the_environment_chooses_the_store_as_submission_does(
+    state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: tfrun list, status, logs, stop looked only at -m, so with
+    # $MESOS_MASTER set (where tfrun --detach submits) they looked here.
+    a_run(state_home, "here", LAUNCHED, SUCCEEDED)
+
+    def store(**given: object) -> str:
+        args = argparse.Namespace(master=None, principal=None, secret_file=None, ssl_ca=None)
+        for key, value in given.items():
+            setattr(args, key, value)
+        return type(job_store(None, args)).__name__
+
+    assert store() == store(id="here") == store(id="latest") == "LocalJobs"
+    monkeypatch.setenv("MESOS_MASTER", "127.0.0.1:5050")
+    assert store() == "MesosJobs"  # tfrun list
+    assert store(id="mesos-abc") == store(id="latest") == "MesosJobs"
+    assert store(id="a" * 256) == "MesosJobs"
+    assert store(id="here") == "LocalJobs"  # a run of this machine's, by its id
