@@ -125,3 +125,28 @@ def test_mesos_master_in_the_environment_chooses_the_store_as_submission_does(
     assert store(id="mesos-abc") == store(id="latest") == "MesosJobs"
     assert store(id="a" * 256) == "MesosJobs"
     assert store(id="here") == "LocalJobs"  # a run of this machine's, by its id
+
+
+def test_list_shows_a_finished_jobs_tasks_as_done_of_all(
+    state_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: TASKS counted the tasks up, so every finished job read 0/N;
+    # and the columns led with BACKEND, the exit status last.
+    second = {**LAUNCHED, "task": "worker:1", "task_id": "worker.1.a"}
+    exited = {**KILLED, "exit_code": 0}
+    a_run(state_home, "done", LAUNCHED, second, exited, {**exited, "task": "worker:1"}, SUCCEEDED)
+    assert jobs.main(["list"]) == 0
+    header, row = (line.split() for line in capsys.readouterr().out.splitlines())
+    assert header == [
+        "ID",
+        "NAME",
+        "STATE",
+        "EXIT",
+        "TASKS",
+        "STARTED",
+        "DURATION",
+        "RESTARTS",
+        "BACKEND",
+    ]
+    assert row[:5] == ["done", "x", "succeeded", "0", "2/2"]
+    assert row[-1] == "local"

@@ -137,6 +137,7 @@ def _list(store: JobStore, args: argparse.Namespace) -> int:
                 "detached": bool(run.record.get("detached")),
                 "state": state.state,
                 "tasks_up": state.tasks_up,
+                "tasks_done": sum(1 for task in state.tasks.values() if task.state == "exited"),
                 "tasks": len(state.tasks),
                 "restarts": state.restarts,
                 "started": state.started or run.record.get("started"),
@@ -147,7 +148,9 @@ def _list(store: JobStore, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    header = ("ID", "NAME", "BACKEND", "STATE", "TASKS", "RESTARTS", "START", "DURATION", "EXIT")
+    # As squeue, ray job list and torchx list lead: what the job is, how it
+    # stands, then when; TASKS counts those done (exited) of all its tasks.
+    header = ("ID", "NAME", "STATE", "EXIT", "TASKS", "STARTED", "DURATION", "RESTARTS", "BACKEND")
     table = [header]
     for row in rows:
         started = row["started"]
@@ -155,13 +158,13 @@ def _list(store: JobStore, args: argparse.Namespace) -> int:
             (
                 row["id"],
                 _short(row["name"], 32),
-                row["backend"],
                 row["state"],
-                f"{row['tasks_up']}/{row['tasks']}",
-                str(row["restarts"]),
+                "-" if row["exit_status"] is None else str(row["exit_status"]),
+                f"{row['tasks_done']}/{row['tasks']}",
                 time.strftime("%m-%d %H:%M:%S", time.localtime(started)) if started else "-",
                 _duration(row["duration"]),
-                "-" if row["exit_status"] is None else str(row["exit_status"]),
+                str(row["restarts"]),
+                row["backend"],
             )
         )
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
