@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import errno
+import fcntl
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from tfmesos.backends import job_store
 from tfmesos.cli import jobs
+from tfmesos.common import rundirs
 
 
 @pytest.fixture
@@ -66,7 +69,7 @@ def test_a_state_home_this_user_cannot_read_is_one_line_and_exit_2(
     )
 
 
-def a_run(state_home: Path, job: str, *events: dict[str, object]) -> Path:
+def a_run(state_home: Path, job: str, *events: Mapping[str, object]) -> Path:
     """A detached job's run directory, as its launcher leaves it: its
     record, and ``events`` (``job_started`` first, its log directory the run's)."""
     run = state_home / "tfmesos" / "runs" / job
@@ -150,3 +153,23 @@ def test_list_shows_a_finished_jobs_tasks_as_done_of_all(
     ]
     assert row[:5] == ["done", "x", "succeeded", "0", "2/2"]
     assert row[-1] == "local"
+
+
+def test_status_says_a_task_in_a_cluster_up_is_running(
+    state_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "registered ... last: task_registered" for a task at work,
+    # and "exited" without its status.
+    registered = {"event": "task_registered", "task": "worker:0", "attempt": 1, "host": "h"}
+    second = {**LAUNCHED, "task": "worker:1", "task_id": "worker.1.a"}
+    exited = {**KILLED, "task": "worker:1", "exit_code": 0, "reason": "exited with status 0"}
+    up = {"event": "cluster_up"}
+    run = a_run(state_home, "job", LAUNCHED, second, registered, up, exited)
+    with open(run / rundirs.LOCK, "w") as lock:  # its launcher, running
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert jobs.main(["status", "job"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "job job: running, x"
+    assert lines[1].split()[:2] == ["worker:0", "running"]
+    assert lines[1].endswith("last: registered")
+    assert lines[2].split()[:3] == ["worker:1", "exited", "0"]

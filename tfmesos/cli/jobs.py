@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from tfmesos.backends import BACKENDS, job_store, options_class
 from tfmesos.backends.jobs import JobError, JobStore, Run
-from tfmesos.backends.jobstate import JobState
+from tfmesos.backends.jobstate import JobState, TaskState
 from tfmesos.errors import EXIT_TFRUN_FAILED
 
 __all__ = ["EXIT_NO_OUTPUT", "main"]
@@ -198,9 +198,9 @@ def _status(store: JobStore, args: argparse.Namespace) -> int:
     print(f"job {run.id}: {state.state}, {run.name}")
     for name, task in state.tasks.items():
         last = task.last_event or {}
-        reason = last.get("reason") or last.get("event") or "-"
+        reason = last.get("reason") or str(last.get("event") or "-").removeprefix("task_")
         print(
-            f"  {name:<12} {task.state:<10} host {task.host or '-':<15} "
+            f"  {name:<12} {_task_state(state, task):<10} host {task.host or '-':<15} "
             f"attempts {task.attempts}  last: {reason}"
         )
     if state.verdict is not None:
@@ -210,6 +210,16 @@ def _status(store: JobStore, args: argparse.Namespace) -> int:
     elif not state.running:
         print("its launcher is gone without a verdict (killed?)")
     return 0
+
+
+def _task_state(state: JobState, task: TaskState) -> str:
+    """A task's state as a user reads it: ``running`` for a task registered
+    in a cluster that is up, ``exited 0``, ``killed``."""
+    if task.state == "exited":
+        return "killed" if task.exit_code is None else f"exited {task.exit_code}"
+    if task.state in ("registered", "up") and state.cluster_up and state.state == "running":
+        return "running"
+    return task.state
 
 
 def _tasks_asked(state: JobState, run: Run, asked: str | None) -> list[str]:
