@@ -173,3 +173,14 @@ def test_status_says_a_task_in_a_cluster_up_is_running(
     assert lines[1].split()[:2] == ["worker:0", "running"]
     assert lines[1].endswith("last: registered")
     assert lines[2].split()[:3] == ["worker:1", "exited", "0"]
+
+
+def test_a_log_that_cannot_be_read_is_one_line_and_exit_2(
+    state_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Another user's log, or (as root, where nothing is refused) a directory
+    # in its place. Before: IsADirectoryError, a traceback and exit 1.
+    run = a_run(state_home, "job", LAUNCHED, KILLED, STOPPED)
+    (run / "worker.0.a.log").mkdir()
+    assert jobs.main(["logs", "job"]) == 2
+    assert said(capsys) == f"tfrun logs: cannot read {run}/worker.0.a.log: Is a directory"

@@ -28,7 +28,8 @@ from typing import IO, Any
 from tfmesos.backends import BACKENDS, job_store, options_class
 from tfmesos.backends.jobs import JobError, JobStore, Run
 from tfmesos.backends.jobstate import JobState, TaskState
-from tfmesos.errors import EXIT_TFRUN_FAILED
+from tfmesos.common.pathtext import shown_path
+from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
 
 __all__ = ["EXIT_NO_OUTPUT", "main"]
 
@@ -63,6 +64,17 @@ def main(argv: Sequence[str]) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except OSError as exc:
+        if exc.filename is None:  # not a file of the job's: tfrun's own failure
+            raise
+        # A job's file this user cannot read (another's, a log made a
+        # directory): one line, as for any other bad input.
+        print(
+            f"tfrun {word}: cannot read {shown_path(str(exc.filename))}: {exc.strerror or exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_USAGE
     finally:
         if store is not None:
             store.close()
