@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT, JobProcesses, one_error_line, run_tfrun, runs_in
 from tfmesos import SpecError
 from tfmesos.cli import parser
+from tfmesos.cli.main import main as tfrun_main
 from tfmesos.cli.parser import build_parser, parse_args
 from tfmesos.common import taskenv
 from tfmesos.spec import ClusterSpec, Job, parse_volume
@@ -54,6 +55,22 @@ def test_help_documents_every_flag() -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "same_as"), [(["help"], ["--help"]), (["help", "logs"], ["logs", "--help"])]
+)
+def test_tfrun_help_is_tfrun_dash_dash_help(
+    argv: list[str], same_as: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: tfrun help said "-w is required", exit 2.
+    with pytest.raises(SystemExit) as asked:
+        tfrun_main(same_as)
+    expected = capsys.readouterr().out
+    with pytest.raises(SystemExit) as helped:
+        tfrun_main(argv)
+    assert (helped.value.code, asked.value.code) == (0, 0)
+    assert capsys.readouterr().out == expected
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["-s", "1", "--", "true"], "-w is required"),
@@ -76,7 +93,8 @@ def test_help_documents_every_flag() -> None:
         # -w/--nworker: invalid _positive_int value", which names a helper.
         (
             ["-w", "x", "-s", "1", "--", "true"],
-            r"tfrun: error: -w/--nworker must be a whole number \(0 or more\), not 'x' ",
+            r"tfrun: error: -w/--nworker must be a whole number, 1 or more \(0 with --chief\), "
+            "not 'x' ",
         ),
         (
             ["-w", "1", "-s", "-1", "--", "true"],
@@ -95,7 +113,7 @@ def test_help_documents_every_flag() -> None:
             r"error: -Gw/--worker-gpus must be a whole number \(0 or more\), not '1.5' ",
         ),
         (["-w", "1", "-s", "0"], "no command given"),
-        (["-w", "0", "-s", "1", "--", "true"], "at least one worker"),
+        (["-w", "0", "-s", "1", "--", "true"], r"-w must be 1 or more, not 0"),
         (
             ["-w", "1", "-s", "0", "--", "echo", "{worker_index}"],
             r"unknown placeholder \{worker_index\}",
@@ -204,13 +222,19 @@ def test_bad_usage_is_one_line_and_exit_2(args: list[str], message: str) -> None
     assert re.search(message, lines[0]), lines[0]
 
 
-@pytest.mark.e2e
-def test_a_bare_number_for_the_name_is_taken_with_a_warning() -> None:
-    # srun's -n is its task count; tfrun's names the job. Before: no word.
-    result = run_tfrun("-n", "4", "-w", "1", "--", "true")
-    assert result.returncode == 0, result.stderr
-    assert "tfrun: warning: -n 4 names the job '4'" in result.stderr
-    assert "the number of workers is -w" in result.stderr
+def test_a_bare_number_for_n_is_refused_unless_given_as_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # srun's -n is its task count; tfrun's names the job. Before: taken as
+    # the name, with a warning, and the job ran.
+    for argv in (["-n", "4"], ["-n4"], ["-n", " 4"]):
+        said = refused_usage([*argv, "-w", "1", "--", "true"], capsys)
+        assert "srun's -n (its number of tasks) is tfrun's -w (-w 4)" in said
+        assert "give --name" in said
+    args, _ = parse_args(["--name", "4", "-w", "1", "--", "true"])
+    assert args.name == "4" and capsys.readouterr().err == ""
+    args, _ = parse_args(["-n", "run4", "-w", "1", "--", "true"])
+    assert args.name == "run4"
 
 
 def test_worker_logs_takes_any_task_by_name_and_all() -> None:
@@ -259,6 +283,26 @@ def test_the_originals_snake_case_flags_have_kebab_case_spellings(
     args, spec = parse_args([*where, extra, str(config), "-w", "1", "--", "true"])
     assert spec.env == {"A": "1"}
     assert args.options.containerizer == "DOCKER" and args.options.force_pull_image
+
+
+def test_tfruns_multi_word_flags_take_their_underscore_spellings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # As torchrun users type them. Before: --max_restarts was refused
+    # ("did you mean --max-restarts?") while --nproc_per_node was taken.
+    flags = ["--max-restarts", "1", "--log-dir", "/tmp", "--worker-logs", "all", "--chief"]
+    flags += ["--chief-cpus", "2", "--nproc-per-task", "2", "-w", "2", "--", "true"]
+    kebab, spec = parse_args(flags)
+    snake, same = parse_args(
+        ["--" + f[2:].replace("-", "_") if f[:2] == "--" else f for f in flags]
+    )
+    assert same == spec and vars(snake) | {"name_flag": None} == vars(kebab) | {"name_flag": None}
+    assert (snake.max_restarts, snake.log_dir, snake.chief_cpus) == (1, "/tmp", 2.0)
+    # Only the shown spelling's default: one without the flag is as before.
+    assert parse_args(["-w", "1", "--", "true"])[0].max_restarts == 0
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    assert "--max_restarts" not in capsys.readouterr().out
 
 
 def test_the_version_has_one_source() -> None:
@@ -724,7 +768,10 @@ def refused_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     ("argv", "said"),
     [
         (["-w", "1", "--wroker-logs", "0", "--", "true"], "unknown flag --wroker-logs (did you"),
-        (["-w", "x", "--", "true"], "-w/--nworker must be a whole number (0 or more), not 'x'"),
+        (
+            ["-w", "x", "--", "true"],
+            "-w/--nworker must be a whole number, 1 or more (0 with --chief), not 'x'",
+        ),
         (["-w", "1", "-Gw", "1.5", "--", "true"], "-Gw/--worker-gpus must be a whole number"),
         (["-w", "1", "--max-restarts", "x", "--", "true"], "--max-restarts must be a whole"),
     ],
@@ -760,6 +807,16 @@ def test_counts_are_plain_ascii_digits(text: str, capsys: pytest.CaptureFixture[
         argv = ["-w", "1", flag, text, "--", "true"] if flag != "-w" else [flag, text, "--", "true"]
         said = refused_usage(argv, capsys)
         assert repr(text) in said
+
+
+@pytest.mark.parametrize("text", ["-1", "0"])
+def test_w_says_what_it_takes_whatever_it_refuses(
+    text: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: -w -1 said "0 or more", and -w 0 was then refused.
+    said = refused_usage(["-w", text, "--", "true"], capsys)
+    assert "1 or more" in said and "0 or more" not in said
+    assert "--chief" in said
 
 
 @pytest.mark.parametrize("text", ["1_0", "\u0663", "2\u0660"])

@@ -184,6 +184,7 @@ def test_logs_follow_a_task_as_its_lines_come_until_it_ends(
     # worker:1 is over, worker:0 (and the job) not: the follower ends with the task.
     out, err = follower.communicate(timeout=60)
     assert (follower.returncode, out) == (0, ""), err
+    assert err == f"tfrun logs: worker:1 done; job {job} goes on (running)\n"
     assert detached.json("status", job)["state"] == "running"
     end.touch()
     assert detached.tfrun("wait", job).returncode == 0
@@ -241,7 +242,7 @@ def test_stop_leaves_no_process_and_wait_gives_the_stopped_status(
     detached.events(job).wait_for("cluster_up")
     assert detached.job_procs.alive()
     stopped = detached.tfrun("stop", job)
-    assert stopped.returncode == 0, stopped.stderr
+    assert (stopped.returncode, stopped.stderr) == (0, f"tfrun stop: job {job} stopped\n")
     assert [p.cmdline() for p in detached.job_procs.wait_gone(30)] == []
     assert detached.tfrun("wait", job).returncode == 143
     verdict = detached.events(job).verdict()
@@ -250,6 +251,17 @@ def test_stop_leaves_no_process_and_wait_gives_the_stopped_status(
     again = detached.tfrun("stop", job)  # idempotent
     assert (again.returncode, again.stderr) == (0, "")
     assert detached.json("list")[0]["state"] == "stopped"
+
+
+def test_two_stops_at_once_both_exit_0(detached: Detached, tmp_path: Path) -> None:
+    # Stop is idempotent: two at once must both succeed, whichever ends the job.
+    job = detached.submit("-w", "1", "--", *waits_for(tmp_path / "never"))
+    detached.events(job).wait_for("cluster_up")
+    stops = [detached.popen("stop", job) for _ in range(2)]
+    said = [stop.communicate(timeout=60) for stop in stops]
+    assert [stop.returncode for stop in stops] == [0, 0], said
+    assert [p.cmdline() for p in detached.job_procs.wait_gone(30)] == []
+    assert detached.tfrun("wait", job).returncode == 143
 
 
 def test_list_and_status_agree_with_the_event_stream(detached: Detached) -> None:

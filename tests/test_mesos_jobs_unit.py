@@ -114,3 +114,39 @@ def test_stop_fails_when_the_framework_outlives_its_teardown(
     assert torn == ["f-1"]
     assert raised.value.status == 125
     assert "still registered" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_stop_whose_teardown_another_stop_beat_succeeds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Two tfrun stop at once: the master refuses the later one's subscription
+    # to a framework the first tore down. Before: 125, "cannot stop job".
+    framework = {"id": "f-1", "name": "job", "user": "me", "labels": []}
+    store = MesosJobs("127.0.0.1:5050")
+    listed = [True]
+
+    async def teardown(master: str, info: Any, framework_id: str, **_: Any) -> str:
+        listed[0] = False  # the other stop's teardown, done meanwhile
+        return "the master refused the subscription: Framework has been removed"
+
+    monkeypatch.setattr(mesos_jobs, "teardown", teardown)
+    monkeypatch.setattr(store, "_frameworks", lambda fresh=False: [(framework, listed[0])])
+    run = Run("mesos-job", "mesos", tmp_path, {"framework_id": "f-1"})
+    assert store.stop(run)
+
+
+def test_a_stop_whose_teardown_is_refused_still_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    framework = {"id": "f-1", "name": "job", "user": "me", "labels": []}
+    store = MesosJobs("127.0.0.1:5050")
+
+    async def teardown(master: str, info: Any, framework_id: str, **_: Any) -> str:
+        return "the master refused the subscription: not authorized"
+
+    monkeypatch.setattr(mesos_jobs, "teardown", teardown)
+    monkeypatch.setattr(store, "_frameworks", lambda fresh=False: [(framework, True)])
+    run = Run("mesos-job", "mesos", tmp_path, {"framework_id": "f-1"})
+    with pytest.raises(JobError) as raised:
+        store.stop(run)
+    assert raised.value.status == 125 and "not authorized" in str(raised.value)

@@ -9,6 +9,7 @@ directory's lock; Slurm's queue too); what the job is, ``job.json``."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -23,6 +24,7 @@ from typing import Any, ClassVar, NoReturn
 from tfmesos.backends.jobs import JobError, JobStore, Run
 from tfmesos.backends.jobstate import SCHEMA_VERSION, JobState, job_state, read_events
 from tfmesos.common import rundirs
+from tfmesos.common.pathtext import shown_path
 from tfmesos.common.tasklog import log_name
 from tfmesos.errors import EXIT_TFRUN_FAILED
 
@@ -111,13 +113,24 @@ class RunDirJobs(JobStore):
 
     def runs(self) -> list[Run]:
         found = []
-        with contextlib.suppress(OSError):
-            for path in sorted(self.root.iterdir()):
-                if path.is_symlink() or not (path / JOB).exists():
-                    continue
-                with contextlib.suppress(ValueError):
+        try:
+            paths = sorted(self.root.iterdir())
+        except FileNotFoundError:  # no job run yet
+            return []
+        except OSError as exc:  # another user's state home, or a file
+            raise self._unreadable(exc) from None
+        for path in paths:
+            with contextlib.suppress(OSError, ValueError):  # one run's records half gone
+                if not path.is_symlink() and (path / JOB).exists():
                     found.append(self._run(path))
         return found
+
+    def _unreadable(self, exc: OSError) -> JobError:
+        """This user's jobs cannot be read where ``$XDG_STATE_HOME`` puts them."""
+        return JobError(
+            f"cannot read this user's jobs in {shown_path(str(self.root))}: "
+            f"{exc.strerror or exc} (check $XDG_STATE_HOME)"
+        )
 
     def find(self, job_id: str) -> Run:
         path = self.root / job_id
@@ -126,7 +139,7 @@ class RunDirJobs(JobStore):
             if not runs:
                 raise JobError("there is no detached job yet (tfrun --detach starts one)")
             return runs[-1]
-        if "/" in job_id or job_id in ("", ".", "..") or not (path / JOB).is_file():
+        if "/" in job_id or job_id in ("", ".", "..") or not self._is_run(path):
             matches = [run for run in self.runs() if run.id.endswith(job_id)] if job_id else []
             if len(matches) == 1:
                 return matches[0]
@@ -140,6 +153,14 @@ class RunDirJobs(JobStore):
             return self._run(path)
         except ValueError:
             raise JobError(f"job {job_id}: its record {path / JOB} cannot be read") from None
+
+    def _is_run(self, path: Path) -> bool:
+        try:
+            return (path / JOB).is_file()
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:  # an id no run's directory can have
+                return False
+            raise self._unreadable(exc) from None
 
     def _run(self, path: Path) -> Run:
         record = json.loads((path / JOB).read_text())

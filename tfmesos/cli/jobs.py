@@ -27,8 +27,9 @@ from typing import IO, Any
 
 from tfmesos.backends import BACKENDS, job_store, options_class
 from tfmesos.backends.jobs import JobError, JobStore, Run
-from tfmesos.backends.jobstate import JobState
-from tfmesos.errors import EXIT_TFRUN_FAILED
+from tfmesos.backends.jobstate import JobState, TaskState
+from tfmesos.common.pathtext import shown_path
+from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE
 
 __all__ = ["EXIT_NO_OUTPUT", "main"]
 
@@ -63,6 +64,17 @@ def main(argv: Sequence[str]) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except OSError as exc:
+        if exc.filename is None:  # not a file of the job's: tfrun's own failure
+            raise
+        # A job's file this user cannot read (another's, a log made a
+        # directory): one line, as for any other bad input.
+        print(
+            f"tfrun {word}: cannot read {shown_path(str(exc.filename))}: {exc.strerror or exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_USAGE
     finally:
         if store is not None:
             store.close()
@@ -137,6 +149,7 @@ def _list(store: JobStore, args: argparse.Namespace) -> int:
                 "detached": bool(run.record.get("detached")),
                 "state": state.state,
                 "tasks_up": state.tasks_up,
+                "tasks_done": sum(1 for task in state.tasks.values() if task.state == "exited"),
                 "tasks": len(state.tasks),
                 "restarts": state.restarts,
                 "started": state.started or run.record.get("started"),
@@ -147,7 +160,9 @@ def _list(store: JobStore, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    header = ("ID", "NAME", "BACKEND", "STATE", "TASKS", "RESTARTS", "START", "DURATION", "EXIT")
+    # As squeue, ray job list and torchx list lead: what the job is, how it
+    # stands, then when; TASKS counts those done (exited) of all its tasks.
+    header = ("ID", "NAME", "STATE", "EXIT", "TASKS", "STARTED", "DURATION", "RESTARTS", "BACKEND")
     table = [header]
     for row in rows:
         started = row["started"]
@@ -155,13 +170,13 @@ def _list(store: JobStore, args: argparse.Namespace) -> int:
             (
                 row["id"],
                 _short(row["name"], 32),
-                row["backend"],
                 row["state"],
-                f"{row['tasks_up']}/{row['tasks']}",
-                str(row["restarts"]),
+                "-" if row["exit_status"] is None else str(row["exit_status"]),
+                f"{row['tasks_done']}/{row['tasks']}",
                 time.strftime("%m-%d %H:%M:%S", time.localtime(started)) if started else "-",
                 _duration(row["duration"]),
-                "-" if row["exit_status"] is None else str(row["exit_status"]),
+                str(row["restarts"]),
+                row["backend"],
             )
         )
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
@@ -195,9 +210,9 @@ def _status(store: JobStore, args: argparse.Namespace) -> int:
     print(f"job {run.id}: {state.state}, {run.name}")
     for name, task in state.tasks.items():
         last = task.last_event or {}
-        reason = last.get("reason") or last.get("event") or "-"
+        reason = last.get("reason") or str(last.get("event") or "-").removeprefix("task_")
         print(
-            f"  {name:<12} {task.state:<10} host {task.host or '-':<15} "
+            f"  {name:<12} {_task_state(state, task):<10} host {task.host or '-':<15} "
             f"attempts {task.attempts}  last: {reason}"
         )
     if state.verdict is not None:
@@ -207,6 +222,16 @@ def _status(store: JobStore, args: argparse.Namespace) -> int:
     elif not state.running:
         print("its launcher is gone without a verdict (killed?)")
     return 0
+
+
+def _task_state(state: JobState, task: TaskState) -> str:
+    """A task's state as a user reads it: ``running`` for a task registered
+    in a cluster that is up, ``exited 0``, ``killed``."""
+    if task.state == "exited":
+        return "killed" if task.exit_code is None else f"exited {task.exit_code}"
+    if task.state in ("registered", "up") and state.cluster_up and state.state == "running":
+        return "running"
+    return task.state
 
 
 def _tasks_asked(state: JobState, run: Run, asked: str | None) -> list[str]:
@@ -344,7 +369,19 @@ def _follow(store: JobStore, run: Run, tasks: list[str], *, prefix: bool, since:
         raise JobError(
             f"task {', '.join(never)} never started: the job ended before it did", EXIT_NO_OUTPUT
         )
+    sys.stdout.flush()
+    print(f"tfrun logs: {_follow_end(store.state(run), run, tasks)}", file=sys.stderr, flush=True)
     return 0
+
+
+def _follow_end(state: JobState, run: Run, tasks: list[str]) -> str:
+    """Why following ended: how the job ended, or that its tasks followed
+    are done while it goes on."""
+    if state.verdict is not None:
+        return f"job {run.id} {_ended(state)}"
+    if not state.running:
+        return f"job {run.id}'s launcher is gone without a verdict (killed?)"
+    return f"{', '.join(tasks)} done; job {run.id} goes on ({state.state})"
 
 
 def _follow_one(
@@ -426,6 +463,8 @@ def _wait(store: JobStore, args: argparse.Namespace) -> int:
         state = store.state(run)
         if state.verdict is not None:
             status = state.exit_status
+            # On stderr: a script reads the status, and stdout stays empty.
+            print(f"tfrun wait: job {run.id} {_ended(state)}", file=sys.stderr)
             return EXIT_TFRUN_FAILED if status is None else status
         if not state.running:
             raise JobError(
@@ -441,6 +480,7 @@ def _stop(store: JobStore, args: argparse.Namespace) -> int:
         # Gone without a verdict (its launcher lost): what it left is ended
         # (a Mesos framework the master still lists, and its tasks).
         if state.verdict is None and store.stop(run):
+            print(f"tfrun stop: job {run.id} stopped", file=sys.stderr)
             return 0
         if state.state != "stopped":
             print(
@@ -451,7 +491,14 @@ def _stop(store: JobStore, args: argparse.Namespace) -> int:
             )
         return 0
     store.stop(run)
+    print(f"tfrun stop: job {run.id} stopped", file=sys.stderr)
     return 0
+
+
+def _ended(state: JobState) -> str:
+    """How a job ended: ``succeeded (exit 0)``, ``stopped (exit 143)``."""
+    status = state.exit_status
+    return f"{state.state}" + ("" if status is None else f" (exit {status})")
 
 
 def _attach(store: JobStore, args: argparse.Namespace) -> int:

@@ -39,6 +39,9 @@ __all__ = ["main", "run_job"]
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["help"] and (len(given) == 1 or given[1] in SUBCOMMANDS):
+        # tfrun help (as git help, docker help): --help's, not "-w is required".
+        given = [*given[1:], "--help"]
     if given and given[0] in SUBCOMMANDS:  # tfrun list, status ID, ...: never a job's flags
         from tfmesos.cli.jobs import main as jobs_main
 

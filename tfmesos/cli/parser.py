@@ -10,7 +10,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar, overload
 
 from tfmesos.backends import BACKENDS, BackendOptions, choose_backend, options_class
@@ -159,6 +159,7 @@ class Parser(argparse.ArgumentParser):
     def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*name_or_flags, **kwargs)
         self.flags.extend(action.option_strings)
+        _underscore_spellings(super().add_argument, action, kwargs)
         return action
 
     def flag_group(self, title: str) -> FlagGroup:
@@ -231,7 +232,26 @@ class _KnownFlags:
     def add_argument(self, *name_or_flags: Any, **kwargs: Any) -> argparse.Action:
         action = self._group.add_argument(*name_or_flags, **kwargs)
         self._flags.extend(action.option_strings)
+        _underscore_spellings(self._group.add_argument, action, kwargs)
         return action
+
+
+def _underscore_spellings(
+    add: Callable[..., argparse.Action], action: argparse.Action, kwargs: dict[str, Any]
+) -> None:
+    """``--max_restarts`` for ``--max-restarts``, as torchrun users type
+    tfrun's multi-word flags: taken alike, never shown in the help, never
+    suggested for a typo (not in :attr:`Parser.flags`)."""
+    spellings = [
+        "--" + flag[2:].replace("-", "_")
+        for flag in action.option_strings
+        if flag.startswith("--") and "-" in flag[2:]
+    ]
+    spellings = [flag for flag in spellings if flag not in action.option_strings]
+    if spellings:
+        hidden = {**kwargs, "dest": action.dest, "help": argparse.SUPPRESS}
+        hidden["default"] = argparse.SUPPRESS  # the shown flag's default stands
+        add(*spellings, **hidden)
 
 
 class _VersionAction(argparse.Action):
@@ -253,6 +273,21 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _NameAction(argparse.Action):
+    """``-n``/``--name``, and which of the two was typed (``name_flag``):
+    a number is taken as a name only from ``--name``."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.name_flag = option_string
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog="tfrun",
@@ -267,7 +302,7 @@ def build_parser() -> Parser:
     job.add_argument(
         "-w",
         "--nworker",
-        type=count,
+        type=_workers,
         metavar="N",
         help="number of workers (worker 0 is the chief, unless --chief)",
     )
@@ -444,6 +479,7 @@ def build_parser() -> Parser:
     where.add_argument(
         "-n",
         "--name",
+        action=_NameAction,
         help="the job's name: the Mesos framework's, the Slurm job's (default: [tfrun] and the command)",
     )
     for name in BACKENDS:
@@ -484,6 +520,16 @@ def _restarts(text: str) -> int:
             f"must be a whole number from 0 to {MAX_RESTARTS}, not {text!r}"
         )
     return value
+
+
+def _workers(text: str) -> int:
+    """``-w``: a count, said as what it takes (0 only with ``--chief``)."""
+    try:
+        return count(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number, 1 or more (0 with --chief), not {text!r}"
+        ) from None
 
 
 def _nproc(text: str) -> int:
@@ -754,12 +800,12 @@ def _check_name(args: argparse.Namespace) -> None:
             f"-n/--name {args.name!r} must be one line of printable text "
             "(no newline, escape or byte that is not UTF-8)"
         )
-    if args.name.strip().isdigit():
+    if args.name.strip().isdigit() and getattr(args, "name_flag", "-n") == "-n":
         # srun's -n is the number of tasks: most likely meant as such.
-        print(
-            f"tfrun: warning: -n {args.name} names the job {args.name!r}; "
-            "the number of workers is -w (srun's -n)",
-            file=sys.stderr,
+        raise SpecError(
+            f"-n {args.name} would name the job {args.name!r}: tfrun's -n is the job's name, "
+            f"and srun's -n (its number of tasks) is tfrun's -w (-w {args.name.strip()}); "
+            f"to name the job {args.name!r}, give --name {args.name}"
         )
 
 
@@ -767,7 +813,10 @@ def _check_tasks(args: argparse.Namespace) -> int:
     """The job's tasks, counted before anything is built per task
     (``-w 10**20`` must cost nothing): their number."""
     if args.nworker < 1 and not args.chief:
-        raise SpecError("-w must be at least 1: replica mode needs at least one worker (the chief)")
+        raise SpecError(
+            f"-w must be 1 or more, not {args.nworker}: worker 0 is the chief; "
+            "-w 0 is for a job with --chief"
+        )
     for what in ("cpus", "gpus", "mem"):
         if getattr(args, f"chief_{what}") is not None and not args.chief:
             raise SpecError(f"--chief-{what} is for the chief: give --chief too")

@@ -290,6 +290,10 @@ class MesosJobs(JobStore):
             )
         )
         if problem is not None:
+            if not self._still_registered(run):
+                # Another tfrun stop tore it down first (the master then
+                # refuses this one's subscription): stop is idempotent.
+                return True
             raise self._error(f"cannot stop job {run.id}: {problem}", EXIT_TFRUN_FAILED)
         deadline = time.monotonic() + STOP_TIMEOUT
         while self._framework(run)[1]:
@@ -302,6 +306,14 @@ class MesosJobs(JobStore):
             time.sleep(0.2)
             self._state = None
         return True
+
+    def _still_registered(self, run: Run) -> bool:
+        """Whether the master, looked at afresh, still lists the job's framework."""
+        self._state = None
+        try:
+            return self._framework(run)[1]
+        except JobError:  # no longer known at all
+            return False
 
     # -- the launcher's sandbox ---------------------------------------------------
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tfmesos.backends.options import BackendOptions
+from tfmesos.common import rundirs
 from tfmesos.common.flagtypes import FlagGroup, positive_number
 from tfmesos.common.pathtext import shown_path
 from tfmesos.errors import SpecError
@@ -248,9 +249,12 @@ class MesosOptions(BackendOptions):
 
     @classmethod
     def claims_job(cls, args: argparse.Namespace) -> bool:
-        return bool(getattr(args, "master", None)) or str(getattr(args, "id", "")).startswith(
-            "mesos-"
-        )
+        job = str(getattr(args, "id", None) or "")
+        if getattr(args, "master", None) or job.startswith("mesos-"):
+            return True
+        # As submission does, $MESOS_MASTER says where jobs are: all but a
+        # run of this machine's named by its id (one run --backend local).
+        return bool(os.environ.get("MESOS_MASTER")) and not _a_local_run(job)
 
     def check_spec(self, spec: ClusterSpec) -> None:
         if self.containerizer == "DOCKER" and any(job.gpus for job in spec.jobs):
@@ -258,6 +262,16 @@ class MesosOptions(BackendOptions):
                 "Mesos gives GPUs only to tasks of the Mesos containerizer (which runs Docker "
                 "images too): drop -C DOCKER / containerizer_type='DOCKER' for GPU jobs"
             )
+
+
+def _a_local_run(job: str) -> bool:
+    """Whether ``job`` is the id of a run in this user's run directories."""
+    if not job or "/" in job or job in (".", "..", rundirs.LATEST):
+        return False
+    try:
+        return (rundirs.runs_root() / job / rundirs.RECORDS[1]).is_file()
+    except OSError:  # a name too long for a run's: none
+        return False
 
 
 def _check_principal(principal: str, where: str) -> None:
