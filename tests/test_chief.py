@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -339,3 +340,21 @@ def test_a_tf_config_ps_job_with_a_chief_runs_on_real_mesos(
     }
     assert mesos.torn_down()
     assert [p.cmdline() for p in job_procs.wait_gone(10)] == []
+
+
+def test_a_job_whose_one_task_is_the_chief_says_nothing_runs_on_the_cluster(
+    master: Any, job_procs: JobProcesses
+) -> None:
+    """torchrun's one node, ``-w 1 --nproc-per-task 2`` on Mesos (issue 46):
+    the one task is the chief, beside tfrun. Before: it ran with no word
+    that nothing was placed on Mesos."""
+    result = run_tfrun(
+        *("-m", master.url, "-w", "1", "--nproc-per-task", "2", "--", "true"),
+        env=job_procs.env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "the job's one task, worker:0, is its chief, which runs here beside tfrun: nothing "
+        "runs on Mesos; give -w 2 or more"
+    ) in result.stderr

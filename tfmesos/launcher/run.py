@@ -80,6 +80,16 @@ def launcher_factory(
     asks."""
     backend_type = backend_class(backend_name)
     given = options or backend_type.options_type()
+    tasks = spec.tasks()
+    if backend_type.chief_beside_launcher and all(spec.is_chief(task) for task in tasks):
+        # Another launcher's way (torchrun's one node): -w 1 meant a node.
+        logger.warning(
+            "the job's one task, %s, is its chief, which runs here beside tfrun: nothing "
+            "runs on %s; give -w 2 or more (with --nproc-per-task N, N processes a task) "
+            "to place tasks there",
+            tasks[0].name if tasks else "worker:0",
+            given.label or backend_name,
+        )
     # Every run of the job keeps its logs in the same directory.
     chosen = given.for_restarts() if spec.max_restarts else given
 
