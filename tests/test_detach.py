@@ -539,3 +539,18 @@ def test_a_detached_jobs_console_is_capped_as_its_task_logs_are(
     assert held("console.log") <= 64 << 10, held("console.log")
     assert "the last line" in (run / "console.log").read_text()
     assert detached.job_procs.wait_gone(10) == []
+
+
+def test_a_detached_job_on_the_test_master_is_refused_in_one_line(
+    detached: Detached, master: Any
+) -> None:
+    """Issue 46: the test master keeps no framework labels and serves no
+    agent's files, so a detached job there ran on where no tfrun command
+    could find it (``no job ... on the Mesos master``), until the master was
+    killed. Now it is refused before anything starts."""
+    done = detached.tfrun("--detach", "-m", master.url, "-w", "2", "--", "true")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"tfrun: error: {master.url} is the tfmesos test master" in done.stderr
+    assert "detached on real Mesos (scripts/start-mesos" in done.stderr
+    assert not master.state()["frameworks"], master.state()["frameworks"]

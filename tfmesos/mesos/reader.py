@@ -18,7 +18,11 @@ from tfmesos.mesos.masters import MasterAddress, parse_masters
 from tfmesos.mesos.transport import AiohttpTransport, TransportError
 from tfmesos.mesos.zookeeper import MasterInfo, ZooKeeperError, ZooKeeperLeader
 
-__all__ = ["MasterReader", "ReadError"]
+__all__ = ["TEST_MASTER_FLAG", "MasterReader", "ReadError"]
+
+TEST_MASTER_FLAG = "tfmesos_test_master"
+"""What the tfmesos test master (``tfmesos.testing.master``) sets among the
+flags of its ``/state``, and no real master has: how it is told apart."""
 
 TIMEOUT = 15.0
 """Seconds for one read, and for ZooKeeper to name the leader."""

@@ -49,6 +49,7 @@ from tfmesos.errors import EXIT_TFRUN_FAILED, EXIT_USAGE, TFMesosError
 from tfmesos.mesos import calls
 from tfmesos.mesos.masters import default_scheme, read_master_files
 from tfmesos.mesos.placement import OfferCapacity, describe_need
+from tfmesos.mesos.reader import TEST_MASTER_FLAG, MasterReader, ReadError
 from tfmesos.mesos.scheduler import SchedulerClient
 from tfmesos.rendezvous import protocol
 
@@ -236,6 +237,14 @@ def submit_mesos(job: DetachedJob) -> NoReturn:
     master = options.master or os.environ.get("MESOS_MASTER")
     if not master:
         _fail("the mesos backend needs a master: -m HOST:5050 or MESOS_MASTER", EXIT_USAGE)
+    if _is_test_master(master, options):
+        _fail(
+            f"{master} is the tfmesos test master, which keeps no framework labels and serves "
+            "no agent's files: a detached job there could never be found again by tfrun "
+            "list, status, logs or stop. Run the job attached there, or detached on real "
+            "Mesos (scripts/start-mesos starts one on this machine)",
+            EXIT_USAGE,
+        )
     try:
         framework_id, host = asyncio.run(_submit(job, job_id, master))
     except TFMesosError as exc:
@@ -255,6 +264,25 @@ def submit_mesos(job: DetachedJob) -> NoReturn:
     )
     print(job_id, flush=True)
     raise SystemExit(0)
+
+
+def _is_test_master(master: str, options: MesosOptions) -> bool:
+    """Whether ``master`` leads to the test master (its ``/state`` says so in
+    its flags); a master that cannot be read is left to the submission to
+    report."""
+    principal, secret = framework_credentials(options.principal, None, options.secret_file)
+    reader = MasterReader(
+        master, (principal, secret) if principal and secret else None, options.ssl_ca
+    )
+    try:
+        url, state = reader.leader()
+        if state is None:
+            state = reader.read_json(url + "/state")
+    except ReadError:
+        return False
+    finally:
+        reader.close()
+    return bool(state.get("flags", {}).get(TEST_MASTER_FLAG))
 
 
 def _fail(message: str, status: int = EXIT_TFRUN_FAILED) -> NoReturn:

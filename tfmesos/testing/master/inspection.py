@@ -7,6 +7,7 @@ is a small subset of the JSON of the master's ``/state`` endpoint
 
 from __future__ import annotations
 
+from tfmesos.mesos.reader import TEST_MASTER_FLAG
 from tfmesos.testing.master.allocator import Allocator
 from tfmesos.testing.master.resources import Resources
 from tfmesos.testing.master.schema import JSON
@@ -190,6 +191,8 @@ class Inspector:
 
         state: JSON = {
             "version": MESOS_VERSION,
+            # Told apart from a real master (a detached job needs one).
+            "flags": {TEST_MASTER_FLAG: "true"},
             "id": self.state.master_id,
             "pid": info.get("pid"),
             "hostname": info.get("hostname"),
