@@ -117,9 +117,12 @@ def test_a_job_that_can_never_fit_launches_nothing_and_says_why(
     two_agents: MesosUnderTest, job_procs: JobProcesses, tmp_path: Path
 ) -> None:
     # Three remote tasks of one CPU each: every one fits an agent, the job
-    # does not fit the cluster.
+    # does not fit the cluster. Without --wait-for-agents that ends it at
+    # once (tests/test_mesos_never_fits.py); with it, the hold says why at
+    # the timeout.
     events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
+        "--wait-for-agents",
         "-m",
         two_agents.url,
         "-n",

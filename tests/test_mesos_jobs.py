@@ -334,6 +334,7 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
 ) -> None:
     events = JobEvents(tmp_path / "events.jsonl")
     result = run_tfrun(
+        "--wait-for-agents",  # else the job never fitting at once ends it at once
         "-m",
         mesos.url,
         *events.flag,
@@ -351,7 +352,7 @@ def test_a_job_that_does_not_fit_says_why_at_the_timeout(
     )
     # Each ps task fits an agent (a task no agent could ever hold is refused
     # at once: tests/test_mesos_never_fits.py), but the two agents of 4 CPUs
-    # hold two of the three together.
+    # hold two of the three together: --wait-for-agents waits for more.
     assert result.returncode == 124, result.stderr
     assert events.verdict()["result"] == "never up", result.stderr
     assert len({e["task"] for e in events.of("task_placed")} - {"worker:0"}) < 3
