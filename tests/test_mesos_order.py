@@ -117,8 +117,9 @@ def test_a_revive_sent_while_a_decline_is_on_its_way_does_not_overtake_it(
     DECLINEs are held on their way while the tasks arrive and the job asks for
     offers again. A REVIVE that overtakes them clears filters not yet set, and
     the DECLINEs then filter every agent for an hour. Sent in order, the REVIVE
-    lands after the DECLINEs and clears their filters."""
-    with marked_master(job_procs, monkeypatch, agents=2, cpus=4, mem=8192, ports=PORTS) as master:
+    lands after the DECLINEs and clears their filters. Three agents: the job's
+    two remote tasks spread over two, so the third's offer is one declined."""
+    with marked_master(job_procs, monkeypatch, agents=3, cpus=4, mem=8192, ports=PORTS) as master:
         master.delay_calls("DECLINE", 1.0)
         problem = run_job_needing_a_relaunch(
             master, job_procs, JobEvents(tmp_path / "events.jsonl")
