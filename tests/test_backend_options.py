@@ -187,3 +187,13 @@ def test_each_backend_declares_its_own_flags_for_tfrun() -> None:
         options.add_arguments(parser.flag_group(name))
         declared = set(parser.flags) - {"-h", "--help"}
         assert set(options.flags.values()) <= declared, name
+
+
+def test_the_stores_kept_in_run_directories_are_those_the_registry_names() -> None:
+    # tfrun list tells them without importing the others (the Mesos store's
+    # aiohttp, which a plain install lacks: the README's tfrun list failed).
+    from tfmesos.backends import JOBS, RUN_DIRECTORY_STORES, job_store_class
+    from tfmesos.backends.rundirjobs import RunDirJobs
+
+    kept = {name for name in JOBS if issubclass(job_store_class(name), RunDirJobs)}
+    assert kept == RUN_DIRECTORY_STORES

@@ -124,7 +124,7 @@ def test_a_cluster_that_never_comes_up_is_not_restarted(
     # but the two agents hold two of the three together.
     result = run_tfrun(
         "-m", master.url, *job_events.flag,
-        "-w", "4", "-s", "0", "-Cw", "4", "--timeout", "3",
+        "-w", "4", "-s", "0", "-Cw", "4", "--timeout", "3", "--wait-for-agents",
         "--max-restarts", "3", "--", "true",
         env=job_procs.env(),
     )  # fmt: skip

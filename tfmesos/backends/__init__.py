@@ -61,6 +61,11 @@ JOBS = {
     "slurm": "tfmesos.backends.slurm.jobs:SlurmJobs",
 }
 """Each backend's store of detached jobs (:class:`~tfmesos.backends.jobs.JobStore`)."""
+RUN_DIRECTORY_STORES = frozenset({"local", "slurm"})
+"""The backends whose stores keep a job in a run directory on this machine
+(:class:`~tfmesos.backends.rundirjobs.RunDirJobs`): told without importing
+the others', whose client libraries (the Mesos one's aiohttp) a machine that
+only lists its runs may lack."""
 DEFAULT_BACKEND = "local"
 """The backend used when nothing given chooses one."""
 

@@ -169,12 +169,15 @@ class RunDirJobs(JobStore):
         return Run(path.name, str(record.get("backend", "local")), path, record)
 
     def _handle(self, run: Run) -> LauncherHandle:
-        if run.backend == self.backend:
-            return self.handle
-        from tfmesos.backends import job_store_class  # the run's own backend's
+        from tfmesos.backends import RUN_DIRECTORY_STORES, job_store_class
 
-        found = job_store_class(run.backend)
-        return found.handle if issubclass(found, RunDirJobs) else self.handle
+        if run.backend == self.backend or run.backend not in RUN_DIRECTORY_STORES:
+            # An attached run on another backend (tfrun -m, here): its
+            # launcher is this machine's, as a local job's.
+            return self.handle
+        found = job_store_class(run.backend)  # the run's own backend's
+        assert issubclass(found, RunDirJobs)
+        return found.handle
 
     def running(self, run: Run) -> bool:
         """Whether its launcher still runs (or, on Slurm, waits to)."""

@@ -97,16 +97,24 @@ class Reaper:
 
 def killpg(pgid: int, sig: int) -> bool:
     """Signal a task's processes; False if its process group no longer exists.
-    Each task leads its own session, so the signal also reaches processes it
-    moved to other groups of that session, as Mesos's ``os::killtree`` does."""
-    for pid in _session_members(pgid):
+    As Mesos's ``os::killtree`` (groups and sessions): the task's tree, and
+    every process in a group or session of one in it, so that the signal
+    also reaches what the task moved to other groups of its session, and
+    what it started in a session of its own (the agent's command)."""
+    for pid in _tree_members(pgid):
         signal_pid(pid, sig)
     return signal_group(pgid, sig)
 
 
-def _session_members(sid: int) -> list[int]:
-    """Processes in session ``sid`` (Linux /proc; elsewhere none are found)."""
+def _tree_members(leader: int) -> list[int]:
+    """Processes in the tree of ``leader`` (a task's first process, which
+    leads its session) and in the groups and sessions of those (Linux /proc;
+    elsewhere none are found)."""
     try:
-        return [p.pid for p in procfs.processes() if p.session == sid]
+        everyone = list(procfs.processes())
+        tree = [procfs.stat_of(leader), *procfs.descendants(leader)]
     except OSError:
         return []
+    groups = {p.pgrp for p in tree if p is not None} | {leader}
+    sessions = {p.session for p in tree if p is not None} | {leader}
+    return [p.pid for p in everyone if p.pgrp in groups or p.session in sessions]
